@@ -1,0 +1,6 @@
+"""`python -m ualdbg`."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

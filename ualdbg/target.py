@@ -1,0 +1,39 @@
+"""The Target protocol: everything an engine needs from a debugger (gdb, lldb) or tracer, and
+nothing debugger-specific. Adapters implement it; the core only talks to this."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class SigInfo:
+    signo: int
+    code: int
+    addr: int | None  # si_addr; NULL for x86 #AC
+
+
+class Target(Protocol):
+    """A stopped process seen through a debugger. `tid=None` means the thread that stopped."""
+
+    debugger: str  # "gdb" | "lldb"
+
+    def pid(self) -> int | None: ...
+
+    def arch(self) -> str: ...
+
+    def current_tid(self) -> int: ...
+
+    def threads(self) -> list[int]: ...
+
+    def read_register(self, name: str, tid: int | None = None) -> int: ...
+
+    def write_register(self, name: str, value: int, tid: int | None = None) -> None: ...
+
+    def read_memory(self, addr: int, size: int) -> bytes: ...
+
+    def siginfo(self) -> SigInfo | None: ...
+
+    def maps_text(self) -> str | None:
+        """The text of /proc/PID/maps, or None when the target has no such file (remote)."""
+        ...
