@@ -1,0 +1,1 @@
+"""Every ualdbg debugger command, declared once with argparse; both adapters install these."""

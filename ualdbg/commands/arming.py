@@ -1,0 +1,136 @@
+"""`ualdbg break`, `ualdbg off`, `ualdbg status`, `ualdbg config`: arming and its state."""
+from __future__ import annotations
+
+import argparse
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from ..settings import SETTINGS
+from .registry import Host, Output, Parser, Runner, UsageError, command
+
+
+def add_scope_args(p: Parser) -> None:
+    p.add_argument("--at", choices=("main", "start"), default=None,
+                   help="where a run is armed (default: main; the loader and libc start-up are unaligned by design)")
+    p.add_argument("--all-modules", action="store_true", default=None,
+                   help="include the dynamic loader and system libraries")
+    p.add_argument("--module", action="append", default=[], metavar="NAME",
+                   help="also include this module (file name or path); repeatable")
+
+
+def apply_scope(host: Host, args: argparse.Namespace) -> None:
+    s = host.session
+    s.at = args.at or s.config["at"]
+    s.scope.all_modules = bool(args.all_modules if args.all_modules is not None else s.config["all-modules"])
+    if args.module:
+        s.scope.modules = tuple(dict.fromkeys(s.scope.modules + tuple(args.module)))
+
+
+def arm(host: Host) -> list[str]:
+    """Install the hooks and, when a process is stopped, arm its threads right now."""
+    host.install()
+    target = host.target()
+    if target is None:
+        return [f"armed at {host.session.at} of the next run"]
+    host.session.engine.arm(target)
+    e = host.session.engine
+    return [f"armed now: {len(e.armed)} thread(s) with {e.mechanism}"
+            + (f"; {len(e.sigbus_blocked)} kept disarmed (SIGBUS blocked)" if e.sigbus_blocked else "")]
+
+
+@command("break", description="Stop at each unaligned data access (gdb: also `catch unaligned`).",
+         epilog="""Reports the faulting virtual address, PC, size, read/write, function+offset,
+module and source line, stopped AT the faulting instruction; continue/step/next resume normally.
+
+examples:
+  ualdbg break                    arm at main of the next run (or now, if stopped)
+  ualdbg break --at start         arm from the first instruction (the loader too)
+  ualdbg break --all-modules      also stop in ld.so and system libraries
+  ualdbg break --module libfoo.so
+""")
+def _break(p: Parser) -> Runner:
+    p.add_argument("--engine", choices=("trap",), default="trap",
+                   help="trap: EFLAGS.AC signal mode (the only engine so far)")
+    add_scope_args(p)
+
+    def run(host: Host, args: argparse.Namespace) -> Output:
+        apply_scope(host, args)
+        host.session.breaking = True
+        out = arm(host)
+        return [f"ualdbg: breaking at unaligned accesses in {host.session.scope.describe()}; " + out[0]]
+
+    return run
+
+
+@command("off", description="Disarm everything: clear AC in every thread, restore signal settings.")
+def _off(p: Parser) -> Runner:
+    def run(host: Host, args: argparse.Namespace) -> Output:
+        s = host.session
+        s.breaking = s.tracing = False
+        s.buffer.stopped_at = s.buffer.stopped_at or None
+        s.engine.disarm(host.target())
+        host.uninstall()
+        return ["ualdbg: off; no thread has AC set, signal settings restored"]
+
+    return run
+
+
+@command("status", description="Say what is armed, in which threads, by which mechanism.")
+def _status(p: Parser) -> Runner:
+    def run(host: Host, args: argparse.Namespace) -> Output:
+        s, e = host.session, host.session.engine
+        mode = " and ".join(m for m, on in (("breaking", s.breaking), ("tracing", s.tracing)) if on) or "off"
+        lines = [f"ualdbg {s.version} in {s.debugger}: {mode}"]
+        if s.armed:
+            lines.append(f"  mechanism: {e.mechanism} (x86-64: prctl(PR_SET_UNALIGN) returns EINVAL, so the alignment-check flag is used)")
+            lines.append(f"  arm point: {s.at}; scope: {s.scope.describe()}")
+        target = host.target()
+        if target is not None and target.pid() is not None:
+            table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+            for col in ("thread", "AC", "state"):
+                table.add_column(col)
+            flags = e._arch(target).flags
+            for tid in target.threads():
+                ac = bool(target.read_register(flags, tid) & e._arch(target).ac_bit)
+                state = ("armed" if tid in e.armed else
+                         "disarmed: SIGBUS blocked" if tid in e.sigbus_blocked else
+                         "stepping over a fault" if tid in e.pending else
+                         "in clone/fork" if tid in e.in_clone else "not armed")
+                table.add_row(Text(str(tid)), Text("set" if ac else "clear"), Text(state))
+            lines.append(f"  process {target.pid()}:")
+            out: Output = ["\n".join(lines), table]
+        else:
+            out = ["\n".join(lines + ["  no process"])]
+        b = s.buffer
+        out.append(f"  trace buffer: {b.total} faults in scope, {b.ignored} ignored, "
+                   f"{len(b.records)}/{b.capacity} records kept, {b.dropped} dropped")
+        return out
+
+    return run
+
+
+@command("config", description="Show or change a setting: `ualdbg config NAME VALUE` (gdb: also `set ualdbg NAME VALUE`).",
+         epilog="settings:\n" + "\n".join(f"  {s.name:<12} {s.doc} (default {s.default})" for s in SETTINGS.values()))
+def _config(p: Parser) -> Runner:
+    p.add_argument("name", nargs="?")
+    p.add_argument("value", nargs="?")
+
+    def run(host: Host, args: argparse.Namespace) -> Output:
+        cfg = host.session.config
+        if args.name is None:
+            return [f"{n} = {cfg.format(n)}" for n in SETTINGS]
+        if args.value is None:
+            if args.name not in SETTINGS:
+                raise UsageError(f"no setting {args.name!r}; settings: {', '.join(SETTINGS)}")
+            return [f"{args.name} = {cfg.format(args.name)}"]
+        try:
+            cfg.set(args.name, args.value)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if args.name == "buffer":
+            host.session.buffer.resize(cfg["buffer"])
+        return [f"{args.name} = {cfg.format(args.name)}"]
+
+    return run

@@ -1,0 +1,101 @@
+"""Declaring commands: an argparse parser that raises instead of exiting, a spec per command
+path, and the Host protocol through which a command reaches the debugger it runs in."""
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn, Protocol
+
+from ..session import Session
+from ..target import Target
+
+
+class UsageError(Exception):
+    """Bad input from the user: shown as one line, never a traceback."""
+
+
+class HelpShown(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports through exceptions: a debugger must not exit on a typo."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("add_help", True)
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise HelpShown(self.format_help())
+
+    def print_help(self, file: Any = None) -> None:
+        raise HelpShown(self.format_help())
+
+
+class Host(Protocol):
+    """What a command needs from the debugger adapter that runs it."""
+
+    session: Session
+
+    def target(self) -> Target | None:
+        """The stopped process, or None when there is none (before `run`, after exit)."""
+        ...
+
+    def is_running_now(self) -> bool: ...
+
+    def install(self) -> None:
+        """Put ualdbg's hooks in the debugger (signal catching, arm point, thread hooks)."""
+        ...
+
+    def uninstall(self) -> None:
+        """Remove the hooks and restore the user's signal settings."""
+        ...
+
+
+Output = list[Any]  # strings and rich renderables, printed by the adapter's sink
+Runner = Callable[[Host, argparse.Namespace], Output]
+
+
+@dataclass
+class CommandSpec:
+    path: tuple[str, ...]
+    parser: Parser
+    run: Runner
+
+    @property
+    def summary(self) -> str:
+        return (self.parser.description or "").strip().splitlines()[0]
+
+    @property
+    def help(self) -> str:
+        return self.parser.format_help()
+
+    def invoke(self, host: Host, argv: str | Sequence[str]) -> Output:
+        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        return self.run(host, self.parser.parse_args(args))
+
+
+COMMANDS: dict[tuple[str, ...], CommandSpec] = {}
+GROUPS: dict[tuple[str, ...], str] = {(): "Find unaligned memory accesses (ualdbg).", ("trace",): "FLT-style trace buffer of unaligned accesses: start, stop, show, clear, save."}
+
+
+def command(*path: str, description: str, epilog: str = "") -> Callable[[Callable[[Parser], Runner]], Callable[[Parser], Runner]]:
+    """Declare `ualdbg PATH...`: the decorated function adds its arguments and returns the
+    runner. Help, usage and docs all come from the one parser."""
+
+    def wrap(build: Callable[[Parser], Runner]) -> Callable[[Parser], Runner]:
+        parser = Parser(prog="ualdbg " + " ".join(path), description=description, epilog=epilog)
+        runner = build(parser)
+        COMMANDS[path] = CommandSpec(path, parser, runner)
+        return build
+
+    return wrap

@@ -1,0 +1,102 @@
+"""`ualdbg trace start|stop|show|clear|save`: the FLT-style trace buffer in a debugger."""
+from __future__ import annotations
+
+import argparse
+
+from ..render.jsondoc import GROUPS, build_document, dump
+from ..render.tables import header, records_table, summary_table
+from .arming import add_scope_args, apply_scope, arm
+from .registry import Host, Output, Parser, Runner, UsageError, command
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of records, not {value}")
+    return value
+
+
+@command("trace", "start", description="Record every unaligned access without stopping.",
+         epilog="examples:\n  ualdbg trace start\n  ualdbg trace start --buffer 1000 --all-modules")
+def _start(p: Parser) -> Runner:
+    p.add_argument("--buffer", type=positive, default=None, help="records the ring keeps (counts stay exact)")
+    p.add_argument("--engine", choices=("trap",), default="trap")
+    add_scope_args(p)
+
+    def run(host: Host, args: argparse.Namespace) -> Output:
+        s = host.session
+        apply_scope(host, args)
+        if args.buffer:
+            s.config.set("buffer", str(args.buffer))
+            s.buffer.resize(args.buffer)
+        if not s.armed:
+            s.buffer.clear()
+        s.buffer.stopped_at = None
+        s.tracing = True
+        out = arm(host)
+        return [f"ualdbg: tracing unaligned accesses in {s.scope.describe()} (ring of {s.buffer.capacity}); " + out[0]]
+
+    return run
+
+
+@command("trace", "stop", description="Stop recording (a `ualdbg break` stays armed).")
+def _stop(p: Parser) -> Runner:
+    def run(host: Host, args: argparse.Namespace) -> Output:
+        s = host.session
+        s.tracing = False
+        s.buffer.stopped_at = s.buffer.started_at + s.buffer.now()
+        if not s.breaking:
+            s.engine.disarm(host.target())
+            host.uninstall()
+        return [f"ualdbg: trace stopped; {s.buffer.total} faults recorded"]
+
+    return run
+
+
+@command("trace", "clear", description="Empty the trace buffer and zero its counters.")
+def _clear(p: Parser) -> Runner:
+    def run(host: Host, args: argparse.Namespace) -> Output:
+        host.session.buffer.clear()
+        return ["ualdbg: trace buffer cleared"]
+
+    return run
+
+
+@command("trace", "show", description="Show the trace records, or with --summary the counts per exception PC.",
+         epilog="examples:\n  ualdbg trace show --limit 20\n  ualdbg trace show --summary --by line\n  ualdbg trace show --json out.json")
+def _show(p: Parser) -> Runner:
+    p.add_argument("--summary", action="store_true", help="counts per exception PC (or group), hottest first")
+    p.add_argument("--by", choices=GROUPS, default="pc", help="group the summary by pc, line, function or module")
+    p.add_argument("--limit", type=positive, default=None, help="only the newest N records")
+    p.add_argument("--thread", type=int, default=None, metavar="TID", help="only records of this thread")
+    p.add_argument("--json", metavar="FILE", default=None, help="also write the JSON document to FILE")
+
+    def run(host: Host, args: argparse.Namespace) -> Output:
+        doc = build_document(host.session)
+        if args.json:
+            dump(doc, args.json)
+        out: Output = [header(doc)]
+        if args.summary or args.by != "pc":
+            out.append(summary_table(doc, args.by))
+        else:
+            out.append(records_table(doc, args.limit, args.thread))
+        return out
+
+    return run
+
+
+@command("trace", "save", description="Write the trace as versioned JSON (the CLI's format).")
+def _save(p: Parser) -> Runner:
+    p.add_argument("file")
+
+    def run(host: Host, args: argparse.Namespace) -> Output:
+        try:
+            dump(build_document(host.session), args.file)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.file}: {exc.strerror}") from None
+        return [f"ualdbg: {host.session.buffer.total} faults saved to {args.file}"]
+
+    return run

@@ -1,0 +1,171 @@
+"""Signal mode: arm EFLAGS.AC in every thread, turn each SIGBUS/BUS_ADRALN into a Fault, and
+resume by running the faulting instruction once with AC clear and TF set, re-arming at the
+single-step trap that follows (one extra stop, not a debugger `stepi`)."""
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from .. import arch as archmod
+from ..target import SigInfo, Target
+from .procfs import sigbus_blocked
+
+if TYPE_CHECKING:
+    from ..session import Session
+
+
+class Decision(Enum):
+    STOP = "stop"  # an unaligned access the user asked to stop at
+    RESUME = "resume"  # ours and handled: resume without delivering the signal
+    NOT_OURS = "not-ours"  # behave exactly as the debugger would without ualdbg
+
+
+class TrapEngine:
+    """Per-thread arming state of one inferior. All methods run while the target is stopped."""
+
+    name = "trap"
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.active = False
+        self.armed: set[int] = set()  # threads whose AC we set
+        self.sigbus_blocked: set[int] = set()  # threads we keep disarmed: SIGBUS is blocked there
+        self.pending: dict[int, bool] = {}  # tid -> TF was already set by the program
+        self.in_clone: set[int] = set()  # armed threads paused across a task-creating syscall
+        self.arch: archmod.ArchInfo | None = None
+        self.mechanism = "EFLAGS.AC"
+
+    # -- arming ------------------------------------------------------------------------------
+    def _arch(self, target: Target) -> archmod.ArchInfo:
+        if self.arch is None:
+            self.arch = archmod.arch_info(target.arch())
+        return self.arch
+
+    def _flags(self, target: Target, tid: int | None) -> int:
+        return target.read_register(self._arch(target).flags, tid)
+
+    def _set_flags(self, target: Target, tid: int | None, set_bits: int, clear_bits: int) -> None:
+        name = self._arch(target).flags
+        old = target.read_register(name, tid)
+        new = (old | set_bits) & ~clear_bits
+        if new != old:
+            target.write_register(name, new, tid)
+
+    def arm_thread(self, target: Target, tid: int) -> bool:
+        """Set AC in one thread unless it has SIGBUS blocked (a fault there would make the kernel
+        reset the program's SIGBUS handler and unblock the signal: PLATFORM.md)."""
+        pid = target.pid()
+        if pid is not None and sigbus_blocked(pid, tid):
+            self.sigbus_blocked.add(tid)
+            self.armed.discard(tid)
+            self._set_flags(target, tid, 0, self._arch(target).ac_bit)
+            return False
+        self.sigbus_blocked.discard(tid)
+        self._set_flags(target, tid, self._arch(target).ac_bit, 0)
+        self.armed.add(tid)
+        return True
+
+    def arm(self, target: Target) -> None:
+        """Arm every thread now (at main, at start, after attach, or when asked while stopped)."""
+        self.active = True
+        self._arch(target)
+        for tid in target.threads():
+            if tid not in self.pending:
+                self.arm_thread(target, tid)
+
+    def disarm(self, target: Target | None) -> None:
+        """Clear AC (and our TF) in every thread; forget all per-thread state."""
+        self.active = False
+        if target is not None and target.pid() is not None:
+            a = self._arch(target)
+            for tid in target.threads():
+                clear = a.ac_bit
+                if tid in self.pending and not self.pending[tid]:
+                    clear |= a.tf_bit
+                self._set_flags(target, tid, 0, clear)
+        self.forget_threads()
+
+    def forget_threads(self) -> None:
+        self.armed.clear()
+        self.sigbus_blocked.clear()
+        self.pending.clear()
+        self.in_clone.clear()
+
+    def thread_exited(self, tid: int) -> None:
+        for group in (self.armed, self.sigbus_blocked, self.in_clone):
+            group.discard(tid)
+        self.pending.pop(tid, None)
+
+    def reconcile(self, target: Target) -> None:
+        """At a user-visible stop: arm threads that should be armed and are not (created by a
+        path ualdbg saw no hook for, or that unblocked SIGBUS)."""
+        if not self.active:
+            return
+        for tid in target.threads():
+            if tid not in self.armed and tid not in self.pending and tid not in self.in_clone:
+                self.arm_thread(target, tid)
+
+    # -- events --------------------------------------------------------------------------------
+    def on_signal(self, target: Target, info: SigInfo | None = None) -> Decision:
+        """Called at a SIGBUS or SIGTRAP stop of the current thread."""
+        info = info or target.siginfo()
+        if info is None:
+            return Decision.NOT_OURS
+        if info.signo == archmod.SIGTRAP:
+            return self._on_trap(target)
+        if info.signo != archmod.SIGBUS or info.code != archmod.BUS_ADRALN:
+            return Decision.NOT_OURS
+        tid = target.current_tid()
+        if tid not in self.armed:
+            # AC was set by the program itself, or by an inheritance we did not see: not ours
+            # unless we are active (then it is an unaligned access in scope of the trace).
+            if not self.active:
+                return Decision.NOT_OURS
+        a = self._arch(target)
+        flags = target.read_register(a.flags, tid)
+        if not flags & a.ac_bit:
+            return Decision.NOT_OURS
+        stop = self.session.record_fault(target, tid, info)
+        # Run the faulting instruction once with AC clear; TF makes the CPU trap right after it
+        # (after ONE iteration of a rep string instruction, so k misaligned elements count k).
+        self.pending[tid] = bool(flags & a.tf_bit)
+        target.write_register(a.flags, (flags & ~a.ac_bit) | a.tf_bit, tid)
+        return Decision.STOP if stop else Decision.RESUME
+
+    def _on_trap(self, target: Target) -> Decision:
+        tid = target.current_tid()
+        if tid not in self.pending:
+            return Decision.NOT_OURS
+        tf_was_set = self.pending.pop(tid)
+        a = self._arch(target)
+        clear = 0 if tf_was_set else a.tf_bit
+        if self.active and tid in self.armed:
+            self._set_flags(target, tid, a.ac_bit, clear)
+        else:
+            self._set_flags(target, tid, 0, clear)
+        # A program that single-steps itself (TF already set) still gets its own SIGTRAP.
+        return Decision.NOT_OURS if tf_was_set else Decision.RESUME
+
+    def on_syscall(self, target: Target) -> None:
+        """At entry and exit of clone/fork/vfork/clone3 and rt_sigprocmask."""
+        if not self.active:
+            return
+        a = self._arch(target)
+        tid = target.current_tid()
+        nr = target.read_register(a.syscall_nr, tid)
+        ret = target.read_register(a.syscall_ret, tid)
+        entry = ret == (-archmod.ENOSYS & 0xFFFFFFFFFFFFFFFF)
+        if nr in a.task_creating_syscalls:
+            if entry and tid in self.armed:
+                # New tasks copy the caller's flags: start them unarmed (a new pthread runs libc
+                # with signals blocked before its start routine; a forked child is not traced).
+                self._set_flags(target, tid, 0, a.ac_bit)
+                self.in_clone.add(tid)
+            elif not entry and tid in self.in_clone:
+                self.in_clone.discard(tid)
+                self._set_flags(target, tid, a.ac_bit, 0)
+        elif nr == a.sigprocmask_syscall and not entry:
+            # The last syscall a new pthread makes before its start routine restores its mask;
+            # a program that blocks SIGBUS must not run armed: re-decide at every mask change.
+            if tid not in self.pending and tid not in self.in_clone:
+                self.arm_thread(target, tid)

@@ -1,0 +1,37 @@
+"""The one place a rich Console is built: markup and highlighting off (`[rbp-8]` is not markup,
+PLATFORM.md), colour only on a terminal, a fixed width when not a terminal."""
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable
+from typing import IO, Any
+
+from rich.console import Console
+
+
+def make_console(file: IO[str] | None = None, *, color: bool | None = None, width: int | None = None) -> Console:
+    if color is None:
+        color = bool(file is not None and getattr(file, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
+    return Console(
+        file=file,
+        markup=False,
+        highlight=False,
+        emoji=False,
+        color_system="standard" if color else None,
+        force_terminal=color,
+        width=width or (None if color else 120),
+        soft_wrap=False,
+    )
+
+
+def to_text(items: Iterable[Any], *, color: bool = False, width: int | None = None) -> str:
+    """Render strings and rich renderables to one string (for a debugger's output stream)."""
+    buf = io.StringIO()
+    console = make_console(buf, color=color, width=width)
+    for item in items:
+        if isinstance(item, str):
+            console.out(item, highlight=False)
+        else:
+            console.print(item)
+    return buf.getvalue()

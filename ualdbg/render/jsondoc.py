@@ -1,0 +1,133 @@
+"""The versioned JSON document of a trace (ARCHITECTURE.md section 2): built from a session,
+read back for `ualdbg report`, grouped for `--by line|function|module`."""
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Iterable
+from typing import Any
+
+from ..model import AccessKind, SourceLoc
+
+SCHEMA = 1
+
+
+def _hex(v: int | None) -> str | None:
+    return None if v is None else f"{v:#x}"
+
+
+def site_entry(loc: SourceLoc, count: int, sizes: Iterable[int], access: AccessKind | None) -> dict[str, Any]:
+    return {
+        "pc": _hex(loc.pc),
+        "module": loc.module_name,
+        "offset": _hex(loc.offset),
+        "function": loc.function,
+        "function_offset": _hex(loc.function_offset),
+        "file": loc.file,
+        "line": loc.line,
+        "inlined_from": [{"function": f.function, "file": f.file, "line": f.line} for f in loc.inlined_from],
+        "count": count,
+        "sizes": sorted(sizes),
+        "access": access.value if access else None,
+    }
+
+
+def build_document(session: Any, *, engine: str | None = None) -> dict[str, Any]:
+    buf = session.buffer
+    prog = session.program
+    sites = [site_entry(session.resolve(c.pc), c.count, c.sizes, c.access) for c in buf.sites()]
+    records = [
+        {
+            "seq": f.seq,
+            "time": round(f.time, 6),
+            "cpu": f.cpu,
+            "pid": f.pid,
+            "tid": f.tid,
+            "pc": _hex(f.pc),
+            "va": _hex(f.va),
+            "size": f.size,
+            "access": f.access.value if f.access else None,
+        }
+        for f in buf.records
+    ]
+    return {
+        "schema": SCHEMA,
+        "tool": "ualdbg",
+        "version": session.version,
+        "engine": engine or session.engine.name,
+        "debugger": session.debugger,
+        "arch": platform.machine() if session.engine.arch is None else session.engine.arch.name,
+        "program": {
+            "path": prog.path,
+            "args": list(prog.args),
+            "pid": prog.pid,
+            "exit_status": prog.exit_status,
+            "exit_signal": prog.exit_signal,
+        },
+        "scope": session.scope.describe(),
+        "duration_s": round(buf.duration, 6),
+        "faults_total": buf.total,
+        "faults_ignored": buf.ignored,
+        "ignored_by_module": dict(sorted(buf.ignored_by_module.items())),
+        "buffer": {"capacity": buf.capacity, "recording": session.armed},
+        "sites": sites,
+        "records": records,
+        "records_dropped": buf.dropped,
+    }
+
+
+def load_document(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not a ualdbg JSON trace ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict) or doc.get("tool") != "ualdbg":
+        raise ValueError(f"{path} is not a ualdbg JSON trace")
+    if doc.get("schema") != SCHEMA:
+        raise ValueError(f"{path} has schema {doc.get('schema')!r}; this ualdbg reads schema {SCHEMA}")
+    return doc
+
+
+def dump(doc: dict[str, Any], path: str) -> None:
+    text = json.dumps(doc, indent=2) + "\n"
+    if path == "-":
+        import sys
+
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    with open(path, "w") as f:
+        f.write(text)
+
+
+GROUPS = ("pc", "line", "function", "module")
+
+
+def group_sites(sites: list[dict[str, Any]], by: str) -> list[dict[str, Any]]:
+    """Aggregate per-PC sites by line, function or module (counts add, sizes union)."""
+    if by == "pc":
+        return sites
+
+    def key(s: dict[str, Any]) -> tuple[Any, ...]:
+        if by == "line":
+            return (s["module"], s["file"], s["line"]) if s["line"] else (s["module"], s["pc"])
+        if by == "function":
+            return (s["module"], s["function"] or s["pc"])
+        return (s["module"],)
+
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for s in sites:
+        k = key(s)
+        g = groups.get(k)
+        if g is None:
+            g = groups[k] = dict(s, pcs=[s["pc"]], sizes=list(s["sizes"]))
+            continue
+        g["count"] += s["count"]
+        g["pcs"].append(s["pc"])
+        g["sizes"] = sorted(set(g["sizes"]) | set(s["sizes"]))
+        if g["access"] != s["access"]:
+            g["access"] = "read-write" if g["access"] and s["access"] else (g["access"] or s["access"])
+    return sorted(groups.values(), key=lambda g: -g["count"])

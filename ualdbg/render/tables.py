@@ -1,0 +1,105 @@
+"""Rich tables for people: `trace show` (one row per fault, FLT SHOW TRACE) and
+`trace show --summary` (counts per exception PC or group, FLT SHOW TRACE/SUMMARY)."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from .jsondoc import group_sites
+
+
+def _where(site: dict[str, Any]) -> str:
+    if site.get("function"):
+        return f"{site['function']}+{site['function_offset'] or '0x0'}"
+    return "?"
+
+
+def _module_offset(site: dict[str, Any]) -> str:
+    if site.get("module") and site.get("offset"):
+        return f"{site['module']}+{site['offset']}"
+    return site.get("module") or "?"
+
+
+def _source(site: dict[str, Any]) -> str:
+    text = f"{site['file']}:{site['line']}" if site.get("file") and site.get("line") else "?"
+    for frame in site.get("inlined_from") or []:
+        text += f"\n  inlined into {frame['function']} at {frame.get('file') or '?'}:{frame.get('line') or '?'}"
+    return text
+
+
+def header(doc: dict[str, Any]) -> str:
+    total, ignored = doc["faults_total"], doc["faults_ignored"]
+    dur = doc.get("duration_s") or 0.0
+    rate = total / dur if dur > 0 else 0.0
+    buf = doc.get("buffer", {})
+    ring = f"{len(doc['records'])} of {buf.get('capacity', '?')} records kept"
+    if doc.get("records_dropped"):
+        ring += f", {doc['records_dropped']} older dropped"
+    prog = doc.get("program", {})
+    status = ""
+    if prog.get("exit_signal") is not None:
+        status = f", killed by signal {prog['exit_signal']}"
+    elif prog.get("exit_status") is not None:
+        status = f", exit status {prog['exit_status']}"
+    return (
+        f"Unaligned accesses in {prog.get('path') or 'the program'}{status}\n"
+        f"  {total} in scope ({doc.get('scope', '')}), {ignored} ignored elsewhere; "
+        f"{dur:.3f} s, {rate:,.0f}/s; engine {doc['engine']} via {doc['debugger']}; {ring}"
+    )
+
+
+def summary_table(doc: dict[str, Any], by: str = "pc") -> Table:
+    sites = group_sites(doc["sites"], by)
+    total = doc["faults_total"] or 1
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("count", justify="right")
+    table.add_column("share", justify="right")
+    if by == "pc":
+        table.add_column("PC")
+    table.add_column("module+offset" if by in ("pc", "line") else "module")
+    if by != "module":
+        table.add_column("routine+offset" if by == "pc" else "routine")
+    if by in ("pc", "line"):
+        table.add_column("source")
+    table.add_column("size")
+    table.add_column("access")
+    for s in sites:
+        row = [str(s["count"]), f"{100.0 * s['count'] / total:.1f}%"]
+        if by == "pc":
+            row.append(s["pc"])
+        row.append(_module_offset(s) if by in ("pc", "line") else (s.get("module") or "?"))
+        if by == "pc":
+            row.append(_where(s))
+        elif by != "module":
+            row.append(s.get("function") or "?")
+        if by in ("pc", "line"):
+            row.append(_source(s))
+        row.append(",".join(str(x) for x in s["sizes"]) or "?")
+        row.append(s["access"] or "?")
+        table.add_row(*[Text(x) for x in row])
+    return table
+
+
+def records_table(doc: dict[str, Any], limit: int | None = None, tid: int | None = None) -> Table:
+    sites = {s["pc"]: s for s in doc["sites"]}
+    records = doc["records"]
+    if tid is not None:
+        records = [r for r in records if r["tid"] == tid]
+    if limit:
+        records = records[-limit:]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for name, just in (("seq", "right"), ("time", "right"), ("cpu", "right"), ("pid", "right"),
+                       ("tid", "right"), ("PC", "left"), ("VA", "left"), ("size", "right"),
+                       ("access", "left"), ("routine+offset", "left"), ("source", "left")):
+        table.add_column(name, justify=just)  # type: ignore[arg-type]
+    for r in records:
+        s = sites.get(r["pc"], {})
+        src = f"{s['file']}:{s['line']}" if s.get("file") and s.get("line") else "?"
+        table.add_row(*[Text(x) for x in (
+            str(r["seq"]), f"{r['time']:.6f}", "?" if r["cpu"] is None else str(r["cpu"]),
+            str(r["pid"]), str(r["tid"]), r["pc"], r["va"] or "?", str(r["size"] or "?"),
+            r["access"] or "?", _where(s) if s else "?", src)])
+    return table

@@ -1,0 +1,197 @@
+"""One ualdbg session inside one debugger: settings, scope, the engine, the shared trace buffer,
+and the path from a stopped thread to a recorded fault (decode -> policy -> scope -> buffer)."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from . import __version__
+from .alignment import AcPolicy, Policy
+from .decode import Decoder, Insn, accesses
+from .engines.procfs import last_cpu
+from .engines.trap import TrapEngine
+from .model import Access, Fault, Module, SourceLoc
+from .settings import Config
+from .symbols.maps import ModuleMap
+from .symbols.resolver import Symbolizer
+from .target import SigInfo, Target
+from .trace import TraceBuffer
+
+
+class LazyRegisters(Mapping[str, int]):
+    """Registers of one stopped thread, read from the target only when the decoder asks."""
+
+    def __init__(self, target: Target, tid: int | None) -> None:
+        self.target, self.tid, self.cache = target, tid, {}  # type: ignore[var-annotated]
+
+    def __getitem__(self, name: str) -> int:
+        if name not in self.cache:
+            try:
+                self.cache[name] = self.target.read_register(name, self.tid)
+            except Exception as exc:  # an unknown register name is a decode gap, not a crash
+                raise KeyError(name) from exc
+        return self.cache[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.cache)
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+
+@dataclass
+class Scope:
+    """Which modules count: the main executable and non-system libraries by default."""
+
+    all_modules: bool = False
+    modules: tuple[str, ...] = ()
+
+    def includes(self, module: Module | None, system: bool) -> bool:
+        if self.all_modules or module is None:
+            return True
+        if module.name in self.modules or module.path in self.modules:
+            return True
+        return not system
+
+    def describe(self) -> str:
+        if self.all_modules:
+            return "all modules"
+        extra = f" plus {', '.join(self.modules)}" if self.modules else ""
+        return f"the program and its non-system libraries{extra}"
+
+
+@dataclass
+class ProgramInfo:
+    path: str | None = None
+    args: list[str] = field(default_factory=list)
+    pid: int | None = None
+    exit_status: int | None = None
+    exit_signal: int | None = None
+
+
+class Session:
+    def __init__(self, debugger: str) -> None:
+        self.debugger = debugger
+        self.version = __version__
+        self.config = Config()
+        self.scope = Scope()
+        self.buffer = TraceBuffer(self.config["buffer"])
+        self.engine = TrapEngine(self)
+        self.policy: Policy = AcPolicy()
+        self.decoder = Decoder()
+        self.breaking = False
+        self.tracing = False
+        self.at = "main"
+        self.program = ProgramInfo()
+        self.last_fault: Fault | None = None
+        self.last_loc: SourceLoc | None = None
+        self._insns: dict[int, Insn | None] = {}
+        self._modmap: ModuleMap | None = None
+        self._modmap_pid: int | None = None
+        self._pc_scope: dict[int, tuple[Module | None, bool]] = {}
+        self.symbolizer: Symbolizer | None = None
+        self.locs: dict[int, SourceLoc] = {}
+
+    @property
+    def armed(self) -> bool:
+        return self.breaking or self.tracing
+
+    # -- per-PC caches -------------------------------------------------------------------------
+    def insn_at(self, target: Target, pc: int) -> Insn | None:
+        if pc not in self._insns:
+            try:
+                code = target.read_memory(pc, self.decoder.max_insn_len)
+            except Exception:
+                code = b""
+            self._insns[pc] = self.decoder.decode(code, pc) if code else None
+        return self._insns[pc]
+
+    def module_map(self, target: Target) -> ModuleMap | None:
+        pid = target.pid()
+        if self._modmap is None or pid != self._modmap_pid:
+            text = target.maps_text()
+            if text is None:
+                return None
+            self._modmap = ModuleMap.from_text(text)
+            self._modmap_pid = pid
+            self.symbolizer = Symbolizer(self._modmap)
+        return self._modmap
+
+    def module_of(self, target: Target, pc: int) -> tuple[Module | None, bool]:
+        """(module, is_system) for a PC, cached; re-reads the maps once on a miss (dlopen)."""
+        hit = self._pc_scope.get(pc)
+        if hit is not None:
+            return hit
+        mm = self.module_map(target)
+        module = mm.find(pc) if mm is not None else None
+        if module is None and mm is not None:
+            text = target.maps_text()
+            if text is not None:
+                mm.refresh(text)
+                module = mm.find(pc)
+        result = (module, mm.is_system(module) if (mm is not None and module) else False)
+        self._pc_scope[pc] = result
+        return result
+
+    def resolve(self, pc: int) -> SourceLoc:
+        loc = self.locs.get(pc)
+        if loc is None:
+            loc = self.symbolizer.resolve(pc) if self.symbolizer else SourceLoc(pc=pc)
+            self.locs[pc] = loc
+        return loc
+
+    def new_process(self) -> None:
+        """A run, an attach or an exec: addresses mean something new."""
+        self._insns.clear()
+        self._pc_scope.clear()
+        self._modmap = None
+        self.engine.forget_threads()
+
+    # -- the fault path ------------------------------------------------------------------------
+    def analyse(self, target: Target, tid: int | None, pc: int) -> tuple[Insn | None, Access | None, bool | None]:
+        """Decode the instruction at PC and pick the access that breaks the policy.
+        Returns (insn, access, explained): explained is None when the decoder cannot tell."""
+        insn = self.insn_at(target, pc)
+        if insn is None:
+            return None, None, None
+        try:
+            found = accesses(insn, LazyRegisters(target, tid))
+        except KeyError:
+            return insn, None, None
+        for acc in found:
+            if self.policy.violates(acc, insn):
+                return insn, acc, True
+        return insn, (found[0] if found else None), False
+
+    def record_fault(self, target: Target, tid: int, info: SigInfo) -> bool:
+        """Record one trapped access; True when the user asked to stop at it."""
+        pc = target.read_register(self.engine._arch(target).pc, tid)
+        module, system = self.module_of(target, pc)
+        if not self.scope.includes(module, system):
+            self.buffer.ignore(module.name if module else None)
+            return False
+        insn, acc, _explained = self.analyse(target, tid, pc)
+        pid = target.pid() or 0
+        va = acc.va if acc is not None else (info.addr or None)
+        fault = Fault(
+            seq=self.buffer.next_seq(),
+            time=self.buffer.now(),
+            pid=pid,
+            tid=tid,
+            cpu=last_cpu(pid, tid) if pid else None,
+            pc=pc,
+            va=va,
+            size=acc.size if acc is not None else None,
+            access=acc.kind if acc is not None else None,
+            insn=insn.text if insn is not None else None,
+            policy=self.policy.name,
+        )
+        self.buffer.add(fault)
+        if pc not in self.locs:
+            self.resolve(pc)
+        self.last_fault = fault
+        return self.breaking
+
+    def program_path(self) -> str | None:
+        return self.program.path and os.path.abspath(self.program.path)
