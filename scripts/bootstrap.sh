@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Everything ualdbg needs on a fresh Debian 12 machine of this project's kind: the debuggers and
+# compilers (apt, when running as root and something is missing), a virtualenv made from the
+# Python that gdb embeds (/usr/bin/python3, PLATFORM.md), and the examples.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v gdb >/dev/null || need+=(gdb)
+command -v gcc >/dev/null || need+=(gcc)
+command -v make >/dev/null || need+=(make)
+command -v gfortran >/dev/null || need+=(gfortran)
+command -v lldb-19 >/dev/null || need+=(lldb-19)
+[ -e /usr/lib/llvm-19/lib/python3/dist-packages/lldb ] || [ -e /usr/lib/python3/dist-packages/lldb ] || need+=(python3-lldb-19)
+[ -e /usr/lib/llvm-19/lib/liblldb.so ] || need+=(liblldb-19-dev)
+/usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+[ -e /usr/lib/gcc/x86_64-linux-gnu/12/32/libgcc.a ] || need+=(gcc-multilib)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "bootstrap: installing ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  else
+    echo "bootstrap: missing ${need[*]}; install them (sudo apt-get install ${need[*]}) and run again" >&2
+    exit 2
+  fi
+fi
+
+if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt .venv/.installed ]; then
+  /usr/bin/python3 -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+  touch .venv/.installed
+fi
+make -s -C examples >/dev/null

@@ -1,0 +1,1 @@
+"""Debugger adapters: the only code that imports gdb or lldb."""

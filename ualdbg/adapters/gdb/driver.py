@@ -1,0 +1,70 @@
+"""The batch driver the CLI runs inside gdb: arm, run the program to its end (delivering its own
+fatal signals as gdb would not in batch mode), write the JSON document and the exit status."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import gdb  # type: ignore[import-not-found]
+
+from ...render.jsondoc import build_document, dump
+from . import install as installer
+
+
+class _Progress:
+    """Writes `faults ignored seconds` to a file the CLI polls for its live display."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.last = 0.0
+
+    def tick(self, session: Any, force: bool = False) -> None:
+        if not self.path:
+            return
+        now = time.monotonic()
+        if force or now - self.last >= 0.2:
+            self.last = now
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(f"{session.buffer.total} {session.buffer.ignored} {session.buffer.duration:.3f}\n")
+            os.replace(tmp, self.path)
+
+
+def main(config_json: str) -> None:
+    cfg = json.loads(config_json)
+    session = installer.install()
+    host = installer._STATE["host"]
+    hooks = installer._STATE["hooks"]
+    progress = _Progress(cfg.get("progress"))
+    hooks.on_fault_recorded = lambda: progress.tick(session)
+    args = ["--buffer", str(cfg["buffer"]), "--at", cfg["at"]]
+    if cfg.get("all_modules"):
+        args.append("--all-modules")
+    for m in cfg.get("modules", []):
+        args += ["--module", m]
+    from ...commands.all import COMMANDS
+
+    COMMANDS[("trace", "start")].invoke(host, args)
+    session.program.path = cfg["program"]
+    session.program.args = cfg["args"]
+    status: dict[str, Any] = {"exit_status": None, "exit_signal": None, "error": None}
+    try:
+        gdb.execute("run", to_string=False)
+        # The program stopped without exiting: a signal of its own (SIGSEGV, SIGABRT...) that
+        # gdb stops at by default. Deliver it as it would be without a debugger.
+        while gdb.selected_inferior().pid:
+            gdb.execute("continue", to_string=False)
+    except gdb.error as exc:
+        status["error"] = str(exc)
+    code = gdb.convenience_variable("_exitcode")
+    sig = gdb.convenience_variable("_exitsignal")
+    status["exit_status"] = None if code is None else int(code)
+    status["exit_signal"] = None if sig is None else int(sig)
+    session.program.exit_status = status["exit_status"]
+    session.program.exit_signal = status["exit_signal"]
+    progress.tick(session, force=True)
+    dump(build_document(session), cfg["json"])
+    with open(cfg["status"], "w") as f:
+        json.dump(status, f)

@@ -1,0 +1,276 @@
+"""How gdb feeds the trap engine: `catch signal` and `catch syscall` catchpoints whose condition
+is a Python function (the engine decides stop or resume without a round trip through the prompt),
+an internal breakpoint at the arm point, and the user's `handle` settings saved and restored."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import traceback
+from typing import Any
+
+import gdb  # type: ignore[import-not-found]
+
+from ...arch import SIGBUS, SIGTRAP, SYSCALL_NAMES
+from ...engines.trap import Decision
+from ...render.console import to_text
+from ...render.report import fault_report
+from ...session import Session
+from .target import GdbTarget
+
+SIGNAL_NAMES = {SIGBUS: "SIGBUS", SIGTRAP: "SIGTRAP"}
+
+
+def _warn(message: str) -> None:
+    gdb.write(f"ualdbg: {message}\n", gdb.STDERR)
+    if os.environ.get("UALDBG_DEBUG"):
+        gdb.write(traceback.format_exc(), gdb.STDERR)
+
+
+def read_handle(sig: str) -> tuple[bool, bool, bool]:
+    """(stop, print, pass) as `info signals SIG` shows them."""
+    text = gdb.execute(f"info signals {sig}", to_string=True)
+    for line in text.splitlines():
+        if line.startswith(sig + " ") or line.startswith(sig + "\t"):
+            f = line.split()
+            return (f[1] == "Yes", f[2] == "Yes", f[3] == "Yes")
+    raise gdb.error(f"cannot read gdb's settings for {sig}")
+
+
+def set_handle(sig: str, stop: bool, prnt: bool, pas: bool) -> None:
+    words = ("stop" if stop else "nostop", "print" if prnt else "noprint", "pass" if pas else "nopass")
+    gdb.execute(f"handle {sig} {' '.join(words)}", to_string=True)
+
+
+class ArmPoint(gdb.Breakpoint):
+    """Internal breakpoint at `main` (or the entry): arms every thread and never stops."""
+
+    def __init__(self, hooks: GdbHooks, spec: str) -> None:
+        super().__init__(spec, internal=True)
+        self.silent = True
+        self.hooks = hooks
+
+    def stop(self) -> bool:
+        try:
+            self.hooks.on_arm_point()
+        except Exception as exc:  # never let a hook error stop the user's program
+            _warn(f"arming failed: {exc}")
+        return False
+
+
+class GdbHooks:
+    """All of ualdbg's presence in one gdb: installed by `break`/`trace start`, removed by `off`."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.target_ = GdbTarget()
+        self.installed = False
+        self.catchpoints: list[int] = []
+        self.arm_point: ArmPoint | None = None
+        self.saved_handles: dict[str, tuple[bool, bool, bool]] = {}
+        self.pass_sigbus = False  # current `handle SIGBUS pass` state while installed
+        self.report_pending: list[str] | None = None
+        self.env_fixed = False
+        self.on_fault_recorded: Any = None  # the batch driver's progress callback
+        _SignalFunction(self)
+        _SyscallFunction(self)
+        gdb.events.stop.connect(self.on_stop)
+        gdb.events.exited.connect(self.on_exit)
+        gdb.events.new_objfile.connect(self.on_new_objfile)
+        gdb.events.thread_exited.connect(self.on_thread_exit) if hasattr(gdb.events, "thread_exited") else None
+
+    # -- the Host side ---------------------------------------------------------------------
+    def target(self) -> GdbTarget | None:
+        inf = gdb.selected_inferior()
+        if not inf.pid:
+            return None
+        thread = gdb.selected_thread()
+        if thread is None or thread.is_running() or thread.is_exited():
+            return None
+        return self.target_
+
+    def install(self) -> None:
+        self.fix_environment()
+        if self.installed:
+            self._place_arm_point()
+            return
+        for sig in ("SIGBUS", "SIGTRAP"):
+            self.saved_handles[sig] = read_handle(sig)
+        # PLATFORM.md: `noprint` silently means `nostop`; with `nopass` the program would
+        # re-fault forever. Our catchpoint explains the signal; `nopass` drops it on resume.
+        set_handle("SIGBUS", True, True, False)
+        set_handle("SIGTRAP", True, True, False)
+        self.pass_sigbus = False
+        self.catchpoints = []
+        for spec, fn in (("signal SIGBUS", "$_ualdbg_signal()"), ("signal SIGTRAP", "$_ualdbg_signal()"),
+                         ("syscall " + " ".join(str(n) for n in SYSCALL_NAMES), "$_ualdbg_syscall()")):
+            gdb.execute(f"catch {spec}", to_string=True)
+            num = int(gdb.parse_and_eval("$bpnum"))
+            gdb.execute(f"condition {num} {fn}", to_string=True)
+            self.catchpoints.append(num)
+        self._place_arm_point()
+        self.installed = True
+
+    def _place_arm_point(self) -> None:
+        spec = "main" if self.session.at == "main" else None
+        if self.arm_point is not None and self.arm_point.is_valid():
+            if self.arm_point.location == spec:
+                return
+            self.arm_point.delete()
+        self.arm_point = None
+        if spec is not None:
+            self.arm_point = ArmPoint(self, spec)
+
+    def uninstall(self) -> None:
+        if not self.installed:
+            return
+        for num in self.catchpoints:
+            gdb.execute(f"delete {num}", to_string=True)
+        self.catchpoints = []
+        if self.arm_point is not None and self.arm_point.is_valid():
+            self.arm_point.delete()
+        self.arm_point = None
+        for sig, (stop, prnt, pas) in self.saved_handles.items():
+            set_handle(sig, stop, prnt, pas)
+        self.installed = False
+
+    def is_running_now(self) -> bool:
+        inf = gdb.selected_inferior()
+        return bool(inf.pid)
+
+    def fix_environment(self) -> None:
+        """gdb puts LINES and COLUMNS into the program's environment; take out what the user
+        did not have (gdb's own environment at exec time is in /proc/self/environ)."""
+        if self.env_fixed:
+            return
+        try:
+            with open("/proc/self/environ", "rb") as f:
+                original = {e.split(b"=", 1)[0].decode(errors="replace") for e in f.read().split(b"\0") if e}
+        except OSError:
+            return
+        for name in ("LINES", "COLUMNS"):
+            if name not in original:
+                gdb.execute(f"unset environment {name}", to_string=True)
+        self.env_fixed = True
+
+    # -- engine events -----------------------------------------------------------------------
+    def on_arm_point(self) -> None:
+        if self.session.armed:
+            self.session.program.pid = self.target_.pid()
+            self.session.engine.arm(self.target_)
+
+    def on_signal(self) -> int:
+        s = self.session
+        info = self.target_.siginfo()
+        if info is None:
+            return 1
+        decision = s.engine.on_signal(self.target_, info)
+        if decision is Decision.NOT_OURS:
+            return self._as_user_would(info)
+        if info.signo == SIGBUS:
+            self._set_pass(False)
+            if self.on_fault_recorded is not None:
+                self.on_fault_recorded()
+        if decision is Decision.STOP:
+            self.report_pending = self._report()
+            return 1
+        return 0
+
+    def _as_user_would(self, info: Any) -> int:
+        """A signal ualdbg has no business with: behave as the user's `handle` says."""
+        name = SIGNAL_NAMES.get(info.signo)
+        if info.signo == SIGTRAP and info.code > 0:
+            return 0  # gdb's own breakpoints and steps: let gdb decide
+        stop, prnt, pas = self.saved_handles.get(name or "", (True, True, True))
+        if info.signo == SIGBUS:
+            self._set_pass(pas)
+        if prnt and not stop:
+            gdb.write(f"\nProgram received signal {name}.\n")
+        return 1 if stop else 0
+
+    def _set_pass(self, pas: bool) -> None:
+        if pas != self.pass_sigbus:
+            stop, prnt, _ = (True, True, False)
+            set_handle("SIGBUS", stop, prnt, pas)
+            self.pass_sigbus = pas
+
+    def on_syscall(self) -> int:
+        self.session.engine.on_syscall(self.target_)
+        return 0
+
+    def _report(self) -> list[str]:
+        s = self.session
+        fault = s.last_fault
+        if fault is None:
+            return []
+        loc = s.resolve(fault.pc)
+        src = None
+        if s.config["source"] and loc.file and loc.line and s.symbolizer is not None:
+            src = s.symbolizer.source_line(loc.file, loc.line)
+        return fault_report(fault, loc, src)
+
+    # -- gdb events --------------------------------------------------------------------------
+    def on_stop(self, event: Any) -> None:
+        try:
+            if self.report_pending:
+                gdb.write(to_text(self.report_pending, color=sys.stdout.isatty() and "NO_COLOR" not in os.environ))
+                self.report_pending = None
+            target = self.target()
+            if target is not None and self.session.armed:
+                self.session.engine.reconcile(target)
+        except Exception as exc:
+            _warn(f"stop handler: {exc}")
+
+    def on_exit(self, event: Any) -> None:
+        p = self.session.program
+        p.exit_status = int(event.exit_code) if hasattr(event, "exit_code") else None
+        self.session.engine.forget_threads()
+        self.session.buffer.stopped_at = self.session.buffer.started_at + self.session.buffer.now()
+
+    def on_thread_exit(self, event: Any) -> None:
+        try:
+            self.session.engine.thread_exited(int(event.inferior_thread.ptid[1]))
+        except Exception:
+            pass
+
+    def on_new_objfile(self, event: Any) -> None:
+        # A new run or an exec maps a new program: per-PC caches describe the old one.
+        try:
+            if event.new_objfile.filename and gdb.selected_inferior().pid:
+                self.session.new_process()
+                p = self.session.program
+                p.pid = gdb.selected_inferior().pid
+                if self.session.armed and self.session.at == "start" and "ld-linux" in event.new_objfile.filename:
+                    self.session.engine.arm(self.target_)
+        except Exception as exc:
+            _warn(f"new objfile: {exc}")
+
+
+class _SignalFunction(gdb.Function):
+    """$_ualdbg_signal(): the condition of ualdbg's signal catchpoints (1 = stop)."""
+
+    def __init__(self, hooks: GdbHooks) -> None:
+        super().__init__("_ualdbg_signal")
+        self.hooks = hooks
+
+    def invoke(self) -> int:
+        try:
+            return self.hooks.on_signal()
+        except Exception as exc:
+            _warn(f"while handling a signal: {exc}")
+            return 1
+
+
+class _SyscallFunction(gdb.Function):
+    """$_ualdbg_syscall(): the condition of ualdbg's syscall catchpoint (never stops)."""
+
+    def __init__(self, hooks: GdbHooks) -> None:
+        super().__init__("_ualdbg_syscall")
+        self.hooks = hooks
+
+    def invoke(self) -> int:
+        try:
+            return self.hooks.on_syscall()
+        except Exception as exc:
+            _warn(f"while handling a syscall: {exc}")
+            return 0

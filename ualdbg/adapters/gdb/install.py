@@ -1,0 +1,154 @@
+"""Install the shared command declarations as gdb commands (`ualdbg ...`, `catch unaligned`)
+and the settings as `set/show ualdbg NAME`. Installing twice replaces, never duplicates."""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any
+
+import gdb  # type: ignore[import-not-found]
+
+from ...commands.all import COMMANDS, GROUPS, CommandSpec, HelpShown, UsageError
+from ...render.console import to_text
+from ...session import Session
+from ...settings import SETTINGS
+from .hooks import GdbHooks
+
+_STATE: dict[str, Any] = {}
+
+
+def _color() -> bool:
+    return sys.stdout.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+
+
+def _emit(items: list[Any]) -> None:
+    if items:
+        gdb.write(to_text(items, color=_color()))
+
+
+class _Host:
+    """The Host a command runs against in gdb."""
+
+    def __init__(self, hooks: GdbHooks) -> None:
+        self.hooks = hooks
+        self.session = hooks.session
+
+    def target(self) -> Any:
+        return self.hooks.target()
+
+    def is_running_now(self) -> bool:
+        return self.hooks.is_running_now()
+
+    def install(self) -> None:
+        self.hooks.install()
+        prog = gdb.current_progspace().filename
+        if prog:
+            self.session.program.path = prog
+            self.session.program.args = [a for a in (gdb.parameter("args") or "").split()]
+
+    def uninstall(self) -> None:
+        self.hooks.uninstall()
+
+
+def _run(spec: CommandSpec, argv: str) -> None:
+    host = _STATE["host"]
+    try:
+        _emit(spec.invoke(host, argv))
+    except HelpShown as shown:
+        gdb.write(shown.text)
+    except UsageError as exc:
+        raise gdb.GdbError(str(exc)) from None
+    except gdb.GdbError:
+        raise
+    except Exception as exc:
+        if os.environ.get("UALDBG_DEBUG"):
+            traceback.print_exc()
+        raise gdb.GdbError(f"ualdbg {' '.join(spec.path)}: {exc}") from None
+
+
+def _make_command(name: str, spec: CommandSpec) -> None:
+    doc = spec.summary + "\n\n" + spec.help
+
+    class _Cmd(gdb.Command):
+        __doc__ = doc
+
+        def __init__(self) -> None:
+            super().__init__(name, gdb.COMMAND_USER)
+
+        def invoke(self, argument: str, from_tty: bool) -> None:
+            self.dont_repeat()
+            _run(spec, argument)
+
+    _Cmd()
+
+
+def _make_prefix(name: str, doc: str) -> None:
+    class _Prefix(gdb.Command):
+        __doc__ = doc + "\n\nSubcommands are listed below."
+
+        def __init__(self) -> None:
+            super().__init__(name, gdb.COMMAND_USER, prefix=True)
+
+    _Prefix()
+
+
+def _make_settings(session: Session) -> None:
+    for verb in ("set", "show"):
+        class _SetPrefix(gdb.Command):
+            __doc__ = f"{verb.capitalize()} ualdbg settings."
+
+            def __init__(self, v: str = verb) -> None:
+                super().__init__(f"{v} ualdbg", gdb.COMMAND_DATA, prefix=True)
+
+        _SetPrefix()
+    for setting in SETTINGS.values():
+        kind = gdb.PARAM_BOOLEAN if setting.kind is bool else (
+            gdb.PARAM_ZUINTEGER if setting.kind is int else gdb.PARAM_ENUM if setting.choices else gdb.PARAM_STRING)
+
+        class _Param(gdb.Parameter):
+            __doc__ = setting.doc
+            set_doc = f"Set {setting.name}: {setting.doc}"
+            show_doc = f"Show {setting.name}."
+
+            def __init__(self, s: Any = setting, k: int = kind) -> None:
+                if setting.choices:
+                    super().__init__(f"ualdbg {s.name}", gdb.COMMAND_DATA, k, list(s.choices))
+                else:
+                    super().__init__(f"ualdbg {s.name}", gdb.COMMAND_DATA, k)
+                self.s = s
+                self.value = s.default
+
+            def get_set_string(self) -> str:
+                try:
+                    session.config.set(self.s.name, str(self.value) if not isinstance(self.value, bool) else ("on" if self.value else "off"))
+                except ValueError as exc:
+                    self.value = session.config[self.s.name]
+                    raise gdb.GdbError(str(exc)) from None
+                if self.s.name == "buffer":
+                    session.buffer.resize(session.config["buffer"])
+                return ""
+
+            def get_show_string(self, svalue: str) -> str:
+                return f"ualdbg {self.s.name} is {svalue}"
+
+        _Param()
+
+
+def install() -> Session:
+    """Install ualdbg into this gdb; a second call keeps the existing session."""
+    if "session" in _STATE:
+        return _STATE["session"]
+    session = Session("gdb")
+    hooks = GdbHooks(session)
+    _STATE.update(session=session, hooks=hooks, host=_Host(hooks))
+    _make_prefix("ualdbg", GROUPS[()])
+    for path, doc in GROUPS.items():
+        if path:
+            _make_prefix("ualdbg " + " ".join(path), doc)
+    for path, spec in COMMANDS.items():
+        _make_command("ualdbg " + " ".join(path), spec)
+    _make_command("catch unaligned", COMMANDS[("break",)])
+    _make_settings(session)
+    gdb.execute("set print thread-events off", to_string=True) if os.environ.get("UALDBG_QUIET_THREADS") else None
+    return session

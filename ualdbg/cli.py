@@ -1,0 +1,154 @@
+"""The `ualdbg` shell command (also `python -m ualdbg`): trace, check, report.
+Exit statuses: `trace` passes the program's through; `check` 0 clean, 1 too many faults,
+2 usage or tool error."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from . import __version__
+from .render.console import make_console
+from .render.jsondoc import GROUPS, dump, load_document
+from .render.sarif import build_sarif
+from .render.tables import header, records_table, summary_table
+from .runner import RunRequest, ToolError, pass_exit_status, run_traced
+
+EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        self.exit(EXIT_ERROR, f"{self.prog}: {message}\n")
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {v}")
+    return v
+
+
+def _nonneg(text: str) -> int:
+    try:
+        v = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more, not {v}")
+    return v
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", metavar="FILE", help="write the JSON document to FILE (- for stdout)")
+    p.add_argument("--all-modules", action="store_true", help="include the dynamic loader and system libraries")
+    p.add_argument("--module", action="append", default=[], metavar="NAME", help="also include this module")
+    p.add_argument("--at", choices=("main", "start"), default="main", help="arm at main (default) or the first instruction")
+    p.add_argument("--buffer", type=_positive, default=100_000, help="records kept in the ring (counts stay exact)")
+    p.add_argument("--engine", choices=("trap",), default="trap", help="trap: EFLAGS.AC signal mode under a debugger")
+    p.add_argument("--debugger", choices=("gdb",), default="gdb", help="which debugger drives the trap engine")
+    p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ualdbg", description="Find unaligned memory accesses in native programs.")
+    p.add_argument("--version", action="version", version=f"ualdbg {__version__}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    t = sub.add_parser("trace", help="run a program, record every unaligned access, print the summary",
+                       description="Run PROG to completion under the trap engine and summarise its unaligned accesses. "
+                                   "The program's stdin, stdout, stderr and exit status pass through unchanged.")
+    _run_options(t)
+    t.add_argument("--by", choices=GROUPS, default="pc", help="group the summary")
+    c = sub.add_parser("check", help="CI gate: exit 1 when PROG makes more than N unaligned accesses",
+                       description="Run PROG and fail (exit 1) when it makes more than --max-faults unaligned accesses in scope; "
+                                   "0 otherwise; 2 on usage or tool errors. The program's exit status goes into the JSON.")
+    _run_options(c)
+    c.add_argument("--max-faults", type=_nonneg, default=0, metavar="N")
+    c.add_argument("--sarif", metavar="FILE", help="write SARIF 2.1.0 for code scanning")
+    r = sub.add_parser("report", help="re-render a saved JSON trace", description="Re-render a JSON trace saved by trace/check/`trace save`.")
+    r.add_argument("file")
+    r.add_argument("--summary", action="store_true")
+    r.add_argument("--by", choices=GROUPS, default="pc")
+    r.add_argument("--limit", type=_positive, default=None)
+    return p
+
+
+def _program(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[str]:
+    prog = list(args.program)
+    if prog and prog[0] == "--":
+        prog = prog[1:]
+    if not prog:
+        raise ToolError(f"ualdbg {args.cmd}: name the program after --, e.g. ualdbg {args.cmd} -- ./prog args")
+    return prog
+
+
+def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[dict[str, Any], Any]:
+    req = RunRequest(_program(args, parser), debugger=args.debugger, at=args.at, all_modules=args.all_modules,
+                     modules=args.module, buffer=args.buffer)
+    show_progress = sys.stdout.isatty() and sys.stderr.isatty() and args.json != "-"
+    if show_progress:
+        from rich.live import Live
+
+        console = make_console(sys.stderr)
+        with Live("", console=console, transient=True, refresh_per_second=5) as live:
+            def update(total: int, ignored: int, secs: float) -> None:
+                rate = total / secs if secs > 0 else 0.0
+                live.update(f"ualdbg: {total:,} unaligned accesses ({rate:,.0f}/s), {ignored:,} ignored, {secs:.1f} s")
+            result = run_traced(req, update)
+    else:
+        result = run_traced(req)
+    doc = result.doc
+    if args.json:
+        dump(doc, args.json)
+    if args.json != "-":
+        out = make_console(sys.stdout)
+        out.print(header(doc))
+        if doc["sites"]:
+            out.print(summary_table(doc, getattr(args, "by", "pc")))
+    return doc, result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cmd is None:
+        parser.print_help()
+        return EXIT_ERROR
+    try:
+        if args.cmd == "trace":
+            _doc, result = _trace(args, parser)
+            return pass_exit_status(result.exit_status, result.exit_signal)
+        if args.cmd == "check":
+            doc, _result = _trace(args, parser)
+            if args.sarif:
+                dump(build_sarif(doc), args.sarif)
+            n = doc["faults_total"]
+            verdict = EXIT_FOUND if n > args.max_faults else EXIT_CLEAN
+            if args.json != "-":
+                word = "FAIL" if verdict else "ok"
+                print(f"ualdbg check: {word}: {n} unaligned access{'es' if n != 1 else ''} in scope (allowed {args.max_faults})")
+            return verdict
+        if args.cmd == "report":
+            doc = load_document(args.file)
+            out = make_console(sys.stdout)
+            out.print(header(doc))
+            if args.summary or args.by != "pc":
+                out.print(summary_table(doc, args.by))
+            else:
+                out.print(records_table(doc, args.limit))
+            return EXIT_CLEAN
+    except (ToolError, ValueError) as exc:
+        print(f"ualdbg: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("ualdbg: interrupted", file=sys.stderr)
+        return 130
+    return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
