@@ -99,7 +99,7 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
     if req.debugger != "gdb":
         raise ToolError(f"--debugger {req.debugger}: not available yet (gdb is)")
     with tempfile.TemporaryDirectory(prefix="ualdbg-") as tmp:
-        cfg = {
+        cfg: dict[str, Any] = {
             "program": req.program[0], "args": req.program[1:], "at": req.at,
             "all_modules": req.all_modules, "modules": req.modules, "buffer": req.buffer,
             "json": os.path.join(tmp, "trace.json"), "status": os.path.join(tmp, "status.json"),

@@ -113,26 +113,27 @@ class Session:
             text = target.maps_text()
             if text is None:
                 return None
-            self._modmap = ModuleMap.from_text(text)
+
+            def reader() -> str:
+                fresh = target.maps_text()
+                if fresh is None:
+                    raise OSError("the process is gone")
+                return fresh
+
+            self._modmap = ModuleMap.from_text(text, reader=reader)
             self._modmap_pid = pid
             self.symbolizer = Symbolizer(self._modmap)
         return self._modmap
 
     def module_of(self, target: Target, pc: int) -> tuple[Module | None, bool]:
-        """(module, is_system) for a PC, cached; re-reads the maps once on a miss (dlopen)."""
+        """(module, is_system) for a PC, cached; the map re-reads itself on a miss (dlopen)."""
         hit = self._pc_scope.get(pc)
-        if hit is not None:
-            return hit
-        mm = self.module_map(target)
-        module = mm.find(pc) if mm is not None else None
-        if module is None and mm is not None:
-            text = target.maps_text()
-            if text is not None:
-                mm.refresh(text)
-                module = mm.find(pc)
-        result = (module, mm.is_system(module) if (mm is not None and module) else False)
-        self._pc_scope[pc] = result
-        return result
+        if hit is None:
+            mm = self.module_map(target)
+            module = mm.find(pc) if mm is not None else None
+            hit = (module, mm.is_system(module) if (mm is not None and module is not None) else False)
+            self._pc_scope[pc] = hit
+        return hit
 
     def resolve(self, pc: int) -> SourceLoc:
         loc = self.locs.get(pc)

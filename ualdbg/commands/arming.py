@@ -94,9 +94,9 @@ def _status(p: Parser) -> Runner:
             flags = e._arch(target).flags
             for tid in target.threads():
                 ac = bool(target.read_register(flags, tid) & e._arch(target).ac_bit)
-                state = ("armed" if tid in e.armed else
+                state = ("stepping over a fault: AC returns after this instruction" if tid in e.pending else
+                         "armed" if tid in e.armed else
                          "disarmed: SIGBUS blocked" if tid in e.sigbus_blocked else
-                         "stepping over a fault" if tid in e.pending else
                          "in clone/fork" if tid in e.in_clone else "not armed")
                 table.add_row(Text(str(tid)), Text("set" if ac else "clear"), Text(state))
             lines.append(f"  process {target.pid()}:")

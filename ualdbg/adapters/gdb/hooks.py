@@ -4,7 +4,6 @@ an internal breakpoint at the arm point, and the user's `handle` settings saved 
 from __future__ import annotations
 
 import os
-import re
 import sys
 import traceback
 from typing import Any
@@ -46,7 +45,13 @@ class ArmPoint(gdb.Breakpoint):
     """Internal breakpoint at `main` (or the entry): arms every thread and never stops."""
 
     def __init__(self, hooks: GdbHooks, spec: str) -> None:
-        super().__init__(spec, internal=True)
+        # A libc symbol is not known before `run` loads libc: let the breakpoint be pending.
+        pending = gdb.parameter("breakpoint pending")
+        gdb.execute("set breakpoint pending on", to_string=True)
+        try:
+            super().__init__(spec, internal=True)
+        finally:
+            gdb.execute(f"set breakpoint pending {'auto' if pending is None else ('on' if pending else 'off')}", to_string=True)
         self.silent = True
         self.hooks = hooks
 
@@ -72,10 +77,12 @@ class GdbHooks:
         self.report_pending: list[str] | None = None
         self.env_fixed = False
         self.on_fault_recorded: Any = None  # the batch driver's progress callback
+        self.restore_pass_on_resume = False
         _SignalFunction(self)
         _SyscallFunction(self)
         gdb.events.stop.connect(self.on_stop)
         gdb.events.exited.connect(self.on_exit)
+        gdb.events.cont.connect(self.on_resume)
         gdb.events.new_objfile.connect(self.on_new_objfile)
         gdb.events.thread_exited.connect(self.on_thread_exit) if hasattr(gdb.events, "thread_exited") else None
 
@@ -111,8 +118,20 @@ class GdbHooks:
         self._place_arm_point()
         self.installed = True
 
+    def _arm_spec(self) -> str | None:
+        """`main`, or for a stripped program libc's `__libc_start_main` (which calls main, after
+        only the program's constructors and libc's own start-up)."""
+        if self.session.at != "main":
+            return None
+        try:
+            gdb.execute("info address main", to_string=True)
+            return "main"
+        except gdb.error:
+            gdb.write("ualdbg: the program has no symbol `main` (stripped?): arming at __libc_start_main\n")
+            return "__libc_start_main"
+
     def _place_arm_point(self) -> None:
-        spec = "main" if self.session.at == "main" else None
+        spec = self._arm_spec()
         if self.arm_point is not None and self.arm_point.is_valid():
             if self.arm_point.location == spec:
                 return
@@ -131,8 +150,21 @@ class GdbHooks:
             self.arm_point.delete()
         self.arm_point = None
         for sig, (stop, prnt, pas) in self.saved_handles.items():
-            set_handle(sig, stop, prnt, pas)
+            if sig == "SIGBUS" and pas and self.target() is not None:
+                # A thread stopped at an #AC still holds SIGBUS as its stop signal; gdb drops it
+                # at the next `continue` only while SIGBUS is nopass (clear_proceed_status), so
+                # the user's `pass` comes back once the program has resumed.
+                set_handle(sig, stop, prnt, False)
+                self.restore_pass_on_resume = True
+            else:
+                set_handle(sig, stop, prnt, pas)
         self.installed = False
+
+    def on_resume(self, event: Any) -> None:
+        if self.restore_pass_on_resume and not self.installed:
+            self.restore_pass_on_resume = False
+            stop, prnt, pas = self.saved_handles["SIGBUS"]
+            set_handle("SIGBUS", stop, prnt, pas)
 
     def is_running_now(self) -> bool:
         inf = gdb.selected_inferior()

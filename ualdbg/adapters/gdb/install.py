@@ -41,8 +41,10 @@ class _Host:
         return self.hooks.is_running_now()
 
     def install(self) -> None:
-        self.hooks.install()
         prog = gdb.current_progspace().filename
+        if not prog and not gdb.selected_inferior().pid:
+            raise UsageError("ualdbg: no program to arm: load one first (`file PROG`, or gdb --args PROG ...)")
+        self.hooks.install()
         if prog:
             self.session.program.path = prog
             self.session.program.args = [a for a in (gdb.parameter("args") or "").split()]
@@ -112,7 +114,7 @@ def _make_settings(session: Session) -> None:
             show_doc = f"Show {setting.name}."
 
             def __init__(self, s: Any = setting, k: int = kind) -> None:
-                if setting.choices:
+                if s.choices:
                     super().__init__(f"ualdbg {s.name}", gdb.COMMAND_DATA, k, list(s.choices))
                 else:
                     super().__init__(f"ualdbg {s.name}", gdb.COMMAND_DATA, k)
