@@ -4,7 +4,6 @@ Exit statuses: `trace` passes the program's through; `check` 0 clean, 1 too many
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 

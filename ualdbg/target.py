@@ -37,3 +37,15 @@ class Target(Protocol):
     def maps_text(self) -> str | None:
         """The text of /proc/PID/maps, or None when the target has no such file (remote)."""
         ...
+
+
+class FaultStepper(Protocol):
+    """Optional capability of a Target whose debugger cannot be handed an unrequested TF trap
+    (lldb: a user's `thread step-over`/`finish` plan claims every trace stop and would single-step
+    the rest of the line with AC clear). The adapter then runs the faulting instruction once under
+    the debugger's own single-step and calls `TrapEngine.fault_stepped` after it."""
+
+    def step_over_fault(self, tid: int) -> None:
+        """Queue one single-step of `tid` for when the process resumes; never resumes itself."""
+        ...
+

@@ -1,8 +1,10 @@
 """Signal mode: arm EFLAGS.AC in every thread, turn each SIGBUS/BUS_ADRALN into a Fault, and
 resume by running the faulting instruction once with AC clear and TF set, re-arming at the
-single-step trap that follows (one extra stop, not a debugger `stepi`)."""
+single-step trap that follows (one extra stop, not a debugger `stepi`); or, for a target that is
+a FaultStepper (lldb), under the debugger's own single-step."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -32,6 +34,7 @@ class TrapEngine:
         self.sigbus_blocked: set[int] = set()  # threads we keep disarmed: SIGBUS is blocked there
         self.pending: dict[int, bool] = {}  # tid -> TF was already set by the program
         self.in_clone: set[int] = set()  # armed threads paused across a task-creating syscall
+        self.reported: dict[int, int] = {}  # stepper targets: tid -> PC of the fault it stopped at
         self.arch: archmod.ArchInfo | None = None
         self.mechanism = "EFLAGS.AC"
 
@@ -90,11 +93,13 @@ class TrapEngine:
         self.sigbus_blocked.clear()
         self.pending.clear()
         self.in_clone.clear()
+        self.reported.clear()
 
     def thread_exited(self, tid: int) -> None:
         for group in (self.armed, self.sigbus_blocked, self.in_clone):
             group.discard(tid)
         self.pending.pop(tid, None)
+        self.reported.pop(tid, None)
 
     def reconcile(self, target: Target) -> None:
         """At a user-visible stop: arm threads that should be armed and are not (created by a
@@ -125,12 +130,41 @@ class TrapEngine:
         flags = target.read_register(a.flags, tid)
         if not flags & a.ac_bit:
             return Decision.NOT_OURS
+        step_over_fault = getattr(target, "step_over_fault", None)
+        if step_over_fault is not None:
+            return self._on_fault_stepper(target, tid, info, flags, step_over_fault)
         stop = self.session.record_fault(target, tid, info)
         # Run the faulting instruction once with AC clear; TF makes the CPU trap right after it
         # (after ONE iteration of a rep string instruction, so k misaligned elements count k).
         self.pending[tid] = bool(flags & a.tf_bit)
         target.write_register(a.flags, (flags & ~a.ac_bit) | a.tf_bit, tid)
         return Decision.STOP if stop else Decision.RESUME
+
+    def _on_fault_stepper(self, target: Target, tid: int, info: SigInfo, flags: int,
+                          step_over_fault: Callable[[int], None]) -> Decision:
+        """The second resume strategy, for targets that single-step the fault themselves (lldb:
+        see FaultStepper). A STOP leaves AC set, so whatever the user resumes with (continue,
+        step-over, finish, step-inst) re-executes the instruction and faults again in the same
+        thread at the same PC before anything else runs: that SIGBUS is the reported one, stepped
+        over without counting it twice. AC is clear for exactly one instruction (one iteration of
+        a rep string instruction, so k misaligned elements still count k)."""
+        a = self._arch(target)
+        pc = target.read_register(a.pc, tid)
+        if self.reported.pop(tid, None) != pc:
+            if self.session.record_fault(target, tid, info):
+                self.reported[tid] = pc
+                return Decision.STOP
+        self.pending[tid] = True  # True: ualdbg set no TF, so disarm must not clear it
+        target.write_register(a.flags, flags & ~a.ac_bit, tid)
+        step_over_fault(tid)
+        return Decision.RESUME
+
+    def fault_stepped(self, target: Target, tid: int) -> None:
+        """A FaultStepper target ran the faulting instruction of `tid`: arm it again."""
+        if self.pending.pop(tid, None) is None:
+            return
+        if self.active and tid in self.armed:
+            self._set_flags(target, tid, self._arch(target).ac_bit, 0)
 
     def _on_trap(self, target: Target) -> Decision:
         tid = target.current_tid()
@@ -147,7 +181,7 @@ class TrapEngine:
         return Decision.NOT_OURS if tf_was_set else Decision.RESUME
 
     def on_syscall(self, target: Target) -> None:
-        """At entry and exit of clone/fork/vfork/clone3 and rt_sigprocmask."""
+        """At entry and exit of clone/fork/vfork/clone3 and rt_sigprocmask (gdb's catchpoint)."""
         if not self.active:
             return
         a = self._arch(target)
@@ -156,16 +190,28 @@ class TrapEngine:
         ret = target.read_register(a.syscall_ret, tid)
         entry = ret == (-archmod.ENOSYS & 0xFFFFFFFFFFFFFFFF)
         if nr in a.task_creating_syscalls:
-            if entry and tid in self.armed:
-                # New tasks copy the caller's flags: start them unarmed (a new pthread runs libc
-                # with signals blocked before its start routine; a forked child is not traced).
-                self._set_flags(target, tid, 0, a.ac_bit)
-                self.in_clone.add(tid)
-            elif not entry and tid in self.in_clone:
-                self.in_clone.discard(tid)
-                self._set_flags(target, tid, a.ac_bit, 0)
+            if entry:
+                self.before_task_creation(target, tid)
+            else:
+                self.after_task_creation(target, tid)
         elif nr == a.sigprocmask_syscall and not entry:
-            # The last syscall a new pthread makes before its start routine restores its mask;
-            # a program that blocks SIGBUS must not run armed: re-decide at every mask change.
-            if tid not in self.pending and tid not in self.in_clone:
-                self.arm_thread(target, tid)
+            self.after_mask_change(target, tid)
+
+    def before_task_creation(self, target: Target, tid: int) -> None:
+        """New tasks copy the caller's flags: start them unarmed (a new pthread runs libc with
+        signals blocked before its start routine; a forked child is not traced)."""
+        if self.active and tid in self.armed:
+            self._set_flags(target, tid, 0, self._arch(target).ac_bit)
+            self.in_clone.add(tid)
+
+    def after_task_creation(self, target: Target, tid: int) -> None:
+        if tid in self.in_clone:
+            self.in_clone.discard(tid)
+            if self.active:
+                self._set_flags(target, tid, self._arch(target).ac_bit, 0)
+
+    def after_mask_change(self, target: Target, tid: int) -> None:
+        """The last syscall a new pthread makes before its start routine restores its mask;
+        a program that blocks SIGBUS must not run armed: re-decide at every mask change."""
+        if self.active and tid not in self.pending and tid not in self.in_clone:
+            self.arm_thread(target, tid)

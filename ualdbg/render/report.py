@@ -1,6 +1,8 @@
 """The break report: OpenVMS's `SET BREAK/UNALIGNED_DATA` message, with Linux detail."""
 from __future__ import annotations
 
+from typing import Any
+
 from ..model import Fault, SourceLoc
 
 
@@ -26,3 +28,16 @@ def fault_report(fault: Fault, loc: SourceLoc, source_text: str | None = None) -
     if source_text is not None and loc.line:
         lines.append(f"  {loc.line:<8}{source_text.rstrip()}")
     return lines
+
+
+def last_fault_report(session: Any) -> list[str]:
+    """The break report of the session's last recorded fault, with its source line when the
+    `source` setting is on: what every adapter prints at a break stop."""
+    fault = session.last_fault
+    if fault is None:
+        return []
+    loc = session.resolve(fault.pc)
+    src = None
+    if session.config["source"] and loc.file and loc.line and session.symbolizer is not None:
+        src = session.symbolizer.source_line(loc.file, loc.line)
+    return fault_report(fault, loc, src)

@@ -46,8 +46,8 @@ def header(doc: dict[str, Any]) -> str:
         status = f", exit status {prog['exit_status']}"
     return (
         f"Unaligned accesses in {prog.get('path') or 'the program'}{status}\n"
-        f"  {total} in scope ({doc.get('scope', '')}), {ignored} ignored elsewhere; "
-        f"{dur:.3f} s, {rate:,.0f}/s; engine {doc['engine']} via {doc['debugger']}; {ring}"
+        f"  {total} in scope ({doc.get('scope', '')}), {ignored} ignored elsewhere\n"
+        f"  {dur:.3f} s, {rate:,.0f}/s; engine {doc['engine']} via {doc['debugger']}; {ring}"
     )
 
 

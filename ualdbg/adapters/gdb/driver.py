@@ -10,7 +10,7 @@ from typing import Any
 import gdb  # type: ignore[import-not-found]
 
 from ...render.jsondoc import build_document, dump
-from . import install as installer
+from .install import install, installed
 
 
 class _Progress:
@@ -34,9 +34,8 @@ class _Progress:
 
 def main(config_json: str) -> None:
     cfg = json.loads(config_json)
-    session = installer.install()
-    host = installer._STATE["host"]
-    hooks = installer._STATE["hooks"]
+    session = install()
+    host, hooks = installed()
     progress = _Progress(cfg.get("progress"))
     hooks.on_fault_recorded = lambda: progress.tick(session)
     args = ["--buffer", str(cfg["buffer"]), "--at", cfg["at"]]

@@ -4,6 +4,8 @@ an internal breakpoint at the arm point, and the user's `handle` settings saved 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import sys
 import traceback
 from typing import Any
@@ -184,6 +186,19 @@ class GdbHooks:
             if name not in original:
                 gdb.execute(f"unset environment {name}", to_string=True)
         self.env_fixed = True
+
+    def note_program(self) -> None:
+        """Remember the program and its arguments for the JSON document."""
+        prog = gdb.current_progspace().filename
+        if prog:
+            self.session.program.path = prog
+        text = gdb.execute("show args", to_string=True)
+        m = re.search(r'is "(.*)"\.\s*$', text, re.S)
+        if m:
+            try:
+                self.session.program.args = shlex.split(m.group(1))
+            except ValueError:
+                self.session.program.args = m.group(1).split()
 
     # -- engine events -----------------------------------------------------------------------
     def on_arm_point(self) -> None:

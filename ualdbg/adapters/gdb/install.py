@@ -45,9 +45,7 @@ class _Host:
         if not prog and not gdb.selected_inferior().pid:
             raise UsageError("ualdbg: no program to arm: load one first (`file PROG`, or gdb --args PROG ...)")
         self.hooks.install()
-        if prog:
-            self.session.program.path = prog
-            self.session.program.args = [a for a in (gdb.parameter("args") or "").split()]
+        self.hooks.note_program()
 
     def uninstall(self) -> None:
         self.hooks.uninstall()
@@ -154,3 +152,8 @@ def install() -> Session:
     _make_settings(session)
     gdb.execute("set print thread-events off", to_string=True) if os.environ.get("UALDBG_QUIET_THREADS") else None
     return session
+
+
+def installed() -> tuple[_Host, GdbHooks]:
+    """The host and hooks of the installed session (for the batch driver)."""
+    return _STATE["host"], _STATE["hooks"]

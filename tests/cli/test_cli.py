@@ -1,0 +1,212 @@
+"""The `ualdbg` shell command on the compiled examples: exact counts in the JSON, the program
+unchanged (stdio, exit status, environment), CI exit codes, SARIF, and clear bad-input errors."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import BUILD, ROOT, expected_by_program, require_tool, scrubbed_env
+from gdbrun import run_gdb
+
+CASES = sorted(expected_by_program().items())
+
+
+def ualdbg(*args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    require_tool("gdb")
+    return subprocess.run([sys.executable, "-m", "ualdbg", *args], input=stdin, capture_output=True, text=True,
+                          timeout=timeout, env=scrubbed_env(env), cwd=ROOT,
+                          stdin=None if stdin is not None else subprocess.DEVNULL)
+
+
+def explain(p: subprocess.CompletedProcess[str]) -> str:
+    return f"command: {' '.join(p.args)}\nexit {p.returncode}\n--- stdout ---\n{p.stdout}\n--- stderr ---\n{p.stderr}"
+
+
+def by_location(doc: dict) -> Counter[str]:
+    got: Counter[str] = Counter()
+    for s in doc["sites"]:
+        if s["file"] and s["line"]:
+            loc = f"{Path(s['file']).name}:{s['line']}"
+        elif s["function"]:
+            loc = f"{s['function']}+{s['function_offset']}"
+        else:
+            loc = f"{s['module']}+{s['offset']}"
+        got[loc] += s["count"]
+    return got
+
+
+@pytest.mark.parametrize("key,rows", CASES, ids=[f"{p}-{'-'.join(a)}" for (p, a), _ in CASES])
+def test_trace_json_counts_are_exact(key, rows, tmp_path: Path) -> None:
+    prog, args = key
+    out = tmp_path / "t.json"
+    p = ualdbg("trace", "--json", str(out), "--", str(BUILD / prog), *args)
+    assert p.returncode == 0, explain(p)
+    doc = json.loads(out.read_text())
+    assert by_location(doc) == Counter({r.location: r.count for r in rows if r.count}), explain(p)
+    assert doc["faults_total"] == sum(r.count for r in rows), explain(p)
+    assert doc["schema"] == 1 and doc["debugger"] == "gdb" and doc["engine"] == "trap"
+    assert doc["program"]["exit_status"] == 0 and doc["program"]["args"] == list(args)
+    assert len(doc["records"]) == doc["faults_total"] and doc["records_dropped"] == 0
+    for s in doc["sites"]:
+        assert sum(1 for r in doc["records"] if r["pc"] == s["pc"]) == s["count"]
+
+
+def test_wrapped_ring_keeps_counts_exact(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    p = ualdbg("trace", "--buffer", "7", "--json", str(out), "--", str(BUILD / "threads"), "10")
+    doc = json.loads(out.read_text())
+    assert doc["faults_total"] == 60 and len(doc["records"]) == 7 and doc["records_dropped"] == 53, explain(p)
+    assert by_location(doc) == Counter({"threads.c:41": 10, "threads.c:53": 20, "threads.c:63": 30}), explain(p)
+    assert [r["seq"] for r in doc["records"]] == list(range(54, 61))
+
+
+def test_threads_records_carry_their_thread(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    p = ualdbg("trace", "--json", str(out), "--", str(BUILD / "threads"), "10")
+    doc = json.loads(out.read_text())
+    pid = doc["program"]["pid"]
+    tids_by_pc: dict[str, set[int]] = {}
+    for r in doc["records"]:
+        assert r["pid"] == pid and r["cpu"] is not None and r["cpu"] >= 0
+        tids_by_pc.setdefault(r["pc"], set()).add(r["tid"])
+    assert len(tids_by_pc) == 3 and all(len(t) == 1 for t in tids_by_pc.values()), explain(p)
+    tids = {next(iter(t)) for t in tids_by_pc.values()}
+    assert len(tids) == 3 and pid not in tids, explain(p)
+
+
+@pytest.mark.parametrize("prog,args", [("not_aligned", ["300"]), ("threads", ["10"]), ("sigbus_handler", ["3"]),
+                                       ("packed_header", ["20"]), ("common_block", ["100"])])
+def test_program_behaves_as_alone(prog: str, args: list[str]) -> None:
+    direct = subprocess.run([str(BUILD / prog), *args], capture_output=True, text=True, env=scrubbed_env(), cwd=ROOT)
+    p = ualdbg("trace", "--json", "/dev/null", "--", str(BUILD / prog), *args)
+    scrub = lambda s: re.sub(r"0x[0-9a-f]+", "ADDR", s)  # noqa: E731 - heap addresses move with ASLR
+    program_out = p.stdout.split("Unaligned accesses in ")[0]
+    assert scrub(program_out) == scrub(direct.stdout), explain(p)
+    assert p.returncode == direct.returncode, explain(p)
+    assert p.stderr == direct.stderr, explain(p)
+
+
+def test_stdin_environment_and_exit_status_pass_through(tmp_path: Path) -> None:
+    env = {"UALDBG_TEST_VAR": "x" * 100}
+    direct = subprocess.run(["/usr/bin/env"], capture_output=True, text=True, env=scrubbed_env(env))
+    p = ualdbg("trace", "--json", str(tmp_path / "e.json"), "--", "/usr/bin/env", env=env)
+    traced = p.stdout.split("Unaligned accesses in ")[0]
+    strip_underscore = lambda s: sorted(line for line in s.splitlines() if not line.startswith("_="))  # noqa: E731
+    assert strip_underscore(traced) == strip_underscore(direct.stdout), explain(p)
+    p = ualdbg("trace", "--json", str(tmp_path / "c.json"), "--", "/bin/cat", stdin="hello\nworld\n")
+    assert p.stdout.startswith("hello\nworld\n"), explain(p)
+    p = ualdbg("trace", "--json", str(tmp_path / "s.json"), "--", "/bin/sh", "-c", "exit 7")
+    assert p.returncode == 7, explain(p)
+    assert json.loads((tmp_path / "s.json").read_text())["program"]["exit_status"] == 7
+
+
+def test_program_killed_by_a_signal(tmp_path: Path) -> None:
+    out = tmp_path / "k.json"
+    p = ualdbg("trace", "--json", str(out), "--", "/bin/sh", "-c", "kill -SEGV $$")
+    assert p.returncode in (-11, 139), explain(p)
+    assert json.loads(out.read_text())["program"]["exit_signal"] == 11
+
+
+def test_program_that_never_faults(tmp_path: Path) -> None:
+    out = tmp_path / "a.json"
+    p = ualdbg("check", "--json", str(out), "--", str(BUILD / "aligned"), "1000")
+    assert p.returncode == 0, explain(p)
+    assert json.loads(out.read_text())["faults_total"] == 0
+    assert "ok: 0 unaligned accesses" in p.stdout
+
+
+def test_check_exit_codes_and_sarif(tmp_path: Path) -> None:
+    sarif = tmp_path / "r.sarif"
+    p = ualdbg("check", "--sarif", str(sarif), "--json", str(tmp_path / "r.json"), "--", str(BUILD / "memalign"), "100", "5")
+    assert p.returncode == 1, explain(p)
+    assert "FAIL: 1200 unaligned accesses" in p.stdout
+    doc = json.loads(sarif.read_text())
+    assert doc["version"] == "2.1.0"
+    run = doc["runs"][0]
+    assert run["tool"]["driver"]["name"] == "ualdbg" and run["tool"]["driver"]["rules"][0]["id"] == "ualdbg/unaligned-access"
+    locs = {}
+    for r in run["results"]:
+        assert r["ruleId"] == "ualdbg/unaligned-access" and "unaligned" in r["message"]["text"]
+        phys = r["locations"][0]["physicalLocation"]
+        key = (Path(phys["artifactLocation"]["uri"]).name, phys["region"]["startLine"])
+        locs[key] = locs.get(key, 0) + r["properties"]["count"]  # one result per PC; line 40 has two
+    assert locs == {("memalign.c", 31): 100, ("memalign.c", 32): 100, ("memalign.c", 40): 1000}
+    assert any(re.search(r"virtual address 0x[0-9a-f]+", r["message"]["text"]) for r in run["results"])
+    p = ualdbg("check", "--max-faults", "1200", "--json", "/dev/null", "--", str(BUILD / "memalign"), "100", "5")
+    assert p.returncode == 0, explain(p)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["trace", "--", "/nonexistent/prog"], "no such file"),
+    (["trace", "--", str(ROOT / "README.md")], "not an ELF"),
+    (["check", "--", "/nonexistent/prog"], "no such file"),
+    (["trace", "--buffer", "0", "--", str(BUILD / "aligned")], "must be positive"),
+    (["trace", "--buffer", "-3", "--", str(BUILD / "aligned")], "must be positive"),
+    (["trace"], "name the program"),
+    (["report", "/nonexistent.json"], "cannot read"),
+    (["report", str(ROOT / "README.md")], "not a ualdbg JSON trace"),
+])
+def test_bad_input_one_line_exit_2(argv: list[str], needle: str) -> None:
+    p = ualdbg(*argv)
+    assert p.returncode == 2, explain(p)
+    assert "Traceback" not in p.stderr
+    lines = [line for line in p.stderr.splitlines() if line.strip() and not line.startswith("usage:")]
+    assert len(lines) == 1 and needle in lines[0], explain(p)
+
+
+def test_json_to_stdout_is_only_results(tmp_path: Path) -> None:
+    p = ualdbg("trace", "--json", "-", "--", str(BUILD / "aligned"), "100")
+    program_out, _, rest = p.stdout.partition("{")
+    doc = json.loads("{" + rest)
+    assert doc["faults_total"] == 0 and "Unaligned accesses" not in p.stdout, explain(p)
+
+
+def test_report_rerenders_a_saved_trace(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    ualdbg("trace", "--json", str(out), "--", str(BUILD / "memalign"), "100", "5")
+    p = ualdbg("report", str(out), "--by", "line")
+    assert p.returncode == 0, explain(p)
+    rows = [line for line in p.stdout.splitlines() if "memalign.c:" in line]
+    assert len(rows) == 3 and rows[0].split()[0] == "1000", explain(p)
+    p = ualdbg("report", str(out), "--by", "function")
+    assert p.returncode == 0 and "fill" in p.stdout or "sum" in p.stdout, explain(p)
+    p = ualdbg("report", str(out), "--limit", "5")
+    assert len([line for line in p.stdout.splitlines() if re.match(r"^\s*\d+\s+\d+\.\d+", line)]) == 5, explain(p)
+
+
+def normalise(doc: dict) -> dict:
+    """What must match between two runs of the same program: everything but time, CPU, ids
+    and absolute addresses of the randomised load."""
+    d = json.loads(json.dumps(doc))
+    d.pop("duration_s")
+    d.pop("debugger")
+    d["program"].pop("pid")
+    for s in d["sites"]:
+        s.pop("pc")
+    base = {r["pc"]: f"{s['module']}+{s['offset']}" for r, s in ((r, next(x for x in doc["sites"] if x["pc"] == r["pc"])) for r in doc["records"])}
+    for r in d["records"]:
+        for k in ("time", "cpu", "pid", "tid", "va"):
+            r.pop(k)
+        r["pc"] = base[r["pc"]]
+        r.pop("seq")
+    # Threads interleave differently from run to run: compare the records as a multiset.
+    d["records"] = sorted(d["records"], key=lambda r: json.dumps(r, sort_keys=True))
+    d.pop("buffer", None)
+    return d
+
+
+@pytest.mark.parametrize("prog,args", [("memalign", ["100", "5"]), ("threads", ["10"]), ("packed_header", ["20"])])
+def test_gdb_trace_save_equals_cli_json(prog: str, args: list[str], tmp_path: Path) -> None:
+    cli = tmp_path / "cli.json"
+    in_gdb = tmp_path / "gdb.json"
+    ualdbg("trace", "--json", str(cli), "--", str(BUILD / prog), *args)
+    run = run_gdb([str(BUILD / prog), *args], ["ualdbg trace start", "run", f"ualdbg trace save {in_gdb}"])
+    a, b = json.loads(cli.read_text()), json.loads(in_gdb.read_text())
+    a["program"]["path"] = b["program"]["path"] = os.path.basename(b["program"]["path"] or "")
+    assert normalise(a) == normalise(b), run.explain()
