@@ -73,3 +73,15 @@ def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 ADDR_RE = re.compile(r"0x[0-9a-f]+")
+
+
+FIXTURE_PROGRAMS = Path(__file__).resolve().parent / "fixtures" / "programs"
+
+
+@pytest.fixture(scope="session")
+def test_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Small programs written for one behaviour each (fork, exec, attach), built once."""
+    out = tmp_path_factory.mktemp("programs")
+    for src in FIXTURE_PROGRAMS.glob("*.c"):
+        subprocess.run(["gcc", "-g", "-O1", "-o", str(out / src.stem), str(src)], check=True)
+    return out

@@ -57,8 +57,13 @@ def _break(p: Parser) -> Runner:
 
     def run(host: Host, args: argparse.Namespace) -> Output:
         apply_scope(host, args)
+        was = host.session.breaking
         host.session.breaking = True
-        out = arm(host)
+        try:
+            out = arm(host)
+        except Exception:
+            host.session.breaking = was
+            raise
         return [f"ualdbg: breaking at unaligned accesses in {host.session.scope.describe()}; " + out[0]]
 
     return run

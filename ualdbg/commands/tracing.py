@@ -35,8 +35,13 @@ def _start(p: Parser) -> Runner:
         if not s.armed:
             s.buffer.clear()
         s.buffer.stopped_at = None
+        was = s.tracing
         s.tracing = True
-        out = arm(host)
+        try:
+            out = arm(host)
+        except Exception:
+            s.tracing = was
+            raise
         return [f"ualdbg: tracing unaligned accesses in {s.scope.describe()} (ring of {s.buffer.capacity}); " + out[0]]
 
     return run

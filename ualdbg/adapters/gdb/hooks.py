@@ -80,11 +80,16 @@ class GdbHooks:
         self.env_fixed = False
         self.on_fault_recorded: Any = None  # the batch driver's progress callback
         self.restore_pass_on_resume = False
+        self.seen_pid: int | None = None
+        self.loader_armed = False
         _SignalFunction(self)
         _SyscallFunction(self)
         gdb.events.stop.connect(self.on_stop)
         gdb.events.exited.connect(self.on_exit)
         gdb.events.cont.connect(self.on_resume)
+        if hasattr(gdb.events, "gdb_exiting"):
+            gdb.events.gdb_exiting.connect(lambda event: self.before_detach())
+        self._define_detach_hook()
         gdb.events.new_objfile.connect(self.on_new_objfile)
         gdb.events.thread_exited.connect(self.on_thread_exit) if hasattr(gdb.events, "thread_exited") else None
 
@@ -161,6 +166,28 @@ class GdbHooks:
             else:
                 set_handle(sig, stop, prnt, pas)
         self.installed = False
+
+    def _define_detach_hook(self) -> None:
+        """A detached process runs on with no tracer: any AC left set would kill it at its next
+        unaligned access. gdb has no Python detach event, so use `hook-detach`, unless the
+        user has a hook-detach of their own."""
+        try:
+            existing = gdb.execute("show user hook-detach", to_string=True)
+        except gdb.error:
+            existing = ""
+        if existing.strip() and "ualdbg" not in existing:
+            return
+        gdb.execute("define hook-detach\npython from ualdbg.adapters.gdb.install import before_detach; before_detach()\nend",
+                    to_string=True)
+
+    def before_detach(self) -> None:
+        try:
+            target = self.target()
+            if target is not None and (self.session.engine.armed or self.session.engine.pending):
+                self.session.engine.disarm(target)
+                self.session.engine.active = False
+        except Exception as exc:
+            _warn(f"disarming before detach: {exc}")
 
     def on_resume(self, event: Any) -> None:
         if self.restore_pass_on_resume and not self.installed:
@@ -264,6 +291,11 @@ class GdbHooks:
                 self.report_pending = None
             target = self.target()
             if target is not None and self.session.armed:
+                if not self.session.engine.active and gdb.selected_inferior().was_attached:
+                    # Armed before `attach PID`: main is long past, arm where the process is.
+                    self.session.program.pid = target.pid()
+                    self.session.engine.arm(target)
+                    gdb.write(f"ualdbg: attached: armed {len(self.session.engine.armed)} thread(s)\n")
                 self.session.engine.reconcile(target)
         except Exception as exc:
             _warn(f"stop handler: {exc}")
@@ -281,14 +313,24 @@ class GdbHooks:
             pass
 
     def on_new_objfile(self, event: Any) -> None:
-        # A new run or an exec maps a new program: per-PC caches describe the old one.
+        """A new process (run) or a new program image (exec): per-PC caches describe the old
+        one, and with `--at start` this is the first moment the new image can be armed. Later
+        objfiles of the same image (libc after ld.so) change nothing."""
         try:
-            if event.new_objfile.filename and gdb.selected_inferior().pid:
+            name = event.new_objfile.filename or ""
+            pid = gdb.selected_inferior().pid
+            if not pid:
+                return
+            is_exec = name == gdb.current_progspace().filename and self.seen_pid == pid
+            if pid != self.seen_pid or is_exec:
+                self.seen_pid = pid
                 self.session.new_process()
-                p = self.session.program
-                p.pid = gdb.selected_inferior().pid
-                if self.session.armed and self.session.at == "start" and "ld-linux" in event.new_objfile.filename:
-                    self.session.engine.arm(self.target_)
+                self.session.program.pid = pid
+                self.loader_armed = False
+            if (self.session.armed and self.session.at == "start" and not self.loader_armed
+                    and self.target() is not None):
+                self.loader_armed = True
+                self.session.engine.arm(self.target_)
         except Exception as exc:
             _warn(f"new objfile: {exc}")
 

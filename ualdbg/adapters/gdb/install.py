@@ -157,3 +157,9 @@ def install() -> Session:
 def installed() -> tuple[_Host, GdbHooks]:
     """The host and hooks of the installed session (for the batch driver)."""
     return _STATE["host"], _STATE["hooks"]
+
+
+def before_detach() -> None:
+    """Called by gdb's `hook-detach`: clear AC and TF in every thread of the process."""
+    if "hooks" in _STATE:
+        _STATE["hooks"].before_detach()
