@@ -1,0 +1,24 @@
+"""`gdb/ualdbg.py`: sourced from anywhere, twice, and one actionable line when it cannot work."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from conftest import BUILD, ROOT
+from gdbrun import run_gdb
+
+
+def test_source_by_relative_path_from_another_directory(tmp_path: Path) -> None:
+    rel = os.path.relpath(ROOT / "gdb" / "ualdbg.py", tmp_path)
+    run = run_gdb([str(BUILD / "not_aligned"), "1"], [f"source {rel}", f"source {rel}", "ualdbg break", "run"],
+                  source=False, cwd=tmp_path)
+    assert run.stdout.count("Unaligned data access") == 1, run.explain()
+    assert run.stderr.strip() == "", run.explain()
+
+
+def test_missing_dependencies_give_one_actionable_line(tmp_path: Path) -> None:
+    run = run_gdb([str(BUILD / "aligned")], ["ualdbg status"], env={"UALDBG_VENV": str(tmp_path / "novenv")})
+    lines = [line for line in run.stderr.splitlines() if line.startswith("ualdbg:")]
+    assert len(lines) == 1, run.explain()
+    assert "cannot import capstone, pyelftools, rich" in lines[0] and "make -C" in lines[0] and "setup" in lines[0], run.explain()
+    assert "Traceback" not in run.stderr, run.explain()
