@@ -11,7 +11,7 @@ test: setup lint
 	.venv/bin/python -m pytest -q
 
 lint:
-	.venv/bin/ruff check ualdbg gdb lldb tests bench
+	.venv/bin/ruff check $(wildcard ualdbg gdb lldb tests bench)
 	.venv/bin/mypy ualdbg
 
 bench: setup
