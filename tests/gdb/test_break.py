@@ -206,3 +206,13 @@ def test_bad_program_gives_one_clear_line(bad: str, tmp_path: Path) -> None:
     ours = [line for line in (run.stdout + run.stderr).splitlines() if line.startswith("ualdbg")]
     assert len(ours) == 1 and "no program" in ours[0], run.explain()
     assert run.returncode != 0, run.explain()
+
+
+def test_program_sees_the_users_environment_not_gdbs(tmp_path: Path) -> None:
+    # gdb adds LINES and COLUMNS to what it runs; ualdbg takes out what the user did not have.
+    # /usr/bin/env itself makes one unaligned store: stop there, then let it finish.
+    run = run_gdb(["/usr/bin/env"], ["ualdbg break", "run", "ualdbg off", "continue"])
+    assert re.search(r"^PATH=", run.stdout, re.M), run.explain()
+    assert not re.search(r"^(LINES|COLUMNS)=", run.stdout, re.M), run.explain()
+    run = run_gdb(["/usr/bin/env"], ["ualdbg break", "run", "ualdbg off", "continue"], env={"LINES": "7"})
+    assert re.search(r"^LINES=7$", run.stdout, re.M) and not re.search(r"^COLUMNS=", run.stdout, re.M), run.explain()
