@@ -55,17 +55,18 @@ def summary_table(doc: dict[str, Any], by: str = "pc") -> Table:
     sites = group_sites(doc["sites"], by)
     total = doc["faults_total"] or 1
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    table.add_column("count", justify="right")
-    table.add_column("share", justify="right")
+    # overflow="fold": on a narrow terminal a cell wraps; an address cut to "0x5555…" is useless.
+    table.add_column("count", justify="right", overflow="fold")
+    table.add_column("share", justify="right", overflow="fold")
     if by == "pc":
-        table.add_column("PC")
-    table.add_column("module+offset" if by in ("pc", "line") else "module")
+        table.add_column("PC", overflow="fold")
+    table.add_column("module+offset" if by in ("pc", "line") else "module", overflow="fold")
     if by != "module":
-        table.add_column("routine+offset" if by == "pc" else "routine")
+        table.add_column("routine+offset" if by == "pc" else "routine", overflow="fold")
     if by in ("pc", "line"):
-        table.add_column("source")
-    table.add_column("size")
-    table.add_column("access")
+        table.add_column("source", overflow="fold")
+    table.add_column("size", overflow="fold")
+    table.add_column("access", overflow="fold")
     for s in sites:
         row = [str(s["count"]), f"{100.0 * s['count'] / total:.1f}%"]
         if by == "pc":
@@ -94,7 +95,7 @@ def records_table(doc: dict[str, Any], limit: int | None = None, tid: int | None
     for name, just in (("seq", "right"), ("time", "right"), ("cpu", "right"), ("pid", "right"),
                        ("tid", "right"), ("PC", "left"), ("VA", "left"), ("size", "right"),
                        ("access", "left"), ("routine+offset", "left"), ("source", "left")):
-        table.add_column(name, justify=just)  # type: ignore[arg-type]
+        table.add_column(name, justify=just, overflow="fold")  # type: ignore[arg-type]
     for r in records:
         s = sites.get(r["pc"], {})
         src = f"{s['file']}:{s['line']}" if s.get("file") and s.get("line") else "?"
