@@ -89,6 +89,9 @@ class Fault:
     insn: str | None = None  # disassembly text, for reports
     policy: str = "ac"
     in_scope: bool = True
+    # Whether a decoded operand breaks the policy: False when none does (the CPU trapped on an
+    # access the decoder does not model exactly), None when the instruction could not be decoded.
+    explained: bool | None = True
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 and the path from a stopped thread to a recorded fault (decode -> policy -> scope -> buffer)."""
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -172,7 +171,7 @@ class Session:
         if not self.scope.includes(module, system):
             self.buffer.ignore(module.name if module else None)
             return False
-        insn, acc, _explained = self.analyse(target, tid, pc)
+        insn, acc, explained = self.analyse(target, tid, pc)
         pid = target.pid() or 0
         va = acc.va if acc is not None else (info.addr or None)
         fault = Fault(
@@ -187,6 +186,7 @@ class Session:
             access=acc.kind if acc is not None else None,
             insn=insn.text if insn is not None else None,
             policy=self.policy.name,
+            explained=explained,
         )
         self.buffer.add(fault)
         if pc not in self.locs:
@@ -194,5 +194,3 @@ class Session:
         self.last_fault = fault
         return self.breaking
 
-    def program_path(self) -> str | None:
-        return self.program.path and os.path.abspath(self.program.path)

@@ -25,6 +25,10 @@ def fault_report(fault: Fault, loc: SourceLoc, source_text: str | None = None) -
         lines.append(f"  inlined into {frame.function} at {at}")
     if fault.insn:
         lines.append(f"  instruction: {fault.insn}")
+    if fault.explained is False:
+        lines.append("  note: no decoded operand of this instruction breaks the alignment rule; VA and size are the decoder's best guess")
+    elif fault.explained is None:
+        lines.append("  note: the instruction could not be decoded; VA, size and access are unknown")
     if source_text is not None and loc.line:
         lines.append(f"  {loc.line:<8}{source_text.rstrip()}")
     return lines

@@ -1,0 +1,156 @@
+"""The trap engine and the session's fault path against a fake Target (no debugger): the
+decisions, the AC/TF flag dance, scope, and the exact counters."""
+from __future__ import annotations
+
+from ualdbg.arch import BUS_ADRALN, SIGBUS, SIGTRAP
+from ualdbg.engines.trap import Decision
+from ualdbg.model import AccessKind
+from ualdbg.session import Session
+from ualdbg.target import SigInfo
+from ualdbg.trace import TraceBuffer
+
+AC, TF = 0x40000, 0x100
+PROG = 0x555555554000
+LIBC = 0x7FFFF7C00000
+MAPS = f"""{PROG:x}-{PROG + 0x2000:x} r-xp 00000000 00:00 1 /nonexistent/prog
+{LIBC:x}-{LIBC + 0x1000:x} r-xp 00000000 00:00 2 /usr/lib/x86_64-linux-gnu/libc.so.6
+"""
+ADD_RMW = bytes.fromhex("48830001")  # add qword ptr [rax], 1
+INVALID = bytes.fromhex("06")  # push es: invalid in 64-bit mode
+
+
+class FakeTarget:
+    debugger = "fake"
+
+    def __init__(self) -> None:
+        self.regs = {1: {"eflags": 0x246, "rip": PROG + 0x100, "rax": 0x1001, "orig_rax": 0}, 2: {"eflags": 0x246, "rip": PROG, "rax": 0, "orig_rax": 0}}
+        self.mem = {PROG + 0x100: ADD_RMW, PROG + 0x200: INVALID, LIBC + 0x10: ADD_RMW}
+        self.tid = 1
+        self.info = SigInfo(SIGBUS, BUS_ADRALN, None)
+
+    def pid(self) -> int:
+        return 1
+
+    def arch(self) -> str:
+        return "i386:x86-64"
+
+    def current_tid(self) -> int:
+        return self.tid
+
+    def threads(self) -> list[int]:
+        return [1, 2]
+
+    def read_register(self, name: str, tid: int | None = None) -> int:
+        return self.regs[tid or self.tid][name]
+
+    def write_register(self, name: str, value: int, tid: int | None = None) -> None:
+        self.regs[tid or self.tid][name] = value
+
+    def read_memory(self, addr: int, size: int) -> bytes:
+        return (self.mem.get(addr, b"") + b"\x90" * 16)[:size]
+
+    def siginfo(self) -> SigInfo:
+        return self.info
+
+    def maps_text(self) -> str:
+        return MAPS
+
+
+def armed(breaking: bool = False) -> tuple[Session, FakeTarget]:
+    s = Session("fake")
+    s.breaking, s.tracing = breaking, not breaking
+    t = FakeTarget()
+    s.engine.arm(t)
+    return s, t
+
+
+def test_arm_sets_ac_in_every_thread_and_disarm_clears_it() -> None:
+    s, t = armed()
+    assert all(t.regs[tid]["eflags"] & AC for tid in (1, 2))
+    s.engine.disarm(t)
+    assert not any(t.regs[tid]["eflags"] & (AC | TF) for tid in (1, 2))
+
+
+def test_fault_then_trap_resumes_with_ac_back() -> None:
+    s, t = armed()
+    assert s.engine.on_signal(t) is Decision.RESUME
+    flags = t.regs[1]["eflags"]
+    assert not flags & AC and flags & TF  # the instruction runs once with AC clear
+    fault = s.last_fault
+    assert fault is not None and fault.va == 0x1001 and fault.size == 8 and fault.access is AccessKind.READ_WRITE
+    assert fault.explained is True
+    t.info = SigInfo(SIGTRAP, 2, None)
+    assert s.engine.on_signal(t) is Decision.RESUME
+    assert t.regs[1]["eflags"] & AC and not t.regs[1]["eflags"] & TF
+    assert s.buffer.total == 1 and s.buffer.counters[PROG + 0x100].count == 1
+
+
+def test_break_mode_stops_and_other_sigbus_is_not_ours() -> None:
+    s, t = armed(breaking=True)
+    assert s.engine.on_signal(t) is Decision.STOP
+    t2 = FakeTarget()
+    s2, _ = armed()
+    s2.engine.arm(t2)
+    t2.info = SigInfo(SIGBUS, 2, 0x1234)  # BUS_ADRERR: a real bus error, the program's own
+    assert s2.engine.on_signal(t2) is Decision.NOT_OURS
+
+
+def test_not_armed_is_not_ours_and_a_programs_own_tf_is_kept() -> None:
+    s = Session("fake")
+    t = FakeTarget()
+    assert s.engine.on_signal(t) is Decision.NOT_OURS
+    s, t = armed()
+    t.regs[1]["eflags"] |= TF  # the program single-steps itself
+    assert s.engine.on_signal(t) is Decision.RESUME
+    t.info = SigInfo(SIGTRAP, 2, None)
+    assert s.engine.on_signal(t) is Decision.NOT_OURS  # its SIGTRAP is its own
+    assert t.regs[1]["eflags"] & TF
+
+
+def test_out_of_scope_faults_are_counted_as_ignored() -> None:
+    s, t = armed()
+    t.regs[1]["rip"] = LIBC + 0x10
+    assert s.engine.on_signal(t) is Decision.RESUME
+    assert s.buffer.total == 0 and s.buffer.ignored == 1 and s.buffer.ignored_by_module == {"libc.so.6": 1}
+    s.scope.all_modules = True
+    t.info = SigInfo(SIGTRAP, 2, None)
+    s.engine.on_signal(t)
+    t.info = SigInfo(SIGBUS, BUS_ADRALN, None)
+    assert s.engine.on_signal(t) is Decision.RESUME and s.buffer.total == 1
+
+
+def test_undecodable_instruction_is_reported_as_unknown() -> None:
+    s, t = armed()
+    t.regs[1]["rip"] = PROG + 0x200
+    s.engine.on_signal(t)
+    assert s.last_fault is not None and s.last_fault.explained is None and s.last_fault.va is None
+
+
+def test_aligned_decoded_access_is_flagged_as_unexplained() -> None:
+    s, t = armed()
+    t.regs[1]["rax"] = 0x1000  # the decoded operand is aligned: the CPU must have meant another
+    s.engine.on_signal(t)
+    assert s.last_fault is not None and s.last_fault.explained is False
+
+
+def test_clone_syscall_starts_children_unarmed() -> None:
+    s, t = armed()
+    t.regs[1].update(orig_rax=56, rax=(-38) & (2**64 - 1))  # clone entry: rax = -ENOSYS
+    s.engine.on_syscall(t)
+    assert not t.regs[1]["eflags"] & AC
+    t.regs[1]["rax"] = 1234  # exit in the parent
+    s.engine.on_syscall(t)
+    assert t.regs[1]["eflags"] & AC
+
+
+def test_ring_wraps_but_counts_stay_exact() -> None:
+    s, t = armed()
+    s.buffer.resize(3)
+    for _ in range(10):
+        t.info = SigInfo(SIGBUS, BUS_ADRALN, None)
+        s.engine.on_signal(t)
+        t.info = SigInfo(SIGTRAP, 2, None)
+        s.engine.on_signal(t)
+    b: TraceBuffer = s.buffer
+    assert b.total == 10 and len(b.records) == 3 and b.dropped == 7
+    assert [f.seq for f in b.records] == [8, 9, 10] and b.counters[PROG + 0x100].count == 10
