@@ -67,4 +67,4 @@ def test_bad_command_input_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in run.stdout + run.stderr, run.explain()
     errs = [line for line in run.stderr.splitlines() if line.strip()]
     assert len(errs) == 4, run.explain()
-    assert "must be a positive number" in errs[0] and "invalid choice" in errs[1] and "no setting" in errs[2], run.explain()
+    assert "must be positive" in errs[0] and "invalid choice" in errs[1] and "no setting" in errs[2], run.explain()

@@ -5,18 +5,9 @@ import argparse
 
 from ..render.jsondoc import GROUPS, build_document, dump
 from ..render.tables import header, records_table, summary_table
+from .argtypes import positive
 from .arming import add_scope_args, apply_scope, arm
 from .registry import Host, Output, Parser, Runner, UsageError, command
-
-
-def positive(text: str) -> int:
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of records, not {value}")
-    return value
 
 
 @command("trace", "start", description="Record every unaligned access without stopping.",
