@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from . import __version__
 from .alignment import AcPolicy, Policy
 from .decode import Decoder, Insn, accesses
-from .engines.procfs import last_cpu
+from .engines.procfs import CpuReader
 from .engines.trap import TrapEngine
 from .model import Access, Fault, Module, SourceLoc
 from .settings import Config
@@ -91,6 +91,7 @@ class Session:
         self._pc_scope: dict[int, tuple[Module | None, bool]] = {}
         self.symbolizer: Symbolizer | None = None
         self.locs: dict[int, SourceLoc] = {}
+        self.cpu_of = CpuReader()
 
     @property
     def armed(self) -> bool:
@@ -146,6 +147,7 @@ class Session:
         self._insns.clear()
         self._pc_scope.clear()
         self._modmap = None
+        self.cpu_of.close()
         self.engine.forget_threads()
 
     # -- the fault path ------------------------------------------------------------------------
@@ -179,7 +181,7 @@ class Session:
             time=self.buffer.now(),
             pid=pid,
             tid=tid,
-            cpu=last_cpu(pid, tid) if pid else None,
+            cpu=self.cpu_of(pid, tid) if pid else None,
             pc=pc,
             va=va,
             size=acc.size if acc is not None else None,

@@ -1,6 +1,8 @@
 """What /proc tells about a traced thread: its signal mask and the CPU it last ran on."""
 from __future__ import annotations
 
+import os
+
 from ..arch import SIGBUS
 
 
@@ -15,6 +17,35 @@ def sigbus_blocked(pid: int, tid: int) -> bool:
     return False
 
 
+class CpuReader:
+    """Field 39 of /proc/PID/task/TID/stat, the CPU a thread last ran on, read once per fault:
+    the files stay open and are re-read with pread (an open per fault cost more than the rest
+    of the record)."""
+
+    def __init__(self) -> None:
+        self._fds: dict[tuple[int, int], int] = {}
+
+    def __call__(self, pid: int, tid: int) -> int | None:
+        fd = self._fds.get((pid, tid))
+        try:
+            if fd is None:
+                fd = self._fds[(pid, tid)] = os.open(f"/proc/{pid}/task/{tid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+            text = os.pread(fd, 1024, 0).decode(errors="replace")
+        except OSError:
+            self.forget(pid, tid)
+            return None
+        return _cpu_field(text)
+
+    def forget(self, pid: int, tid: int) -> None:
+        fd = self._fds.pop((pid, tid), None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        for key in list(self._fds):
+            self.forget(*key)
+
+
 def last_cpu(pid: int, tid: int) -> int | None:
     """Field 39 of /proc/PID/task/TID/stat: the CPU the thread last ran on."""
     try:
@@ -22,6 +53,10 @@ def last_cpu(pid: int, tid: int) -> int | None:
             text = f.read()
     except OSError:
         return None
+    return _cpu_field(text)
+
+
+def _cpu_field(text: str) -> int | None:
     fields = text[text.rfind(")") + 2 :].split()
     try:
         return int(fields[36])  # field 39 overall; fields here start at field 3

@@ -15,8 +15,9 @@ import gdb  # type: ignore[import-not-found]
 from ...arch import SIGBUS, SIGTRAP, SYSCALL_NAMES
 from ...engines.trap import Decision
 from ...render.console import to_text
-from ...render.report import fault_report
+from ...render.report import last_fault_report
 from ...session import Session
+from ...target import SigInfo
 from .target import GdbTarget
 
 SIGNAL_NAMES = {SIGBUS: "SIGBUS", SIGTRAP: "SIGTRAP"}
@@ -116,7 +117,7 @@ class GdbHooks:
         set_handle("SIGTRAP", True, True, False)
         self.pass_sigbus = False
         self.catchpoints = []
-        for spec, fn in (("signal SIGBUS", "$_ualdbg_signal()"), ("signal SIGTRAP", "$_ualdbg_signal()"),
+        for spec, fn in (("signal SIGBUS", f"$_ualdbg_signal({SIGBUS})"), ("signal SIGTRAP", f"$_ualdbg_signal({SIGTRAP})"),
                          ("syscall " + " ".join(str(n) for n in SYSCALL_NAMES), "$_ualdbg_syscall()")):
             gdb.execute(f"catch {spec}", to_string=True)
             num = int(gdb.parse_and_eval("$bpnum"))
@@ -233,22 +234,26 @@ class GdbHooks:
             self.session.program.pid = self.target_.pid()
             self.session.engine.arm(self.target_)
 
-    def on_signal(self) -> int:
+    def on_signal(self, signo: int) -> int:
         s = self.session
-        info = self.target_.siginfo()
-        if info is None:
-            return 1
-        decision = s.engine.on_signal(self.target_, info)
-        if decision is Decision.NOT_OURS:
-            return self._as_user_would(info)
-        if info.signo == SIGBUS:
-            self._set_pass(False)
-            if self.on_fault_recorded is not None:
-                self.on_fault_recorded()
-        if decision is Decision.STOP:
-            self.report_pending = self._report()
-            return 1
-        return 0
+        with self.target_.event():
+            if signo == SIGTRAP and self.target_.current_tid() in s.engine.pending:
+                # The single-step trap after a fault ran with AC clear: ours, no siginfo needed.
+                return 0 if s.engine.on_signal(self.target_, SigInfo(SIGTRAP, 0, None)) is Decision.RESUME else 1
+            info = self.target_.siginfo()
+            if info is None:
+                return 1
+            decision = s.engine.on_signal(self.target_, info)
+            if decision is Decision.NOT_OURS:
+                return self._as_user_would(info)
+            if info.signo == SIGBUS:
+                self._set_pass(False)
+                if self.on_fault_recorded is not None:
+                    self.on_fault_recorded()
+            if decision is Decision.STOP:
+                self.report_pending = last_fault_report(self.session)
+                return 1
+            return 0
 
     def _as_user_would(self, info: Any) -> int:
         """A signal ualdbg has no business with: behave as the user's `handle` says."""
@@ -269,19 +274,9 @@ class GdbHooks:
             self.pass_sigbus = pas
 
     def on_syscall(self) -> int:
-        self.session.engine.on_syscall(self.target_)
+        with self.target_.event():
+            self.session.engine.on_syscall(self.target_)
         return 0
-
-    def _report(self) -> list[str]:
-        s = self.session
-        fault = s.last_fault
-        if fault is None:
-            return []
-        loc = s.resolve(fault.pc)
-        src = None
-        if s.config["source"] and loc.file and loc.line and s.symbolizer is not None:
-            src = s.symbolizer.source_line(loc.file, loc.line)
-        return fault_report(fault, loc, src)
 
     # -- gdb events --------------------------------------------------------------------------
     def on_stop(self, event: Any) -> None:
@@ -342,9 +337,9 @@ class _SignalFunction(gdb.Function):
         super().__init__("_ualdbg_signal")
         self.hooks = hooks
 
-    def invoke(self) -> int:
+    def invoke(self, signo: Any) -> int:
         try:
-            return self.hooks.on_signal()
+            return self.hooks.on_signal(int(signo))
         except Exception as exc:
             _warn(f"while handling a signal: {exc}")
             return 1

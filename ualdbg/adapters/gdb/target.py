@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import gdb  # type: ignore[import-not-found]
 
@@ -16,6 +17,27 @@ class GdbTarget:
 
     def __init__(self) -> None:
         self._arch: str | None = None
+        # While a catchpoint condition runs, gdb has the stopped thread and its frame 0 selected:
+        # cache them and the registers read, instead of asking gdb again per register (the
+        # profile in docs/PERFORMANCE.md: selected_frame() nine times per fault).
+        self._event_tid: int | None = None
+        self._frame: Any = None
+        self._regs: dict[str, int] = {}
+
+    @contextmanager
+    def event(self) -> Iterator[None]:
+        self._event_tid = int(gdb.selected_thread().ptid[1])
+        self._frame = None
+        self._regs = {}
+        try:
+            yield
+        finally:
+            self._event_tid = None
+            self._frame = None
+            self._regs = {}
+
+    def _in_event(self, tid: int | None) -> bool:
+        return self._event_tid is not None and (tid is None or tid == self._event_tid)
 
     def pid(self) -> int | None:
         inf = gdb.selected_inferior()
@@ -27,6 +49,8 @@ class GdbTarget:
         return self._arch
 
     def current_tid(self) -> int:
+        if self._event_tid is not None:
+            return self._event_tid
         return int(gdb.selected_thread().ptid[1])
 
     def threads(self) -> list[int]:
@@ -62,10 +86,22 @@ class GdbTarget:
                     pass
 
     def read_register(self, name: str, tid: int | None = None) -> int:
+        if self._in_event(tid):
+            value = self._regs.get(name)
+            if value is None:
+                if self._frame is None:
+                    self._frame = gdb.newest_frame()
+                value = self._regs[name] = int(self._frame.read_register(name)) & MASK64
+            return value
         with self._on_thread(tid):
             return int(gdb.newest_frame().read_register(name)) & MASK64
 
     def write_register(self, name: str, value: int, tid: int | None = None) -> None:
+        if self._in_event(tid):
+            gdb.parse_and_eval(f"${name} = {value:#x}")
+            self._regs[name] = value
+            self._frame = None  # a register write invalidates gdb's frame objects
+            return
         with self._on_thread(tid):
             newest = gdb.newest_frame()
             if gdb.selected_frame() != newest:
