@@ -1,0 +1,126 @@
+"""ualdbg's Target protocol over lldb's SB API (lldb 15 or newer: `SBThread.GetSiginfo`). Built
+from the process and thread of one stop, never from lldb's `lldb.process`/`lldb.thread` globals."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import lldb  # type: ignore[import-not-found]
+
+from ...arch import BUS_ADRALN, SIGBUS
+from ...symbols.maps import read_maps
+from ...target import SigInfo
+
+MASK64 = (1 << 64) - 1
+# The core's register names where lldb's differ (lldb calls the 64-bit flags register rflags).
+_ALIASES = {"eflags": "rflags"}
+_LIVE = (lldb.eStateStopped, lldb.eStateCrashed, lldb.eStateSuspended)
+
+
+class LldbTarget:
+    """A stopped process seen through lldb. `thread` is the thread an event is about (the one
+    that stopped); without it, the process's selected thread."""
+
+    debugger = "lldb"
+
+    def __init__(self, process: lldb.SBProcess, thread: lldb.SBThread | None = None,
+                 step_over: Callable[[lldb.SBThread], None] | None = None) -> None:
+        self.process = process
+        self.thread = thread if thread is not None and thread.IsValid() else process.GetSelectedThread()
+        self._step_over = step_over
+        if step_over is not None:
+            # Only a target that can queue a single-step offers the engine's FaultStepper path.
+            self.step_over_fault = self._step_over_fault
+
+    # -- FaultStepper ------------------------------------------------------------------------
+    def _step_over_fault(self, tid: int) -> None:
+        assert self._step_over is not None
+        self._step_over(self._thread(tid))
+
+    # -- Target ----------------------------------------------------------------------------------
+    def pid(self) -> int | None:
+        if not self.process.IsValid() or self.process.GetState() not in _LIVE:
+            return None
+        return int(self.process.GetProcessID()) or None
+
+    def arch(self) -> str:
+        triple = self.process.GetTarget().GetTriple() or ""
+        return triple.split("-", 1)[0] or "unknown"
+
+    def current_tid(self) -> int:
+        return int(self.thread.GetThreadID())
+
+    def threads(self) -> list[int]:
+        return sorted(int(t.GetThreadID()) for t in self.process if t.IsValid())
+
+    def _thread(self, tid: int | None) -> lldb.SBThread:
+        if tid is None or tid == self.thread.GetThreadID():
+            return self.thread
+        thread = self.process.GetThreadByID(tid)
+        if not thread.IsValid():
+            raise LookupError(f"no thread {tid}")
+        return thread
+
+    def _register(self, name: str, tid: int | None) -> lldb.SBValue:
+        # Frame 0 whatever frame the user selected: `up` must not make a write land elsewhere
+        # (lldb writes frame 0's registers for frame 0 only; outer frames hold unwound copies).
+        frame = self._thread(tid).GetFrameAtIndex(0)
+        reg = frame.FindRegister(_ALIASES.get(name, name))
+        if not reg.IsValid():
+            raise KeyError(f"lldb has no register {name!r}")
+        return reg
+
+    def read_register(self, name: str, tid: int | None = None) -> int:
+        reg = self._register(name, tid)
+        size = reg.GetByteSize()
+        if size > 8:  # vector registers: lldb shows them as byte arrays
+            data = reg.GetData()
+            err = lldb.SBError()
+            raw = data.ReadRawData(err, 0, data.GetByteSize())
+            if not err.Success() or raw is None:
+                raise KeyError(f"cannot read {name}: {err.GetCString()}")
+            return int.from_bytes(bytes(raw), "little")
+        return int(reg.GetValueAsUnsigned()) & MASK64
+
+    def write_register(self, name: str, value: int, tid: int | None = None) -> None:
+        reg = self._register(name, tid)
+        err = lldb.SBError()
+        if not reg.SetValueFromCString(f"{value & MASK64:#x}", err) or not err.Success():
+            raise RuntimeError(f"cannot write {name}: {err.GetCString() or 'lldb refused'}")
+
+    def read_memory(self, addr: int, size: int) -> bytes:
+        while size > 0:
+            err = lldb.SBError()
+            data = self.process.ReadMemory(addr, size, err)
+            if err.Success() and data:
+                return bytes(data)
+            # An instruction near the end of a mapping: read less, up to the page end.
+            size = min(size - 1, ((addr | 0xFFF) + 1) - addr)
+        return b""
+
+    def siginfo(self) -> SigInfo | None:
+        if (self.thread.GetStopReason() == lldb.eStopReasonSignal and self.thread.GetStopReasonDataAtIndex(0) == SIGBUS
+                and self.process.GetNumThreads() == 1
+                and (self.thread.GetStopDescription(128) or "").endswith("illegal alignment")):
+            # What lldb already knows from the stop (its description of si_code BUS_ADRALN):
+            # GetSiginfo costs a round trip to lldb-server, most of a fault's cost. With one
+            # thread the stop cannot be an old one (see hooks: a suspended thread's is).
+            return SigInfo(SIGBUS, BUS_ADRALN, 0)
+        si = self.thread.GetSiginfo()
+        if not si.IsValid():
+            return None
+        signo = si.GetChildMemberWithName("si_signo")
+        code = si.GetChildMemberWithName("si_code")
+        if not signo.IsValid() or not code.IsValid():
+            return None
+        addr_v = si.GetValueForExpressionPath("._sifields._sigfault.si_addr")
+        addr = int(addr_v.GetValueAsUnsigned()) & MASK64 if addr_v.IsValid() else None
+        return SigInfo(int(signo.GetValueAsSigned()), int(code.GetValueAsSigned()), addr)
+
+    def maps_text(self) -> str | None:
+        pid = self.pid()
+        if pid is None or self.process.GetTarget().GetPlatform().GetName() != "host":
+            return None
+        try:
+            return read_maps(pid)
+        except OSError:
+            return None
