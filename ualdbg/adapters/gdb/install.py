@@ -50,6 +50,46 @@ class _Host:
     def uninstall(self) -> None:
         self.hooks.uninstall()
 
+    def launch_info(self) -> tuple[str, list[str], tuple[str, ...], str]:
+        """For `ualdbg stackcheck`: the loaded program, `show args`, and the environment `run`
+        would give it, less the LINES/COLUMNS gdb adds on its own (hooks.fix_environment)."""
+        return launch_info()
+
+
+def launch_info() -> tuple[str, list[str], tuple[str, ...], str]:
+    import shlex
+
+    prog = gdb.current_progspace().filename
+    if not prog:
+        raise UsageError("ualdbg: no program loaded: `file PROG` first (or name one after --)")
+    text = gdb.execute("show args", to_string=True)
+    args: list[str] = []
+    start, end = text.find('"'), text.rfind('"')
+    if 0 <= start < end:
+        try:
+            args = shlex.split(text[start + 1:end])
+        except ValueError:
+            args = text[start + 1:end].split()
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            own = {e.split(b"=", 1)[0].decode(errors="replace") for e in f.read().split(b"\0") if e}
+    except OSError:
+        own = set()
+    env: list[str] = []
+    removed: list[str] = []
+    for line in gdb.execute("show environment", to_string=True).splitlines():
+        name, eq, _ = line.partition("=")
+        if not eq:
+            continue
+        if name in ("LINES", "COLUMNS") and name not in own:
+            removed.append(name)
+            continue
+        env.append(line)
+    note = "environment: what gdb's `run` would give (show environment)"
+    if removed:
+        note += f", less {' and '.join(removed)} that gdb adds itself"
+    return prog, args, tuple(env), note
+
 
 def _run(spec: CommandSpec, argv: str) -> None:
     host = _STATE["host"]
