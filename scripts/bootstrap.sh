@@ -10,6 +10,7 @@ command -v gdb >/dev/null || need+=(gdb)
 command -v gcc >/dev/null || need+=(gcc)
 command -v make >/dev/null || need+=(make)
 command -v gfortran >/dev/null || need+=(gfortran)
+command -v sqlite3 >/dev/null || need+=(sqlite3)  # a real program the agent tests run
 command -v lldb-19 >/dev/null || need+=(lldb-19)
 [ -e /usr/lib/llvm-19/lib/python3/dist-packages/lldb ] || [ -e /usr/lib/python3/dist-packages/lldb ] || need+=(python3-lldb-19)
 [ -e /usr/lib/llvm-19/lib/liblldb.so ] || need+=(liblldb-19-dev)

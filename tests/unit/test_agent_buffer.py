@@ -1,0 +1,234 @@
+"""The agent's shared-memory buffer format from both sides: the C writer (the built agent, loaded
+with ctypes; inert without UALDBG_AGENT) and the Python reader (ualdbg.agent.buffer) must agree
+on every field; the reader rejects what it does not understand and skips torn records. Also the
+agent's own pieces that must agree with Python: its scope rule and its instruction decoder."""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import struct
+from pathlib import Path
+
+import pytest
+from conftest import require_tool
+
+from ualdbg.agent import buffer as ab
+from ualdbg.symbols.maps import is_system_path
+
+
+@pytest.fixture(scope="module")
+def agent() -> ctypes.CDLL:
+    if platform.machine() != "x86_64":
+        if os.environ.get("CI") == "true":
+            pytest.fail("the agent needs an x86-64 host")
+        pytest.skip("the agent runs on x86-64 hosts only")
+    require_tool("cc")
+    from ualdbg.agent.build import build
+
+    lib = ctypes.CDLL(str(build()))  # RTLD_LOCAL: its libc wrappers interpose on nothing here
+    lib.ualdbg_agent_test_open.argtypes = [ctypes.c_char_p, ctypes.c_uint32]
+    lib.ualdbg_agent_test_fault.argtypes = [ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64), ctypes.c_int, ctypes.c_uint64]
+    lib.ualdbg_agent_test_close.argtypes = [ctypes.c_int]
+    lib.ualdbg_agent_is_system_path.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.ualdbg_agent_test_decode.argtypes = [ctypes.c_char_p, ctypes.c_size_t] + [ctypes.POINTER(ctypes.c_int)] * 4
+    return lib
+
+
+def regs(*values: int) -> ctypes.Array[ctypes.c_uint64]:
+    return (ctypes.c_uint64 * 16)(*(list(values) + [0] * (16 - len(values))))
+
+
+def one_buffer(directory: Path) -> ab.AgentBuffer:
+    files = ab.buffer_files(str(directory))
+    assert len(files) == 1, files
+    pid, gen, path = files[0]
+    assert pid == os.getpid() and gen == 0
+    return ab.AgentBuffer(path)
+
+
+def test_c_writer_and_python_reader_agree(agent: ctypes.CDLL, tmp_path: Path) -> None:
+    assert agent.ualdbg_agent_test_open(str(tmp_path).encode(), 7) == 0
+    for i in range(20):  # one PC in scope, 20 faults: the ring of 7 wraps
+        agent.ualdbg_agent_test_fault(0x401000, regs(0x1000 + i, 0, 0, 0, 0x7FFF0000, 0, 0x5001, 0x6002), 1, i % 3)
+    for _ in range(5):
+        agent.ualdbg_agent_test_fault(0x7F0000001234, regs(), 0, 0)
+    agent.ualdbg_agent_test_maps()
+    agent.ualdbg_agent_test_close(3)
+    with one_buffer(tmp_path) as buf:
+        h = buf.header()
+        assert (h.version, h.record_capacity, h.site_capacity) == (ab.VERSION, 7, 16384)
+        assert (h.total, h.ignored, h.head, h.sites_used) == (20, 5, 20, 2)
+        assert h.state == ab.EXITED and h.exit_status == 3 and h.note == "closed by the test"
+        assert h.pid == os.getpid() and h.exe == "/test/exe" and h.end_ns >= h.start_ns > 0
+        assert buf.progress() == (20, 5)
+        sites = {s.pc: s for s in buf.sites()}
+        assert set(sites) == {0x401000, 0x7F0000001234}
+        hot = sites[0x401000]
+        assert hot.count == 20 and hot.in_scope and len(hot.variants) == 3  # keys 0, 1, 2
+        assert [v.gpr[0] for v in hot.variants] == [0x1000, 0x1001, 0x1002]  # the first of each key
+        assert sites[0x7F0000001234].count == 5 and not sites[0x7F0000001234].in_scope
+        records = buf.records()
+        assert [r.seq for r in records] == list(range(14, 21))  # the last 7, in order
+        r = records[-1]
+        assert (r.pc, r.pid, r.regs.gpr[0], r.regs.gpr[4], r.regs.gpr[6], r.regs.gpr[7]) == (
+            0x401000, os.getpid(), 0x1000 + 19, 0x7FFF0000, 0x5001, 0x6002)
+        view = r.regs.mapping()
+        assert (view["rax"], view["rsp"], view["rsi"], view["rdi"], view["fs_base"]) == (0x1013, 0x7FFF0000, 0x5001, 0x6002, 0)
+        assert "xmm0" not in view and len(view) == 18
+        assert all(a.time_ns <= b.time_ns for a, b in zip(records, records[1:]))
+        snapshots = buf.maps_snapshots()
+        assert len(snapshots) == 1 and "[stack]" in snapshots[0][1]
+
+
+def _header(**fields: int) -> bytearray:
+    raw = bytearray(ab.HEADER_SIZE + 16 * ab.SITE_SIZE + 4 * ab.RECORD_SIZE + 4096)
+    values = {"version": ab.VERSION, "header_size": ab.HEADER_SIZE, "site_size": ab.SITE_SIZE,
+              "record_size": ab.RECORD_SIZE, "site_capacity": 16, "record_capacity": 4, "maps_capacity": 4096,
+              "sites_offset": ab.HEADER_SIZE, "records_offset": ab.HEADER_SIZE + 16 * ab.SITE_SIZE,
+              "maps_offset": ab.HEADER_SIZE + 16 * ab.SITE_SIZE + 4 * ab.RECORD_SIZE}
+    values.update(fields)
+    raw[0:8] = ab.MAGIC
+    struct.pack_into("<IIIIII", raw, 8, values["version"], values["header_size"], values["site_size"],
+                     values["record_size"], values["site_capacity"], values["record_capacity"])
+    struct.pack_into("<QQQQ", raw, 32, values["maps_capacity"], values["sites_offset"], values["records_offset"],
+                     values["maps_offset"])
+    return raw
+
+
+def test_reader_rejects_what_it_does_not_understand(tmp_path: Path) -> None:
+    path = tmp_path / "1.0.buf"
+    path.write_bytes(b"short")
+    with pytest.raises(ab.BufferError, match="too short"):
+        ab.AgentBuffer(str(path))
+    raw = _header()
+    raw[0:8] = b"NOTMAGIC"
+    path.write_bytes(raw)
+    with pytest.raises(ab.BufferError, match="not an agent buffer"):
+        ab.AgentBuffer(str(path))
+    path.write_bytes(_header(version=ab.VERSION + 1))
+    with pytest.raises(ab.BufferError, match="version"):
+        ab.AgentBuffer(str(path))
+    with pytest.raises(ab.BufferError, match="cannot read"):
+        ab.AgentBuffer(str(tmp_path / "missing.buf"))
+
+
+def test_reader_skips_torn_records_and_unfinished_sites(tmp_path: Path) -> None:
+    raw = _header()
+    struct.pack_into("<Q", raw, 136, 6)  # head: 6 records written, capacity 4 -> seq 3..6 expected
+    rec0 = ab.HEADER_SIZE + 16 * ab.SITE_SIZE
+    for seq in (5, 6, 3, 99):  # slots 0..3 hold seq 5, 6, 3 and a torn write (99 is not 4)
+        slot = (seq - 1) % 4 if seq != 99 else 3
+        struct.pack_into("<QQQIIiI", raw, rec0 + slot * ab.RECORD_SIZE, seq, 1000 + seq, 0x400000 + seq, 7, 8, -1, 0)
+    site0 = ab.HEADER_SIZE
+    struct.pack_into("<QQII", raw, site0, 0x401000, 9, ab.SITE_READY, ab.SITE_IN_SCOPE)
+    struct.pack_into("<QQII", raw, site0 + ab.SITE_SIZE, 0x402000, 1, 1, 0)  # still being built
+    maps0 = rec0 + 4 * ab.RECORD_SIZE
+    text = b"#snapshot 5\n400000-401000 r-xp 00000000 00:00 1 /bin/x\n#snapshot 9\n"
+    raw[maps0 : maps0 + len(text)] = text
+    struct.pack_into("<Q", raw, 168, len(text))
+    path = tmp_path / "1.0.buf"
+    path.write_bytes(raw)
+    with ab.AgentBuffer(str(path)) as buf:
+        assert [r.seq for r in buf.records()] == [3, 5, 6]
+        assert buf.records()[0].cpu is None and buf.records()[0].pid == 7
+        assert [(s.pc, s.count) for s in buf.sites()] == [(0x401000, 9)]
+        assert buf.maps_snapshots() == [(5, "400000-401000 r-xp 00000000 00:00 1 /bin/x\n"), (9, "")]
+
+
+def test_buffer_files_are_found_by_pid_and_image(tmp_path: Path) -> None:
+    for name in ("12.1.buf", "12.0.buf", "3.0.buf", "notes.txt", "x.0.buf"):
+        (tmp_path / name).write_bytes(b"")
+    assert [(p, g) for p, g, _ in ab.buffer_files(str(tmp_path))] == [(3, 0), (12, 0), (12, 1)]
+    assert ab.buffer_files(str(tmp_path / "missing")) == []
+
+
+@pytest.mark.parametrize("path", [
+    "/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libm.so.6", "/lib64/ld-linux-x86-64.so.2",
+    "/usr/libexec/foo/bar.so", "/opt/app/lib/ld-linux-x86-64.so.2", "/home/me/ld.so.1", "/home/me/ld-musl-x86_64.so.1",
+    "/home/me/ld-linuxfoo.so", "/home/me/ld-linux.so.x", "/home/me/libfoo.so", "/usr/local/lib/libfoo.so",
+    "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0.8.6 (deleted)", "/tmp/prog (deleted)", "[vdso]", "[vsyscall]",
+    "/usr/bin/python3.11", "/usr/library/x.so", "/libx32/y.so", "/home/me/ld64.so.2",
+])
+def test_scope_rule_matches_python(agent: ctypes.CDLL, path: str) -> None:
+    raw = path.encode()
+    assert bool(agent.ualdbg_agent_is_system_path(raw, len(raw))) == is_system_path(path)
+
+
+# (bytes, length, rip-relative, displacement offset, flow: 0 next, 1 call rel, 2 call r/m,
+#  3 jmp r/m, 4 ret, 5 other)
+DECODES = [
+    ("488304d701", 5, 0, -1, 0),  # add qword [rdi+rdx*8], 1
+    ("f348a5", 3, 0, -1, 0),  # rep movsq
+    ("488b0511223344", 7, 1, 3, 0),  # mov rax, [rip+0x44332211]
+    ("c5fa6f0d00100000", 8, 1, 4, 0),  # vmovdqu xmm1, [rip+0x1000]
+    ("62f1fe486f0500100000", 10, 1, 6, 0),  # vmovdqu64 zmm0, [rip+0x1000]
+    ("e800000000", 5, 0, -1, 1),  # call rel32
+    ("ff15f0ffffff", 6, 1, 2, 2),  # call [rip-0x10]
+    ("ff10", 2, 0, -1, 2),  # call [rax]
+    ("ff24c5f0000000", 7, 0, 3, 3),  # jmp [rax*8+0xf0]
+    ("c3", 1, 0, -1, 4), ("c20800", 3, 0, -1, 4), ("f3c3", 2, 0, -1, 4),  # ret, ret 8, rep ret
+    ("7405", 2, 0, -1, 5), ("0f8400010000", 6, 0, -1, 5), ("cb", 1, 0, -1, 5),  # je, je rel32, retf
+    ("48b88877665544332211", 10, 0, -1, 0),  # movabs rax, imm64
+    ("66f7c23412", 5, 0, -1, 0),  # test dx, 0x1234
+    ("4747c9", 3, 0, -1, 0),  # leave with two REX prefixes
+    ("f30f1efa", 4, 0, -1, 0),  # endbr64
+    ("64488b042528000000", 9, 0, 5, 0),  # mov rax, fs:[0x28]
+]
+
+
+@pytest.mark.parametrize("hexbytes,length,rip,disp_off,flow", DECODES, ids=[d[0] for d in DECODES])
+def test_agent_decoder_on_known_instructions(agent: ctypes.CDLL, hexbytes: str, length: int, rip: int,
+                                             disp_off: int, flow: int) -> None:
+    code = bytes.fromhex(hexbytes)
+    out = [ctypes.c_int() for _ in range(4)]
+    assert agent.ualdbg_agent_test_decode(code, len(code), *(ctypes.byref(o) for o in out)) == 0
+    assert [o.value for o in out] == [length, rip, disp_off, flow]
+    assert agent.ualdbg_agent_test_decode(code[:-1], len(code) - 1, *(ctypes.byref(o) for o in out)) == -1
+
+
+def test_agent_decoder_agrees_with_capstone_on_libc(agent: ctypes.CDLL) -> None:
+    """Length, RIP-relative operand and displacement offset of every instruction capstone finds
+    in a linear sweep of libc's .text (the agent relocates exactly these bytes)."""
+    import capstone
+    from elftools.elf.elffile import ELFFile
+
+    path = next((p for p in ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6") if os.path.exists(p)), None)
+    if path is None:
+        pytest.skip("no x86-64 glibc to sweep")
+    with open(path, "rb") as f:
+        text = ELFFile(f).get_section_by_name(".text")
+        data, base = text.data(), text["sh_addr"]
+    cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    cs.detail = True
+    out = [ctypes.c_int() for _ in range(4)]
+    refs = [ctypes.byref(o) for o in out]
+    checked, off = 0, 0
+    while off < len(data):
+        chunk = data[off : off + 16]
+        insn = next(cs.disasm(chunk, base + off, 1), None)
+        if insn is None:
+            off += 1
+            continue
+        rip = any(o.type == capstone.x86.X86_OP_MEM and o.mem.base == capstone.x86.X86_REG_RIP for o in insn.operands)
+        r = agent.ualdbg_agent_test_decode(chunk, len(chunk), *refs)
+        assert (r, out[0].value, out[1].value) == (0, insn.size, int(rip)), f"{insn.address:#x}: {insn.bytes.hex()} {insn.mnemonic} {insn.op_str}"
+        if rip:
+            assert out[2].value == insn.disp_offset, f"{insn.address:#x}: {insn.mnemonic} {insn.op_str}"
+        checked += 1
+        off += insn.size
+    assert checked > 100_000
+
+
+def test_build_is_cached_by_source_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    require_tool("cc")
+    from ualdbg.agent.build import BuildError, build
+
+    monkeypatch.delenv("CC", raising=False)
+    first = build(tmp_path)
+    mtime = first.stat().st_mtime_ns
+    assert build(tmp_path) == first and first.stat().st_mtime_ns == mtime  # not rebuilt
+    assert [p.name for p in first.parent.iterdir()] == ["ualdbg_agent.so"]  # no temporary left behind
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(BuildError, match="no C compiler"):
+        build(tmp_path / "other")

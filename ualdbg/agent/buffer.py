@@ -1,0 +1,274 @@
+"""Reader of the agent's shared-memory trace buffer (the layout is documented once, in
+ualdbg/agent/src/ualdbg_agent.h): the header's counters for live progress, the exact per-PC
+site table, the ring of in-scope records, and the /proc/PID/maps snapshots for symbolization."""
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+MAGIC = b"UALDBGA1"
+VERSION = 1
+HEADER_SIZE = 4096
+SITE_SIZE = 640
+RECORD_SIZE = 176
+VARIANTS = 4
+GPR_NAMES = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
+             "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15")
+
+# header.state
+RUNNING, EXITED, EXECED = 1, 2, 3
+# header.flags
+F_ARMED, F_FOLLOW, F_AT_START, F_ALL, F_STRIPPED, F_NOSKIP = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
+# site.flags
+SITE_IN_SCOPE, SITE_TRAMPOLINE, SITE_EMULATED, SITE_STEPPED, SITE_SKIP, SITE_REP = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
+SITE_READY = 2
+
+_HEADER = struct.Struct("<8sIIIIII QQQQ qq IIII QQQ QQQ QQQ Q q QQQ 512s 1024s 512s")
+_HEADER_FIELDS = (
+    "magic", "version", "header_size", "site_size", "record_size", "site_capacity", "record_capacity",
+    "maps_capacity", "sites_offset", "records_offset", "maps_offset", "pid", "ppid", "gen", "state", "flags",
+    "sites_used", "start_ns", "armed_ns", "end_ns", "total", "ignored", "head", "skipped_calls", "emulated",
+    "stepped", "maps_len", "exit_status", "dropped_sites", "threads", "unarmed_threads", "exe", "cmdline", "note",
+)
+_REGS = struct.Struct("<17Q")  # 16 GPRs, then the fs/gs base
+_SITE = struct.Struct("<QQIIII16sQihh")
+_RECORD = struct.Struct("<QQQIIiI17Q")
+_GPR_INDEX = {name: i for i, name in enumerate(GPR_NAMES)}
+_FILE_NAME = re.compile(r"^(\d+)\.(\d+)\.buf$")
+
+
+class BufferError(ValueError):
+    """A file that is not an agent buffer this reader understands."""
+
+
+@dataclass(frozen=True)
+class Registers:
+    """What the decoder needs to compute the address of a faulting access."""
+
+    gpr: tuple[int, ...]
+    seg_base: int
+
+    def mapping(self) -> Mapping[str, int]:
+        return RegisterView(self)
+
+
+class RegisterView(Mapping[str, int]):
+    """Registers by the names ualdbg.decode asks for (rax..r15, fs_base, gs_base), without
+    building a dict per record."""
+
+    __slots__ = ("_regs",)
+
+    def __init__(self, regs: Registers) -> None:
+        self._regs = regs
+
+    def __getitem__(self, name: str) -> int:
+        i = _GPR_INDEX.get(name)
+        if i is not None:
+            return self._regs.gpr[i]
+        if name in ("fs_base", "gs_base"):
+            return self._regs.seg_base
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from GPR_NAMES
+        yield "fs_base"
+        yield "gs_base"
+
+    def __len__(self) -> int:
+        return len(GPR_NAMES) + 2
+
+
+@dataclass(frozen=True)
+class Header:
+    version: int
+    site_capacity: int
+    record_capacity: int
+    pid: int
+    ppid: int
+    gen: int
+    state: int
+    flags: int
+    sites_used: int
+    start_ns: int
+    armed_ns: int
+    end_ns: int
+    total: int
+    ignored: int
+    head: int
+    skipped_calls: int
+    emulated: int
+    stepped: int
+    maps_len: int
+    exit_status: int | None
+    dropped_sites: int
+    threads: int
+    unarmed_threads: int
+    exe: str
+    argv: tuple[str, ...]
+    note: str
+
+    @property
+    def armed(self) -> bool:
+        return bool(self.flags & F_ARMED)
+
+    @property
+    def stripped(self) -> bool:
+        return bool(self.flags & F_STRIPPED)
+
+
+@dataclass(frozen=True)
+class SiteEntry:
+    pc: int
+    count: int
+    flags: int
+    code: bytes  # the 16 bytes at pc when the site was made
+    insn_len: int  # the agent's idea of the instruction's length (0: it could not decode it)
+    variants: tuple[Registers, ...]  # one register snapshot per distinct alignment of its operands
+
+    @property
+    def in_scope(self) -> bool:
+        return bool(self.flags & SITE_IN_SCOPE)
+
+
+@dataclass(frozen=True)
+class RecordEntry:
+    seq: int
+    time_ns: int
+    pc: int
+    pid: int
+    tid: int
+    cpu: int | None
+    flags: int
+    regs: Registers
+
+
+def _cstr(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+
+
+class AgentBuffer:
+    """One buffer file, mapped read-only. Safe to read while the agent writes it: counters are
+    read as they are, records whose sequence number does not match their slot are skipped."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < HEADER_SIZE:
+                    raise BufferError(f"{path}: too short for an agent buffer ({size} bytes)")
+                self._map = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+        except OSError as exc:
+            raise BufferError(f"cannot read {path}: {exc.strerror}") from None
+        raw = self._map[: _HEADER.size]
+        if raw[:8] != MAGIC:
+            self.close()
+            raise BufferError(f"{path}: not an agent buffer (magic {raw[:8]!r})")
+        values = dict(zip(_HEADER_FIELDS, _HEADER.unpack(raw)))
+        if values["version"] != VERSION or values["site_size"] != SITE_SIZE or values["record_size"] != RECORD_SIZE:
+            self.close()
+            raise BufferError(f"{path}: buffer version {values['version']} (site {values['site_size']}, record "
+                              f"{values['record_size']} bytes); this ualdbg reads version {VERSION}")
+        self._layout = values
+
+    def close(self) -> None:
+        try:
+            self._map.close()
+        except (AttributeError, ValueError):
+            pass
+
+    def __enter__(self) -> AgentBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- header --------------------------------------------------------------------------------
+    def header(self) -> Header:
+        v = dict(zip(_HEADER_FIELDS, _HEADER.unpack(self._map[: _HEADER.size])))
+        argv = tuple(a.decode("utf-8", "surrogateescape") for a in v["cmdline"].rstrip(b"\0").split(b"\0") if a)
+        return Header(
+            version=v["version"], site_capacity=v["site_capacity"], record_capacity=v["record_capacity"],
+            pid=v["pid"], ppid=v["ppid"], gen=v["gen"], state=v["state"], flags=v["flags"],
+            sites_used=v["sites_used"], start_ns=v["start_ns"], armed_ns=v["armed_ns"], end_ns=v["end_ns"],
+            total=v["total"], ignored=v["ignored"], head=v["head"], skipped_calls=v["skipped_calls"],
+            emulated=v["emulated"], stepped=v["stepped"], maps_len=v["maps_len"],
+            exit_status=None if v["exit_status"] < 0 else v["exit_status"], dropped_sites=v["dropped_sites"],
+            threads=v["threads"], unarmed_threads=v["unarmed_threads"], exe=_cstr(v["exe"]), argv=argv,
+            note=_cstr(v["note"]),
+        )
+
+    def progress(self) -> tuple[int, int]:
+        """(faults in scope, traps out of scope) so far: two reads, no parsing."""
+        total, ignored = struct.unpack_from("<QQ", self._map, 120)
+        return total, ignored
+
+    # -- sites ---------------------------------------------------------------------------------
+    def sites(self) -> Iterator[SiteEntry]:
+        """Every PC the agent trapped at, with its exact count (out-of-scope ones included)."""
+        base, cap = self._layout["sites_offset"], self._layout["site_capacity"]
+        m = self._map
+        for i in range(cap):
+            off = base + i * SITE_SIZE
+            pc, count, state, flags, nvar, insn_len, insn, _tramp, _cr, _co, _ro = _SITE.unpack_from(m, off)
+            if pc == 0 or state != SITE_READY:
+                continue
+            variants = []
+            for k in range(min(nvar, VARIANTS)):
+                voff = off + 64 + k * 144
+                (key,) = struct.unpack_from("<Q", m, voff)
+                if key == 0:  # claimed, not yet written
+                    continue
+                values = _REGS.unpack_from(m, voff + 8)
+                variants.append(Registers(values[:16], values[16]))
+            yield SiteEntry(pc, count, flags, bytes(insn), insn_len, tuple(variants))
+
+    # -- records -------------------------------------------------------------------------------
+    def records(self) -> list[RecordEntry]:
+        """The ring's records in sequence order (the last record_capacity in-scope faults)."""
+        head = struct.unpack_from("<Q", self._map, 136)[0]
+        cap = self._layout["record_capacity"]
+        base = self._layout["records_offset"]
+        out: list[RecordEntry] = []
+        for seq in range(max(1, head - cap + 1), head + 1):
+            off = base + ((seq - 1) % cap) * RECORD_SIZE
+            values = _RECORD.unpack_from(self._map, off)
+            if values[0] != seq:
+                continue
+            _seq, time_ns, pc, pid, tid, cpu, flags = values[:7]
+            out.append(RecordEntry(seq, time_ns, pc, pid, tid, None if cpu < 0 else cpu, flags,
+                                   Registers(values[7:23], values[23])))
+        return out
+
+    # -- maps ----------------------------------------------------------------------------------
+    def maps_snapshots(self) -> list[tuple[int, str]]:
+        """(CLOCK_MONOTONIC ns, /proc/PID/maps text) for each snapshot, oldest first."""
+        used = struct.unpack_from("<Q", self._map, 168)[0]
+        start = self._layout["maps_offset"]
+        text = self._map[start : start + min(used, self._layout["maps_capacity"])].decode("utf-8", "surrogateescape")
+        out: list[tuple[int, str]] = []
+        for chunk in text.split("#snapshot ")[1:]:
+            stamp, _, body = chunk.partition("\n")
+            try:
+                out.append((int(stamp), body))
+            except ValueError:
+                continue
+        return out
+
+
+def buffer_files(directory: str) -> list[tuple[int, int, str]]:
+    """(pid, gen, path) of every buffer in a run's directory, in pid then image order."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        m = _FILE_NAME.match(name)
+        if m:
+            out.append((int(m.group(1)), int(m.group(2)), os.path.join(directory, name)))
+    return sorted(out)

@@ -1,0 +1,1494 @@
+/* agent.c - the in-process alignment-fault tracer ualdbg preloads (engine `agent`).
+ *
+ * It arms EFLAGS.AC at main (or in its constructor with --at start) in every thread, handles
+ * SIGBUS/BUS_ADRALN in the process and resumes with ONE signal per fault: the faulting
+ * instruction runs once out of line with AC clear, from a per-PC trampoline that sets AC again
+ * and jumps back (RIP-relative operands relocated; a rep string instruction does one element
+ * per trap; call/jmp through memory and ret are emulated; anything else is single-stepped).
+ * Every trap is counted exactly per PC in a shared-memory buffer (ualdbg_agent.h) that ualdbg
+ * reads live and after exit; in-scope faults also go to a bounded ring of records with the
+ * registers the decoder needs. Out-of-scope string routines (libc's are unaligned by design)
+ * cost one trap per call, not per access: the agent disarms until they return.
+ */
+#include "agent.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
+#include <link.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cfi.h"
+#include "insn.h"
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+#ifndef MADV_WIPEONFORK
+#define MADV_WIPEONFORK 18
+#endif
+#ifndef HWCAP2_FSGSBASE
+#define HWCAP2_FSGSBASE (1 << 1)
+#endif
+#define ARCH_GET_FS 0x1003
+#define ARCH_GET_GS 0x1004
+
+#define SITE_CAPACITY 16384u
+#define MAPS_CAPACITY (16u << 20)
+#define POOL_SIZE (64u << 10)
+#define TRAMP_SLOT 128u
+#define MAX_POOLS 256
+#define MAX_MAPPINGS 8192
+#define MAX_RANGES 256
+
+_Static_assert(sizeof(struct ualdbg_header) <= UALDBG_HEADER_SIZE, "header");
+_Static_assert(offsetof(struct ualdbg_header, exe) == 208, "header layout");
+_Static_assert(offsetof(struct ualdbg_header, note) == 1744, "header layout");
+_Static_assert(sizeof(struct ualdbg_site) == UALDBG_SITE_SIZE, "site layout");
+_Static_assert(offsetof(struct ualdbg_site, variants) == 64, "site layout");
+_Static_assert(sizeof(struct ualdbg_record) == UALDBG_RECORD_SIZE, "record layout");
+_Static_assert(offsetof(struct ualdbg_record, regs) == 40, "record layout");
+
+struct agent_config CFG;
+struct agent_state G;
+__thread struct thread_state TS __attribute__((tls_model("initial-exec")));
+
+/* ------------------------------------------------------------------------------------------ */
+/* Small helpers that are safe in a signal handler. */
+
+static void spin_lock(volatile int *l)
+{
+    while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
+        while (__atomic_load_n(l, __ATOMIC_RELAXED))
+            __builtin_ia32_pause();
+}
+static void spin_unlock(volatile int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
+
+uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static char *put_str(char *p, char *end, const char *s)
+{
+    while (*s && p < end)
+        *p++ = *s++;
+    return p;
+}
+static char *put_u64(char *p, char *end, uint64_t v)
+{
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n && p < end)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* Block every signal around agent work outside a handler that takes a lock a handler could
+ * also want (a program's handler may fault while armed and enter the agent). */
+static uint64_t block_all(void)
+{
+    uint64_t all = ~0ull, old = 0;
+    raw_sigprocmask(SIG_SETMASK, &all, &old);
+    return old;
+}
+static void unblock_all(uint64_t old) { raw_sigprocmask(SIG_SETMASK, &old, NULL); }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Arming. */
+
+int armable(void)
+{
+    return G.active && G.armed && TS.want_armed;
+}
+
+/* Set AC in this thread if it should be armed and SIGBUS is not blocked; clear it otherwise
+ * (a fault with SIGBUS blocked kills the process: PLATFORM.md). */
+void rearm(void)
+{
+    if (armable() && !sigbus_blocked_now())
+        ac_set();
+    else
+        ac_clear();
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The address space, from /proc/self/maps snapshots kept in the buffer. */
+
+struct mapping {
+    uint64_t start, end;
+    const char *path; /* in the snapshot text; NUL-free, length `plen` */
+    uint16_t plen;
+    uint8_t exec;
+};
+
+static struct mapping maps_cache[MAX_MAPPINGS];
+static int maps_n;
+static volatile int maps_lock;
+static char private_maps[1 << 20]; /* used when the buffer's maps area is full */
+
+static uint64_t hex(const char **p, const char *end)
+{
+    uint64_t v = 0;
+    while (*p < end) {
+        char c = **p;
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            break;
+        v = v * 16 + (uint64_t)d;
+        (*p)++;
+    }
+    return v;
+}
+
+static void maps_parse(const char *text, size_t len)
+{
+    const char *p = text, *end = text + len;
+    int n = 0;
+    while (p < end && n < MAX_MAPPINGS) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (!eol)
+            eol = end;
+        if (*p != '#') {
+            struct mapping m = {0};
+            const char *q = p;
+            m.start = hex(&q, eol);
+            if (q < eol && *q == '-') {
+                q++;
+                m.end = hex(&q, eol);
+                if (q + 4 < eol)
+                    m.exec = q[3] == 'x';
+                /* perms offset dev inode path: skip four fields */
+                for (int f = 0; f < 5 && q < eol; f++) {
+                    while (q < eol && *q == ' ')
+                        q++;
+                    if (f == 4)
+                        break;
+                    while (q < eol && *q != ' ')
+                        q++;
+                }
+                m.path = q;
+                m.plen = (uint16_t)(eol - q);
+                maps_cache[n++] = m;
+            }
+        }
+        p = eol + 1;
+    }
+    maps_n = n;
+}
+
+/* Append a snapshot of /proc/self/maps to the buffer and parse it. Caller holds maps_lock. */
+void maps_snapshot_locked(void)
+{
+    if (!G.hdr)
+        return;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    uint64_t used = G.hdr->maps_len;
+    char *base = G.maps + used;
+    size_t room = used < MAPS_CAPACITY ? MAPS_CAPACITY - used : 0;
+    char header[48], *h = header;
+    h = put_str(h, header + sizeof header, "#snapshot ");
+    h = put_u64(h, header + sizeof header, now_ns());
+    *h++ = '\n';
+    size_t hl = (size_t)(h - header);
+    int shared = room > hl + 65536;
+    char *dst = shared ? base : private_maps;
+    size_t cap = shared ? room : sizeof private_maps;
+    memcpy(dst, header, hl);
+    size_t len = hl;
+    for (;;) {
+        if (len >= cap)
+            break;
+        ssize_t r = read(fd, dst + len, cap - len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+    }
+    close(fd);
+    if (len >= cap && shared) { /* did not fit: keep only what parsed fully */
+        while (len > hl && dst[len - 1] != '\n')
+            len--;
+    }
+    maps_parse(dst + hl, len - hl);
+    if (shared)
+        __atomic_store_n(&G.hdr->maps_len, used + len, __ATOMIC_RELEASE);
+}
+
+/* A snapshot from outside a handler (exec, exit): signals blocked, so that a program's handler
+ * that faults cannot want the lock this thread holds. */
+void maps_snapshot(void)
+{
+    uint64_t mask = block_all();
+    spin_lock(&maps_lock);
+    maps_snapshot_locked();
+    spin_unlock(&maps_lock);
+    unblock_all(mask);
+}
+
+static const struct mapping *maps_find(uint64_t addr)
+{
+    int lo = 0, hi = maps_n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (addr < maps_cache[mid].start)
+            hi = mid - 1;
+        else if (addr >= maps_cache[mid].end)
+            lo = mid + 1;
+        else
+            return &maps_cache[mid];
+    }
+    return NULL;
+}
+
+/* The mapping of a code address, re-reading the maps once when it is not in a known file
+ * mapping (a library loaded since), as ModuleMap.find does. Caller holds maps_lock. */
+static const struct mapping *maps_lookup_locked(uint64_t pc)
+{
+    const struct mapping *m = maps_find(pc);
+    if (!m || (m->plen && m->path[0] == '/' && !m->exec) || (!m->plen && !m->exec)) {
+        maps_snapshot_locked();
+        m = maps_find(pc);
+    } else if (m->plen == 0 || m->path[0] != '/') {
+        /* anonymous executable memory (JIT, trampolines): stays moduleless */
+    }
+    return m;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Scope: the same rule as ualdbg.symbols.maps (ModuleMap.is_system, Scope.includes). */
+
+static int all_of(const char *s, size_t n, const char *set)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strchr(set, s[i]))
+            return 0;
+    return 1;
+}
+
+/* ^(ld-linux[^/]*\.so[.\d]*|ld\.so[.\d]*|ld64\.so[.\d]*|ld-musl-[^/]*\.so[.\d]*)$ */
+HIDDEN int is_loader_name(const char *name, size_t n)
+{
+    static const char digits[] = ".0123456789";
+    if (n >= 5 && !memcmp(name, "ld.so", 5))
+        return all_of(name + 5, n - 5, digits);
+    if (n >= 7 && !memcmp(name, "ld64.so", 7))
+        return all_of(name + 7, n - 7, digits);
+    size_t pre = (n >= 8 && !memcmp(name, "ld-linux", 8)) ? 8 : (n >= 8 && !memcmp(name, "ld-musl-", 8)) ? 8 : 0;
+    if (!pre)
+        return 0;
+    for (size_t k = pre; k + 3 <= n; k++)
+        if (!memcmp(name + k, ".so", 3) && all_of(name + k + 3, n - k - 3, digits))
+            return 1;
+    return 0;
+}
+
+static const char *const SYSTEM_DIRS[] = {"/lib/", "/lib32/", "/lib64/", "/libx32/", "/usr/lib/",
+                                          "/usr/lib32/", "/usr/lib64/", "/usr/libx32/", "/usr/libexec/"};
+
+/* Whether the module at `path` (as /proc/PID/maps names it) is the system's. */
+EXPORT int ualdbg_agent_is_system_path(const char *path, size_t n)
+{
+    if (n && path[0] == '[')
+        return 1;
+    static const char deleted[] = " (deleted)";
+    size_t dl = sizeof deleted - 1;
+    if (n > dl && !memcmp(path + n - dl, deleted, dl))
+        n -= dl;
+    const char *base = path;
+    for (size_t i = 0; i < n; i++)
+        if (path[i] == '/')
+            base = path + i + 1;
+    if (is_loader_name(base, n - (size_t)(base - path)))
+        return 1;
+    for (size_t i = 0; i < sizeof SYSTEM_DIRS / sizeof *SYSTEM_DIRS; i++) {
+        size_t l = strlen(SYSTEM_DIRS[i]);
+        if (n >= l && !memcmp(path, SYSTEM_DIRS[i], l))
+            return 1;
+    }
+    return 0;
+}
+
+static int path_is(const struct mapping *m, const char *s)
+{
+    size_t l = strlen(s);
+    return l && m->plen == l && !memcmp(m->path, s, l);
+}
+
+static int in_scope(const struct mapping *m)
+{
+    if (CFG.all_modules || !m || (m->plen == 0) || (m->path[0] != '/' && m->path[0] != '['))
+        return 1; /* no module: counted, as Scope.includes(None) does */
+    const char *base = m->path;
+    for (size_t i = 0; i < m->plen; i++)
+        if (m->path[i] == '/')
+            base = m->path + i + 1;
+    size_t bl = m->plen - (size_t)(base - m->path);
+    for (int i = 0; i < CFG.nmodules; i++) {
+        size_t l = strlen(CFG.modules[i]);
+        if ((l == bl && !memcmp(base, CFG.modules[i], l)) || path_is(m, CFG.modules[i]))
+            return 1;
+    }
+    if (path_is(m, G.exe))
+        return 1;
+    if (path_is(m, G.interp))
+        return 0;
+    if (CFG.agent_path[0] && path_is(m, CFG.agent_path))
+        return 0;
+    return !ualdbg_agent_is_system_path(m->path, m->plen);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Out-of-scope string routines: disarmed until they return. Found at start-up as the
+ * functions (FDE ranges) the dynamic linker binds these names to; they never call back into
+ * the program, never unwind, never change signal masks. */
+
+struct range {
+    uint64_t start, end;
+    const void *eh_frame_hdr;
+};
+static struct range ranges[MAX_RANGES];
+static int nranges;
+
+static const char *const STRING_ROUTINES[] = {
+    "memcpy", "memmove", "mempcpy", "memset", "memcmp", "bcmp", "memchr", "memrchr", "rawmemchr",
+    "strlen", "strnlen", "strcmp", "strncmp", "strchr", "strchrnul", "strrchr", "strcpy", "stpcpy",
+    "strncpy", "stpncpy", "strcat", "strncat", "strspn", "strcspn", "strpbrk", "strstr", "memmem",
+    "wcslen", "wcsnlen", "wmemchr", "wmemset", "wmemcmp", "wcscmp", "wcsncmp", "wcschr", "wcsrchr",
+    "wcscpy", "wcpcpy", "wcsncpy", "wcscat", "__memcpy_chk", "__memmove_chk", "__memset_chk",
+    "__mempcpy_chk", "__strcpy_chk", "__stpcpy_chk", "__strcat_chk", "__strncpy_chk", "__stpncpy_chk",
+    "__strncat_chk", "__wmemset_chk", "bzero", "explicit_bzero", "__explicit_bzero_chk",
+};
+
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+#define HAVE_DL_FIND_OBJECT 1
+#endif
+
+static void ranges_init(void)
+{
+#ifdef HAVE_DL_FIND_OBJECT
+    int (*find)(void *, struct dl_find_object *) = (int (*)(void *, struct dl_find_object *))dlsym(RTLD_DEFAULT, "_dl_find_object");
+    if (!find)
+        return;
+    for (size_t i = 0; i < sizeof STRING_ROUTINES / sizeof *STRING_ROUTINES && nranges < MAX_RANGES; i++) {
+        void *fn = dlsym(RTLD_NEXT, STRING_ROUTINES[i]);
+        struct dl_find_object dlfo;
+        if (!fn || find(fn, &dlfo) != 0 || !dlfo.dlfo_eh_frame)
+            continue;
+        struct cfi_rule rule;
+        ualdbg_cfi_lookup(dlfo.dlfo_eh_frame, (uint64_t)(uintptr_t)fn, &rule);
+        if (rule.end <= rule.start || (uint64_t)(uintptr_t)fn < rule.start || (uint64_t)(uintptr_t)fn >= rule.end)
+            continue;
+        int dup = 0;
+        for (int k = 0; k < nranges; k++)
+            if (ranges[k].start == rule.start)
+                dup = 1;
+        if (!dup)
+            ranges[nranges++] = (struct range){rule.start, rule.end, dlfo.dlfo_eh_frame};
+    }
+#endif
+}
+
+static const struct range *range_of(uint64_t pc)
+{
+    for (int i = 0; i < nranges; i++)
+        if (pc >= ranges[i].start && pc < ranges[i].end)
+            return &ranges[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Trampolines: per-PC code that runs the faulting instruction with AC clear, then sets AC
+ * and jumps back. Slots of TRAMP_SLOT bytes: the original PC, then the code. */
+
+struct pool {
+    uint8_t *base;
+    size_t used;
+};
+static struct pool pools[MAX_POOLS];
+static int npools;
+static volatile int pool_lock;
+
+static int64_t distance(uint64_t a, uint64_t b) { return a > b ? (int64_t)(a - b) : (int64_t)(b - a); }
+
+/* A free 64 KiB region within 1 GiB of `near`, found in the gaps of the maps. */
+static uint8_t *pool_map_near(uint64_t near)
+{
+    for (int attempt = 0; attempt < 4; attempt++) {
+        uint64_t best = 0;
+        int64_t best_d = INT64_MAX;
+        uint64_t prev_end = 0x10000;
+        for (int i = 0; i <= maps_n; i++) {
+            uint64_t gap_lo = prev_end, gap_hi = i < maps_n ? maps_cache[i].start : 0x7ffffffff000ull;
+            if (i < maps_n)
+                prev_end = maps_cache[i].end > prev_end ? maps_cache[i].end : prev_end;
+            gap_lo = (gap_lo + 0xffff) & ~0xffffull;
+            gap_hi &= ~0xffffull;
+            if (gap_hi < gap_lo + POOL_SIZE + 0x20000) /* keep a guard gap either side */
+                continue;
+            uint64_t lo = gap_lo + 0x10000, hi = gap_hi - POOL_SIZE - 0x10000;
+            uint64_t cand = near < lo ? lo : near > hi ? hi : (near & ~0xffffull);
+            int64_t d = distance(cand, near);
+            if (d < best_d) {
+                best_d = d;
+                best = cand;
+            }
+        }
+        if (!best || best_d > (1ll << 30))
+            return NULL;
+        void *p = mmap((void *)(uintptr_t)best, POOL_SIZE, PROT_READ | PROT_WRITE | PROT_EXEC,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (p != MAP_FAILED && (uint64_t)(uintptr_t)p == best)
+            return p;
+        if (p != MAP_FAILED)
+            munmap(p, POOL_SIZE);
+        maps_snapshot_locked(); /* the maps moved under us: look again */
+    }
+    return NULL;
+}
+
+/* A trampoline slot whose code can reach `target` with a rel32 (target 0: anywhere). Caller
+ * holds maps_lock. */
+static uint8_t *tramp_alloc(uint64_t target)
+{
+    uint8_t *slot = NULL;
+    spin_lock(&pool_lock);
+    for (int i = 0; i < npools && !slot; i++) {
+        if (pools[i].used + TRAMP_SLOT > POOL_SIZE)
+            continue;
+        if (target && distance((uint64_t)(uintptr_t)pools[i].base, target) > (1ll << 30) + (1ll << 29))
+            continue;
+        slot = pools[i].base + pools[i].used;
+        pools[i].used += TRAMP_SLOT;
+    }
+    if (!slot && npools < MAX_POOLS) {
+        uint8_t *base = target ? pool_map_near(target) : NULL;
+        if (!base && !target) {
+            void *p = mmap(NULL, POOL_SIZE, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            base = p == MAP_FAILED ? NULL : p;
+        }
+        if (base) {
+            pools[npools].base = base;
+            pools[npools].used = TRAMP_SLOT;
+            npools++;
+            slot = base;
+        }
+    }
+    spin_unlock(&pool_lock);
+    return slot;
+}
+
+uint64_t trampoline_origin(uint64_t rip, int *at_insn)
+{
+    for (int i = 0; i < npools; i++) {
+        uint64_t b = (uint64_t)(uintptr_t)pools[i].base;
+        if (rip >= b && rip < b + POOL_SIZE) {
+            uint64_t slot = b + ((rip - b) & ~(uint64_t)(TRAMP_SLOT - 1));
+            uint64_t origin;
+            memcpy(&origin, (const void *)(uintptr_t)slot, 8);
+            if (at_insn)
+                *at_insn = rip == slot + 8;
+            return origin;
+        }
+    }
+    return 0;
+}
+
+static uint8_t *emit(uint8_t *p, const void *bytes, size_t n)
+{
+    memcpy(p, bytes, n);
+    return p + n;
+}
+static uint8_t *emit_set_ac(uint8_t *p)
+{
+    /* lea -128(%rsp),%rsp (skip the red zone); pushfq; orl $AC,(%rsp); popfq; lea 128(%rsp),%rsp */
+    static const uint8_t code[] = {0x48, 0x8d, 0x64, 0x24, 0x80, 0x9c, 0x81, 0x0c, 0x24, 0x00, 0x00,
+                                   0x04, 0x00, 0x9d, 0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00};
+    return emit(p, code, sizeof code);
+}
+/* jmp *lit(%rip) through an 8-byte literal kept aligned at the end of the slot: the jump runs
+ * with AC set, and a misaligned literal would fault. `lit` is 0 or 1 (two literals a slot). */
+static uint8_t *emit_jmp_abs(uint8_t *p, uint8_t *slot, int lit, uint64_t to)
+{
+    uint8_t *where = slot + TRAMP_SLOT - 16 + 8 * lit;
+    memcpy(where, &to, 8);
+    int32_t rel = (int32_t)(where - (p + 6));
+    p[0] = 0xff;
+    p[1] = 0x25;
+    memcpy(p + 2, &rel, 4);
+    return p + 6;
+}
+
+/* Builds the out-of-line copy. Returns the code address or 0 when it cannot. */
+static uint64_t build_trampoline(uint64_t pc, const uint8_t *code, const struct x86_insn *d)
+{
+    uint64_t next = pc + d->len;
+    uint64_t target = 0;
+    if (d->rip_rel) {
+        if (d->addr32)
+            return 0;
+        target = next + (uint64_t)(int64_t)d->disp;
+    }
+    uint8_t *slot = tramp_alloc(target);
+    if (!slot)
+        return 0;
+    memcpy(slot, &pc, 8);
+    uint8_t *p = slot + 8, *insn_at = p;
+    if (d->string && d->rep) {
+        /* One element, then: rcx -= 1; AC on; done if rcx == 0 (or the repe/repne condition
+         * ends it); else back to the instruction for the next element. */
+        for (int i = 0; i < d->len; i++)
+            if (i >= d->nprefix || (code[i] != 0xf2 && code[i] != 0xf3))
+                *p++ = code[i];
+        static const uint8_t dec_rcx[] = {0x48, 0x8d, 0x49, 0xff};       /* lea -1(%rcx),%rcx */
+        static const uint8_t dec_ecx[] = {0x67, 0x48, 0x8d, 0x49, 0xff}; /* lea -1(%ecx),%rcx */
+        p = d->addr32 ? emit(p, dec_ecx, sizeof dec_ecx) : emit(p, dec_rcx, sizeof dec_rcx);
+        p = emit_set_ac(p);
+        int cond = (d->opcode == 0xa6 || d->opcode == 0xa7 || d->opcode == 0xae || d->opcode == 0xaf);
+        uint8_t *jrcxz = p;
+        if (d->addr32)
+            *p++ = 0x67;
+        *p++ = 0xe3;
+        *p++ = 0;
+        uint8_t *jcc = NULL;
+        if (cond) {
+            jcc = p;
+            *p++ = d->rep == 0xf3 ? 0x75 : 0x74; /* repe: stop on ZF=0 (jne); repne: on ZF=1 (je) */
+            *p++ = 0;
+        }
+        p = emit_jmp_abs(p, slot, 0, pc);
+        uint8_t *done = p;
+        p = emit_jmp_abs(p, slot, 1, next);
+        uint8_t *jrcxz_next = jrcxz + (d->addr32 ? 3 : 2);
+        jrcxz[d->addr32 ? 2 : 1] = (uint8_t)(done - jrcxz_next);
+        if (jcc)
+            jcc[1] = (uint8_t)(done - (jcc + 2));
+    } else {
+        p = emit(p, code, d->len);
+        if (d->rip_rel) {
+            int64_t nd = (int64_t)target - (int64_t)(uintptr_t)(insn_at + d->len);
+            if (nd != (int32_t)nd)
+                return 0;
+            int32_t v = (int32_t)nd;
+            memcpy(insn_at + d->disp_off, &v, 4);
+        }
+        p = emit_set_ac(p);
+        p = emit_jmp_abs(p, slot, 1, next);
+    }
+    if (p > slot + TRAMP_SLOT - 16)
+        abort(); /* cannot happen: at most 15 + 5 + 22 + 3 + 2 + 12 bytes of code */
+    return (uint64_t)(uintptr_t)insn_at;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Registers. */
+
+static const int GREG_OF[16] = {REG_RAX, REG_RCX, REG_RDX, REG_RBX, REG_RSP, REG_RBP, REG_RSI, REG_RDI,
+                                REG_R8,  REG_R9,  REG_R10, REG_R11, REG_R12, REG_R13, REG_R14, REG_R15};
+
+static inline uint64_t reg(const greg_t *g, int x86) { return (uint64_t)g[GREG_OF[x86]]; }
+
+static uint64_t seg_base(int seg)
+{
+    uint64_t v = 0;
+    if (seg == 0x64) {
+        if (G.have_fsgsbase)
+            __asm__ volatile("rdfsbase %0" : "=r"(v));
+        else
+            raw_syscall4(SYS_arch_prctl, ARCH_GET_FS, (long)&v, 0, 0);
+    } else if (seg == 0x65) {
+        if (G.have_fsgsbase)
+            __asm__ volatile("rdgsbase %0" : "=r"(v));
+        else
+            raw_syscall4(SYS_arch_prctl, ARCH_GET_GS, (long)&v, 0, 0);
+    }
+    return v;
+}
+
+static uint64_t effective_address(const struct x86_insn *d, const greg_t *g, uint64_t pc, uint64_t segb)
+{
+    uint64_t ea = (uint64_t)(int64_t)d->disp;
+    if (d->base == X86_RIP)
+        ea += pc + d->len;
+    else if (d->base >= 0)
+        ea += reg(g, d->base);
+    if (d->index >= 0)
+        ea += reg(g, d->index) * d->scale;
+    if (d->addr32)
+        ea &= 0xffffffffu;
+    return ea + segb;
+}
+
+static int uses_stack(const struct x86_insn *d)
+{
+    if (d->vex)
+        return 0;
+    if (d->map == 0) {
+        uint8_t o = d->opcode;
+        if ((o >= 0x50 && o <= 0x5f) || o == 0x68 || o == 0x6a || o == 0x8f || o == 0x9c || o == 0x9d ||
+            o == 0xc2 || o == 0xc3 || o == 0xc8 || o == 0xc9 || o == 0xe8 || o == 0xca || o == 0xcb || o == 0xcf)
+            return 1;
+        if (o == 0xff) {
+            int sub = (d->modrm >> 3) & 7;
+            return sub == 2 || sub == 3 || sub == 6;
+        }
+    }
+    if (d->map == 1 && (d->opcode == 0xa0 || d->opcode == 0xa1 || d->opcode == 0xa8 || d->opcode == 0xa9))
+        return 1;
+    return 0;
+}
+
+/* The low bits of every address the instruction may use: faults with the same key fault on
+ * the same operand, with the same size and direction. */
+static uint64_t alignment_key(const struct x86_insn *d, const greg_t *g, uint64_t pc, uint64_t segb)
+{
+    uint64_t k = 0;
+    if (d->mem) {
+        k |= effective_address(d, g, pc, segb) & 15;
+        if (d->map == 1 && (d->opcode == 0xa3 || d->opcode == 0xab || d->opcode == 0xb3 || d->opcode == 0xbb))
+            k |= ((reg(g, d->reg) >> 3) & 15) << 20; /* bt* m, r: the bit offset moves the address */
+    }
+    if (d->string)
+        k |= (reg(g, 6) & 15) << 4 | (reg(g, 7) & 15) << 8;
+    if (uses_stack(d))
+        k |= (reg(g, 4) & 15) << 12 | (reg(g, 5) & 15) << 16;
+    return k | 1ull << 63;
+}
+
+static void snapshot_regs(struct ualdbg_regs *r, const greg_t *g, uint64_t segb)
+{
+    for (int i = 0; i < 16; i++)
+        r->gpr[i] = reg(g, i);
+    r->seg_base = segb;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sites: the per-PC table. */
+
+static struct ualdbg_site *site_slot(uint64_t pc, int *created)
+{
+    uint32_t mask = G.site_mask;
+    uint32_t h = (uint32_t)((pc * 0x9e3779b97f4a7c15ull) >> 40) & mask;
+    *created = 0;
+    for (uint32_t probe = 0; probe <= mask; probe++) {
+        struct ualdbg_site *s = &G.sites[(h + probe) & mask];
+        uint64_t cur = __atomic_load_n(&s->pc, __ATOMIC_ACQUIRE);
+        if (cur == pc)
+            return s;
+        if (cur == 0) {
+            uint64_t zero = 0;
+            if (__atomic_compare_exchange_n(&s->pc, &zero, pc, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                *created = 1;
+                return s;
+            }
+            if (zero == pc)
+                return s;
+        }
+    }
+    return NULL;
+}
+
+/* Each site's decoded instruction, process-local (the shared table keeps only its bytes). */
+static struct x86_insn site_insn[SITE_CAPACITY];
+
+static int code_matches(const struct ualdbg_site *s, uint64_t pc)
+{
+    const volatile uint8_t *code = (const volatile uint8_t *)(uintptr_t)pc;
+    for (uint32_t i = 0; i < s->insn_len; i++)
+        if (code[i] != s->insn[i])
+            return 0;
+    return 1;
+}
+
+/* Decide how to resume from faults at this PC and whether they count. Runs once per PC. */
+static void site_build(struct ualdbg_site *s, uint64_t pc)
+{
+    uint8_t code[16] = {0};
+    size_t avail = 15;
+    uint32_t flags = 0;
+    spin_lock(&maps_lock);
+    const struct mapping *m = maps_lookup_locked(pc);
+    if (m && m->end - pc < avail)
+        avail = (size_t)(m->end - pc);
+    memcpy(code, (const void *)(uintptr_t)pc, avail);
+    if (in_scope(m))
+        flags |= UALDBG_SITE_IN_SCOPE;
+    struct x86_insn d;
+    int ok = ualdbg_x86_decode(code, avail, &d) == 0;
+    site_insn[s - G.sites] = d;
+    s->insn_len = ok ? d.len : 0;
+    memcpy(s->insn, code, sizeof s->insn); /* all of it: the reader decodes even what this cannot */
+    s->trampoline = 0;
+    if (!ok) {
+        flags |= UALDBG_SITE_STEPPED;
+    } else if (d.flow == X86_FLOW_NEXT) {
+        uint64_t t = build_trampoline(pc, code, &d);
+        if (t) {
+            s->trampoline = t;
+            flags |= UALDBG_SITE_TRAMPOLINE | (d.string && d.rep ? UALDBG_SITE_REP : 0);
+        } else {
+            flags |= UALDBG_SITE_STEPPED;
+        }
+    } else if (d.flow == X86_FLOW_OTHER || d.addr32 || d.opsize16) {
+        flags |= UALDBG_SITE_STEPPED;
+    } else {
+        flags |= UALDBG_SITE_EMULATED;
+    }
+    if (!(flags & UALDBG_SITE_IN_SCOPE) && !CFG.noskip) {
+        const struct range *r = range_of(pc);
+        struct cfi_rule rule;
+        if (r && ualdbg_cfi_lookup(r->eh_frame_hdr, pc, &rule) && rule.ok && rule.cfa_reg >= 0 &&
+            rule.cfa_off == (int16_t)rule.cfa_off && rule.ra_off == (int16_t)rule.ra_off) {
+            s->cfa_reg = rule.cfa_reg;
+            s->cfa_off = (int16_t)rule.cfa_off;
+            s->ra_off = (int16_t)rule.ra_off;
+            flags |= UALDBG_SITE_SKIP;
+        }
+    }
+    spin_unlock(&maps_lock);
+    if (flags & UALDBG_SITE_STEPPED)
+        ensure_sigtrap();
+    s->flags = flags;
+    __atomic_add_fetch(&G.hdr->sites_used, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->state, UALDBG_SITE_READY, __ATOMIC_RELEASE);
+}
+
+static void add_variant(struct ualdbg_site *s, uint64_t key, const greg_t *g, uint64_t segb)
+{
+    uint32_t n = __atomic_load_n(&s->nvariants, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n && i < UALDBG_VARIANTS; i++)
+        if (s->variants[i].key == key)
+            return;
+    while (n < UALDBG_VARIANTS) {
+        if (__atomic_compare_exchange_n(&s->nvariants, &n, n + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            snapshot_regs(&s->variants[n].regs, g, segb);
+            __atomic_store_n(&s->variants[n].key, key, __ATOMIC_RELEASE);
+            return;
+        }
+    }
+}
+
+static void add_record(uint64_t pc, const greg_t *g, uint64_t segb, uint32_t flags)
+{
+    uint64_t seq = __atomic_add_fetch(&G.hdr->head, 1, __ATOMIC_ACQ_REL);
+    uint32_t cap = G.hdr->record_capacity;
+    struct ualdbg_record *r = &G.records[(seq - 1) % cap];
+    __atomic_store_n(&r->seq, 0, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    r->time_ns = now_ns();
+    r->pc = pc;
+    r->pid = (uint32_t)G.pid;
+    if (TS.tid_gen != G.fork_gen + 1 || !TS.tid) {
+        TS.tid = raw_gettid();
+        TS.tid_gen = G.fork_gen + 1;
+    }
+    r->tid = (uint32_t)TS.tid;
+    r->cpu = sched_getcpu();
+    r->flags = flags;
+    snapshot_regs(&r->regs, g, segb);
+    __atomic_store_n(&r->seq, seq, __ATOMIC_RELEASE);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Resuming. */
+
+static int looks_like_return_address(uint64_t ra)
+{
+    const struct mapping *m = maps_find(ra);
+    if (!m || !m->exec || ra < m->start + 7)
+        return 0;
+    const uint8_t *p = (const uint8_t *)(uintptr_t)ra;
+    if (p[-5] == 0xe8)
+        return 1; /* call rel32 */
+    for (int n = 2; n <= 7; n++) /* call r/m64: FF /2 with up to a SIB and disp32 */
+        if (p[-n] == 0xff && ((p[-n + 1] >> 3) & 7) == 2)
+            return 1;
+    return 0;
+}
+
+/* Disarm until the routine returns: swap its return address for ualdbg_skip_return. */
+static int skip_routine(const struct ualdbg_site *s, greg_t *g)
+{
+    if (TS.skip_n >= SKIP_DEPTH) {
+        memmove(TS.skip_slot, TS.skip_slot + 1, (SKIP_DEPTH - 1) * sizeof TS.skip_slot[0]);
+        memmove(TS.skip_ra, TS.skip_ra + 1, (SKIP_DEPTH - 1) * sizeof TS.skip_ra[0]);
+        TS.skip_n--;
+    }
+    uint64_t slot = reg(g, s->cfa_reg) + (uint64_t)(int64_t)s->cfa_off + (uint64_t)(int64_t)s->ra_off;
+    if (slot & 7 || slot < reg(g, 4))
+        return 0;
+    uint64_t ra;
+    memcpy(&ra, (const void *)(uintptr_t)slot, 8);
+    if (ra == (uint64_t)(uintptr_t)ualdbg_skip_return)
+        return 0;
+    spin_lock(&maps_lock);
+    int plausible = looks_like_return_address(ra);
+    spin_unlock(&maps_lock);
+    if (!plausible)
+        return 0;
+    TS.skip_slot[TS.skip_n] = slot;
+    TS.skip_ra[TS.skip_n] = ra;
+    TS.skip_n++;
+    uint64_t t = (uint64_t)(uintptr_t)ualdbg_skip_return;
+    memcpy((void *)(uintptr_t)slot, &t, 8);
+    g[REG_EFL] &= ~(greg_t)AC_BIT; /* re-run the instruction natively, unarmed */
+    __atomic_add_fetch(&G.hdr->skipped_calls, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+struct skip_pair {
+    uint64_t ra, arm;
+};
+
+/* Called by ualdbg_skip_return with the routine's rsp after its ret. */
+__attribute__((target("general-regs-only"), used)) HIDDEN struct skip_pair ualdbg_skip_pop(uint64_t rsp)
+{
+    uint64_t slot = rsp - 8;
+    for (int i = TS.skip_n - 1; i >= 0; i--) {
+        if (TS.skip_slot[i] == slot) {
+            struct skip_pair r = {TS.skip_ra[i], 0};
+            TS.skip_n = i;
+            r.arm = G.active && G.armed && TS.want_armed && !sigbus_blocked_now();
+            return r;
+        }
+    }
+    /* Cannot happen: the slot is ours. Nothing sensible to return to. */
+    abort();
+}
+
+static void emulate(const struct ualdbg_site *s, greg_t *g, uint64_t pc)
+{
+    struct x86_insn d;
+    ualdbg_x86_decode(s->insn, s->insn_len, &d);
+    uint64_t next = pc + d.len, rsp = (uint64_t)g[REG_RSP], target = 0;
+    switch (d.flow) {
+    case X86_FLOW_CALL_REL: {
+        int32_t rel;
+        memcpy(&rel, s->insn + d.imm_off, 4);
+        target = next + (uint64_t)(int64_t)rel;
+        goto push;
+    }
+    case X86_FLOW_CALL_RM:
+        if (d.mem)
+            memcpy(&target, (const void *)(uintptr_t)effective_address(&d, g, pc, seg_base(d.seg)), 8);
+        else
+            target = reg(g, d.rm_reg);
+    push:
+        rsp -= 8;
+        memcpy((void *)(uintptr_t)rsp, &next, 8);
+        g[REG_RSP] = (greg_t)rsp;
+        g[REG_RIP] = (greg_t)target;
+        break;
+    case X86_FLOW_JMP_RM:
+        memcpy(&target, (const void *)(uintptr_t)effective_address(&d, g, pc, seg_base(d.seg)), 8);
+        g[REG_RIP] = (greg_t)target;
+        break;
+    case X86_FLOW_RET: {
+        uint16_t imm = 0;
+        if (d.opcode == 0xc2)
+            memcpy(&imm, s->insn + d.imm_off, 2);
+        memcpy(&target, (const void *)(uintptr_t)rsp, 8);
+        g[REG_RSP] = (greg_t)(rsp + 8 + imm);
+        g[REG_RIP] = (greg_t)target;
+        break;
+    }
+    }
+    __atomic_add_fetch(&G.hdr->emulated, 1, __ATOMIC_RELAXED);
+}
+
+static void single_step(greg_t *g)
+{
+    g[REG_EFL] = (g[REG_EFL] & ~(greg_t)AC_BIT) | (greg_t)TF_BIT;
+    TS.step_pending = 1;
+    __atomic_add_fetch(&G.hdr->stepped, 1, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The SIGBUS handler. AC is already clear (entry.S). */
+
+static int handle_alignment_fault(ucontext_t *uc)
+{
+    greg_t *g = uc->uc_mcontext.gregs;
+    uint64_t pc = (uint64_t)g[REG_RIP];
+    if (!G.active || !G.hdr || !G.armed)
+        return 0; /* AC set by the program itself: its own business */
+    if (!*G.fork_token) {
+        /* A child forked without pthread_atfork handlers (_Fork, clone, syscall). */
+        agent_new_process(CFG.follow, 1);
+        if (!G.active) {
+            g[REG_EFL] &= ~(greg_t)AC_BIT;
+            return 1;
+        }
+    }
+    int created;
+    struct ualdbg_site *s = site_slot(pc, &created);
+    if (!s) {
+        __atomic_add_fetch(&G.hdr->dropped_sites, 1, __ATOMIC_RELAXED);
+        single_step(g);
+        ensure_sigtrap();
+        return 1;
+    }
+    if (created) {
+        site_build(s, pc);
+    } else {
+        while (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != UALDBG_SITE_READY)
+            sched_yield();
+        if (!code_matches(s, pc)) { /* new code at this PC (dlclose/dlopen, JIT): rebuild */
+            __atomic_store_n(&s->state, UALDBG_SITE_BUILDING, __ATOMIC_RELEASE);
+            s->nvariants = 0;
+            site_build(s, pc);
+        }
+    }
+    uint32_t flags = s->flags;
+    __atomic_add_fetch(&s->count, 1, __ATOMIC_RELAXED);
+    if (flags & UALDBG_SITE_IN_SCOPE) {
+        const struct x86_insn *d = &site_insn[s - G.sites];
+        uint64_t segb = 0;
+        __atomic_add_fetch(&G.hdr->total, 1, __ATOMIC_RELAXED);
+        if (s->insn_len) {
+            segb = seg_base(d->seg);
+            add_variant(s, alignment_key(d, g, pc, segb), g, segb);
+        } else {
+            add_variant(s, 1ull << 63, g, 0);
+        }
+        add_record(pc, g, segb, flags);
+    } else {
+        __atomic_add_fetch(&G.hdr->ignored, 1, __ATOMIC_RELAXED);
+        if ((flags & UALDBG_SITE_SKIP) && skip_routine(s, g))
+            return 1;
+    }
+    if (flags & UALDBG_SITE_TRAMPOLINE) {
+        g[REG_EFL] &= ~(greg_t)AC_BIT;
+        g[REG_RIP] = (greg_t)s->trampoline;
+    } else if (flags & UALDBG_SITE_EMULATED) {
+        emulate(s, g, pc);
+    } else {
+        single_step(g);
+    }
+    return 1;
+}
+
+void on_sigbus_c(int sig, siginfo_t *si, void *ctx)
+{
+    ucontext_t *uc = ctx;
+    int saved = errno;
+    if (si && si->si_code == BUS_ADRALN && (uc->uc_mcontext.gregs[REG_EFL] & (greg_t)AC_BIT) &&
+        handle_alignment_fault(uc)) {
+        errno = saved;
+        return;
+    }
+    errno = saved;
+    chain_signal(sig, si, uc);
+}
+
+void on_sigtrap_c(int sig, siginfo_t *si, void *ctx)
+{
+    ucontext_t *uc = ctx;
+    if (TS.step_pending && si && si->si_code == TRAP_TRACE) {
+        greg_t *g = uc->uc_mcontext.gregs;
+        TS.step_pending = 0;
+        g[REG_EFL] &= ~(greg_t)TF_BIT;
+        /* Re-arm the interrupted context: it was armed when it faulted. */
+        g[REG_EFL] |= (greg_t)AC_BIT;
+        return;
+    }
+    chain_signal(sig, si, uc);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Buffers: one per process image. */
+
+static void fill_cmdline(char *dst, size_t cap)
+{
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, dst, cap - 1);
+    close(fd);
+    if (n > 0)
+        dst[n] = 0;
+}
+
+static int buffer_create(void)
+{
+    char path[700];
+    int fd = -1;
+    uint32_t gen;
+    for (gen = 0; gen < 10000; gen++) {
+        char *p = path, *end = path + sizeof path - 1;
+        p = put_str(p, end, CFG.dir);
+        p = put_str(p, end, "/");
+        p = put_u64(p, end, (uint64_t)G.pid);
+        p = put_str(p, end, ".");
+        p = put_u64(p, end, gen);
+        p = put_str(p, end, ".buf");
+        *p = 0;
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0 || errno != EEXIST)
+            break;
+    }
+    if (fd < 0)
+        return -1;
+    uint32_t rc = CFG.records ? CFG.records : 100000;
+    uint64_t sites_off = UALDBG_HEADER_SIZE;
+    uint64_t rec_off = sites_off + (uint64_t)SITE_CAPACITY * UALDBG_SITE_SIZE;
+    uint64_t maps_off = rec_off + (uint64_t)rc * UALDBG_RECORD_SIZE;
+    maps_off = (maps_off + 4095) & ~4095ull;
+    uint64_t size = maps_off + MAPS_CAPACITY;
+    if (ftruncate(fd, (off_t)size) != 0) {
+        close(fd);
+        return -1;
+    }
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return -1;
+    struct ualdbg_header *h = m;
+    memcpy(h->magic, UALDBG_MAGIC, 8);
+    h->version = UALDBG_VERSION;
+    h->header_size = UALDBG_HEADER_SIZE;
+    h->site_size = UALDBG_SITE_SIZE;
+    h->record_size = UALDBG_RECORD_SIZE;
+    h->site_capacity = SITE_CAPACITY;
+    h->record_capacity = rc;
+    h->maps_capacity = MAPS_CAPACITY;
+    h->sites_offset = sites_off;
+    h->records_offset = rec_off;
+    h->maps_offset = maps_off;
+    h->pid = G.pid;
+    h->ppid = getppid();
+    h->gen = gen;
+    h->start_ns = now_ns();
+    h->exit_status = -1;
+    h->flags = (CFG.follow ? UALDBG_F_FOLLOW : 0) | (CFG.at_start ? UALDBG_F_AT_START : 0) |
+               (CFG.all_modules ? UALDBG_F_ALL : 0) | (CFG.noskip ? UALDBG_F_NOSKIP : 0);
+    strncpy(h->exe, G.exe, sizeof h->exe - 1);
+    fill_cmdline(h->cmdline, sizeof h->cmdline);
+    G.hdr = h;
+    G.map_len = size;
+    G.sites = (struct ualdbg_site *)((char *)m + sites_off);
+    G.records = (struct ualdbg_record *)((char *)m + rec_off);
+    G.maps = (char *)m + maps_off;
+    G.site_mask = SITE_CAPACITY - 1;
+    __atomic_store_n(&h->state, UALDBG_RUNNING, __ATOMIC_RELEASE);
+    return 0;
+}
+
+void buffer_mark(uint32_t state, const char *note)
+{
+    if (!G.hdr)
+        return;
+    if (note) {
+        strncpy(G.hdr->note, note, sizeof G.hdr->note - 1);
+        G.hdr->note[sizeof G.hdr->note - 1] = 0;
+    }
+    G.hdr->end_ns = state == UALDBG_RUNNING ? 0 : now_ns();
+    __atomic_store_n(&G.hdr->state, state, __ATOMIC_RELEASE);
+}
+
+static void fork_token_init(void)
+{
+    void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return;
+    if (madvise(p, 4096, MADV_WIPEONFORK) != 0) {
+        munmap(p, 4096);
+        return;
+    }
+    G.fork_token = p;
+    *G.fork_token = 1;
+}
+
+/* A new process (a fork child): its own buffer when following children; otherwise nothing
+ * is traced in it and the programs it runs do not get the agent. */
+void agent_new_process(int follow, int in_handler)
+{
+    /* The child has one thread: a lock another thread held at the fork is held by no one. */
+    maps_lock = 0;
+    pool_lock = 0;
+    signals_after_fork();
+    G.pid = raw_getpid();
+    G.fork_gen++;
+    TS.tid = 0;
+    TS.skip_n = 0;
+    G.root_line = 0;
+    if (G.fork_token)
+        *G.fork_token = 1;
+    if (!follow) {
+        G.active = 0;
+        ac_clear();
+        if (!in_handler)
+            strip_own_environment();
+        return;
+    }
+    void *old = G.hdr;
+    size_t old_len = G.map_len;
+    if (buffer_create() != 0) {
+        G.active = 0;
+        G.hdr = NULL;
+        ac_clear();
+        return;
+    }
+    if (G.armed) {
+        G.hdr->flags |= UALDBG_F_ARMED;
+        G.hdr->armed_ns = now_ns();
+    }
+    spin_lock(&maps_lock);
+    maps_snapshot_locked();
+    spin_unlock(&maps_lock);
+    if (old)
+        munmap(old, old_len);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Initialisation, the arming point, exit. */
+
+static void percent_decode(char *dst, size_t cap, const char *src, size_t n)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 1 < cap; i++) {
+        if (src[i] == '%' && i + 2 < n) {
+            char h[3] = {src[i + 1], src[i + 2], 0};
+            dst[o++] = (char)strtol(h, NULL, 16);
+            i += 2;
+        } else {
+            dst[o++] = src[i];
+        }
+    }
+    dst[o] = 0;
+}
+
+/* UALDBG_AGENT=1;dir=D;at=main|start;follow=0|1;all=0|1;noskip=0|1;records=N;ualdbg=PID;
+ *              preload=VALUE|-;modules=A,B   (values percent-encoded) */
+static int parse_config(const char *s)
+{
+    if (!s || s[0] != '1')
+        return 0;
+    const char *p = s + 1;
+    while (*p) {
+        if (*p == ';')
+            p++;
+        const char *eq = strchr(p, '='), *semi = strchr(p, ';');
+        if (!semi)
+            semi = p + strlen(p);
+        if (!eq || eq > semi) {
+            p = semi;
+            continue;
+        }
+        size_t kl = (size_t)(eq - p), vl = (size_t)(semi - eq - 1);
+        const char *v = eq + 1;
+        char val[2048];
+        percent_decode(val, sizeof val, v, vl);
+        if (kl == 3 && !memcmp(p, "dir", 3))
+            strncpy(CFG.dir, val, sizeof CFG.dir - 1);
+        else if (kl == 2 && !memcmp(p, "at", 2))
+            CFG.at_start = !strcmp(val, "start");
+        else if (kl == 6 && !memcmp(p, "follow", 6))
+            CFG.follow = val[0] == '1';
+        else if (kl == 3 && !memcmp(p, "all", 3))
+            CFG.all_modules = val[0] == '1';
+        else if (kl == 6 && !memcmp(p, "noskip", 6))
+            CFG.noskip = val[0] == '1';
+        else if (kl == 7 && !memcmp(p, "records", 7))
+            CFG.records = (uint32_t)strtoul(val, NULL, 10);
+        else if (kl == 6 && !memcmp(p, "ualdbg", 6))
+            CFG.ualdbg_pid = strtol(val, NULL, 10);
+        else if (kl == 7 && !memcmp(p, "preload", 7)) {
+            CFG.had_preload = strcmp(val, "-") != 0;
+            if (CFG.had_preload)
+                strncpy(CFG.preload_orig, val, sizeof CFG.preload_orig - 1);
+        } else if (kl == 7 && !memcmp(p, "modules", 7)) {
+            char *q = val;
+            while (*q && CFG.nmodules < MAX_MODULES) {
+                char *c = strchr(q, ',');
+                size_t l = c ? (size_t)(c - q) : strlen(q);
+                if (l && l < sizeof CFG.modules[0]) {
+                    memcpy(CFG.modules[CFG.nmodules], q, l);
+                    CFG.modules[CFG.nmodules++][l] = 0;
+                }
+                q += l + (c ? 1 : 0);
+            }
+        }
+        p = semi;
+    }
+    return CFG.dir[0] != 0;
+}
+
+static void find_interp(void)
+{
+    const ElfW(Phdr) *ph = (const ElfW(Phdr) *)getauxval(AT_PHDR);
+    unsigned long n = getauxval(AT_PHNUM);
+    uint64_t bias = 0;
+    const char *interp = NULL;
+    if (!ph)
+        return;
+    for (unsigned long i = 0; i < n; i++)
+        if (ph[i].p_type == PT_PHDR)
+            bias = (uint64_t)(uintptr_t)ph - ph[i].p_vaddr;
+    for (unsigned long i = 0; i < n; i++)
+        if (ph[i].p_type == PT_INTERP)
+            interp = (const char *)(uintptr_t)(bias + ph[i].p_vaddr);
+    if (interp && !realpath(interp, G.interp))
+        G.interp[0] = 0;
+}
+
+/* Remove the agent from this process's environment, for programs it starts. */
+void strip_own_environment(void)
+{
+    unsetenv("UALDBG_AGENT");
+    if (CFG.had_preload)
+        setenv("LD_PRELOAD", CFG.preload_orig, 1);
+    else
+        unsetenv("LD_PRELOAD");
+}
+
+void arm_here(void)
+{
+    uint64_t mask = block_all();
+    G.armed = 1;
+    if (G.hdr) {
+        G.hdr->armed_ns = now_ns();
+        __atomic_or_fetch(&G.hdr->flags, UALDBG_F_ARMED, __ATOMIC_RELEASE);
+    }
+    spin_lock(&maps_lock);
+    maps_snapshot_locked();
+    spin_unlock(&maps_lock);
+    unblock_all(mask);
+    TS.want_armed = 1;
+    rearm();
+}
+
+static void on_exit_cb(int status, void *arg)
+{
+    (void)arg;
+    uint64_t was = ac_save_clear();
+    if (G.hdr && G.active) {
+        uint64_t mask = block_all();
+        spin_lock(&maps_lock);
+        maps_snapshot_locked();
+        spin_unlock(&maps_lock);
+        G.hdr->exit_status = status;
+        buffer_mark(UALDBG_EXITED, NULL);
+        unblock_all(mask);
+    }
+    ac_restore(was);
+}
+
+static void atfork_child(void)
+{
+    uint64_t was = ac_save_clear(); /* the child inherited the forking thread's AC */
+    if (G.active)
+        agent_new_process(CFG.follow, 0);
+    if (G.active)
+        ac_restore(was);
+}
+
+__attribute__((constructor(101))) static void agent_init(void)
+{
+    signals_init(); /* the real libc entry points, whatever happens next */
+    wrappers_init();
+    if (getauxval(AT_SECURE) || !parse_config(getenv("UALDBG_AGENT")))
+        return;
+    Dl_info info;
+    if (dladdr((void *)agent_init, &info) && info.dli_fname)
+        strncpy(CFG.agent_path, info.dli_fname, sizeof CFG.agent_path - 1);
+    char real[PATH_MAX];
+    if (CFG.agent_path[0] && realpath(CFG.agent_path, real))
+        strncpy(CFG.agent_path, real, sizeof CFG.agent_path - 1);
+    CFG.configured = 1;
+    G.pid = raw_getpid();
+    G.root_line = CFG.ualdbg_pid && getppid() == CFG.ualdbg_pid;
+    G.have_fsgsbase = (getauxval(AT_HWCAP2) & HWCAP2_FSGSBASE) != 0;
+    ssize_t n = readlink("/proc/self/exe", G.exe, sizeof G.exe - 1);
+    G.exe[n > 0 ? n : 0] = 0;
+    find_interp();
+    if (!CFG.follow)
+        strip_own_environment();
+    fork_token_init();
+    if (!G.fork_token || buffer_create() != 0) {
+        CFG.configured = 0;
+        return;
+    }
+    if (!CFG.all_modules && !CFG.noskip)
+        ranges_init();
+    G.active = 1;
+    install_kernel_action(SIGBUS);
+    signals_adopt_existing();
+    pthread_atfork(NULL, NULL, atfork_child);
+    on_exit(on_exit_cb, NULL);
+    if (CFG.at_start)
+        arm_here();
+}
+
+__attribute__((destructor)) static void agent_fini(void)
+{
+    uint64_t was = ac_save_clear();
+    if (G.hdr && G.active && G.hdr->state == UALDBG_RUNNING) {
+        uint64_t mask = block_all();
+        spin_lock(&maps_lock);
+        maps_snapshot_locked();
+        spin_unlock(&maps_lock);
+        buffer_mark(UALDBG_EXITED, NULL);
+        unblock_all(mask);
+    }
+    ac_restore(was);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Environment and exec targets. */
+
+static int preload_has_agent(const char *v)
+{
+    size_t l = strlen(CFG.agent_path);
+    if (!l)
+        return 0;
+    for (const char *p = v; (p = strstr(p, CFG.agent_path)); p += l) {
+        int start = p == v || p[-1] == ':' || p[-1] == ' ';
+        int end = p[l] == 0 || p[l] == ':' || p[l] == ' ';
+        if (start && end)
+            return 1;
+    }
+    return 0;
+}
+
+int env_has_agent(char *const envp[])
+{
+    int preload = 0, conf = 0;
+    for (int i = 0; envp && envp[i]; i++) {
+        if (!strncmp(envp[i], "LD_PRELOAD=", 11) && preload_has_agent(envp[i] + 11))
+            preload = 1;
+        else if (!strncmp(envp[i], "UALDBG_AGENT=", 13))
+            conf = 1;
+    }
+    return preload && conf;
+}
+
+/* A copy of envp without the agent (the user's own LD_PRELOAD restored); malloc'ed. */
+char **env_without_agent(char *const envp[])
+{
+    int n = 0;
+    while (envp && envp[n])
+        n++;
+    char **out = malloc(sizeof(char *) * (size_t)(n + 2));
+    if (!out)
+        return NULL;
+    int o = 0;
+    for (int i = 0; i < n; i++) {
+        if (!strncmp(envp[i], "UALDBG_AGENT=", 13))
+            continue;
+        if (!strncmp(envp[i], "LD_PRELOAD=", 11) && preload_has_agent(envp[i] + 11)) {
+            if (CFG.had_preload) {
+                size_t l = strlen(CFG.preload_orig) + 12;
+                char *e = malloc(l);
+                if (e) {
+                    memcpy(e, "LD_PRELOAD=", 11);
+                    memcpy(e + 11, CFG.preload_orig, l - 11);
+                    out[o++] = e;
+                }
+            }
+            continue;
+        }
+        out[o++] = envp[i];
+    }
+    out[o] = NULL;
+    return out;
+}
+
+/* An ELF the preloaded agent cannot be loaded into (32-bit, another machine): ld.so would
+ * print an error about LD_PRELOAD into the program's stderr. */
+int elf_is_foreign(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    unsigned char e[20];
+    ssize_t n = read(fd, e, sizeof e);
+    close(fd);
+    if (n < 20 || memcmp(e, ELFMAG, SELFMAG) != 0)
+        return 0; /* a script: its interpreter is checked when it runs */
+    uint16_t machine = (uint16_t)(e[18] | e[19] << 8);
+    return e[EI_CLASS] != ELFCLASS64 || machine != EM_X86_64;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Test entry points (tests/unit/test_agent_buffer.py): write a buffer without a handler. */
+
+EXPORT int ualdbg_agent_test_open(const char *dir, uint32_t records)
+{
+    memset(&CFG, 0, sizeof CFG);
+    strncpy(CFG.dir, dir, sizeof CFG.dir - 1);
+    CFG.records = records;
+    CFG.follow = 1;
+    G.pid = raw_getpid();
+    strncpy(G.exe, "/test/exe", sizeof G.exe - 1);
+    return buffer_create();
+}
+
+EXPORT void ualdbg_agent_test_fault(uint64_t pc, const uint64_t *regs16, int in_scope, uint64_t key)
+{
+    greg_t g[NGREG] = {0};
+    for (int i = 0; i < 16; i++)
+        g[GREG_OF[i]] = (greg_t)regs16[i];
+    int created;
+    struct ualdbg_site *s = site_slot(pc, &created);
+    if (!s)
+        return;
+    if (created) {
+        s->flags = in_scope ? UALDBG_SITE_IN_SCOPE : 0;
+        __atomic_store_n(&s->state, UALDBG_SITE_READY, __ATOMIC_RELEASE);
+        G.hdr->sites_used++;
+    }
+    s->count++;
+    if (in_scope) {
+        G.hdr->total++;
+        add_variant(s, key | 1ull << 63, g, 0);
+        add_record(pc, g, 0, s->flags);
+    } else {
+        G.hdr->ignored++;
+    }
+}
+
+EXPORT void ualdbg_agent_test_maps(void)
+{
+    spin_lock(&maps_lock);
+    maps_snapshot_locked();
+    spin_unlock(&maps_lock);
+}
+
+EXPORT void ualdbg_agent_test_close(int status)
+{
+    G.hdr->exit_status = status;
+    buffer_mark(UALDBG_EXITED, "closed by the test");
+}
+
+EXPORT int ualdbg_agent_test_decode(const uint8_t *code, size_t n, int *len, int *rip_rel, int *disp_off, int *flow)
+{
+    struct x86_insn d;
+    int r = ualdbg_x86_decode(code, n, &d);
+    *len = d.len;
+    *rip_rel = d.rip_rel;
+    *disp_off = d.disp_off;
+    *flow = d.flow;
+    return r;
+}

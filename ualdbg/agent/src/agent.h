@@ -1,0 +1,158 @@
+/* agent.h - what the agent's C files share: configuration, per-process and per-thread state,
+ * EFLAGS.AC primitives, raw system calls that bypass the wrapped libc entry points. */
+#ifndef UALDBG_AGENT_INTERNAL_H
+#define UALDBG_AGENT_INTERNAL_H
+
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "ualdbg_agent.h"
+
+#define AC_BIT 0x40000ULL
+#define TF_BIT 0x100ULL
+#define HIDDEN __attribute__((visibility("hidden")))
+#define EXPORT __attribute__((visibility("default")))
+#define MAX_MODULES 32
+#define SKIP_DEPTH 32
+
+struct agent_config {
+    int configured;      /* UALDBG_AGENT was present and valid */
+    int follow;
+    int at_start;
+    int all_modules;
+    int noskip;
+    uint32_t records;
+    long ualdbg_pid;     /* the ualdbg process: an image whose parent it is runs the program */
+    char dir[512];
+    char preload_orig[2048]; /* the user's own LD_PRELOAD, restored for children when not following */
+    int had_preload;
+    int nmodules;
+    char modules[MAX_MODULES][256];
+    char agent_path[1024];
+};
+
+struct agent_state {
+    volatile int active;  /* tracing this process image */
+    volatile int armed;   /* the arming point was reached */
+    int root_line;        /* the program ualdbg started (its pid), in any image */
+    pid_t pid;
+    uint32_t fork_gen;
+    struct ualdbg_header *hdr;
+    struct ualdbg_site *sites;
+    struct ualdbg_record *records;
+    char *maps;
+    size_t map_len;
+    uint32_t site_mask;
+    volatile uint64_t *fork_token; /* MADV_WIPEONFORK: reads 0 in a forked child */
+    char exe[512];
+    char interp[512];
+    int have_fsgsbase;
+};
+
+struct thread_state {
+    int want_armed;       /* this thread passed its arming point (main, or its start routine) */
+    int step_pending;     /* a single-step re-arm is outstanding */
+    uint32_t tid_gen;
+    pid_t tid;
+    int skip_n;
+    uint64_t skip_slot[SKIP_DEPTH];
+    uint64_t skip_ra[SKIP_DEPTH];
+};
+
+extern struct agent_config CFG HIDDEN;
+extern struct agent_state G HIDDEN;
+extern __thread struct thread_state TS __attribute__((tls_model("initial-exec"))) HIDDEN;
+
+/* EFLAGS.AC. The agent is built with -mno-red-zone: pushfq below rsp is safe in any function. */
+static inline uint64_t ac_get(void)
+{
+    uint64_t f;
+    __asm__ volatile("pushfq\n\tpopq %0" : "=r"(f)::"memory");
+    return f & AC_BIT;
+}
+static inline void ac_set(void)
+{
+    __asm__ volatile("pushfq\n\torl $0x40000,(%%rsp)\n\tpopfq" ::: "memory", "cc");
+}
+static inline void ac_clear(void)
+{
+    __asm__ volatile("pushfq\n\tandl $0xfffbffff,(%%rsp)\n\tpopfq" ::: "memory", "cc");
+}
+/* Clear AC on entry to agent code; returns the previous state for ac_restore. */
+static inline uint64_t ac_save_clear(void)
+{
+    uint64_t was = ac_get();
+    if (was)
+        ac_clear();
+    return was;
+}
+static inline void ac_restore(uint64_t was)
+{
+    if (was)
+        ac_set();
+}
+
+static inline long raw_syscall4(long n, long a, long b, long c, long d)
+{
+    long ret;
+    register long r10 __asm__("r10") = d;
+    __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
+    return ret;
+}
+static inline pid_t raw_getpid(void) { return (pid_t)raw_syscall4(SYS_getpid, 0, 0, 0, 0); }
+static inline pid_t raw_gettid(void) { return (pid_t)raw_syscall4(SYS_gettid, 0, 0, 0, 0); }
+/* The kernel's sigset is 8 bytes on x86-64. */
+static inline int raw_sigprocmask(int how, const uint64_t *set, uint64_t *old)
+{
+    return (int)raw_syscall4(SYS_rt_sigprocmask, how, (long)set, (long)old, 8);
+}
+static inline int sigbus_blocked_now(void)
+{
+    uint64_t cur = 0;
+    raw_sigprocmask(SIG_BLOCK, 0, &cur);
+    return (int)((cur >> (SIGBUS - 1)) & 1);
+}
+
+/* agent.c */
+HIDDEN uint64_t now_ns(void);
+HIDDEN void rearm(void);
+HIDDEN int armable(void);
+HIDDEN void arm_here(void);
+HIDDEN void agent_new_process(int follow, int in_handler);
+HIDDEN void strip_own_environment(void);
+HIDDEN void maps_snapshot_locked(void);
+HIDDEN void maps_snapshot(void);
+HIDDEN void buffer_mark(uint32_t state, const char *note);
+HIDDEN int env_has_agent(char *const envp[]);
+HIDDEN char **env_without_agent(char *const envp[]);
+HIDDEN int elf_is_foreign(const char *path);
+HIDDEN void on_sigbus_c(int sig, siginfo_t *si, void *ctx);
+HIDDEN void on_sigtrap_c(int sig, siginfo_t *si, void *ctx);
+HIDDEN void on_signal_c(int sig, siginfo_t *si, void *ctx);
+HIDDEN uint64_t trampoline_origin(uint64_t rip, int *at_insn);
+HIDDEN void ensure_sigtrap(void);
+
+/* wrappers.c */
+HIDDEN void wrappers_init(void);
+
+/* signals.c */
+HIDDEN void signals_init(void);
+HIDDEN void signals_after_fork(void);
+HIDDEN void signals_adopt_existing(void);
+HIDDEN void chain_signal(int sig, siginfo_t *si, ucontext_t *uc);
+HIDDEN int real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+HIDDEN void install_kernel_action(int sig);
+HIDDEN void *real_fn(const char *name);
+
+/* entry.S */
+void ualdbg_sigbus_entry(int, siginfo_t *, void *) HIDDEN;
+void ualdbg_sigtrap_entry(int, siginfo_t *, void *) HIDDEN;
+void ualdbg_signal_entry(int, siginfo_t *, void *) HIDDEN;
+void ualdbg_skip_return(void) HIDDEN;
+
+#endif

@@ -1,0 +1,132 @@
+/* ualdbg_agent.h - the shared-memory trace buffer the agent writes and ualdbg reads.
+ *
+ * One file per process image, <dir>/<pid>.<gen>.buf (gen counts the images a pid has run:
+ * 0, then 1 after an execve, ...). The file is mapped MAP_SHARED by the agent and read by
+ * ualdbg while the program runs (live progress: header counters only) and after it exits.
+ * All integers are little-endian; offsets below are in bytes. ualdbg/agent/buffer.py reads
+ * exactly this layout; tests/unit/test_agent_buffer.py checks both sides agree.
+ *
+ * Layout:  [header: UALDBG_HEADER_SIZE] [sites: site_capacity * UALDBG_SITE_SIZE]
+ *          [records: record_capacity * UALDBG_RECORD_SIZE] [maps: maps_capacity bytes]
+ *
+ * - sites: an open-addressing hash table keyed by PC (linear probing, hash = pc * golden
+ *   ratio >> shift), one entry per exception PC ever trapped, with its EXACT count. Out of
+ *   scope PCs are counted too (flag UALDBG_SITE_IN_SCOPE clear). Each site keeps up to
+ *   UALDBG_VARIANTS register snapshots with distinct alignment keys (the low 4 bits of every
+ *   address the instruction can use), so the reader can tell which operand faulted, its size
+ *   and read/write however many faults the site had.
+ * - records: a ring of the last record_capacity IN-SCOPE faults. A record's slot is
+ *   (seq - 1) % record_capacity; `seq` (1-based, unique per buffer) is written last with
+ *   release order: a slot whose seq does not match is being written or was overwritten.
+ * - maps: snapshots of /proc/self/maps text, appended (each starts with "#snapshot NS\n")
+ *   at arming, whenever a new PC lies outside the last snapshot, and at exit/exec.
+ */
+#ifndef UALDBG_AGENT_H
+#define UALDBG_AGENT_H
+
+#include <stdint.h>
+
+#define UALDBG_MAGIC "UALDBGA1"
+#define UALDBG_VERSION 1
+#define UALDBG_HEADER_SIZE 4096
+#define UALDBG_SITE_SIZE 640
+#define UALDBG_RECORD_SIZE 176
+#define UALDBG_VARIANTS 4
+#define UALDBG_NREGS 16 /* rax rcx rdx rbx rsp rbp rsi rdi r8..r15: x86 encoding order */
+
+/* header.state */
+enum { UALDBG_RUNNING = 1, UALDBG_EXITED = 2, UALDBG_EXECED = 3 };
+
+/* header.flags */
+#define UALDBG_F_ARMED 0x1u      /* the arming point (main or the constructor) was reached */
+#define UALDBG_F_FOLLOW 0x2u     /* children are traced */
+#define UALDBG_F_AT_START 0x4u   /* armed in the constructor, not at main */
+#define UALDBG_F_ALL 0x8u        /* --all-modules */
+#define UALDBG_F_STRIPPED 0x10u  /* this image exec'd a program without the agent in LD_PRELOAD */
+#define UALDBG_F_NOSKIP 0x20u    /* out-of-scope routines are trapped at every access */
+
+/* site.flags */
+#define UALDBG_SITE_IN_SCOPE 0x1u
+#define UALDBG_SITE_TRAMPOLINE 0x2u /* resumed by running the instruction out of line */
+#define UALDBG_SITE_EMULATED 0x4u   /* resumed by emulating it (call/jmp/ret) */
+#define UALDBG_SITE_STEPPED 0x8u    /* resumed by a single-step (undecodable, far transfers) */
+#define UALDBG_SITE_SKIP 0x10u      /* out of scope, in a string routine: disarm until it returns */
+#define UALDBG_SITE_REP 0x20u       /* a rep string instruction: one element per trap */
+
+/* site.state */
+enum { UALDBG_SITE_EMPTY = 0, UALDBG_SITE_BUILDING = 1, UALDBG_SITE_READY = 2 };
+
+struct ualdbg_regs {
+    uint64_t gpr[UALDBG_NREGS];
+    uint64_t seg_base; /* fs or gs base when the instruction has that prefix, else 0 */
+};
+
+struct ualdbg_variant { /* 144 bytes */
+    uint64_t key;
+    struct ualdbg_regs regs;
+};
+
+struct ualdbg_site { /* UALDBG_SITE_SIZE bytes */
+    uint64_t pc;          /*   0 */
+    uint64_t count;       /*   8: every trap at this PC, exactly */
+    uint32_t state;       /*  16 */
+    uint32_t flags;       /*  20 */
+    uint32_t nvariants;   /*  24 */
+    uint32_t insn_len;    /*  28: its length, 0 when the agent could not decode it */
+    uint8_t insn[16];     /*  32: the code bytes at pc */
+    uint64_t trampoline;  /*  48: process-local */
+    int32_t cfa_reg;      /*  56: SKIP sites: CFA = gpr[cfa_reg] + cfa_off; RA at CFA + ra_off */
+    int16_t cfa_off;      /*  60 */
+    int16_t ra_off;       /*  62 */
+    struct ualdbg_variant variants[UALDBG_VARIANTS]; /* 64 */
+};
+
+struct ualdbg_record { /* UALDBG_RECORD_SIZE bytes */
+    uint64_t seq;     /*   0: 1-based; written last */
+    uint64_t time_ns; /*   8: CLOCK_MONOTONIC */
+    uint64_t pc;      /*  16 */
+    uint32_t pid;     /*  24 */
+    uint32_t tid;     /*  28 */
+    int32_t cpu;      /*  32: -1 unknown */
+    uint32_t flags;   /*  36: site flags at the time */
+    struct ualdbg_regs regs; /* 40: 16 GPRs then seg_base */
+};
+
+struct ualdbg_header { /* UALDBG_HEADER_SIZE bytes */
+    char magic[8];             /*    0 */
+    uint32_t version;          /*    8 */
+    uint32_t header_size;      /*   12 */
+    uint32_t site_size;        /*   16 */
+    uint32_t record_size;      /*   20 */
+    uint32_t site_capacity;    /*   24: a power of two */
+    uint32_t record_capacity;  /*   28 */
+    uint64_t maps_capacity;    /*   32 */
+    uint64_t sites_offset;     /*   40 */
+    uint64_t records_offset;   /*   48 */
+    uint64_t maps_offset;      /*   56 */
+    int64_t pid;               /*   64 */
+    int64_t ppid;              /*   72 */
+    uint32_t gen;              /*   80 */
+    uint32_t state;            /*   84 */
+    uint32_t flags;            /*   88 */
+    uint32_t sites_used;       /*   92 */
+    uint64_t start_ns;         /*   96: the agent's initialisation */
+    uint64_t armed_ns;         /*  104: the arming point, 0 if never */
+    uint64_t end_ns;           /*  112: exit or exec */
+    uint64_t total;            /*  120: faults in scope */
+    uint64_t ignored;          /*  128: traps out of scope */
+    uint64_t head;             /*  136: records written (the last seq) */
+    uint64_t skipped_calls;    /*  144: out-of-scope routine calls run disarmed */
+    uint64_t emulated;         /*  152 */
+    uint64_t stepped;          /*  160 */
+    uint64_t maps_len;         /*  168 */
+    int64_t exit_status;       /*  176: from on_exit, -1 unknown */
+    uint64_t dropped_sites;    /*  184: faults at PCs that found no free site (table full) */
+    uint64_t threads;          /*  192: threads started through pthread_create */
+    uint64_t unarmed_threads;  /*  200: threads that started with SIGBUS blocked */
+    char exe[512];             /*  208 */
+    char cmdline[1024];        /*  720: NUL-separated argv, truncated */
+    char note[512];            /* 1744: e.g. the program an exec without the agent ran */
+};
+
+#endif

@@ -1,0 +1,478 @@
+"""The agent engine: run the program with the in-process agent preloaded (LD_PRELOAD), show live
+progress from its shared buffers, and turn them into the same JSON document the trap engine
+makes: the same Session, decoder, policy, scope and symbolizer, fed with the registers the agent
+saved instead of a debugger's."""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..agent import buffer as ab
+from ..agent.build import BuildError, build
+from ..decode import Insn, accesses
+from ..model import Access, AccessKind, Fault, Module, SourceLoc
+from ..render.jsondoc import build_document
+from ..session import ProgramInfo, Scope, Session
+from ..symbols.maps import ModuleMap
+from ..symbols.resolver import Symbolizer
+from ..trace import PcCounter, TraceBuffer
+
+NAME = "agent"
+ENV_CONFIG = "UALDBG_AGENT"
+
+
+class AgentUnavailable(Exception):
+    """The agent cannot trace this program here: one line saying why (the trap engine can)."""
+
+
+@dataclass
+class AgentRun:
+    """What to run and how (the CLI's RunRequest, as far as the agent cares)."""
+
+    program: list[str]
+    at: str = "main"
+    all_modules: bool = False
+    modules: list[str] = field(default_factory=list)
+    buffer: int = 100_000
+    follow: bool = True
+    skip_out_of_scope: bool = True  # False: trap at every out-of-scope access (exact faults_ignored)
+    aslr: bool = False  # like gdb, run with address randomisation off unless asked
+
+
+@dataclass
+class AgentResult:
+    doc: dict[str, Any]
+    exit_status: int | None
+    exit_signal: int | None
+    log: str
+
+
+# --------------------------------------------------------------------------------------------
+# Where the agent can work
+
+
+def _elf_facts(path: str) -> tuple[int, int, bool]:
+    """(ELF class, machine, has PT_INTERP) of an executable."""
+    import struct
+
+    with open(path, "rb") as f:
+        ident = f.read(64)
+        if len(ident) < 64 or ident[:4] != b"\x7fELF":
+            raise AgentUnavailable(f"{path} is not an ELF executable")
+        cls = ident[4]
+        if cls != 2:
+            return cls, 0, False
+        (machine,) = struct.unpack_from("<H", ident, 18)
+        phoff, = struct.unpack_from("<Q", ident, 32)
+        phentsize, phnum = struct.unpack_from("<HH", ident, 54)
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+    interp = any(struct.unpack_from("<I", table, i * phentsize)[0] == 3 for i in range(phnum))
+    return cls, machine, interp
+
+
+def preflight(path: str) -> None:
+    """Raise AgentUnavailable when LD_PRELOAD cannot put the agent into this program."""
+    host = platform.machine()
+    if host not in ("x86_64", "amd64"):
+        raise AgentUnavailable(f"the agent runs on x86-64 hosts, not {host}")
+    cls, machine, interp = _elf_facts(path)
+    if cls != 2 or machine != 62:
+        raise AgentUnavailable(f"{os.path.basename(path)} is not a 64-bit x86 program")
+    if not interp:
+        raise AgentUnavailable(f"{os.path.basename(path)} is statically linked: LD_PRELOAD cannot load the agent into it")
+    st = os.stat(path)
+    if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+        raise AgentUnavailable(f"{os.path.basename(path)} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it")
+    try:
+        if os.getxattr(path, "security.capability"):
+            raise AgentUnavailable(f"{os.path.basename(path)} has file capabilities: the dynamic loader ignores LD_PRELOAD for it")
+    except OSError:
+        pass
+
+
+def agent_library() -> str:
+    try:
+        return str(build())
+    except BuildError as exc:
+        raise AgentUnavailable(str(exc)) from None
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+
+
+def _quote(value: str) -> str:
+    return urllib.parse.quote(value, safe="/._-+:@")
+
+
+def agent_environment(run: AgentRun, lib: str, directory: str, base: Mapping[str, str]) -> dict[str, str]:
+    """What the program's environment gets: LD_PRELOAD (the agent first) and UALDBG_AGENT."""
+    own = base.get("LD_PRELOAD")
+    config = ";".join([
+        "1", f"dir={_quote(directory)}", f"at={run.at}", f"follow={int(run.follow)}",
+        f"all={int(run.all_modules)}", f"noskip={int(not run.skip_out_of_scope)}", f"records={run.buffer}",
+        f"ualdbg={os.getpid()}", f"preload={_quote(own) if own is not None else '-'}",
+        f"modules={_quote(','.join(run.modules))}",
+    ])
+    return {"LD_PRELOAD": f"{lib}:{own}" if own else lib, ENV_CONFIG: config}
+
+
+def _no_aslr() -> None:
+    """personality(ADDR_NO_RANDOMIZE), as gdb does for what it runs: the same addresses as the
+    trap engine sees."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    current = libc.personality(0xFFFFFFFF)
+    if current != -1:
+        libc.personality(current | 0x0040000)
+
+
+def _shm_dir() -> str | None:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+class _Progress:
+    """Sums the counters of every buffer in the run's directory, for the live display."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.open: dict[str, ab.AgentBuffer] = {}
+
+    def read(self) -> tuple[int, int]:
+        total = ignored = 0
+        for _pid, _gen, path in ab.buffer_files(self.directory):
+            buf = self.open.get(path)
+            if buf is None:
+                try:
+                    buf = self.open[path] = ab.AgentBuffer(path)
+                except ab.BufferError:
+                    continue
+            t, i = buf.progress()
+            total, ignored = total + t, ignored + i
+        return total, ignored
+
+    def close(self) -> None:
+        for buf in self.open.values():
+            buf.close()
+
+
+def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | None = None) -> AgentResult:
+    """Run the program under the agent. Raises AgentUnavailable before anything runs when the
+    agent cannot work here, and after the run when the agent never reported in (the program ran
+    untraced) or the program removed it before exec'ing its real work."""
+    path = run.program[0]
+    preflight(path)
+    lib = agent_library()
+    directory = tempfile.mkdtemp(prefix="ualdbg-agent-", dir=_shm_dir())
+    try:
+        added = agent_environment(run, lib, directory, os.environ)
+        env = dict(os.environ)
+        env.update(added)
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(run.program, env=env, preexec_fn=None if run.aslr else _no_aslr, close_fds=True)
+        except OSError as exc:
+            raise AgentUnavailable(f"cannot run {os.path.basename(path)}: {exc.strerror}") from None
+        progress = _Progress(directory)
+        done = threading.Event()
+        poller = None
+        if on_progress is not None:
+            def poll() -> None:
+                while not done.wait(0.2):
+                    total, ignored = progress.read()
+                    on_progress(total, ignored, time.monotonic() - started)
+            poller = threading.Thread(target=poll, daemon=True)
+            poller.start()
+        try:
+            while True:
+                try:
+                    returncode = proc.wait()
+                    break
+                except KeyboardInterrupt:
+                    # The program got the same SIGINT (same process group): let it decide.
+                    if proc.poll() is not None:
+                        raise
+        finally:
+            ended = time.monotonic()
+            done.set()
+            if poller is not None:
+                poller.join()
+                total, ignored = progress.read()
+                on_progress(total, ignored, ended - started)  # type: ignore[misc]  # the final figures
+            progress.close()
+        exit_status = returncode if returncode >= 0 else None
+        exit_signal = -returncode if returncode < 0 else None
+        images = _load_images(directory)
+        root = [im for im in images if im.header.pid == proc.pid]
+        if not root:
+            raise AgentUnavailable(f"the agent never reported in from {os.path.basename(path)} "
+                                   "(its dynamic loader ignored or lost LD_PRELOAD); the program ran untraced")
+        last = root[-1]
+        if last.header.stripped and last.header.state == ab.EXECED:
+            raise AgentUnavailable(f"{os.path.basename(path)} removes LD_PRELOAD before it runs "
+                                   f"{last.header.note.split(': ', 1)[-1]}")
+        doc = document(run, images, proc.pid, started, ended, exit_status, exit_signal, added, lib)
+        return AgentResult(doc, exit_status, exit_signal, "")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# From buffers to the JSON document
+
+
+@dataclass
+class Image:
+    """One process image's buffer, read into memory."""
+
+    header: ab.Header
+    sites: list[ab.SiteEntry]
+    records: list[ab.RecordEntry]
+    snapshots: list[str]
+
+
+def _load_images(directory: str) -> list[Image]:
+    images = []
+    for _pid, _gen, path in ab.buffer_files(directory):
+        try:
+            with ab.AgentBuffer(path) as buf:
+                images.append(Image(buf.header(), list(buf.sites()), buf.records(),
+                                    [text for _ns, text in buf.maps_snapshots()]))
+        except ab.BufferError:
+            continue
+    return images
+
+
+class SnapshotSymbolizer:
+    """Symbolizes the PCs of a process that is gone, from the maps snapshots its agent saved:
+    the newest snapshot that maps the PC (a library unloaded later is in an older one)."""
+
+    def __init__(self, snapshots: list[str], exe: str | None) -> None:
+        self._texts = list(reversed(snapshots))
+        self._exe = exe
+        self._maps: list[tuple[ModuleMap, Symbolizer]] = []
+        self._cache: dict[int, tuple[ModuleMap, Module] | None] = {}
+
+    def _parsed(self) -> Iterator[tuple[ModuleMap, Symbolizer]]:
+        yield from self._maps
+        while len(self._maps) < len(self._texts):
+            mm = ModuleMap.from_text(self._texts[len(self._maps)], main=self._exe)
+            pair = (mm, Symbolizer(mm))
+            self._maps.append(pair)
+            yield pair
+
+    def module(self, pc: int) -> tuple[ModuleMap, Module] | None:
+        if pc not in self._cache:
+            self._cache[pc] = None
+            for mm, _sym in self._parsed():
+                found = mm.find(pc, refresh=False)
+                if found is not None:
+                    self._cache[pc] = (mm, found)
+                    break
+        return self._cache[pc]
+
+    def resolve(self, pc: int) -> SourceLoc:
+        hit = self.module(pc)
+        if hit is None:
+            return SourceLoc(pc=pc)
+        for mm, sym in self._maps:
+            if mm is hit[0]:
+                return sym.resolve(pc)
+        return SourceLoc(pc=pc)  # pragma: no cover - module() parsed it
+
+
+class _Frozen:
+    """A stopped thread as the agent saw it: the code at the PC and the saved registers."""
+
+    debugger = "none"
+
+    def __init__(self, pc: int, code: bytes, regs: Mapping[str, int]) -> None:
+        self._pc, self._code, self._regs = pc, code, regs
+
+    def read_memory(self, addr: int, size: int) -> bytes:
+        if addr != self._pc:
+            raise OSError("the process is gone")
+        return self._code[:size]
+
+    def read_register(self, name: str, tid: int | None = None) -> int:
+        return self._regs[name]
+
+
+def _explain(session: Session, pc: int, code: bytes, regs: Mapping[str, int]) -> tuple[Insn | None, Access | None]:
+    """What Session.analyse says of a trapped access, for registers the agent saved: the
+    instruction and its access that breaks the policy (else its first access)."""
+    insn = session.insn_at(_Frozen(pc, code, regs), pc)  # type: ignore[arg-type]
+    if insn is None:
+        return None, None
+    try:
+        found = accesses(insn, regs)
+    except KeyError:
+        return insn, None
+    for acc in found:
+        if session.policy.violates(acc, insn):
+            return insn, acc
+    return insn, (found[0] if found else None)
+
+
+def image_session(run: AgentRun, image: Image, started: float, lib: str = "") -> Session:
+    """A Session holding what the trap engine would have recorded for this image. The agent's
+    own library is never in scope."""
+    h = image.header
+    session = Session("none")
+    session.scope = Scope(all_modules=run.all_modules, modules=tuple(run.modules))
+    session.at = run.at
+    session.tracing = True
+    buf = session.buffer = TraceBuffer(run.buffer)
+    buf.started_at = started
+    symbolizer = SnapshotSymbolizer(image.snapshots, h.exe or None)
+    session.symbolizer = symbolizer  # type: ignore[assignment]
+    session.program = ProgramInfo(path=h.exe, args=list(h.argv[1:]), pid=h.pid, exit_status=h.exit_status)
+
+    agent_lib = os.path.realpath(lib) if lib else ""
+
+    def in_scope(pc: int) -> tuple[bool, str | None]:
+        hit = symbolizer.module(pc)
+        if hit is None:
+            return session.scope.includes(None, False), None
+        mm, module = hit
+        if agent_lib and os.path.realpath(module.path) == agent_lib:
+            return False, module.name
+        return session.scope.includes(module, mm.is_system(module)), module.name
+
+    scoped: dict[int, bool] = {}
+    for site in image.sites:
+        inside, name = in_scope(site.pc)
+        scoped[site.pc] = inside
+        if not inside:
+            buf.ignored += site.count
+            key = name or "?"
+            buf.ignored_by_module[key] = buf.ignored_by_module.get(key, 0) + site.count
+            continue
+        counter = buf.counters[site.pc] = PcCounter(site.pc, count=site.count)
+        buf.total += site.count
+        for regs in site.variants:
+            insn, acc = _explain(session, site.pc, site.code, regs.mapping())
+            if insn is not None and counter.insn is None:
+                counter.insn = insn.text
+            if acc is not None:
+                counter.sizes.add(acc.size)
+                counter.access = acc.kind if counter.access is None else counter.access.merge(acc.kind)
+    code = {s.pc: s.code for s in image.sites}
+    faults: deque[Fault] = deque(maxlen=run.buffer)
+    for rec in image.records:
+        if not scoped.get(rec.pc, False):
+            continue
+        insn, acc = _explain(session, rec.pc, code.get(rec.pc, b""), rec.regs.mapping())
+        fault = Fault(seq=rec.seq, time=rec.time_ns / 1e9 - started, pid=rec.pid, tid=rec.tid, cpu=rec.cpu,
+                      pc=rec.pc, va=acc.va if acc is not None else None, size=acc.size if acc is not None else None,
+                      access=acc.kind if acc is not None else None, insn=insn.text if insn is not None else None,
+                      policy=session.policy.name)
+        faults.append(fault)
+        known = buf.counters.get(rec.pc)
+        if known is not None:
+            known.tids.add(rec.tid)
+            if known.first_va is None:
+                known.first_va = fault.va
+    buf.records = faults
+    end = h.end_ns / 1e9 if h.end_ns else time.monotonic()
+    buf.stopped_at = max(started, end)
+    return session
+
+
+def _state(h: ab.Header) -> str:
+    return {ab.RUNNING: "ended without exit", ab.EXITED: "exited", ab.EXECED: "exec"}.get(h.state, "?")
+
+
+def document(run: AgentRun, images: list[Image], root_pid: int, started: float, ended: float,
+             exit_status: int | None, exit_signal: int | None, env_added: dict[str, str], lib: str) -> dict[str, Any]:
+    """The JSON document of a run: the trap engine's, per process image, joined by PID."""
+    docs = []
+    for image in images:
+        session = image_session(run, image, started, lib)
+        doc = build_document(session, engine=NAME)
+        docs.append((image, doc))
+    root = next((d for im, d in docs if im.header.pid == root_pid), docs[0][1])
+    merged = docs[0][1] if len(docs) == 1 else _merge(docs, root, run.buffer)
+    merged["program"] = dict(root["program"], path=run.program[0], args=list(run.program[1:]), pid=root_pid,
+                             exit_status=exit_status, exit_signal=exit_signal)
+    merged["duration_s"] = round(max(0.0, ended - started), 6)
+    merged["processes"] = [{
+        "pid": im.header.pid, "ppid": im.header.ppid, "image": im.header.gen, "path": im.header.exe,
+        "args": list(im.header.argv[1:]), "faults_total": d["faults_total"], "faults_ignored": d["faults_ignored"],
+        "armed": im.header.armed, "end": _state(im.header), "note": im.header.note or None,
+    } for im, d in docs]
+    merged["agent"] = {
+        "library": lib,
+        "environment_added": env_added,
+        "follow_children": run.follow,
+        "armed_at": run.at,
+        "out_of_scope": {
+            "traps": sum(im.header.ignored for im in images),
+            "routine_calls_run_unarmed": sum(im.header.skipped_calls for im in images),
+            "skipping": run.skip_out_of_scope and not run.all_modules,
+        },
+        "emulated": sum(im.header.emulated for im in images),
+        "single_stepped": sum(im.header.stepped for im in images),
+        "threads": sum(im.header.threads for im in images),
+        "threads_started_with_sigbus_blocked": sum(im.header.unarmed_threads for im in images),
+        "sites_dropped": sum(im.header.dropped_sites for im in images),
+    }
+    notes = [f"{im.header.exe} (pid {im.header.pid}): {im.header.note}" for im in images
+             if im.header.note and im.header.note.startswith("exec without")]
+    if any(not im.header.armed for im in images):
+        notes.append("some processes never reached their arming point (main): nothing was traced in them")
+    dropped = sum(im.header.dropped_sites for im in images)
+    if dropped:
+        notes.append(f"{dropped} faults at PCs beyond the agent's site table were single-stepped and not counted")
+    merged["notes"] = notes
+    return merged
+
+
+def _merge(docs: list[tuple[Image, dict[str, Any]]], root: dict[str, Any], capacity: int) -> dict[str, Any]:
+    """Several images: sites of the same code (module, offset, PC) add up; records interleave by
+    time in one ring of the same capacity."""
+    out = dict(root)
+    sites: dict[tuple[Any, ...], dict[str, Any]] = {}
+    ignored_by: dict[str, int] = {}
+    records: list[dict[str, Any]] = []
+    total = ignored = 0
+    for _im, d in docs:
+        total += d["faults_total"]
+        ignored += d["faults_ignored"]
+        for k, v in d["ignored_by_module"].items():
+            ignored_by[k] = ignored_by.get(k, 0) + v
+        for s in d["sites"]:
+            key = (s["module"], s["offset"], s["pc"])
+            have = sites.get(key)
+            if have is None:
+                sites[key] = dict(s, sizes=list(s["sizes"]))
+                continue
+            have["count"] += s["count"]
+            have["sizes"] = sorted(set(have["sizes"]) | set(s["sizes"]))
+            if have["access"] != s["access"]:
+                kinds = [AccessKind(a) for a in (have["access"], s["access"]) if a]
+                have["access"] = (kinds[0].merge(kinds[1]) if len(kinds) == 2 else kinds[0]).value if kinds else None
+        records.extend(d["records"])
+    records.sort(key=lambda r: (r["time"], r["pid"], r["seq"]))
+    kept = records[-capacity:]
+    first = total - len(kept)
+    for i, r in enumerate(kept):
+        r["seq"] = first + i + 1
+    out["sites"] = sorted(sites.values(), key=lambda s: (-s["count"], int(s["pc"], 16)))
+    out["faults_total"], out["faults_ignored"] = total, ignored
+    out["ignored_by_module"] = dict(sorted(ignored_by.items()))
+    out["records"], out["records_dropped"] = kept, total - len(kept)
+    return out
