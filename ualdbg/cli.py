@@ -1,6 +1,6 @@
-"""The `ualdbg` shell command (also `python -m ualdbg`): trace, check, report.
+"""The `ualdbg` shell command (also `python -m ualdbg`): trace, check, stackcheck, report.
 Exit statuses: `trace` passes the program's through; `check` 0 clean, 1 too many faults,
-2 usage or tool error."""
+2 usage or tool error; `stackcheck` 0 clean, 1 misaligned/unaligned/too spread, 2 error."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from . import __version__
+from .commands.argtypes import nonnegative, positive
 from .render.console import make_console
 from .render.jsondoc import GROUPS, dump, load_document
 from .render.sarif import build_sarif
@@ -22,34 +23,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: {message}\n")
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, not {v}")
-    return v
-
-
-def _nonneg(text: str) -> int:
-    try:
-        v = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be zero or more, not {v}")
-    return v
-
-
 def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="write the JSON document to FILE (- for stdout)")
     p.add_argument("--all-modules", action="store_true", help="include the dynamic loader and system libraries")
     p.add_argument("--module", action="append", default=[], metavar="NAME", help="also include this module")
     p.add_argument("--at", choices=("main", "start"), default="main", help="arm at main (default) or the first instruction")
-    p.add_argument("--buffer", type=_positive, default=100_000, help="records kept in the ring (counts stay exact)")
-    p.add_argument("--engine", choices=("trap",), default="trap", help="trap: EFLAGS.AC signal mode under a debugger")
-    p.add_argument("--debugger", choices=("gdb",), default="gdb", help="which debugger drives the trap engine")
+    p.add_argument("--buffer", type=positive, default=100_000, help="records kept in the ring (counts stay exact)")
+    p.add_argument("--engine", choices=("agent", "trap"), default=None,
+                   help="agent (default where it works): in-process, one signal per fault; trap: EFLAGS.AC signal mode under a debugger")
+    p.add_argument("--debugger", choices=("gdb", "lldb"), default=None, help="which debugger drives the trap engine (implies --engine trap; default gdb)")
+    p.add_argument("--no-follow", action="store_true", help="agent: trace only the program, not the processes it starts")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS")
 
 
@@ -58,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"ualdbg {__version__}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     t = sub.add_parser("trace", help="run a program, record every unaligned access, print the summary",
-                       description="Run PROG to completion under the trap engine and summarise its unaligned accesses. "
+                       description="Run PROG to completion under the agent (or the trap engine) and summarise its unaligned accesses. "
                                    "The program's stdin, stdout, stderr and exit status pass through unchanged.")
     _run_options(t)
     t.add_argument("--by", choices=GROUPS, default="pc", help="group the summary")
@@ -66,13 +49,22 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run PROG and fail (exit 1) when it makes more than --max-faults unaligned accesses in scope; "
                                    "0 otherwise; 2 on usage or tool errors. The program's exit status goes into the JSON.")
     _run_options(c)
-    c.add_argument("--max-faults", type=_nonneg, default=0, metavar="N")
+    c.add_argument("--max-faults", type=nonnegative, default=0, metavar="N")
     c.add_argument("--sarif", metavar="FILE", help="write SARIF 2.1.0 for code scanning")
+    from .commands.stackcheck import EPILOG as _SC_EPILOG
+    from .commands.stackcheck import add_arguments as _sc_arguments
+
+    sc = sub.add_parser("stackcheck", help="does alignment (and speed) depend on argv and the environment?",
+                        description="Run PROG in variants of argv[0] length and environment size (and with ASLR) and report "
+                                    "how the stack, its variables and the argv/environment strings move.",
+                        epilog=_SC_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _sc_arguments(sc)
+    sc.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS")
     r = sub.add_parser("report", help="re-render a saved JSON trace", description="Re-render a JSON trace saved by trace/check/`trace save`.")
     r.add_argument("file")
     r.add_argument("--summary", action="store_true")
     r.add_argument("--by", choices=GROUPS, default="pc")
-    r.add_argument("--limit", type=_positive, default=None)
+    r.add_argument("--limit", type=positive, default=None)
     return p
 
 
@@ -86,8 +78,9 @@ def _program(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[
 
 
 def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[dict[str, Any], Any]:
-    req = RunRequest(_program(args, parser), debugger=args.debugger, at=args.at, all_modules=args.all_modules,
-                     modules=args.module, buffer=args.buffer)
+    engine = args.engine or ("trap" if args.debugger else "auto")
+    req = RunRequest(_program(args, parser), debugger=args.debugger or "gdb", at=args.at, all_modules=args.all_modules,
+                     modules=args.module, buffer=args.buffer, engine=engine, follow=not args.no_follow)
     show_progress = sys.stdout.isatty() and sys.stderr.isatty() and args.json != "-"
     if show_progress:
         from rich.live import Live
@@ -131,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
                 word = "FAIL" if verdict else "ok"
                 print(f"ualdbg check: {word}: {n} unaligned access{'es' if n != 1 else ''} in scope (allowed {args.max_faults})")
             return verdict
+        if args.cmd == "stackcheck":
+            from .commands.stackcheck import run_cli
+
+            return run_cli(args)
         if args.cmd == "report":
             doc = load_document(args.file)
             out = make_console(sys.stdout)

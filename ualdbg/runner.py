@@ -19,6 +19,8 @@ import rich
 
 import ualdbg
 
+from .progress import poll
+
 MIN_GDB = (12, 1)
 
 
@@ -34,6 +36,13 @@ class RunRequest:
     all_modules: bool = False
     modules: list[str] = field(default_factory=list)
     buffer: int = 100_000
+    # stackcheck: a shell command prefix that execs the program with an exact argv[0] and
+    # environment (ualdbg.launch), and whether ASLR stays on (gdb only).
+    exec_wrapper: str | None = None
+    aslr: bool = False
+    # "auto": the in-process agent where it can work, else the trap engine under `debugger`.
+    engine: str = "auto"
+    follow: bool = True  # agent: trace child processes too
 
 
 @dataclass
@@ -88,16 +97,123 @@ def gdb_command(req: RunRequest, cfg: dict[str, Any], log: str) -> list[str]:
         "-iex", "set logging redirect on", "-iex", "set logging enabled on",
         "-iex", "set pagination off", "-iex", "set confirm off",
         "-iex", "set print thread-events off", "-iex", "set print inferior-events off",
+        *(["-iex", "set startup-with-shell on", "-iex", f"set exec-wrapper {req.exec_wrapper}"] if req.exec_wrapper else []),
+        *(["-iex", "set disable-randomization off"] if req.aslr else []),
         "-ex", f"python {setup}",
         "-ex", f"python from ualdbg.adapters.gdb.driver import main; main({json.dumps(json.dumps(cfg))})",
         "--args", *req.program,
     ]
 
 
+def find_lldb() -> str:
+    for name in ("lldb-19", "lldb"):  # Debian's package is lldb-19; others call it lldb
+        path = shutil.which(name)
+        if path is not None:
+            return path
+    raise ToolError("lldb not found on PATH; install it (Debian: apt-get install lldb-19 python3-lldb-19 liblldb-19-dev)")
+
+
+def lldb_command(cfg: dict[str, Any]) -> list[str]:
+    setup = f"import sys; sys.path[:0] = {_pkg_roots()!r}"
+    return [
+        find_lldb(), "--no-lldbinit", "--batch",
+        "-o", f"script {setup}",
+        # `import ualdbg...` binds `ualdbg` in lldb's script namespace, where lldb looks up the
+        # command classes and callbacks by their dotted names.
+        "-o", f"script import ualdbg.adapters.lldb.driver; ualdbg.adapters.lldb.driver.main(lldb.debugger, {json.dumps(json.dumps(cfg))})",
+    ]
+
+
+def _no_aslr() -> None:
+    """personality(ADDR_NO_RANDOMIZE), as gdb and lldb do for what they launch by default."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    current = libc.personality(0xFFFFFFFF)
+    if current != -1:
+        libc.personality(current | 0x0040000)
+
+
+def spawn_held(argv: list[str], *, no_aslr: bool = True) -> tuple[int, int]:
+    """Fork the program, held just before its exec until someone writes to the returned fd.
+    lldb launches programs on a pseudo-terminal of its own; attaching to this child instead
+    leaves the program the user's stdin, stdout, stderr, environment, open files and process
+    group, as the shell would."""
+    import signal
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: nothing but exec or _exit
+        try:
+            os.close(w)
+            # Python ignores these; an ignored signal stays ignored across exec (as subprocess's
+            # restore_signals knows).
+            for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
+                if hasattr(signal, name):
+                    signal.signal(getattr(signal, name), signal.SIG_DFL)
+            if no_aslr:
+                _no_aslr()
+            go = os.read(r, 1) == b"1"
+            os.close(r)
+            if go:
+                os.execv(argv[0], argv)
+        finally:
+            os._exit(127)
+    os.close(r)
+    return pid, w
+
+
+def _run_lldb(cfg: dict[str, Any], log: str, forked: Callable[[], None] | None,
+              aslr: bool = False) -> tuple[int, int | None, int | None]:
+    """lldb attaches to the held program (the driver releases it); lldb's own output goes to
+    the log. Returns lldb's exit status and the program's exit status or signal from wait()."""
+    pid, release = spawn_held([cfg["program"], *cfg["args"]], no_aslr=not aslr)
+    if forked is not None:
+        forked()
+    cfg.update(attach_pid=pid, release_fd=release)
+    try:
+        with open(log, "w") as logf:
+            proc = subprocess.Popen(lldb_command(cfg), stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                    pass_fds=(release,))
+    except BaseException:
+        os.close(release)
+        os.waitpid(pid, 0)
+        raise
+    os.close(release)  # lldb holds the other copy: if it dies, the program reads EOF and exits
+    returncode = proc.wait()
+    _, wstatus = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(wstatus):
+        return returncode, None, os.WTERMSIG(wstatus)
+    return returncode, os.WEXITSTATUS(wstatus), None
+
+
+def _run_agent(req: RunRequest, on_progress: Callable[[int, int, float], None] | None) -> RunResult | None:
+    """The agent engine (ualdbg.engines.agent); None, after one line on stderr saying why, when it
+    cannot work for this program and the trap engine must."""
+    from .engines.agent import AgentRun, AgentUnavailable, run_agent
+
+    run = AgentRun(list(req.program), at=req.at, all_modules=req.all_modules, modules=list(req.modules),
+                   buffer=req.buffer, follow=req.follow, aslr=req.aslr)
+    try:
+        res = run_agent(run, on_progress)
+    except AgentUnavailable as exc:
+        print(f"ualdbg: {exc}; using the trap engine", file=sys.stderr, flush=True)
+        return None
+    return RunResult(res.doc, res.exit_status, res.exit_signal, res.log)
+
+
 def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] | None = None) -> RunResult:
     req.program[0] = resolve_program(req.program[0])
-    if req.debugger != "gdb":
-        raise ToolError(f"--debugger {req.debugger}: not available yet (gdb is)")
+    if req.engine != "trap" and not req.exec_wrapper:
+        done = _run_agent(req, on_progress)
+        if done is not None:
+            return done
+    if req.debugger not in ("gdb", "lldb"):
+        raise ToolError(f"--debugger {req.debugger}: not available (gdb and lldb are)")
+    if req.debugger == "lldb":
+        find_lldb()
+    if req.exec_wrapper and req.debugger != "gdb":
+        raise ToolError("an exact argv[0]/environment (stackcheck --trace) runs under gdb only")
     with tempfile.TemporaryDirectory(prefix="ualdbg-") as tmp:
         cfg: dict[str, Any] = {
             "program": req.program[0], "args": req.program[1:], "at": req.at,
@@ -106,37 +222,40 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
             "progress": os.path.join(tmp, "progress") if on_progress else None,
         }
         log = os.path.join(tmp, "debugger.log")
-        cmd = gdb_command(req, cfg, log)
-        done = threading.Event()
+        waited: tuple[int | None, int | None] | None = None
+        finished = threading.Event()
         poller = None
         if on_progress is not None:
-            poller = threading.Thread(target=_poll, args=(cfg["progress"], on_progress, done), daemon=True)
-            poller.start()
+            poller = threading.Thread(target=poll, args=(cfg["progress"], on_progress, finished), daemon=True)
         try:
-            proc = subprocess.run(cmd, stdin=None, stdout=None, stderr=None, check=False)
+            if req.debugger == "lldb":
+                # The poller starts after the fork: a forked child gets only the forking thread.
+                returncode, *program_end = _run_lldb(cfg, log, poller.start if poller is not None else None, req.aslr)
+                waited = (program_end[0], program_end[1])
+            else:
+                if poller is not None:
+                    poller.start()
+                returncode = subprocess.run(gdb_command(req, cfg, log), stdin=None, stdout=None, stderr=None,
+                                            check=False).returncode
         finally:
-            done.set()
-            if poller is not None:
+            finished.set()
+            if poller is not None and poller.is_alive():
                 poller.join()
         log_text = open(log, errors="replace").read() if os.path.exists(log) else ""
         if not os.path.exists(cfg["status"]):
             tail = "\n".join(log_text.strip().splitlines()[-5:])
-            raise ToolError(f"the debugger did not finish the trace (gdb exit status {proc.returncode})"
+            raise ToolError(f"the debugger did not finish the trace ({req.debugger} exit status {returncode})"
                             + (f": {tail}" if tail else ""))
         status = json.load(open(cfg["status"]))
+        if waited is not None:
+            # The kernel's word on how the program ended (lldb cannot tell exit 11 from SIGSEGV).
+            status["exit_status"], status["exit_signal"] = waited
         if status.get("error") and status.get("exit_status") is None and status.get("exit_signal") is None:
-            raise ToolError(f"gdb could not run {req.program[0]}: {status['error']}")
+            raise ToolError(f"{req.debugger} could not run {req.program[0]}: {status['error']}")
         doc = json.load(open(cfg["json"]))
+        if waited is not None:
+            doc["program"]["exit_status"], doc["program"]["exit_signal"] = waited
     return RunResult(doc, status["exit_status"], status["exit_signal"], log_text)
-
-
-def _poll(path: str, cb: Callable[[int, int, float], None], done: threading.Event) -> None:
-    while not done.wait(0.2):
-        try:
-            total, ignored, secs = open(path).read().split()
-            cb(int(total), int(ignored), float(secs))
-        except (OSError, ValueError):
-            pass
 
 
 def pass_exit_status(status: int | None, signal_no: int | None) -> int:

@@ -19,6 +19,8 @@ CASES = sorted(expected_by_program().items())
 
 def ualdbg(*args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     require_tool("gdb")
+    if args and args[0] in ("trace", "check") and "--engine" not in args:
+        args = (args[0], "--engine", "trap", *args[1:])  # these tests are about the gdb trap engine
     return subprocess.run([sys.executable, "-m", "ualdbg", *args], input=stdin, capture_output=True, text=True,
                           timeout=timeout, env=scrubbed_env(env), cwd=ROOT,
                           stdin=None if stdin is not None else subprocess.DEVNULL)

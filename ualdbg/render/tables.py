@@ -39,6 +39,7 @@ def header(doc: dict[str, Any]) -> str:
     if doc.get("records_dropped"):
         ring += f", {doc['records_dropped']} older dropped"
     prog = doc.get("program", {})
+    via = "in-process" if doc.get("debugger") == "none" else f"via {doc.get('debugger')}"
     status = ""
     if prog.get("exit_signal") is not None:
         status = f", killed by signal {prog['exit_signal']}"
@@ -47,7 +48,7 @@ def header(doc: dict[str, Any]) -> str:
     return (
         f"Unaligned accesses in {prog.get('path') or 'the program'}{status}\n"
         f"  {total} in scope ({doc.get('scope', '')}), {ignored} ignored elsewhere\n"
-        f"  {dur:.3f} s, {rate:,.0f}/s; engine {doc['engine']} via {doc['debugger']}; {ring}"
+        f"  {dur:.3f} s, {rate:,.0f}/s; engine {doc['engine']} {via}; {ring}"
     )
 
 

@@ -3,40 +3,20 @@ fatal signals as gdb would not in batch mode), write the JSON document and the e
 from __future__ import annotations
 
 import json
-import os
-import time
 from typing import Any
 
 import gdb  # type: ignore[import-not-found]
 
+from ...progress import ProgressFile
 from ...render.jsondoc import build_document, dump
 from .install import install, installed
-
-
-class _Progress:
-    """Writes `faults ignored seconds` to a file the CLI polls for its live display."""
-
-    def __init__(self, path: str | None) -> None:
-        self.path = path
-        self.last = 0.0
-
-    def tick(self, session: Any, force: bool = False) -> None:
-        if not self.path:
-            return
-        now = time.monotonic()
-        if force or now - self.last >= 0.2:
-            self.last = now
-            tmp = self.path + ".tmp"
-            with open(tmp, "w") as f:
-                f.write(f"{session.buffer.total} {session.buffer.ignored} {session.buffer.duration:.3f}\n")
-            os.replace(tmp, self.path)
 
 
 def main(config_json: str) -> None:
     cfg = json.loads(config_json)
     session = install()
     host, hooks = installed()
-    progress = _Progress(cfg.get("progress"))
+    progress = ProgressFile(cfg.get("progress"))
     hooks.on_fault_recorded = lambda: progress.tick(session)
     args = ["--buffer", str(cfg["buffer"]), "--at", cfg["at"]]
     if cfg.get("all_modules"):

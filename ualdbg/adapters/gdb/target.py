@@ -7,6 +7,7 @@ from typing import Any
 
 import gdb  # type: ignore[import-not-found]
 
+from ...symbols.maps import read_maps
 from ...target import SigInfo
 
 MASK64 = (1 << 64) - 1
@@ -135,7 +136,6 @@ class GdbTarget:
         if pid is None:
             return None
         try:
-            with open(f"/proc/{pid}/maps") as f:
-                return f.read()
+            return read_maps(pid)
         except OSError:
             return None
