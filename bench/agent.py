@@ -165,12 +165,18 @@ def real_programs(agent: Agent, reps: int) -> list[dict[str, object]]:
                     cmd = [sys.executable, "-m", "ualdbg", "trace", "--engine", "agent", "--all-modules",
                            "--json", os.path.join(tmp, "t.json"), "--", *argv]
                     cli.append(timed(cmd, None, stdin)[0])
+        trap_secs = None
+        if label.startswith("git"):  # the trap engine for scale, once: ~1 ms per fault under gdb
+            cmd = [sys.executable, "-m", "ualdbg", "trace", "--engine", "trap", "--all-modules",
+                   "--json", os.path.join(tmp, "trap.json"), "--", *argv]
+            trap_secs = timed(cmd, None, stdin)[0]
         # Out-of-scope traps at the default scope: with the routine skipping, and without.
         skip = run_quiet(AgentRun(list(argv)), stdin)
         count = run_quiet(AgentRun(list(argv), skip_out_of_scope=False), stdin)
         rows.append({
             "label": label, "faults_all_modules": faults, "native": native, "traced": traced, "cli": cli,
             "ratio": [t / n for t, n in zip(traced, native)], "cli_ratio": [c / n for c, n in zip(cli, native)],
+            "trap_secs": trap_secs,
             "in_scope_default": skip["faults_total"], "oos_traps_skip": skip["agent"]["out_of_scope"]["traps"],
             "oos_calls_skipped": skip["agent"]["out_of_scope"]["routine_calls_run_unarmed"],
             "oos_traps_count": count["agent"]["out_of_scope"]["traps"],
@@ -251,12 +257,17 @@ def report(pf: dict[str, list[float]], nf: dict[str, list[float]], rows: list[di
         "(Python start-up, reading the buffers, decoding every record, symbolization) over the program "
         "alone.",
         "",
-        "| program | faults (all modules) | alone s | process traced/untraced | ualdbg trace / untraced |",
-        "|---|---|---|---|---|",
+        "| program | faults (all modules) | alone s | process traced / untraced | `ualdbg trace` s | "
+        "`ualdbg trace` / untraced |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(f"| {r['label']} | {r['faults_all_modules']:,} | {med(r['native']):.3f} | "  # type: ignore[arg-type]
-                     f"{spread(r['ratio'], x)} | {spread(r['cli_ratio'], x)} |")  # type: ignore[arg-type]
+                     f"{spread(r['ratio'], x)} | {med(r['cli']):.2f} | {spread(r['cli_ratio'], x)} |")  # type: ignore[arg-type]
+    for r in rows:
+        if r["trap_secs"] is not None:
+            lines += ["", f"For scale, `ualdbg trace --engine trap --all-modules -- {r['label']}` (the trap engine "
+                      f"under gdb, once) took {r['trap_secs']:.2f} s, against {med(r['cli']):.2f} s with the agent."]  # type: ignore[arg-type]
     lines += [
         "",
         "### Traps in out-of-scope modules (default scope)",

@@ -43,6 +43,10 @@ def test_own_signal_handlers_masks_altstack_and_longjmp(agent_programs: Path, tm
     # which the agent single-steps with a SIGTRAP handler of its own (the program's still runs).
     counts = by_function(run.doc)
     assert counts["read_at"] == 7 and counts["main"] == 3, run.explain()
+    # A plain longjmp out of a handler that blocks SIGBUS leaves it blocked: no tracing (and no
+    # armed thread to kill) until the program unblocks it.
+    assert counts["read_still_blocked"] == 0 and counts["read_unblocked_again"] == 1, run.explain()
+    assert "raised SIGBUS with a signal() handler: -100" in run.program_stdout
     assert run.doc["agent"]["single_stepped"] == 1 and "traps=2" in run.program_stdout, run.explain()
 
 
@@ -210,3 +214,19 @@ def test_exact_out_of_scope_counts_without_routine_skipping() -> None:
     assert every["agent"]["out_of_scope"]["routine_calls_run_unarmed"] == 0
     assert skipping["agent"]["out_of_scope"]["routine_calls_run_unarmed"] > 0
     assert skipping["faults_ignored"] < every["faults_ignored"]
+
+
+def test_many_threads_at_the_same_new_pcs(agent_programs: Path, tmp_path: Path) -> None:
+    threads, n = 8, 5000
+    run = trace([str(agent_programs / "stress"), str(threads), str(n)], tmp_path, "--buffer", "500")
+    assert run.returncode == 0 and f"total={threads * n}" in run.program_stdout, run.explain()
+    doc = run.doc
+    assert doc is not None
+    bump = [s for s in doc["sites"] if s["function"] == "bump"]
+    assert bump and all(s["count"] == threads * n for s in bump), run.explain()
+    assert doc["faults_total"] == sum(s["count"] for s in doc["sites"]) == doc["records"][-1]["seq"], run.explain()
+    assert len(doc["records"]) == 500 and len({r["tid"] for r in doc["records"]}) > 1, run.explain()
+    # libc's memcpy on misaligned buffers, from every thread: one trap per call at most (how many
+    # of its accesses the CPU checks depends on the CPU: vector moves differ).
+    out = doc["agent"]["out_of_scope"]
+    assert out["routine_calls_run_unarmed"] <= threads * (n // 16 + 1) + 50, run.explain()

@@ -422,7 +422,8 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
         "out_of_scope": {
             "traps": sum(im.header.ignored for im in images),
             "routine_calls_run_unarmed": sum(im.header.skipped_calls for im in images),
-            "skipping": run.skip_out_of_scope and not run.all_modules,
+            # off with --all-modules, when asked, and under a CET shadow stack (the agent's call)
+            "skipping": not run.all_modules and all(not im.header.flags & ab.F_NOSKIP for im in images),
         },
         "emulated": sum(im.header.emulated for im in images),
         "single_stepped": sum(im.header.stepped for im in images),

@@ -750,7 +750,8 @@ static void site_build(struct ualdbg_site *s, uint64_t pc)
         } else {
             flags |= UALDBG_SITE_STEPPED;
         }
-    } else if (d.flow == X86_FLOW_OTHER || d.addr32 || d.opsize16) {
+    } else if (d.flow == X86_FLOW_OTHER || d.addr32 || d.opsize16 || G.shadow_stack) {
+        /* with a shadow stack, an emulated call or ret would desynchronise it */
         flags |= UALDBG_SITE_STEPPED;
     } else {
         flags |= UALDBG_SITE_EMULATED;
@@ -1320,6 +1321,11 @@ __attribute__((constructor(101))) static void agent_init(void)
     G.pid = raw_getpid();
     G.root_line = CFG.ualdbg_pid && getppid() == CFG.ualdbg_pid;
     G.have_fsgsbase = (getauxval(AT_HWCAP2) & HWCAP2_FSGSBASE) != 0;
+    uint64_t shstk = 0; /* ARCH_SHSTK_STATUS (Linux 6.6): swapping return addresses would fault */
+    if (raw_syscall4(SYS_arch_prctl, 0x5005, (long)&shstk, 0, 0) == 0 && (shstk & 1)) {
+        G.shadow_stack = 1;
+        CFG.noskip = 1;
+    }
     ssize_t n = readlink("/proc/self/exe", G.exe, sizeof G.exe - 1);
     G.exe[n > 0 ? n : 0] = 0;
     find_interp();

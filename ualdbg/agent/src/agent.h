@@ -52,6 +52,7 @@ struct agent_state {
     char exe[512];
     char interp[512];
     int have_fsgsbase;
+    int shadow_stack; /* CET user shadow stack enabled: no emulated call/ret, no return-address swap */
 };
 
 struct thread_state {
