@@ -3,7 +3,7 @@ nothing debugger-specific. Adapters implement it; the core only talks to this.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -49,3 +49,13 @@ class FaultStepper(Protocol):
         """Queue one single-step of `tid` for when the process resumes; never resumes itself."""
         ...
 
+
+
+@runtime_checkable
+class OutOfLineTarget(Protocol):
+    """A target that can write code and several registers at once: the trap engine then runs
+    a resumed fault out of line (engines/outofline.py), one stop per fault instead of two."""
+
+    def write_memory(self, addr: int, data: bytes) -> None: ...
+
+    def write_registers(self, values: dict[str, int], tid: int | None = None) -> None: ...

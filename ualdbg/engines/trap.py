@@ -9,7 +9,8 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from .. import arch as archmod
-from ..target import SigInfo, Target
+from ..target import OutOfLineTarget, SigInfo, Target
+from .outofline import Slot, SlotPool
 from .procfs import sigbus_blocked
 
 if TYPE_CHECKING:
@@ -37,6 +38,9 @@ class TrapEngine:
         self.reported: dict[int, int] = {}  # stepper targets: tid -> PC of the fault it stopped at
         self.arch: archmod.ArchInfo | None = None
         self.mechanism = "EFLAGS.AC"
+        self.slots = SlotPool()
+        self.out_of_line = True
+        self._code_writers: dict[type, bool] = {}
 
     # -- arming ------------------------------------------------------------------------------
     def _arch(self, target: Target) -> archmod.ArchInfo:
@@ -80,6 +84,7 @@ class TrapEngine:
         """Clear AC (and our TF) in every thread; forget all per-thread state."""
         self.active = False
         if target is not None and target.pid() is not None:
+            self.leave_slots(target)
             a = self._arch(target)
             for tid in target.threads():
                 clear = a.ac_bit
@@ -89,6 +94,7 @@ class TrapEngine:
         self.forget_threads()
 
     def forget_threads(self) -> None:
+        self.slots.reset()
         self.armed.clear()
         self.sigbus_blocked.clear()
         self.pending.clear()
@@ -133,12 +139,60 @@ class TrapEngine:
         step_over_fault = getattr(target, "step_over_fault", None)
         if step_over_fault is not None:
             return self._on_fault_stepper(target, tid, info, flags, step_over_fault)
+        pc = target.read_register(a.pc, tid)
+        if self.slots.spans and self.slots.covers(pc):
+            slot = self.slots.locate(pc)
+            if slot is not None and slot.in_head(pc):
+                # The slot's own pushfq faulted: the program's rsp is misaligned. Clear AC from
+                # here; the head's popfq keeps it clear and the tail sets it again.
+                target.write_register(a.flags, flags & ~a.ac_bit, tid)
+                return Decision.RESUME
         stop = self.session.record_fault(target, tid, info)
+        if not stop and self.out_of_line and self._can_write_code(target):
+            slot = self._slot(target, tid)
+            if slot is not None:
+                # One stop per fault: the slot clears AC, runs the copy, sets AC, jumps back.
+                target.write_register(a.pc, slot.start, tid)
+                return Decision.RESUME
         # Run the faulting instruction once with AC clear; TF makes the CPU trap right after it
         # (after ONE iteration of a rep string instruction, so k misaligned elements count k).
         self.pending[tid] = bool(flags & a.tf_bit)
         target.write_register(a.flags, (flags & ~a.ac_bit) | a.tf_bit, tid)
         return Decision.STOP if stop else Decision.RESUME
+
+    def _can_write_code(self, target: Target) -> bool:
+        # isinstance() against a runtime-checkable Protocol costs ~75 us: decide once per type.
+        kind = type(target)
+        ok = self._code_writers.get(kind)
+        if ok is None:
+            ok = self._code_writers[kind] = isinstance(target, OutOfLineTarget)
+        return ok
+
+    def _slot(self, target: Target, tid: int) -> Slot | None:
+        assert self._can_write_code(target)
+        writer: OutOfLineTarget = target  # type: ignore[assignment]
+        pool = self.slots
+        if pool.regions is None:
+            mm = self.session.module_map(target)
+            if mm is None:
+                return None
+            pool.find_regions(mm)
+        insn = self.session.insn_at(target, target.read_register(self._arch(target).pc, tid))
+        return pool.slot_for(insn, writer.write_memory) if insn is not None else None
+
+    def leave_slots(self, target: Target) -> None:
+        """Move threads stopped inside an out-of-line slot back to the program's own code,
+        with the slot's work undone or finished, so nothing sets AC after a disarm."""
+        if not self.slots.by_pc:
+            return
+        a = self._arch(target)
+        for tid in target.threads():
+            pc = target.read_register(a.pc, tid)
+            slot = self.slots.locate(pc)
+            if slot is not None:
+                new_pc, new_sp = slot.unwind(pc, target.read_register(a.sp, tid))
+                target.write_register(a.sp, new_sp, tid)
+                target.write_register(a.pc, new_pc, tid)
 
     def _on_fault_stepper(self, target: Target, tid: int, info: SigInfo, flags: int,
                           step_over_fault: Callable[[int], None]) -> Decision:

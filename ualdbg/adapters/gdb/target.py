@@ -109,6 +109,23 @@ class GdbTarget:
                 newest.select()
             gdb.parse_and_eval(f"${name} = {value:#x}")
 
+    def write_memory(self, addr: int, data: bytes) -> None:
+        gdb.selected_inferior().write_memory(addr, data)
+
+    def write_registers(self, values: dict[str, int], tid: int | None = None) -> None:
+        """All in one expression: each register write costs gdb a full register store."""
+        expr = ", ".join(f"${name} = {value:#x}" for name, value in values.items())
+        if self._in_event(tid):
+            gdb.parse_and_eval(expr)
+            self._regs.update(values)
+            self._frame = None
+            return
+        with self._on_thread(tid):
+            newest = gdb.newest_frame()
+            if gdb.selected_frame() != newest:
+                newest.select()
+            gdb.parse_and_eval(expr)
+
     def read_memory(self, addr: int, size: int) -> bytes:
         inf = gdb.selected_inferior()
         while size > 0:
