@@ -25,6 +25,10 @@ def main(config_json: str) -> None:
         args += ["--module", m]
     from ...commands.all import COMMANDS
 
+    # Run as it would alone: the program's own signals go to it without a stop (`all` leaves
+    # out SIGTRAP and SIGINT, which gdb keeps: a program's own int3 or raise(SIGTRAP) is not
+    # delivered under the gdb engine; the agent engine delivers them).
+    gdb.execute("handle all nostop noprint pass", to_string=True)
     COMMANDS[("trace", "start")].invoke(host, args)
     session.program.path = cfg["program"]
     session.program.args = cfg["args"]

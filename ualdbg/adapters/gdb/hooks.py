@@ -76,7 +76,9 @@ class GdbHooks:
         self.catchpoints: list[int] = []
         self.arm_point: ArmPoint | None = None
         self.saved_handles: dict[str, tuple[bool, bool, bool]] = {}
-        self.pass_sigbus = False  # current `handle SIGBUS pass` state while installed
+        # Current `handle SIG pass` state while installed: gdb decides at resume time whether a
+        # thread's stop signal goes to the program, so each condition sets it for its signal.
+        self.passing: dict[int, bool] = {SIGBUS: False, SIGTRAP: False}
         self.report_pending: list[str] | None = None
         self.env_fixed = False
         self.on_fault_recorded: Any = None  # the batch driver's progress callback
@@ -115,7 +117,7 @@ class GdbHooks:
         # re-fault forever. Our catchpoint explains the signal; `nopass` drops it on resume.
         set_handle("SIGBUS", True, True, False)
         set_handle("SIGTRAP", True, True, False)
-        self.pass_sigbus = False
+        self.passing = {SIGBUS: False, SIGTRAP: False}
         self.catchpoints = []
         for spec, fn in (("signal SIGBUS", f"$_ualdbg_signal({SIGBUS})"), ("signal SIGTRAP", f"$_ualdbg_signal({SIGTRAP})"),
                          ("syscall " + " ".join(str(n) for n in SYSCALL_NAMES), "$_ualdbg_syscall()")):
@@ -239,6 +241,7 @@ class GdbHooks:
         with self.target_.event():
             if signo == SIGTRAP and self.target_.current_tid() in s.engine.pending:
                 # The single-step trap after a fault ran with AC clear: ours, no siginfo needed.
+                self._set_pass(SIGTRAP, False)
                 return 0 if s.engine.on_signal(self.target_, SigInfo(SIGTRAP, 0, None)) is Decision.RESUME else 1
             info = self.target_.siginfo()
             if info is None:
@@ -246,8 +249,8 @@ class GdbHooks:
             decision = s.engine.on_signal(self.target_, info)
             if decision is Decision.NOT_OURS:
                 return self._as_user_would(info)
+            self._set_pass(info.signo, False)
             if info.signo == SIGBUS:
-                self._set_pass(False)
                 if self.on_fault_recorded is not None:
                     self.on_fault_recorded()
             if decision is Decision.STOP:
@@ -259,19 +262,19 @@ class GdbHooks:
         """A signal ualdbg has no business with: behave as the user's `handle` says."""
         name = SIGNAL_NAMES.get(info.signo)
         if info.signo == SIGTRAP and info.code > 0:
-            return 0  # gdb's own breakpoints and steps: let gdb decide
+            self._set_pass(SIGTRAP, False)
+            return 0  # gdb's own breakpoints and steps: let gdb decide, never pass them on
         stop, prnt, pas = self.saved_handles.get(name or "", (True, True, True))
-        if info.signo == SIGBUS:
-            self._set_pass(pas)
+        # A SIGTRAP the program raised (si_code <= 0) or a SIGBUS that is no #AC: the program's.
+        self._set_pass(info.signo, pas)
         if prnt and not stop:
             gdb.write(f"\nProgram received signal {name}.\n")
         return 1 if stop else 0
 
-    def _set_pass(self, pas: bool) -> None:
-        if pas != self.pass_sigbus:
-            stop, prnt, _ = (True, True, False)
-            set_handle("SIGBUS", stop, prnt, pas)
-            self.pass_sigbus = pas
+    def _set_pass(self, signo: int, pas: bool) -> None:
+        if signo in self.passing and pas != self.passing[signo]:
+            set_handle(SIGNAL_NAMES[signo], True, True, pas)
+            self.passing[signo] = pas
 
     def on_syscall(self) -> int:
         with self.target_.event():
