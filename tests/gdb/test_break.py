@@ -216,3 +216,32 @@ def test_program_sees_the_users_environment_not_gdbs(tmp_path: Path) -> None:
     assert not re.search(r"^(LINES|COLUMNS)=", run.stdout, re.M), run.explain()
     run = run_gdb(["/usr/bin/env"], ["ualdbg break", "run", "ualdbg off", "continue"], env={"LINES": "7"})
     assert re.search(r"^LINES=7$", run.stdout, re.M) and not re.search(r"^COLUMNS=", run.stdout, re.M), run.explain()
+
+
+def test_next_step_finish_resume_normally_and_miss_nothing(tmp_path: Path) -> None:
+    # Resume from each break stop with a different command; every fault is still reported
+    # exactly once, and the thread is armed again after each one.
+    script = """
+import gdb
+gdb.execute("ualdbg break")
+gdb.execute("run")
+cmds = ["next", "step", "finish", "stepi", "next", "continue"]
+i = 0
+while gdb.selected_inferior().pid:
+    cmd = cmds[i % len(cmds)]
+    i += 1
+    try:
+        gdb.execute(cmd)
+    except gdb.error as exc:  # `finish` from main's outermost frame
+        print("ERR", cmd, exc)
+        gdb.execute("continue")
+    if gdb.selected_inferior().pid and gdb.selected_thread() is not None:
+        f = int(gdb.parse_and_eval("$eflags"))
+        print("AFTER", cmd, "AC" if f & 0x40000 else "noAC", "TF" if f & 0x100 else "noTF")
+print("EXIT-STATUS", gdb.convenience_variable("_exitcode"))
+"""
+    run = run_gdb_script([str(BUILD / "not_aligned"), "12"], script, tmp_path)
+    assert run.stdout.count("Unaligned data access") == 12, run.explain()
+    assert "EXIT-STATUS 0" in run.stdout, run.explain()
+    # Known gap (issue 2 note): a `step` that single-steps into a fault can leave ualdbg's TF
+    # set, which shows up as extra `Catchpoint (signal SIGTRAP)` stops; counts stay exact.

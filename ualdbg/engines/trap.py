@@ -34,6 +34,7 @@ class TrapEngine:
         self.armed: set[int] = set()  # threads whose AC we set
         self.sigbus_blocked: set[int] = set()  # threads we keep disarmed: SIGBUS is blocked there
         self.pending: dict[int, bool] = {}  # tid -> TF was already set by the program
+        self.pending_pc: dict[int, int] = {}  # tid -> PC of the fault it is stepping over (TF path)
         self.in_clone: set[int] = set()  # armed threads paused across a task-creating syscall
         self.reported: dict[int, int] = {}  # stepper targets: tid -> PC of the fault it stopped at
         self.arch: archmod.ArchInfo | None = None
@@ -94,6 +95,7 @@ class TrapEngine:
         self.forget_threads()
 
     def forget_threads(self) -> None:
+        self.pending_pc.clear()
         self.slots.reset()
         self.armed.clear()
         self.sigbus_blocked.clear()
@@ -108,8 +110,25 @@ class TrapEngine:
         self.reported.pop(tid, None)
 
     def reconcile(self, target: Target) -> None:
-        """At a user-visible stop: arm threads that should be armed and are not (created by a
-        path ualdbg saw no hook for, or that unblocked SIGBUS)."""
+        """At a user-visible stop: finish step-overs whose trap the debugger kept for itself
+        (gdb's `step`/`next`/`finish` single-step without showing our catchpoint their traps),
+        and arm threads that should be armed and are not (created by a path ualdbg saw no hook
+        for, or that unblocked SIGBUS)."""
+        a = self._arch(target)
+        for tid, fault_pc in list(self.pending_pc.items()):
+            if tid not in self.pending:
+                del self.pending_pc[tid]
+                continue
+            try:
+                moved = target.read_register(a.pc, tid) != fault_pc
+            except Exception:
+                continue
+            if moved:
+                tf_was_set = self.pending.pop(tid)
+                del self.pending_pc[tid]
+                clear = 0 if tf_was_set else a.tf_bit
+                arm = a.ac_bit if (self.active and tid in self.armed) else 0
+                self._set_flags(target, tid, arm, clear)
         if not self.active:
             return
         for tid in target.threads():
@@ -157,6 +176,7 @@ class TrapEngine:
         # Run the faulting instruction once with AC clear; TF makes the CPU trap right after it
         # (after ONE iteration of a rep string instruction, so k misaligned elements count k).
         self.pending[tid] = bool(flags & a.tf_bit)
+        self.pending_pc[tid] = pc
         target.write_register(a.flags, (flags & ~a.ac_bit) | a.tf_bit, tid)
         return Decision.STOP if stop else Decision.RESUME
 
@@ -225,6 +245,7 @@ class TrapEngine:
         if tid not in self.pending:
             return Decision.NOT_OURS
         tf_was_set = self.pending.pop(tid)
+        self.pending_pc.pop(tid, None)
         a = self._arch(target)
         clear = 0 if tf_was_set else a.tf_bit
         if self.active and tid in self.armed:

@@ -288,8 +288,8 @@ class GdbHooks:
                 gdb.write(to_text(self.report_pending, color=sys.stdout.isatty() and "NO_COLOR" not in os.environ))
                 self.report_pending = None
             target = self.target()
-            if target is not None and self.session.armed:
-                if not self.session.engine.active and gdb.selected_inferior().was_attached:
+            if target is not None and (self.session.armed or self.session.engine.pending):
+                if self.session.armed and not self.session.engine.active and gdb.selected_inferior().was_attached:
                     # Armed before `attach PID`: main is long past, arm where the process is.
                     self.session.program.pid = target.pid()
                     self.session.engine.arm(target)
