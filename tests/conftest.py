@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,3 +86,18 @@ def test_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for src in FIXTURE_PROGRAMS.glob("*.c"):
         subprocess.run(["gcc", "-g", "-O1", "-o", str(out / src.stem), str(src)], check=True)
     return out
+
+
+def by_location(doc: dict) -> Counter[str]:
+    """Fault counts of a JSON document per source line (or function+offset, or module+offset
+    where there is no line): the shape of examples/README.md's table."""
+    got: Counter[str] = Counter()
+    for s in doc["sites"]:
+        if s["file"] and s["line"]:
+            loc = f"{Path(s['file']).name}:{s['line']}"
+        elif s["function"]:
+            loc = f"{s['function']}+{s['function_offset']}"
+        else:
+            loc = f"{s['module']}+{s['offset']}"
+        got[loc] += s["count"]
+    return got

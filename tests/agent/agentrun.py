@@ -70,20 +70,6 @@ def trace(program: list[str], tmp_path: Path, *options: str, engine: str = "agen
     return ualdbg("trace", "--engine", engine, *options, "--json", str(out), "--", *program, json_path=out, **kw)
 
 
-def by_location(doc: dict[str, Any]) -> Counter[str]:
-    """Faults per source line (file:line), or function+offset / module+offset without DWARF."""
-    got: Counter[str] = Counter()
-    for s in doc["sites"]:
-        if s["file"] and s["line"]:
-            loc = f"{Path(s['file']).name}:{s['line']}"
-        elif s["function"]:
-            loc = f"{s['function']}+{s['function_offset']}"
-        else:
-            loc = f"{s['module']}+{s['offset']}"
-        got[loc] += s["count"]
-    return got
-
-
 def by_function(doc: dict[str, Any]) -> Counter[str]:
     got: Counter[str] = Counter()
     for s in doc["sites"]:

@@ -9,8 +9,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from agentrun import build_agent_programs, by_location, comparable, require_agent, trace
-from conftest import BUILD, ROOT, expected_by_program, require_tool, scrubbed_env
+from agentrun import build_agent_programs, comparable, require_agent, trace
+from conftest import BUILD, ROOT, by_location, expected_by_program, require_tool, scrubbed_env
 
 CASES = sorted(expected_by_program().items())
 

@@ -11,7 +11,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import BUILD, ROOT, expected_by_program, scrubbed_env
+from clirun import explain, run_cli
+from conftest import BUILD, ROOT, by_location, expected_by_program, scrubbed_env
 from lldbrun import exit_status, lldb_path, run_lldb
 
 CASES = sorted(expected_by_program().items())
@@ -79,26 +80,7 @@ def test_bad_command_input_is_one_line() -> None:
 def ualdbg(*args: str, stdin: str | None = None, env: dict[str, str] | None = None,
            timeout: float = 300) -> subprocess.CompletedProcess[str]:
     lldb_path()  # skips without lldb, fails under CI=true
-    return subprocess.run([sys.executable, "-m", "ualdbg", *args], input=stdin, capture_output=True, text=True,
-                          timeout=timeout, env=scrubbed_env(env), cwd=ROOT,
-                          stdin=None if stdin is not None else subprocess.DEVNULL)
-
-
-def explain(p: subprocess.CompletedProcess[str]) -> str:
-    return f"command: {' '.join(p.args)}\nexit {p.returncode}\n--- stdout ---\n{p.stdout}\n--- stderr ---\n{p.stderr}"
-
-
-def by_location(doc: dict) -> Counter[str]:
-    got: Counter[str] = Counter()
-    for s in doc["sites"]:
-        if s["file"] and s["line"]:
-            loc = f"{Path(s['file']).name}:{s['line']}"
-        elif s["function"]:
-            loc = f"{s['function']}+{s['function_offset']}"
-        else:
-            loc = f"{s['module']}+{s['offset']}"
-        got[loc] += s["count"]
-    return got
+    return run_cli(*args, stdin=stdin, env=env, timeout=timeout)
 
 
 @pytest.mark.parametrize("key,rows", CASES, ids=[f"{p}-{'-'.join(a)}" for (p, a), _ in CASES])
