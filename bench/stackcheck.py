@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from run import scrubbed_env  # bench/run.py, beside this script (a __main__-guarded module)
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "PERFORMANCE.md"
 PROGRAM = "examples/build/stack_double"
@@ -29,14 +31,6 @@ LIMIT_S = 15.0
 SWEEP = ["--argv0-lengths", "1-8", "--env-pad", "0-28/4"]  # 8 x 8 = 64 variants
 REPS = 3
 SINGLES = 8
-
-
-def scrubbed_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UALDBG_", "PYTHON", "LLDB", "GDB"))}
-    env.update(TERM="dumb", NO_COLOR="1", LC_ALL="C.UTF-8")
-    env.pop("LINES", None)
-    env.pop("COLUMNS", None)
-    return env
 
 
 def sweep(args: list[str]) -> tuple[float, dict]:

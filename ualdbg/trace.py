@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from .model import AccessKind, Fault
 
@@ -20,9 +20,7 @@ class PcCounter:
     count: int = 0
     sizes: set[int] = field(default_factory=set)
     access: AccessKind | None = None
-    first_va: int | None = None
     insn: str | None = None
-    tids: set[int] = field(default_factory=set)
 
     def add(self, fault: Fault) -> None:
         self.count += 1
@@ -30,11 +28,8 @@ class PcCounter:
             self.sizes.add(fault.size)
         if fault.access is not None:
             self.access = fault.access if self.access is None else self.access.merge(fault.access)
-        if self.first_va is None:
-            self.first_va = fault.va
         if self.insn is None:
             self.insn = fault.insn
-        self.tids.add(fault.tid)
 
 
 class TraceBuffer:
@@ -105,13 +100,6 @@ class TraceBuffer:
     def sites(self) -> list[PcCounter]:
         """Per-PC counters, hottest first (ties by PC so output is stable)."""
         return sorted(self.counters.values(), key=lambda c: (-c.count, c.pc))
-
-    def select(self, limit: int | None = None, tid: int | None = None) -> list[Fault]:
-        chosen: Iterable[Fault] = self.records
-        if tid is not None:
-            chosen = (f for f in chosen if f.tid == tid)
-        items = list(chosen)
-        return items[-limit:] if limit else items
 
     def __iter__(self) -> Iterator[Fault]:
         return iter(self.records)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import require_tool
 
 from ualdbg.model import InlineFrame, Module, SourceLoc
 from ualdbg.symbols import ModuleMap, SourcePos, Symbolizer, elf_index, is_system_path, parse_maps
@@ -20,15 +21,6 @@ from ualdbg.symbols.elfindex import ElfIndex
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "symbols"
 LINK_SOURCE = "src/prog.c"  # as compiled: relative to the build directory, the DW_AT_comp_dir
-
-
-def need(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{tool} is required under CI")
-        pytest.skip(f"{tool} not installed")
-    return path
 
 
 def run(cmd: Sequence[str], cwd: Path | None = None) -> str:
@@ -58,15 +50,15 @@ class Builds:
         return self._done[name]
 
     def gcc(self, name: str, *flags: str, source: str = LINK_SOURCE) -> Path:
-        need("gcc")
+        require_tool("gcc")
         return self._build(name, ["gcc", *flags, source, "-o", name])
 
     def strip(self, name: str, original: Path, *flags: str) -> Path:
-        need("strip")
+        require_tool("strip")
         return self._build(name, ["strip", *flags, str(original), "-o", name])
 
     def gfortran(self, name: str, *flags: str) -> Path:
-        need("gfortran")
+        require_tool("gfortran")
         return self._build(name, ["gfortran", *flags, "src/fortran.f90", "-o", name])
 
     def library(self) -> Path:
@@ -74,7 +66,7 @@ class Builds:
 
     def uselib(self) -> Path:
         self.library()
-        need("gcc")
+        require_tool("gcc")
         return self._build(
             "uselib",
             [
@@ -107,14 +99,14 @@ class Frame:
 
 
 def text_addresses(elf: Path) -> list[int]:
-    need("objdump")
+    require_tool("objdump")
     out = run(["objdump", "-d", "--no-show-raw-insn", "-j", ".text", str(elf)])
     return [int(m.group(1), 16) for m in re.finditer(r"^\s+([0-9a-f]+):\s", out, re.M)]
 
 
 def function_symbols(elf: Path, *, dynamic: bool = False) -> list[tuple[int, int, str]]:
     """(start, end, name) of sized function symbols, as nm lists them."""
-    need("nm")
+    require_tool("nm")
     out = run(["nm", "-S", "--defined-only", *(["-D"] if dynamic else []), str(elf)])
     spans = []
     for line in out.splitlines():
@@ -127,7 +119,7 @@ def function_symbols(elf: Path, *, dynamic: bool = False) -> list[tuple[int, int
 
 def addr2line(elf: Path, addrs: Sequence[int]) -> dict[int, list[Frame]]:
     """`addr2line -a -f -i` per address: innermost frame first, then the inlining callers."""
-    need("addr2line")
+    require_tool("addr2line")
     out = run(
         ["addr2line", "-a", "-f", "-i", "-e", str(elf), *(hex(a) for a in addrs)]
     ).splitlines()
@@ -277,7 +269,7 @@ def test_symtab_fallback_matches_nm(builds: Builds, variant: str) -> None:
 
 
 def test_separate_debug_file_via_debuglink(builds: Builds) -> None:
-    need("objcopy")
+    require_tool("objcopy")
     original = builds.gcc("pie_o2", "-g", "-O2")
     linked = builds.root / "linked"
     shutil.copy(original, linked)
@@ -411,7 +403,7 @@ def test_shared_library_bias_and_scope(builds: Builds) -> None:
 
 
 def test_live_process_maps() -> None:
-    cat = os.path.realpath(need("cat"))
+    cat = os.path.realpath(require_tool("cat"))
     proc = subprocess.Popen([cat], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
     try:

@@ -381,11 +381,6 @@ def image_session(run: AgentRun, image: Image, started: float, lib: str = "") ->
                       access=acc.kind if acc is not None else None, insn=insn.text if insn is not None else None,
                       policy=session.policy.name)
         faults.append(fault)
-        known = buf.counters.get(rec.pc)
-        if known is not None:
-            known.tids.add(rec.tid)
-            if known.first_va is None:
-                known.first_va = fault.va
     buf.records = faults
     end = h.end_ns / 1e9 if h.end_ns else time.monotonic()
     buf.stopped_at = max(started, end)

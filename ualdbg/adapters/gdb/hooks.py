@@ -198,10 +198,6 @@ class GdbHooks:
             stop, prnt, pas = self.saved_handles["SIGBUS"]
             set_handle("SIGBUS", stop, prnt, pas)
 
-    def is_running_now(self) -> bool:
-        inf = gdb.selected_inferior()
-        return bool(inf.pid)
-
     def fix_environment(self) -> None:
         """gdb puts LINES and COLUMNS into the program's environment; take out what the user
         did not have (gdb's own environment at exec time is in /proc/self/environ)."""

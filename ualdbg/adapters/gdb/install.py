@@ -37,9 +37,6 @@ class _Host:
     def target(self) -> Any:
         return self.hooks.target()
 
-    def is_running_now(self) -> bool:
-        return self.hooks.is_running_now()
-
     def install(self) -> None:
         prog = gdb.current_progspace().filename
         if not prog and not gdb.selected_inferior().pid:

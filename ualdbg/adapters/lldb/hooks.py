@@ -392,10 +392,6 @@ class LldbHooks:
         if process.IsValid() and process.GetState() in (lldb.eStateExited, lldb.eStateDetached):
             self.note_exit(process)
 
-    def is_running_now(self) -> bool:
-        p = self.sbtarget().GetProcess()
-        return bool(p.IsValid() and p.GetState() not in (lldb.eStateExited, lldb.eStateDetached, lldb.eStateInvalid))
-
     def install(self) -> None:
         target = self.sbtarget()
         process = target.GetProcess()

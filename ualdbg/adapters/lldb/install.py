@@ -34,9 +34,6 @@ class _Host:
             process = None
         return self.hooks.target(process, thread)
 
-    def is_running_now(self) -> bool:
-        return self.hooks.is_running_now()
-
     def install(self) -> None:
         self.hooks.install()
 
