@@ -187,6 +187,16 @@ class ElfIndex:
     def symbol_at(self, addr: int) -> Symbol | None:
         return self.symbols.find(addr)
 
+    def function_symbols(self) -> Iterator[Symbol]:
+        """Every defined function symbol, aliases and duplicates included (`symbols` keeps one
+        name per address); a symbol without a size gets the one `symbols` infers for it."""
+        for elf in self._symbol_sources():
+            for name, value, size, _info, _shndx in _function_symbols(elf):
+                if size == 0:
+                    hit = self.symbols.find_interval(value)
+                    size = hit[1] - value if hit is not None and hit[0] == value else 1
+                yield Symbol(name, value, size)
+
     # -- DWARF -------------------------------------------------------------------------------
 
     @cached_property

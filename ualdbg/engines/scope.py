@@ -1,0 +1,179 @@
+"""Where the step engine steps: a function (every instance of it), an address range, the current
+function until it returns, or the whole program. Turns what the user typed into runtime address
+ranges from the loaded modules' symbol tables (DWARF where a symbol table lacks the function)."""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from ..model import Module
+from ..symbols.dwarfindex import DWARF_ERRORS
+from ..symbols.elfindex import ElfIndex, elf_index
+from ..symbols.maps import PSEUDO_MODULES, ModuleMap
+
+__all__ = [
+    "KINDS",
+    "ScopeError",
+    "StepScope",
+    "function_ranges",
+    "parse_range",
+    "resolve_scope",
+]
+
+KINDS = ("function", "range", "until-return", "everywhere")
+
+# gcc's names for copies of one function: `f.constprop.0`, `f.isra.0`, `f.part.0`, `f.cold`
+# (and chains such as `f.isra.0.cold`, `f.constprop.0.isra.0`); `lto_priv` under LTO.
+_CLONE_SUFFIX = r"(?:\.(?:constprop|isra|part|cold|lto_priv|localalias)(?:\.\d+)?)*"
+
+
+class ScopeError(Exception):
+    """One-line user-facing message."""
+
+
+@dataclass(frozen=True)
+class StepScope:
+    """The code to single-step. `ranges` are half-open runtime address ranges, sorted and
+    disjoint; empty for until-return (the engine bounds it by the frame) and everywhere."""
+
+    kind: str  # "function" | "range" | "until-return" | "everywhere"
+    label: str  # what the user typed, for reports ("parse_header", "0x401000-0x401200")
+    ranges: tuple[tuple[int, int], ...] = ()
+
+    def contains(self, pc: int) -> bool:
+        if self.kind in ("everywhere", "until-return"):
+            return True
+        return any(lo <= pc < hi for lo, hi in self.ranges)
+
+    def describe(self) -> str:
+        if self.kind == "everywhere":
+            return "everywhere (every instruction of the program)"
+        if self.kind == "until-return":
+            return f"{self.label} until it returns"
+        spans = ", ".join(f"{lo:#x}-{hi:#x}" for lo, hi in self.ranges)
+        return f"{self.label} ({spans})" if self.kind == "function" else spans
+
+
+def _merge(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(r for r in ranges if r[0] < r[1]):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def _number(text: str, what: str, whole: str) -> int:
+    try:
+        value = int(text.strip(), 0)
+    except ValueError:
+        raise ScopeError(f"--range {whole}: {what} {text.strip()!r} is not a number "
+                         "(write 0x401000,0x401200)") from None
+    if value < 0 or value >= 1 << 64:
+        raise ScopeError(f"--range {whole}: {what} {text.strip()} is not a 64-bit address")
+    return value
+
+
+def parse_range(text: str) -> tuple[int, int]:
+    """`LO,HI` or `LO-HI` (hex with 0x, or decimal) as a half-open [LO, HI) pair."""
+    raw = text.strip()
+    sep = "," if "," in raw else "-"
+    parts = raw.split(sep)
+    if len(parts) != 2 or not all(p.strip() for p in parts):
+        raise ScopeError(f"--range {text}: write two addresses, LO,HI (e.g. 0x401000,0x401200)")
+    lo = _number(parts[0], "LO", text)
+    hi = _number(parts[1], "HI", text)
+    if hi <= lo:
+        raise ScopeError(f"--range {text}: empty range (HI must be above LO)")
+    return lo, hi
+
+
+def _name_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(re.escape(name) + _CLONE_SUFFIX)
+
+
+def _dwarf_ranges(index: ElfIndex, name: str) -> Iterator[tuple[int, int]]:
+    """Out-of-line instances of `name` in DWARF (DW_TAG_subprogram with code), for files whose
+    symbol tables lack it: walks every unit, so only used when the symbols found nothing."""
+    dwarf = index.dwarf
+    if dwarf is None:
+        return
+    try:
+        for cu in dwarf.dwarfinfo.iter_CUs():
+            for die in cu.iter_DIEs():
+                if die.tag != "DW_TAG_subprogram":
+                    continue
+                found, _ = dwarf.name_of(die)
+                if found == name:
+                    yield from dwarf.die_ranges(die, cu)
+    except DWARF_ERRORS:
+        return
+
+
+def function_ranges(path: str, name: str, load_bias: int = 0) -> list[tuple[int, int]]:
+    """Runtime [lo, hi) ranges of every instance of function `name` in the ELF at `path`:
+    same-named static functions of several units and gcc's clones (name.constprop.N,
+    name.isra.N, name.part.N, name.cold). ScopeError when there is none."""
+    index = elf_index(path)
+    if index is None:
+        raise ScopeError(f"{path}: not a readable ELF file")
+    pattern = _name_pattern(name)
+    found = [(s.start, s.start + s.size) for s in index.function_symbols() if pattern.fullmatch(s.name)]
+    if not found:
+        found = list(_dwarf_ranges(index, name))
+    if not found:
+        raise ScopeError(f"no function named {name} in {os.path.basename(path)}")
+    return [(lo + load_bias, hi + load_bias) for lo, hi in _merge(found)]
+
+
+def _file_modules(modules: ModuleMap | Iterable[Module]) -> tuple[list[Module], Module | None]:
+    if isinstance(modules, ModuleMap):
+        mods, main = list(modules.modules), modules.main
+    else:
+        mods = list(modules)
+        main = next((m for m in mods if m.path.startswith("/")), None)
+    files = [m for m in mods if m.path.startswith("/") and m.path not in PSEUDO_MODULES]
+    # the program first: its functions are what users name
+    files.sort(key=lambda m: (main is None or m.path != main.path, m.start))
+    return files, main
+
+
+def resolve_scope(
+    modules: ModuleMap | Iterable[Module],
+    *,
+    functions: Iterable[str] = (),
+    range_text: str | Iterable[str] | None = None,
+    everywhere: bool = False,
+) -> StepScope:
+    """The scope the user asked for, against the modules loaded now (a ModuleMap or Modules).
+    Functions are looked up in every loaded module; ScopeError names the first one that no
+    module defines. Functions and ranges combine into one scope; everywhere stands alone."""
+    names = [f.strip() for f in functions]
+    texts = [range_text] if isinstance(range_text, str) else list(range_text or ())
+    if everywhere and (names or texts):
+        raise ScopeError("--everywhere steps every instruction: do not combine it with --in or --range")
+    if everywhere:
+        return StepScope("everywhere", "everywhere")
+    if not names and not texts:
+        raise ScopeError("say where to step: --in FUNCTION, --range LO,HI or --everywhere")
+    ranges: list[tuple[int, int]] = [parse_range(t) for t in texts]
+    files, main = _file_modules(modules) if names else ([], None)
+    for name in names:
+        if not name:
+            raise ScopeError("--in: empty function name")
+        hits: list[tuple[int, int]] = []
+        for module in files:
+            try:
+                hits.extend(function_ranges(module.path, name, module.base))
+            except ScopeError:
+                continue
+        if not hits:
+            where = os.path.basename(main.path) if main is not None else "the program"
+            raise ScopeError(f"no function named {name} in {where} or its libraries")
+        ranges.extend(hits)
+    labels = names + [t.strip() for t in texts]
+    kind = "function" if names else "range"
+    return StepScope(kind, ",".join(labels), _merge(ranges))
