@@ -9,9 +9,11 @@ from . import __version__
 from .alignment import AcPolicy, Policy
 from .decode import Decoder, Insn, accesses
 from .engines.procfs import CpuReader
+from .engines.step import StepEngine
 from .engines.trap import TrapEngine
 from .model import Access, Fault, Module, SourceLoc
 from .settings import Config
+from .symbols.data import DataRef, Frame, safe_describe
 from .symbols.maps import ModuleMap
 from .symbols.resolver import Symbolizer
 from .target import SigInfo, Target
@@ -37,6 +39,36 @@ class LazyRegisters(Mapping[str, int]):
 
     def __len__(self) -> int:
         return len(self.cache)
+
+
+class ThreadStacks(Mapping[int, int]):
+    """Stack pointers of the target's threads, read only if a VA's mapping needs them."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._sps: dict[int, int] | None = None
+
+    def _all(self) -> dict[int, int]:
+        if self._sps is None:
+            self._sps = {}
+            try:
+                for tid in self.target.threads():
+                    try:
+                        self._sps[tid] = self.target.read_register("rsp", tid)
+                    except Exception:  # a thread that cannot be read is not the answer
+                        continue
+            except Exception:
+                pass
+        return self._sps
+
+    def __getitem__(self, tid: int) -> int:
+        return self._all()[tid]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 @dataclass
@@ -77,6 +109,7 @@ class Session:
         self.scope = Scope()
         self.buffer = TraceBuffer(self.config["buffer"])
         self.engine = TrapEngine(self)
+        self.step = StepEngine(self)  # step mode (`--engine step`), enabled instead of the trap engine
         self.policy: Policy = AcPolicy()
         self.decoder = Decoder()
         self.breaking = False
@@ -92,10 +125,17 @@ class Session:
         self.symbolizer: Symbolizer | None = None
         self.locs: dict[int, SourceLoc] = {}
         self.cpu_of = CpuReader()
+        # What the data at a site's first faulting VA is (symbols/data.py), and at the last fault.
+        self.data_at: dict[int, DataRef] = {}
+        self.last_data: DataRef | None = None
 
     @property
     def armed(self) -> bool:
         return self.breaking or self.tracing
+
+    @property
+    def engine_name(self) -> str:
+        return self.step.name if self.step.enabled else self.engine.name
 
     # -- per-PC caches -------------------------------------------------------------------------
     def insn_at(self, target: Target, pc: int) -> Insn | None:
@@ -149,6 +189,7 @@ class Session:
         self._modmap = None
         self.cpu_of.close()
         self.engine.forget_threads()
+        self.step.forget_threads()
 
     # -- the fault path ------------------------------------------------------------------------
     def analyse(self, target: Target, tid: int | None, pc: int) -> tuple[Insn | None, Access | None, bool | None]:
@@ -194,5 +235,16 @@ class Session:
         if pc not in self.locs:
             self.resolve(pc)
         self.last_fault = fault
+        self.last_data = None
+        if va is not None and (self.breaking or pc not in self.data_at):
+            data = self.describe_data(target, tid, pc, va)
+            self.data_at.setdefault(pc, data)
+            self.last_data = data
         return self.breaking
+
+    def describe_data(self, target: Target, tid: int, pc: int, va: int) -> DataRef:
+        """What the data at `va` is, with the faulting thread's registers and memory."""
+        frame = Frame(pc=pc, tid=tid, pid=target.pid(), regs=LazyRegisters(target, tid),
+                      read_memory=target.read_memory, thread_sps=ThreadStacks(target))
+        return safe_describe(va, self.module_map(target), frame)
 

@@ -94,4 +94,9 @@ def comparable(doc: dict[str, Any]) -> dict[str, Any]:
         if r["va"] is not None and int(r["va"], 16) >= 0x7FF000000000:
             r["va"] = f"stack, {int(r['va'], 16) % 16} mod 16"
     d["records"].sort(key=lambda r: json.dumps(r, sort_keys=True))  # threads interleave freely
+    for s in d["sites"]:
+        data = s.get("data")
+        if data and data["kind"] in ("stack", "local", "parameter"):
+            # The same: what the stack address is; not which thread id or where the stack lies.
+            s["data"] = {"kind": data["kind"], "path": data.get("path"), "va": f"{int(data['va'], 16) % 16} mod 16"}
     return d

@@ -5,6 +5,7 @@ user would, so a behaviour difference between the adapters is a test failure."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ def normalise(doc: dict[str, Any]) -> dict[str, Any]:
     where = {s["pc"]: f"{s['module']}+{s['offset']}" for s in doc["sites"]}
     for site in doc["sites"]:
         site.pop("pc")
+        if site.get("data", {}).get("tid") is not None:  # what the data is, not the thread's id
+            site["data"]["tid"] = "tid"
+            site["data"]["text"] = re.sub(r"thread \d+", "thread T", site["data"]["text"])
     # Threads interleave as the scheduler pleases: compare each thread's records in its own
     # order, the threads sorted by what they did.
     per_thread: dict[int, list[tuple[Any, ...]]] = {}

@@ -24,6 +24,7 @@ from ..decode import Insn, accesses
 from ..model import Access, AccessKind, Fault, Module, SourceLoc
 from ..render.jsondoc import build_document
 from ..session import ProgramInfo, Scope, Session
+from ..symbols.data import describe_saved
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
 from ..trace import PcCounter, TraceBuffer
@@ -274,6 +275,10 @@ class SnapshotSymbolizer:
             self._maps.append(pair)
             yield pair
 
+    def snapshots(self) -> list[ModuleMap]:
+        """The parsed maps snapshots, newest first."""
+        return [mm for mm, _sym in self._parsed()]
+
     def module(self, pc: int) -> tuple[ModuleMap, Module] | None:
         if pc not in self._cache:
             self._cache[pc] = None
@@ -370,6 +375,8 @@ def image_session(run: AgentRun, image: Image, started: float, lib: str = "") ->
             if acc is not None:
                 counter.sizes.add(acc.size)
                 counter.access = acc.kind if counter.access is None else counter.access.merge(acc.kind)
+                if site.pc not in session.data_at:  # what the data is (issue 9): from the saved registers
+                    session.data_at[site.pc] = describe_saved(acc.va, symbolizer.snapshots(), site.pc, h.pid, regs.mapping())
     code = {s.pc: s.code for s in image.sites}
     faults: deque[Fault] = deque(maxlen=run.buffer)
     for rec in image.records:

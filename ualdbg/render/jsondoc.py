@@ -16,8 +16,9 @@ def _hex(v: int | None) -> str | None:
     return None if v is None else f"{v:#x}"
 
 
-def site_entry(loc: SourceLoc, count: int, sizes: Iterable[int], access: AccessKind | None) -> dict[str, Any]:
-    return {
+def site_entry(loc: SourceLoc, count: int, sizes: Iterable[int], access: AccessKind | None,
+               data: Any = None) -> dict[str, Any]:
+    entry = {
         "pc": _hex(loc.pc),
         "module": loc.module_name,
         "offset": _hex(loc.offset),
@@ -30,12 +31,16 @@ def site_entry(loc: SourceLoc, count: int, sizes: Iterable[int], access: AccessK
         "sizes": sorted(sizes),
         "access": access.value if access else None,
     }
+    if data is not None:  # optional key (schema 1 stays compatible): what the first faulting VA is
+        entry["data"] = data.to_json()
+    return entry
 
 
 def build_document(session: Any, *, engine: str | None = None) -> dict[str, Any]:
     buf = session.buffer
     prog = session.program
-    sites = [site_entry(session.resolve(c.pc), c.count, c.sizes, c.access) for c in buf.sites()]
+    data_at = getattr(session, "data_at", {})
+    sites = [site_entry(session.resolve(c.pc), c.count, c.sizes, c.access, data_at.get(c.pc)) for c in buf.sites()]
     records = [
         {
             "seq": f.seq,
@@ -54,7 +59,7 @@ def build_document(session: Any, *, engine: str | None = None) -> dict[str, Any]
         "schema": SCHEMA,
         "tool": "ualdbg",
         "version": session.version,
-        "engine": engine or session.engine.name,
+        "engine": engine or getattr(session, "engine_name", session.engine.name),
         "debugger": session.debugger,
         "arch": platform.machine() if session.engine.arch is None else session.engine.arch.name,
         "program": {
@@ -73,7 +78,20 @@ def build_document(session: Any, *, engine: str | None = None) -> dict[str, Any]
         "sites": sites,
         "records": records,
         "records_dropped": buf.dropped,
+        **_step_section(session, engine),
     }
+
+
+def _step_section(session: Any, engine: str | None) -> dict[str, Any]:
+    """Step mode only (an optional key; schema 1 stays compatible): scope, policy and how many
+    instructions were single-stepped, for the cost of a scope to be visible."""
+    step = getattr(session, "step", None)
+    if engine is not None or step is None or not step.enabled:
+        return {}
+    st = step.stats
+    return {"step": {"scope": step.scope.describe() if step.scope is not None else step.request.describe(),
+                     "policy": session.policy.name, "steps": st.steps, "entries": st.entries,
+                     "calls_run": st.calls_run}}
 
 
 def load_document(path: str) -> dict[str, Any]:

@@ -13,7 +13,23 @@ def _loc_line(loc: SourceLoc) -> str:
     return ", ".join(parts)
 
 
-def fault_report(fault: Fault, loc: SourceLoc, source_text: str | None = None) -> list[str]:
+def data_lines(data: Any) -> list[str]:
+    """What the data is (symbols/data.py DataRef): the object, then the pointer it was reached by."""
+    if data is None:
+        return []
+    lines = [f"  data: {data.text}"]
+    via = data.via
+    if via is not None:
+        extra = []
+        if via.packed:
+            extra.append(f"member of packed {via.struct} at offset {via.member_offset}, needs {via.member_align}")
+        elif via.pointer_misaligned:
+            extra.append(f"{via.pointer} itself is not {via.target_align}-byte aligned")
+        lines.append(f"  via: {via.path} ({via.type} {via.pointer} in {via.function})" + (f"; {extra[0]}" if extra else ""))
+    return lines
+
+
+def fault_report(fault: Fault, loc: SourceLoc, source_text: str | None = None, data: Any = None) -> list[str]:
     va = f"{fault.va:#x}" if fault.va is not None else "unknown (instruction not decoded)"
     lines = [f"Unaligned data access: virtual address = {va}, PC = {fault.pc:#x}"]
     size = f"{fault.size}-byte" if fault.size else "unknown-size"
@@ -23,6 +39,7 @@ def fault_report(fault: Fault, loc: SourceLoc, source_text: str | None = None) -
     for frame in loc.inlined_from:
         at = f"{frame.file}:{frame.line}" if frame.file else "?"
         lines.append(f"  inlined into {frame.function} at {at}")
+    lines.extend(data_lines(data))
     if fault.insn:
         lines.append(f"  instruction: {fault.insn}")
     if fault.explained is False:
@@ -44,4 +61,12 @@ def last_fault_report(session: Any) -> list[str]:
     src = None
     if session.config["source"] and loc.file and loc.line and session.symbolizer is not None:
         src = session.symbolizer.source_line(loc.file, loc.line)
-    return fault_report(fault, loc, src)
+    lines = fault_report(fault, loc, src, getattr(session, "last_data", None))
+    step = getattr(session, "step", None)
+    if step is not None and step.enabled:  # step mode: which policy the access breaks
+        lines.insert(2, f"  policy: {fault.policy} ({POLICY_TEXT.get(fault.policy, fault.policy)}), checked before it executes")
+    return lines
+
+
+POLICY_TEXT = {"ac": "x86 alignment check", "natural": "not aligned to its size",
+               "cacheline": "crosses a 64-byte cache line", "page": "crosses a 4 KiB page"}

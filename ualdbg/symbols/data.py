@@ -1,0 +1,639 @@
+"""VA -> what it is: a global, static or COMMON variable (DWARF, else the symbol table) with the
+element and byte offset inside it, a local or parameter of the faulting frame (its DWARF
+location evaluated with the thread's registers), the stack of a thread, the heap, an anonymous
+mapping or a mapped file; and the pointer in scope the access went through (`app->seq`).
+Unknown stays unknown."""
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, replace
+from functools import cached_property
+from typing import Any
+
+from elftools.dwarf.compileunit import CompileUnit
+from elftools.dwarf.die import DIE
+from elftools.dwarf.dwarf_expr import DWARFExprParser
+from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry, LocationExpr, LocationParser
+
+from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, _Unit
+from ualdbg.symbols.elfindex import ElfIndex, elf_index
+from ualdbg.symbols.intervals import IntervalTable
+from ualdbg.symbols.layout import (
+    AGGREGATES,
+    POINTERS,
+    Evaluator,
+    Layouts,
+    Location,
+    Unreadable,
+    decl_pos,
+    dwarf_reg,
+    name_of,
+    origin,
+    ref,
+    strip,
+)
+from ualdbg.symbols.maps import ModuleMap
+
+_STT_OBJECT, _STT_TLS, _STT_COMMON = 1, 6, 5
+_SCOPES = frozenset({"DW_TAG_lexical_block", "DW_TAG_inlined_subroutine", "DW_TAG_try_block", "DW_TAG_catch_block"})
+_VARS = frozenset({"DW_TAG_variable", "DW_TAG_formal_parameter"})
+_NEAR = 1 << 16  # a scalar pointer names `p[i]` only within this many bytes past it
+
+
+@dataclass(frozen=True)
+class Via:
+    """The pointer in scope at the PC that the accessed address is reached through."""
+
+    pointer: str  # the variable's name, e.g. "app"
+    type: str  # "const struct app_hdr *"
+    path: str  # "app->seq+0", "status[1]+0"
+    function: str  # the function (or inlined helper) whose variable it is
+    struct: str | None = None
+    member: str | None = None
+    member_offset: int | None = None
+    member_align: int | None = None
+    packed: bool = False  # the struct places members off their alignment
+    target_align: int | None = None  # alignment the pointed-to type needs
+    pointer_misaligned: bool = False  # the pointer itself is off that alignment
+
+
+@dataclass(frozen=True)
+class DataRef:
+    """What the data at one VA is. `kind`: global | static | common | local | parameter | symbol
+    (symbol table only) | image (a module's data without a symbol) | stack | heap | anonymous |
+    file | unknown."""
+
+    kind: str
+    text: str  # one line for people: "r2[0]+0 in COMMON /data/ (common_block.f90:20)"
+    va: int
+    name: str | None = None  # the variable or symbol
+    path: str | None = None  # name plus the element/member path: "req.status[1]"
+    offset: int | None = None  # bytes into that element or member
+    type: str | None = None  # the variable's type
+    element_type: str | None = None  # the type at `path`
+    container: str | None = None  # "COMMON /data/", the function of a local or static
+    module: str | None = None
+    file: str | None = None  # declaration
+    line: int | None = None
+    tid: int | None = None  # stack of this thread
+    mapping: str | None = None  # the /proc/PID/maps line's path, "" for anonymous
+    mapping_offset: int | None = None  # VA - mapping start (+ file offset for files)
+    struct: str | None = None  # innermost struct crossed and its member holding the VA
+    member: str | None = None
+    packed: bool = False
+    via: Via | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if v is not None and k not in ("via", "va")}
+        out["va"] = f"{self.va:#x}"
+        if not self.packed:
+            out.pop("packed", None)
+        if self.via is not None:
+            out["via"] = {k: v for k, v in asdict(self.via).items() if v is not None and v is not False}
+        return out
+
+
+def from_json(d: dict[str, Any]) -> DataRef:
+    d = dict(d)
+    via = d.pop("via", None)
+    d["va"] = int(d["va"], 16)
+    return DataRef(**d, via=Via(**via) if via else None)
+
+
+@dataclass(frozen=True)
+class GlobalVar:
+    name: str
+    start: int  # link-time
+    size: int
+    kind: str  # global | static | common
+    container: str | None
+    die_offset: int | None  # None: from the symbol table only
+    file: str | None
+    line: int | None
+    type: str | None
+
+
+# --------------------------------------------------------------------------------------------
+# One ELF's data
+
+
+class ModuleData:
+    """The data objects and frame variables one ELF describes, built on first use."""
+
+    def __init__(self, index: ElfIndex) -> None:
+        self.index = index
+        self.layouts = Layouts(8 if index._elf.elfclass == 64 else 4)
+        self._units: dict[int, _Unit] = {}
+        self._dies: dict[int, DIE] = {}
+
+    @property
+    def dwarf(self) -> DwarfIndex | None:
+        return self.index.dwarf
+
+    def _iter_dies(self) -> Iterator[tuple[CompileUnit, DIE, list[DIE]]]:
+        """Every DIE outside types, with its ancestors (outermost first)."""
+        dwarf = self.dwarf
+        if dwarf is None:
+            return
+        for cu in dwarf.dwarfinfo.iter_CUs():
+            try:
+                top = cu.get_top_DIE()
+            except DWARF_ERRORS:
+                continue
+            stack: list[tuple[DIE, list[DIE]]] = [(top, [])]
+            while stack:
+                die, parents = stack.pop()
+                try:
+                    children = list(die.iter_children())
+                except DWARF_ERRORS:
+                    continue
+                for child in children:
+                    yield cu, child, parents
+                    if child.has_children and child.tag not in AGGREGATES and child.tag != "DW_TAG_enumeration_type":
+                        stack.append((child, [*parents, child]))
+
+    @cached_property
+    def globals(self) -> IntervalTable[GlobalVar]:
+        """Variables at fixed addresses: DWARF first (named, typed, with declaration lines),
+        then data symbols of .symtab/.dynsym the DWARF does not cover."""
+        items: dict[int, tuple[int, int, GlobalVar]] = {}
+        for var in self._dwarf_globals():
+            # A COMMON block is described again in every routine that declares it: keep the first.
+            items.setdefault(var.start, (var.start, var.start + max(var.size, 1), var))
+        dwarf_table = IntervalTable(items.values())
+        extra = [(s.start, s.start + max(s.size, 1), s) for s in self.symbols if dwarf_table.find(s.start) is None]
+        return IntervalTable([*items.values(), *extra])
+
+    def _dwarf_globals(self) -> Iterator[GlobalVar]:
+        dwarf = self.dwarf
+        if dwarf is None:
+            return
+        try:
+            for _cu, die, parents in self._iter_dies():
+                if die.tag != "DW_TAG_variable" or "DW_AT_location" not in die.attributes:
+                    continue
+                loc = die.attributes["DW_AT_location"]
+                if loc.form not in ("DW_FORM_exprloc", "DW_FORM_block1") or not loc.value or loc.value[0] != 0x03:
+                    continue
+                expr = bytes(loc.value)
+                if len(expr) != 9:  # DW_OP_addr alone (TLS and computed locations are not fixed)
+                    continue
+                start = struct.unpack_from("<Q", expr, 1)[0]
+                src = origin(die)
+                name = name_of(src) or name_of(die)
+                if name is None or start == 0:
+                    continue
+                tdie = ref(src, "DW_AT_type") or ref(die, "DW_AT_type")
+                tinfo = self.layouts.info(tdie)
+                parent = parents[-1] if parents else None
+                container: str | None
+                if parent is not None and parent.tag == "DW_TAG_common_block":
+                    kind, container = "common", f"COMMON /{name_of(parent) or ''}/"
+                else:
+                    func = next((p for p in reversed(parents) if p.tag == "DW_TAG_subprogram"), None)
+                    if func is not None:
+                        kind, container = "static", name_of(origin(func))
+                    else:
+                        external = "DW_AT_external" in src.attributes or "DW_AT_external" in die.attributes
+                        kind, container = ("global" if external else "static"), None
+                file, line = decl_pos(dwarf, die, self._units)
+                self._dies[die.offset] = die
+                yield GlobalVar(name, start, tinfo.size or 0, kind, container, die.offset, file, line, tinfo.name)
+        except DWARF_ERRORS:
+            return
+
+    @cached_property
+    def symbols(self) -> list[GlobalVar]:
+        """Data objects of the symbol tables (functions are ElfIndex's business)."""
+        out: dict[int, GlobalVar] = {}
+        for elf in self.index._symbol_sources():
+            for section in elf.iter_sections():
+                if section["sh_type"] not in ("SHT_SYMTAB", "SHT_DYNSYM"):
+                    continue
+                try:
+                    for sym in section.iter_symbols():  # type: ignore[attr-defined]
+                        info = sym["st_info"]
+                        if info["type"] not in ("STT_OBJECT", "STT_COMMON") or sym["st_shndx"] in ("SHN_UNDEF", "SHN_ABS"):
+                            continue
+                        value, size = sym["st_value"], sym["st_size"]
+                        if value == 0 or value in out:
+                            continue
+                        kind = "global" if info["bind"] in ("STB_GLOBAL", "STB_WEAK") else "static"
+                        out[value] = GlobalVar(sym.name, value, size, kind, None, None, None, None, None)
+                except DWARF_ERRORS:
+                    continue
+        return sorted(out.values(), key=lambda g: g.start)
+
+    @cached_property
+    def expr_parser(self) -> DWARFExprParser:
+        assert self.dwarf is not None
+        return DWARFExprParser(self.dwarf.dwarfinfo.structs)
+
+    def die(self, offset: int) -> DIE | None:
+        return self._dies.get(offset)
+
+    def section_of(self, addr: int) -> str | None:
+        for section in self.index._elf.iter_sections():
+            h = section.header
+            if h["sh_addr"] and h["sh_addr"] <= addr < h["sh_addr"] + h["sh_size"]:
+                return section.name
+        return None
+
+    # -- frames --------------------------------------------------------------------------------
+
+    @cached_property
+    def _units_by_pc(self) -> IntervalTable[int]:
+        dwarf = self.dwarf
+        items: list[tuple[int, int, int]] = []
+        if dwarf is not None:
+            try:
+                for cu in dwarf.dwarfinfo.iter_CUs():
+                    for lo, hi in dwarf.die_ranges(cu.get_top_DIE(), cu):
+                        items.append((lo, hi, cu.cu_offset))
+            except DWARF_ERRORS:
+                pass
+        return IntervalTable(items)
+
+    def scopes_at(self, pc: int) -> list[tuple[str, DIE, list[DIE]]]:
+        """(function name, scope DIE, its variables) from the function containing the link-time
+        PC inward: the function, then its blocks and inlined helpers covering the PC."""
+        dwarf = self.dwarf
+        offset = self._units_by_pc.find(pc)
+        if dwarf is None or offset is None:
+            return []
+        out: list[tuple[str, DIE, list[DIE]]] = []
+        try:
+            cu = dwarf.dwarfinfo.get_CU_at(offset)
+
+            def covers(die: DIE) -> bool:
+                return any(lo <= pc < hi for lo, hi in dwarf.die_ranges(die, cu))
+
+            level: DIE | None = cu.get_top_DIE()
+            func_name: str = "?"
+            while level is not None:
+                nxt = None
+                for child in level.iter_children():
+                    if child.tag in ("DW_TAG_namespace", "DW_TAG_module") and out == []:
+                        if any(covers(c) for c in child.iter_children() if c.tag == "DW_TAG_subprogram"):
+                            nxt = child
+                            break
+                    if child.tag == "DW_TAG_subprogram" or (child.tag in _SCOPES and out):
+                        if covers(child):
+                            nxt = child
+                            break
+                if nxt is None:
+                    break
+                if nxt.tag in ("DW_TAG_subprogram", "DW_TAG_inlined_subroutine"):
+                    func_name = name_of(origin(nxt)) or func_name
+                if nxt.tag not in ("DW_TAG_namespace", "DW_TAG_module"):
+                    out.append((func_name, nxt, [c for c in nxt.iter_children() if c.tag in _VARS]))
+                level = nxt
+        except DWARF_ERRORS:
+            return out
+        return out
+
+    @cached_property
+    def _locparser(self) -> LocationParser | None:
+        dwarf = self.dwarf
+        if dwarf is None:
+            return None
+        try:
+            return LocationParser(dwarf.dwarfinfo.location_lists())
+        except DWARF_ERRORS:
+            return None
+
+    def location_expr(self, die: DIE, pc: int) -> list[int] | None:
+        """The location expression of a variable valid at a link-time PC."""
+        attr = die.attributes.get("DW_AT_location")
+        parser = self._locparser
+        if attr is None or parser is None:
+            return None
+        try:
+            loc = parser.parse_from_attribute(attr, die.cu["version"], die)
+        except DWARF_ERRORS:
+            return None
+        if isinstance(loc, LocationExpr):
+            return list(loc.loc_expr)
+        top = die.cu.get_top_DIE().attributes
+        base = top["DW_AT_low_pc"].value if "DW_AT_low_pc" in top else 0
+        for entry in loc:
+            if isinstance(entry, BaseAddressEntry):
+                base = entry.base_address
+            elif isinstance(entry, LocationEntry):
+                lo = entry.begin_offset if entry.is_absolute else entry.begin_offset + base
+                hi = entry.end_offset if entry.is_absolute else entry.end_offset + base
+                if lo <= pc < hi:
+                    return list(entry.loc_expr)
+        return None
+
+    @cached_property
+    def _cfi(self) -> IntervalTable[Any]:
+        """CFA rules from .eh_frame (or .debug_frame): link-time PC -> (register, offset)."""
+        items: list[tuple[int, int, Any]] = []
+        try:
+            info = self.index._elf.get_dwarf_info(follow_links=False)
+            entries = info.EH_CFI_entries() if info.has_EH_CFI() else (info.CFI_entries() if info.has_CFI() else [])
+            for entry in entries:
+                if type(entry).__name__ != "FDE":
+                    continue
+                start, length = entry["initial_location"], entry["address_range"]  # type: ignore[index]
+                rows = entry.get_decoded().table  # type: ignore[union-attr]
+                for i, row in enumerate(rows):
+                    end = rows[i + 1]["pc"] if i + 1 < len(rows) else start + length
+                    cfa = row["cfa"]
+                    if cfa.expr is None:
+                        items.append((row["pc"], end, (cfa.reg, cfa.offset)))
+        except DWARF_ERRORS:
+            pass
+        return IntervalTable(items)
+
+    def cfa(self, pc: int, regs: Mapping[str, int], bias: int) -> int | None:
+        rule = self._cfi.find(pc)
+        if rule is None:
+            return None
+        try:
+            return dwarf_reg(regs, rule[0]) + rule[1]
+        except Unreadable:
+            return None
+
+
+_MODULES: dict[int, ModuleData] = {}
+
+
+def module_data(index: ElfIndex) -> ModuleData:
+    data = _MODULES.get(id(index))
+    if data is None or data.index is not index:
+        data = _MODULES[id(index)] = ModuleData(index)
+    return data
+
+
+# --------------------------------------------------------------------------------------------
+# The classifier
+
+
+@dataclass
+class Frame:
+    """What is known of the faulting thread: its registers (None when the engine saved none),
+    a memory reader (None when the process is gone), and the stack pointers of other threads."""
+
+    pc: int | None = None
+    tid: int | None = None
+    pid: int | None = None
+    regs: Mapping[str, int] | None = None
+    read_memory: Callable[[int, int], bytes] | None = None
+    thread_sps: Mapping[int, int] | None = None
+
+
+def _hexoff(n: int) -> str:
+    return f"+{n}" if n < 4096 else f"+{n:#x}"
+
+
+def describe(va: int, modules: ModuleMap | None, frame: Frame | None = None, *,
+             index_for: Callable[[str], ElfIndex | None] = elf_index) -> DataRef:
+    """What the data at `va` is, as far as the maps, the ELF files and the frame tell."""
+    frame = frame or Frame()
+    if modules is None:
+        return DataRef("unknown", "unknown (no address-space map)", va)
+    via = _via(va, modules, frame, index_for)
+    ref_ = _in_module(va, modules, index_for)
+    if ref_ is None:
+        ref_ = _in_mapping(va, modules, frame, index_for)
+    if via is not None:
+        ref_ = replace(ref_, via=via)
+    return ref_
+
+
+def _module_at(va: int, modules: ModuleMap, index_for: Callable[[str], ElfIndex | None]) -> tuple[Any, ElfIndex] | None:
+    for m in modules.modules:
+        if not m.path.startswith("/"):
+            continue
+        index = index_for(m.path)
+        if index is None:
+            continue
+        link = va - m.base
+        if any(s.vaddr <= link < s.vaddr + s.memsz for s in index.segments):
+            return m, index
+    return None
+
+
+def _in_module(va: int, modules: ModuleMap, index_for: Callable[[str], ElfIndex | None]) -> DataRef | None:
+    hit = _module_at(va, modules, index_for)
+    if hit is None:
+        return None
+    module, index = hit
+    md = module_data(index)
+    link = va - module.base
+    var = md.globals.find(link)
+    if var is None:
+        section = md.section_of(link)
+        where = f"{module.name}{_hexoff(link)}" + (f" ({section})" if section else "")
+        what = "no symbol" if md.dwarf is None else "no variable in DWARF or the symbol table"
+        return DataRef("image", f"{where}: {what}", va, module=module.name)
+    offset = link - var.start
+    if var.die_offset is not None and md.die(var.die_offset) is not None:
+        die = md.die(var.die_offset)
+        assert die is not None
+        place = md.layouts.place(ref(origin(die), "DW_AT_type") or ref(die, "DW_AT_type"), offset)
+        path, rest, elem = var.name + place.path, place.offset, place.type
+        struct_, member, packed = place.struct, place.member, place.packed
+    else:
+        path, rest, elem, struct_, member, packed = var.name, offset, None, None, None, False
+    where = {"common": f" in {var.container}", "static": f", static in {var.container}" if var.container else ", static",
+             "global": ", global"}.get(var.kind, "")
+    decl = f", declared at {var.file}:{var.line}" if var.file and var.line else ""
+    source = "" if var.die_offset is not None else f" [symbol table: {var.size} bytes, no type]"
+    kind = var.kind if var.die_offset is not None else "symbol"
+    return DataRef(kind, f"{path}+{rest}{where}{decl}{source}", va, name=var.name, path=path, offset=rest,
+                   type=var.type, element_type=elem, container=var.container, module=module.name, file=var.file,
+                   line=var.line, struct=struct_, member=member, packed=packed)
+
+
+def _in_mapping(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None]) -> DataRef:
+    m = modules.mapping_at(va)
+    if m is None:
+        modules.refresh()  # re-reads the mappings even when the modules stay the same (the heap grew)
+        m = modules.mapping_at(va)
+    if m is None:
+        return DataRef("unknown", "unknown (no mapping holds this address)", va)
+    off = va - m.start
+    sp = _reg(frame.regs, "rsp")
+    if m.path == "[heap]":
+        return DataRef("heap", f"heap{_hexoff(off)} past its start (malloc'd memory)", va, mapping=m.path, mapping_offset=off)
+    own_stack = sp is not None and m.start <= sp < m.end
+    if m.path.startswith("[stack") or own_stack:
+        # [stack] is the main thread's, whose tid is the pid; another stack is the faulting
+        # thread's when its stack pointer is in it.
+        tid = frame.pid if m.path == "[stack]" else (frame.tid if own_stack else None)
+        if not own_stack and frame.thread_sps:
+            tid = next((t for t, s in frame.thread_sps.items() if m.start <= s < m.end), tid)
+        local = _local(va, modules, frame, index_for) if own_stack else None
+        if local is not None:
+            return local
+        who = f"thread {tid}" if tid is not None else "a thread"
+        where = "below the stack pointer" if own_stack and sp is not None and va < sp else ""
+        text_ = f"stack of {who}" + (f", {where}" if where else "") + (
+            ", no local or parameter of the faulting frame holds it" if own_stack and frame.pc is not None else "")
+        return DataRef("stack", text_, va, tid=tid, mapping=m.path, mapping_offset=off)
+    if frame.thread_sps:
+        tid = next((t for t, s in frame.thread_sps.items() if m.start <= s < m.end), None)
+        if tid is not None:
+            return DataRef("stack", f"stack of thread {tid}", va, tid=tid, mapping=m.path, mapping_offset=off)
+    if m.is_file:
+        foff = off + m.offset
+        return DataRef("file", f"mapped file {m.path} at file offset {foff:#x}", va, mapping=m.path, mapping_offset=foff)
+    if m.path:
+        return DataRef("anonymous", f"{m.path}{_hexoff(off)}", va, mapping=m.path, mapping_offset=off)
+    return DataRef("anonymous", f"heap or anonymous mapping {m.start:#x}-{m.end:#x}{_hexoff(off)} (mmap'd or a thread's malloc arena)",
+                   va, mapping="", mapping_offset=off)
+
+
+def _reg(regs: Mapping[str, int] | None, name: str) -> int | None:
+    if regs is None:
+        return None
+    try:
+        return regs[name]
+    except KeyError:
+        return None
+
+
+def _frame_vars(modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None]
+                ) -> Iterator[tuple[ModuleData, str, DIE, Location, Any]]:
+    """Each variable in scope at the frame's PC with its location, innermost scope first."""
+    if frame.pc is None or frame.regs is None:
+        return
+    module = modules.find(frame.pc, refresh=False)
+    if module is None:
+        return
+    index = index_for(module.path)
+    if index is None or index.dwarf is None:
+        return
+    md = module_data(index)
+    link_pc = frame.pc - module.base
+    scopes = md.scopes_at(link_pc)
+    if not scopes:
+        return
+    func_die = scopes[0][1]
+    fb = func_die.attributes.get("DW_AT_frame_base")
+    fb_expr = list(fb.value) if fb is not None and fb.form == "DW_FORM_exprloc" else None
+    ev = Evaluator(md.expr_parser, frame.regs, bias=module.base, cfa=md.cfa(link_pc, frame.regs, module.base),
+                   frame_base=fb_expr, read_memory=frame.read_memory)
+    for func, _scope, variables in reversed(scopes):
+        for die in variables:
+            expr = md.location_expr(die, link_pc)
+            if not expr:
+                continue
+            try:
+                loc = ev.evaluate(expr)
+            except (Unreadable, *DWARF_ERRORS):  # type: ignore[misc]
+                continue
+            yield md, func, die, loc, ev
+
+
+def _local(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None]) -> DataRef | None:
+    for md, func, die, loc, _ev in _frame_vars(modules, frame, index_for):
+        if loc.address is None:
+            continue
+        src = origin(die)
+        tdie = ref(src, "DW_AT_type")
+        info = md.layouts.info(tdie)
+        if not (loc.address <= va < loc.address + (info.size or 0)):
+            continue
+        place = md.layouts.place(tdie, va - loc.address)
+        name = name_of(src) or "?"
+        kind = "parameter" if die.tag == "DW_TAG_formal_parameter" else "local"
+        dwarf = md.dwarf
+        assert dwarf is not None
+        file, line = decl_pos(dwarf, src, md._units)
+        decl = f", declared at {file}:{line}" if file and line else ""
+        thread = f", stack of thread {frame.tid}" if frame.tid is not None else ""
+        return DataRef(kind, f"{name}{place.path}+{place.offset}, {kind} of {func}{decl}{thread}", va,
+                       name=name, path=name + place.path, offset=place.offset, type=info.name, element_type=place.type,
+                       container=func, file=file, line=line, tid=frame.tid, struct=place.struct, member=place.member,
+                       packed=place.packed)
+    return None
+
+
+def _via(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None]) -> Via | None:
+    """The pointer variable in scope whose target holds `va`: pointers to structs first (they
+    name the member), then pointers to scalars (`p[i]`), innermost scope first."""
+    best: tuple[int, Via] | None = None
+    for md, func, die, loc, _ev in _frame_vars(modules, frame, index_for):
+        src = origin(die)
+        ptype = strip(ref(src, "DW_AT_type"))
+        if ptype is None:
+            continue
+        if ptype.tag == "DW_TAG_array_type" and die.tag == "DW_TAG_formal_parameter" and loc.address is not None:
+            # An array argument passed by reference (a Fortran dummy array): its location is
+            # the caller's array, the access is an element of this view of it.
+            value: int | None = loc.address
+        elif ptype.tag in POINTERS:
+            value = loc.value
+            if value is None and loc.address is not None and frame.read_memory is not None:
+                try:
+                    value = int.from_bytes(frame.read_memory(loc.address, 8), "little")
+                except Exception:
+                    value = None
+        else:
+            continue
+        if value is None or value > va:
+            continue
+        target = ref(ptype, "DW_AT_type")
+        tinfo = md.layouts.info(target)
+        st = strip(target)
+        if st is None or not tinfo.size:
+            continue
+        delta = va - value
+        aggregate = st.tag in AGGREGATES
+        if aggregate and delta >= tinfo.size:
+            continue
+        if not aggregate and delta >= _NEAR:
+            continue
+        name = name_of(src) or "?"
+        if aggregate:
+            place = md.layouts.place(target, delta, sep="->")
+            path = f"{name}{place.path}+{place.offset}"
+        else:
+            place = md.layouts.place(None, 0)
+            idx, rest = divmod(delta, tinfo.size)
+            path = f"{name}[{idx}]+{rest}"
+        rank = 0 if aggregate and place.member else 1
+        v = Via(pointer=name, type=md.layouts.info(ptype).name, path=path, function=func, struct=place.struct,
+                member=place.member, member_offset=place.member_offset, member_align=place.member_align,
+                packed=place.packed, target_align=tinfo.align, pointer_misaligned=bool(tinfo.align > 1 and value % tinfo.align))
+        if best is None or rank < best[0]:
+            best = (rank, v)
+        if rank == 0:
+            break
+    return None if best is None else best[1]
+
+
+def describe_any(va: int, snapshots: list[ModuleMap], frame: Frame | None = None) -> DataRef:
+    """`describe` for a process that is gone, from its maps snapshots, newest first: the first
+    one that maps `va` (the heap and mmap'd memory may postdate older snapshots)."""
+    if not snapshots:
+        return describe(va, None, frame)
+    for mm in snapshots:
+        if mm.mapping_at(va) is not None:
+            return describe(va, mm, frame)
+    ref_ = describe(va, snapshots[0], frame)
+    if ref_.kind == "unknown":
+        return replace(ref_, text="unknown (no saved memory map holds this address: mapped after the last snapshot)")
+    return ref_
+
+
+def safe_describe(va: int, modules: ModuleMap | None, frame: Frame | None = None) -> DataRef:
+    """`describe` that never raises: a fault report must not die on odd DWARF."""
+    try:
+        return describe(va, modules, frame)
+    except Exception as exc:  # noqa: BLE001 - pyelftools raises many types on odd input
+        return DataRef("unknown", f"unknown (the symbols could not be read: {type(exc).__name__})", va)
+
+
+def describe_saved(va: int, snapshots: list[ModuleMap], pc: int, pid: int, regs: Mapping[str, int]) -> DataRef:
+    """For the agent: registers saved at the fault, no memory, the process's maps snapshots.
+    The thread is not known per site: a stack VA names the main thread only for `[stack]`."""
+    try:
+        return describe_any(va, snapshots, Frame(pc=pc, tid=None, pid=pid, regs=regs))
+    except Exception as exc:  # noqa: BLE001 - as safe_describe
+        return DataRef("unknown", f"unknown (the symbols could not be read: {type(exc).__name__})", va)

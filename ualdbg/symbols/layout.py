@@ -1,0 +1,330 @@
+"""Data layout from DWARF: what lies at a byte offset inside a type (`.status[1]+0`), member
+offsets, array dimensions, declaration file:line, and the small DWARF expression evaluator
+that turns a variable's location into an address or a value for one stopped frame."""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from elftools.dwarf.die import DIE
+from elftools.dwarf.dwarf_expr import DWARFExprParser
+
+from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, _Unit
+from ualdbg.symbols.variables import TypeInfo, _Types
+
+QUALIFIERS = frozenset({"DW_TAG_typedef", "DW_TAG_const_type", "DW_TAG_volatile_type", "DW_TAG_restrict_type",
+                        "DW_TAG_atomic_type", "DW_TAG_immutable_type", "DW_TAG_packed_type"})
+AGGREGATES = frozenset({"DW_TAG_structure_type", "DW_TAG_union_type", "DW_TAG_class_type"})
+POINTERS = frozenset({"DW_TAG_pointer_type", "DW_TAG_reference_type", "DW_TAG_rvalue_reference_type"})
+# DWARF register numbers of x86-64 (System V psABI, figure 3.36)
+X86_64_REGS = ("rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
+               "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip")
+_FORTRAN = frozenset({0x0007, 0x0008, 0x000E, 0x0022, 0x0023, 0x002D, 0x002E})  # DW_LANG_Fortran77..Fortran23
+
+
+def text(value: Any) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+
+
+def name_of(die: DIE) -> str | None:
+    attr = die.attributes.get("DW_AT_name")
+    return None if attr is None else text(attr.value)
+
+
+def ref(die: DIE, attr: str) -> DIE | None:
+    if attr not in die.attributes:
+        return None
+    try:
+        return die.get_DIE_from_attribute(attr)
+    except DWARF_ERRORS:
+        return None
+
+
+def origin(die: DIE) -> DIE:
+    """The DIE that carries the name and type: the abstract origin or the specification."""
+    for _ in range(4):
+        nxt = ref(die, "DW_AT_abstract_origin") or ref(die, "DW_AT_specification")
+        if nxt is None:
+            return die
+        die = nxt
+    return die
+
+
+def strip(die: DIE | None) -> DIE | None:
+    for _ in range(16):
+        if die is None or die.tag not in QUALIFIERS:
+            return die
+        die = ref(die, "DW_AT_type")
+    return die
+
+
+def is_fortran(cu: Any) -> bool:
+    top = cu.get_top_DIE().attributes
+    return "DW_AT_language" in top and top["DW_AT_language"].value in _FORTRAN
+
+
+def member_offset(member: DIE) -> int | None:
+    attr = member.attributes.get("DW_AT_data_member_location")
+    if attr is None:
+        parent = member.get_parent()
+        return 0 if parent is not None and parent.tag == "DW_TAG_union_type" else None
+    if isinstance(attr.value, int):
+        return attr.value
+    value = list(attr.value)
+    if value and value[0] == 0x23:  # DW_OP_plus_uconst ULEB
+        n, shift = 0, 0
+        for b in value[1:]:
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        return n
+    return None
+
+
+def array_dims(die: DIE) -> list[tuple[int, int | None]]:
+    """(lower bound, element count or None) per dimension, as declared."""
+    dims: list[tuple[int, int | None]] = []
+    fortran = is_fortran(die.cu)
+    for sub in die.iter_children():
+        if sub.tag != "DW_TAG_subrange_type":
+            continue
+        a = sub.attributes
+        lower = a["DW_AT_lower_bound"].value if "DW_AT_lower_bound" in a else (1 if fortran else 0)
+        lower = lower if isinstance(lower, int) else 0
+        count: int | None = None
+        if "DW_AT_count" in a and isinstance(a["DW_AT_count"].value, int) and a["DW_AT_count"].form != "DW_FORM_ref4":
+            count = a["DW_AT_count"].value
+        elif "DW_AT_upper_bound" in a and a["DW_AT_upper_bound"].form.startswith(("DW_FORM_data", "DW_FORM_sdata", "DW_FORM_udata", "DW_FORM_implicit")):
+            count = a["DW_AT_upper_bound"].value - lower + 1
+        dims.append((lower, count))
+    return dims or [(0, None)]
+
+
+@dataclass(frozen=True)
+class Member:
+    """The innermost named place at an offset inside a type."""
+
+    path: str  # ".status[1]" (appended to a variable's name), "->seq" for a pointer's target
+    offset: int  # bytes past the start of that innermost element or member
+    type: str  # type of the innermost element or member
+    struct: str | None  # the innermost struct or union crossed, e.g. "struct app_hdr"
+    member: str | None  # its member holding the offset
+    member_offset: int | None  # that member's offset in the struct
+    member_align: int | None  # the alignment its type needs
+    packed: bool  # the struct places some member off its type's alignment
+
+
+class Layouts:
+    """Type sizes, alignments and offset paths for one ELF's DWARF, cached per type DIE."""
+
+    def __init__(self, address_size: int = 8) -> None:
+        self.types = _Types(address_size)
+        self._packed: dict[int, bool] = {}
+
+    def info(self, die: DIE | None) -> TypeInfo:
+        got = self.types.of(die)
+        arr = strip(die)
+        if arr is not None and arr.tag == "DW_TAG_array_type" and any(
+                a.form.startswith(("DW_FORM_ref", "DW_FORM_exprloc", "DW_FORM_block"))
+                for sub in arr.iter_children() if sub.tag == "DW_TAG_subrange_type"
+                for a in sub.attributes.values() if a.name in ("DW_AT_upper_bound", "DW_AT_count")):
+            # Bounds known only at run time (a Fortran dummy array x(len)): no size, and no
+            # made-up count from the DIE reference's value.
+            elem = self.types.of(ref(arr, "DW_AT_type"))
+            dims = "".join(f"[{'' if c is None else c}]" for _, c in array_dims(arr))
+            return TypeInfo(f"{elem.name}{dims}", None, elem.align)
+        return got
+
+    def packed(self, die: DIE) -> bool:
+        """Whether a struct places a member at an offset not a multiple of its type's alignment
+        (what `__attribute__((packed))` or `#pragma pack` does to a layout that needs it)."""
+        if die.offset not in self._packed:
+            self._packed[die.offset] = any(True for _ in self.misplaced(die))
+        return self._packed[die.offset]
+
+    def misplaced(self, die: DIE) -> list[tuple[DIE, int, TypeInfo]]:
+        out = []
+        for m in die.iter_children():
+            if m.tag != "DW_TAG_member" or "DW_AT_bit_size" in m.attributes or "DW_AT_data_bit_offset" in m.attributes:
+                continue
+            off = member_offset(m)
+            t = self.info(ref(m, "DW_AT_type"))
+            if off is not None and t.align > 1 and off % t.align:
+                out.append((m, off, t))
+        return out
+
+    def place(self, type_die: DIE | None, offset: int, sep: str = ".") -> Member:
+        """What lies `offset` bytes into a value of this type: `[3].field[2]` and the rest."""
+        path = ""
+        die = strip(type_die)
+        struct = member = None
+        member_off: int | None = None
+        member_align: int | None = None
+        packed = False
+        first = True
+        for _ in range(32):
+            if die is None:
+                break
+            if die.tag == "DW_TAG_array_type":
+                elem = ref(die, "DW_AT_type")
+                esize = self.info(elem).size
+                if not esize:
+                    break
+                dims = array_dims(die)
+                flat = offset // esize
+                idx: list[int] = []
+                for _lower, count in reversed(dims) if not is_fortran(die.cu) else dims:
+                    if count:
+                        idx.append(flat % count)
+                        flat //= count
+                    else:
+                        idx.append(flat)
+                        flat = 0
+                if not is_fortran(die.cu):
+                    idx.reverse()
+                path += "".join(f"[{i}]" for i in idx)
+                offset %= esize
+                die = strip(elem)
+            elif die.tag in AGGREGATES:
+                hit = None
+                for m in die.iter_children():
+                    if m.tag != "DW_TAG_member" or "DW_AT_bit_size" in m.attributes:
+                        continue
+                    off = member_offset(m)
+                    size = self.info(ref(m, "DW_AT_type")).size
+                    if off is not None and size and off <= offset < off + size:
+                        hit = (m, off)
+                        break
+                if hit is None:
+                    break
+                m, off = hit
+                struct = self.info(die).name
+                member = name_of(m) or "<anonymous>"
+                member_off, member_align = off, self.info(ref(m, "DW_AT_type")).align
+                packed = self.packed(die)
+                path += (sep if first else ".") + member
+                offset -= off
+                die = strip(ref(m, "DW_AT_type"))
+            else:
+                break
+            first = False
+        return Member(path, offset, self.info(die).name if die is not None else "?", struct, member,
+                      member_off, member_align, packed)
+
+
+def decl_pos(dwarf: DwarfIndex, die: DIE, units: dict[int, _Unit]) -> tuple[str | None, int | None]:
+    """Declaration file and line of a DIE (through its origin), as the DWARF names the file."""
+    src = die if "DW_AT_decl_line" in die.attributes else origin(die)
+    a = src.attributes
+    if "DW_AT_decl_line" not in a:
+        return None, None
+    line = a["DW_AT_decl_line"].value
+    if "DW_AT_decl_file" not in a:
+        return None, line
+    cu = src.cu
+    unit = units.get(cu.cu_offset)
+    if unit is None:
+        unit = units[cu.cu_offset] = _Unit(dwarf, cu)  # type: ignore[arg-type]
+    try:
+        pos = unit.pos(a["DW_AT_decl_file"].value, line)
+    except DWARF_ERRORS:
+        pos = None
+    return (pos.file if pos is not None else None), line
+
+
+class Unreadable(Exception):
+    """The location cannot be computed from what is known (a register or memory not available)."""
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a variable is for one frame: at `address` in memory, or its `value` (a register or
+    a computed value, DW_OP_stack_value)."""
+
+    address: int | None = None
+    value: int | None = None
+
+
+def dwarf_reg(regs: Mapping[str, int], n: int) -> int:
+    """The value of DWARF register `n` (x86-64 numbering)."""
+    if n >= len(X86_64_REGS):
+        raise Unreadable(f"DWARF register {n}")
+    try:
+        return regs[X86_64_REGS[n]]
+    except KeyError:
+        raise Unreadable(X86_64_REGS[n]) from None
+
+
+class Evaluator:
+    """Evaluates the location expressions gcc and gfortran emit for one frame: registers, CFA,
+    frame base, constants, arithmetic; memory only through `read_memory` when given."""
+
+    def __init__(self, parser: DWARFExprParser, regs: Mapping[str, int], *, bias: int = 0, cfa: int | None = None,
+                 frame_base: list[int] | None = None, read_memory: Callable[[int, int], bytes] | None = None) -> None:
+        self.parser = parser
+        self.regs, self.bias, self.cfa, self.read_memory = regs, bias, cfa, read_memory
+        self.frame_base = frame_base
+
+    def reg(self, n: int) -> int:
+        return dwarf_reg(self.regs, n)
+
+    def _fbreg_base(self) -> int:
+        if self.frame_base is None:
+            raise Unreadable("frame base")
+        loc = self.evaluate(self.frame_base)
+        if loc.address is not None:
+            return loc.address
+        if loc.value is not None:
+            return loc.value
+        raise Unreadable("frame base")
+
+    def evaluate(self, expr: list[int] | bytes) -> Location:
+        stack: list[int] = []
+        register_value: int | None = None
+        for op in self.parser.parse_expr(list(expr)):
+            name, args = op.op_name, op.args
+            if name == "DW_OP_addr":
+                stack.append(args[0] + self.bias)
+            elif name.startswith("DW_OP_lit"):
+                stack.append(int(name[9:]))
+            elif name.startswith("DW_OP_const"):
+                stack.append(args[0])
+            elif name.startswith("DW_OP_breg"):
+                n = args[0] if name == "DW_OP_bregx" else int(name[10:])
+                stack.append(self.reg(n) + (args[-1]))
+            elif name.startswith("DW_OP_reg"):
+                n = args[0] if name == "DW_OP_regx" else int(name[9:])
+                register_value = self.reg(n)
+            elif name == "DW_OP_fbreg":
+                stack.append(self._fbreg_base() + args[0])
+            elif name == "DW_OP_call_frame_cfa":
+                if self.cfa is None:
+                    raise Unreadable("CFA")
+                stack.append(self.cfa)
+            elif name == "DW_OP_plus_uconst":
+                stack.append(stack.pop() + args[0])
+            elif name in ("DW_OP_plus", "DW_OP_minus", "DW_OP_and", "DW_OP_mul"):
+                b, a = stack.pop(), stack.pop()
+                stack.append({"DW_OP_plus": a + b, "DW_OP_minus": a - b, "DW_OP_and": a & b, "DW_OP_mul": a * b}[name])
+            elif name == "DW_OP_neg":
+                stack.append(-stack.pop())
+            elif name == "DW_OP_dup":
+                stack.append(stack[-1])
+            elif name == "DW_OP_deref":
+                if self.read_memory is None:
+                    raise Unreadable("memory")
+                try:
+                    stack.append(int.from_bytes(self.read_memory(stack.pop(), 8), "little"))
+                except Exception as exc:
+                    raise Unreadable("memory") from exc
+            elif name == "DW_OP_stack_value":
+                return Location(value=stack[-1] & 0xFFFFFFFFFFFFFFFF)
+            else:  # entry_value, pieces, implicit pointers, TLS: not a plain address
+                raise Unreadable(name)
+        if register_value is not None:
+            return Location(value=register_value)
+        if not stack:
+            raise Unreadable("empty expression")
+        return Location(address=stack[-1] & 0xFFFFFFFFFFFFFFFF)
