@@ -130,9 +130,14 @@ def environment_strings(env: dict[str, str] | None = None) -> tuple[str, ...]:
 class ExecHelper:
     """The helper for one sweep, in a temporary folder removed by close(): nothing is left."""
 
+    # The word size of the program to exec: a 32-bit helper for a 32-bit program, because lldb
+    # keeps the helper's architecture across the exec (a 64-bit helper makes lldb 19 read an
+    # i386 program's CFI with x86-64 register numbers, and its frame addresses go wrong).
+    bits: int = 64
     folder: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="ualdbg-exec-"))
     command: list[str] = field(default_factory=list)
     kind: str = ""
+    same_bits: bool = False  # the helper has the program's word size
     _count: int = 0
 
     def __post_init__(self) -> None:
@@ -142,11 +147,14 @@ class ExecHelper:
             exe = os.path.join(self.folder, "ualdbg-exec")
             with open(src, "w") as f:
                 f.write(_HELPER_C)
-            done = subprocess.run([cc, "-O1", "-o", exe, src], capture_output=True, check=False,
-                                  stdin=subprocess.DEVNULL)
-            if done.returncode == 0:
-                self.command, self.kind = [exe], "c"
-                return
+            flags = [["-m32"], []] if self.bits == 32 else [[]]
+            for extra in flags:
+                done = subprocess.run([cc, "-O1", *extra, "-o", exe, src], capture_output=True, check=False,
+                                      stdin=subprocess.DEVNULL)
+                if done.returncode == 0:
+                    self.command, self.kind = [exe], "c"
+                    self.same_bits = self.bits == 64 or bool(extra)
+                    return
         # No C compiler: the same in Python (tens of ms more per run; see docs).
         script = os.path.join(self.folder, "ualdbg_exec.py")
         with open(script, "w") as f:

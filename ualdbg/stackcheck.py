@@ -1,7 +1,7 @@
 """`ualdbg stackcheck`: does alignment (and speed) depend on argv and the environment? The sweep
 of variants (argv[0] lengths x environment padding, plus ASLR runs), the items measured in each,
 the verdicts, the timing analysis and the JSON document. Debugger-neutral: addresses come from a
-Measurer (stackcheck_run.py runs gdb); this module never starts a process itself."""
+Measurer (stackcheck_run.py runs gdb or lldb); this module never starts a process itself."""
 from __future__ import annotations
 
 import os
@@ -177,6 +177,7 @@ class Raw:
     output: str | None = None
     error: str | None = None
     seconds: float = 0.0
+    trace: dict[str, Any] | None = None  # --trace: the run's unaligned accesses (stackcheck_run._trace_summary)
 
 
 class Measurer(Protocol):

@@ -19,7 +19,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from .launch import ExecHelper, LaunchSpec, time_native
-from .runner import RunRequest, ToolError, _pkg_roots, find_gdb, resolve_program, run_traced
+from .runner import ToolError, _pkg_roots, find_gdb, find_lldb, resolve_program
 from .stackcheck import (
     Item,
     Plan,
@@ -149,13 +149,20 @@ def plan_items(req: Request, prog: Program) -> tuple[list[Item], list[ProbeSpec]
     return items, list(probes.values()), notes
 
 
-class GdbMeasurer:
-    """Every variant in one gdb batch process (gdb's start-up and the program's symbols are
-    paid once; a variant then costs one `run` and a few stops, ~10 ms here)."""
+class DebuggerMeasurer:
+    """Every variant in one debugger batch process (gdb or lldb: start-up and the program's
+    symbols are paid once; a variant then costs one run and a few stops, ~10 ms in gdb and
+    ~80 ms in lldb here). The loop itself is ualdbg.stackcheck_sweep, driven through the
+    adapter's stackcheck_driver."""
 
-    def __init__(self, helper: ExecHelper, separate_debug: bool = False) -> None:
+    def __init__(self, helper: ExecHelper, debugger: str = "gdb", separate_debug: bool = False,
+                 trace: bool = False) -> None:
+        if debugger not in ("gdb", "lldb"):
+            raise ToolError(f"--debugger {debugger}: not available (gdb and lldb are)")
         self.helper = helper
+        self.debugger = debugger
         self.separate_debug = separate_debug
+        self.trace = trace
         self.log = ""
 
     def measure(self, plan: Plan, progress: Callable[[int, int], None] | None = None) -> list[Raw]:
@@ -165,19 +172,35 @@ class GdbMeasurer:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def command(self, plan_path: str, program: str) -> list[str]:
+        setup = f"import sys; sys.path[:0] = {_pkg_roots()!r}"
+        if self.debugger == "lldb":
+            return [find_lldb(), "--no-lldbinit", "--batch", "-o", f"script {setup}",
+                    "-o", f"script from ualdbg.adapters.lldb.stackcheck_driver import main; main(lldb.debugger, {plan_path!r})"]
+        cmd = [find_gdb(), "-q", "-nx", "-batch"]
+        if not self.separate_debug:
+            # The program carries its own DWARF; keep gdb from loading libc6-dbg's files on
+            # every run (140 ms a run here instead of 9 ms).
+            cmd += ["-iex", "set debug-file-directory /nonexistent"]
+        return cmd + ["-ex", f"python {setup}",
+                      "-ex", f"python from ualdbg.adapters.gdb.stackcheck_driver import main; main({plan_path!r})",
+                      program]
+
     def _measure(self, plan: Plan, tmp: str, progress: Callable[[int, int], None] | None) -> list[Raw]:
         variants = []
         for v in plan.variants:
             out = os.path.join(tmp, f"{v.id}.out")
             spec = LaunchSpec(v.launch.path, v.launch.argv, v.launch.env, v.launch.aslr,
                               stdin="/dev/null", stdout=out, stderr=out)
-            variants.append({"id": v.id, "wrapper": self.helper.shell_words(self.helper.write(spec, v.id)),
-                             "aslr": v.aslr, "output": out})
+            spec_file = self.helper.write(spec, v.id)
+            variants.append({"id": v.id, "wrapper": self.helper.shell_words(spec_file),
+                             "helper": self.helper.argv(spec_file), "aslr": v.aslr, "output": out})
         result = os.path.join(tmp, "result.json")
         prog_file = os.path.join(tmp, "progress")
         doc = {
             "program": plan.program, "word_size": plan.word_size, "main_link": plan.main_link,
             "argv_at_main": plan.argv_at_main, "run_to_exit": plan.run_to_exit, "env_names": list(plan.env_names),
+            "trace": self.trace,
             "probes": [{"id": p.id, "kind": p.kind, "function": p.function, "address": p.address,
                         "variables": [list(x) for x in p.variables]} for p in plan.probes],
             "variants": variants, "result": result, "progress": prog_file if progress else None,
@@ -185,24 +208,18 @@ class GdbMeasurer:
         plan_path = os.path.join(tmp, "plan.json")
         with open(plan_path, "w") as f:
             json.dump(doc, f)
-        cmd = [find_gdb(), "-q", "-nx", "-batch"]
-        if not self.separate_debug:
-            # The program carries its own DWARF; keep gdb from loading libc6-dbg's files on
-            # every run (140 ms a run here instead of 9 ms).
-            cmd += ["-iex", "set debug-file-directory /nonexistent"]
-        cmd += ["-ex", f"python import sys; sys.path[:0] = {_pkg_roots()!r}",
-                "-ex", f"python from ualdbg.adapters.gdb.stackcheck_driver import main; main({plan_path!r})",
-                plan.program]
+        cmd = self.command(plan_path, plan.program)
         env = dict(os.environ, SHELL="/bin/sh")  # gdb's start-up shell; the program's env comes from the spec
-        log = os.path.join(tmp, "gdb.log")
+        log = os.path.join(tmp, "debugger.log")
         with open(log, "w") as logf:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env)
             try:
                 while proc.poll() is None:
-                    time.sleep(0.1)
+                    time.sleep(0.05)
                     if progress is not None:
                         try:
-                            done, total = (int(x) for x in open(prog_file).read().split())
+                            with open(prog_file) as pf:
+                                done, total = (int(x) for x in pf.read().split())
                             progress(done, total)
                         except (OSError, ValueError):
                             pass
@@ -210,20 +227,24 @@ class GdbMeasurer:
                 proc.kill()
                 proc.wait()
                 raise
-        self.log = open(log, errors="replace").read()
+        with open(log, errors="replace") as f:
+            self.log = f.read()
         if not os.path.exists(result):
             tail = "\n".join(self.log.strip().splitlines()[-5:])
-            raise ToolError(f"gdb did not finish the measurements (exit status {proc.returncode})" + (f": {tail}" if tail else ""))
-        data = json.load(open(result))
+            raise ToolError(f"{self.debugger} did not finish the measurements (exit status {proc.returncode})"
+                            + (f": {tail}" if tail else ""))
+        with open(result) as f:
+            data = json.load(f)
         if data.get("error"):
-            raise ToolError(f"gdb measurement failed: {data['error']}")
-        self.arch = data.get("arch")
+            raise ToolError(f"{self.debugger} measurement failed: {data['error']}")
         raws = []
         for r in data["variants"]:
+            trace = r.get("trace")
             raws.append(Raw(variant=r["variant"], sp_main=r.get("sp_main"), argv_ptr=r.get("argv_ptr"), argv=r.get("argv", []),
                             env=r.get("env", {}), vars=r.get("vars", {}), var_errors=r.get("var_errors", {}),
                             exit_status=r.get("exit_status"), output=r.get("output"), error=r.get("error"),
-                            seconds=r.get("seconds", 0.0)))
+                            seconds=r.get("seconds", 0.0),
+                            trace=None if trace is None else _trace_summary(trace, r.get("exit_status"), None)))
         return raws
 
 
@@ -251,13 +272,21 @@ def run_stackcheck(req: Request, progress: Progress | None = None, measurer: Any
                 argv_at_main={"register": "rsi"} if prog.word_size == 8 else {"stack": 8},
                 probes=probes, variants=variants, run_to_exit=req.run_to_exit,
                 env_names=tuple(dict.fromkeys(req.env_names)))
-    with ExecHelper() as helper:
+    with ExecHelper(bits=prog.word_size * 8) as helper:
         if helper.kind != "c":
             notes.append("no C compiler: the exec helper is a Python script (slower sweeps)")
-        m = measurer or GdbMeasurer(helper, prog.separate_debug)
-        raws = m.measure(plan, (lambda d, t: progress("measuring", d, t)) if progress else None)
+        if not helper.same_bits and req.debugger == "lldb":
+            notes.append("no 32-bit C compiler (gcc-multilib): lldb may place variables of a realigned i386 frame wrongly")
+        m = measurer or DebuggerMeasurer(helper, req.debugger, prog.separate_debug, trace=req.trace)
+        raws = m.measure(plan, (lambda d, t: progress("measuring" + (" and tracing" if req.trace else ""), d, t))
+                         if progress else None)
         times = _time_variants(req, variants, helper, progress) if req.time_runs else None
-        traces = _trace_variants(req, variants, helper, progress) if req.trace else None
+    traces: dict[str, dict[str, Any]] | None = None
+    if req.trace:
+        # Traced in the measured run itself: the same argv, environment and stack, by construction.
+        traces = {r.variant: r.trace if r.trace is not None else
+                  {"faults_total": 0, "faults_ignored": 0, "sites": [], "addresses": [], "error": r.error or "not traced"}
+                  for r in raws}
     return build_document(req, plan, items, raws, times, traces, prog.machine, notes, time.monotonic() - t0)
 
 
@@ -284,26 +313,3 @@ def _time_variants(req: Request, variants: list[Variant], helper: ExecHelper, pr
             if progress:
                 progress("timing", done, total)
     return times
-
-
-def _trace_variants(req: Request, variants: list[Variant], helper: ExecHelper, progress: Progress | None) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    tmp = tempfile.mkdtemp(prefix="ualdbg-stackcheck-trace-")
-    try:
-        for n, v in enumerate(variants):
-            outfile = os.path.join(tmp, f"{v.id}.out")
-            spec = helper.write(LaunchSpec(v.launch.path, v.launch.argv, v.launch.env, v.launch.aslr,
-                                           stdin="/dev/null", stdout=outfile, stderr=outfile), v.id + "-trace")
-            # The trap engine under gdb: the agent's LD_PRELOAD would change the environment measured.
-            rr = RunRequest([os.path.abspath(req.exec_path), *req.argv[1:]], debugger="gdb", engine="trap",
-                            exec_wrapper=helper.shell_words(spec), aslr=v.aslr)
-            try:
-                res = run_traced(rr)
-                out[v.id] = _trace_summary(res.doc, res.exit_status, res.exit_signal)
-            except ToolError as exc:
-                out[v.id] = {"faults_total": 0, "sites": [], "error": str(exc)}
-            if progress:
-                progress("tracing", n + 1, len(variants))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out

@@ -40,6 +40,14 @@ class _Host:
     def uninstall(self) -> None:
         self.hooks.uninstall()
 
+    def launch_info(self) -> tuple[str, list[str], tuple[str, ...], str]:
+        """For `ualdbg stackcheck`: the loaded program, its `process launch` arguments and the
+        environment lldb would give it (target.env-vars plus what it inherits, in lldb's order)."""
+        from .stackcheck_driver import launch_info
+
+        target = self.exe_ctx.GetTarget() if self.exe_ctx is not None else None
+        return launch_info(target if target is not None and target.IsValid() else self.hooks.debugger.GetSelectedTarget())
+
 
 def _color(debugger: lldb.SBDebugger) -> bool:
     return bool(debugger.GetUseColor()) and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"

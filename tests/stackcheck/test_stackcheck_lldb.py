@@ -1,0 +1,122 @@
+"""`ualdbg stackcheck` measured by real lldb-19: from the shell (`--debugger lldb`) and as an lldb
+command on the loaded program. The addresses lldb reads are the ones the program prints about
+itself in the same run, and the ones gdb reads for the same variants (the exec helper gives both
+debuggers byte-identical argv and environments)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import BUILD, ROOT, require_tool, scrubbed_env
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lldb"))  # tests/lldb/lldbrun.py
+from lldbrun import lldb_path, run_lldb  # noqa: E402
+
+
+def stackcheck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    lldb_path()
+    return subprocess.run([sys.executable, "-m", "ualdbg", "stackcheck", *args], capture_output=True, text=True,
+                          timeout=600, env=scrubbed_env(env), cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+OWN_TEMP = ("ualdbg-stackcheck-", "ualdbg-exec-")
+
+
+def explain(p: subprocess.CompletedProcess[str]) -> str:
+    return f"command: {' '.join(p.args)}\nexit {p.returncode}\n--- stdout ---\n{p.stdout}\n--- stderr ---\n{p.stderr}"
+
+
+def run_json(tmp_path: Path, *args: str, expect: int = 0, env: dict[str, str] | None = None, name: str = "sc") -> dict:
+    out = tmp_path / f"{name}.json"
+    p = stackcheck("--json", str(out), *args, env=env)
+    assert p.returncode == expect, explain(p)
+    doc = json.loads(out.read_text())
+    doc["_explain"] = explain(p)
+    return doc
+
+
+def addr(variant: dict, item: str) -> int:
+    return int(variant["addresses"][item]["address"], 16)
+
+
+@pytest.mark.parametrize("prog", ["stack_double", "stack_double_m32"])
+def test_lldb_addresses_are_the_programs_own_and_gdbs(prog: str, tmp_path: Path) -> None:
+    """main:x as the program printed it, in every variant (ASLR ones too); every address of the
+    ASLR-off variants equal to gdb's, parameters of another function (relax) included. The
+    i386 build realigns main's frame: lldb must still place x right (a 32-bit exec helper)."""
+    require_tool("gdb")
+    sweep = ["--var", "main:x", "--var", "relax:x", "--var", "relax:passes", "--argv0-lengths", "1,7",
+             "--env-pad", "0-12/4", "--run-to-exit", "--", f"examples/build/{prog}", "3"]
+    lldb = run_json(tmp_path, "--debugger", "lldb", "--aslr", "2", *sweep, name="lldb")
+    gdb = run_json(tmp_path, "--debugger", "gdb", *sweep, name="gdb")
+    assert lldb["debugger"] == "lldb" and len(lldb["variants"]) == 2 * 4 + 2, lldb["_explain"]
+    for v in lldb["variants"]:
+        m = re.search(r"&x = (0x[0-9a-f]+)", v["output"] or "")
+        assert m and v["error"] is None and v["exit_status"] == 0, (v, lldb["_explain"])
+        assert addr(v, "main:x") == int(m.group(1), 16), v
+        assert addr(v, "sp_entry") % 16 == 0
+    fixed = [v for v in lldb["variants"] if not v["aslr"]]
+    assert len({addr(v, "main:x") for v in fixed}) >= 2  # the sweep really moves x
+    for lv, gv in zip(fixed, gdb["variants"]):
+        assert lv["label"] == gv["label"]
+        assert {k: a["address"] for k, a in lv["addresses"].items()} == {k: a["address"] for k, a in gv["addresses"].items()}, \
+            (lv, gv)
+    assert [v["verdict"] for v in lldb["verdicts"][:3]] == [v["verdict"] for v in gdb["verdicts"][:3]]
+
+
+def test_lldb_argv_and_environment_strings(tmp_path: Path) -> None:
+    """argv[1] and the ARGV_FIELDS string where the program sees them, across padding lengths
+    that put argv[1] at every address mod 8."""
+    doc = run_json(tmp_path, "--debugger", "lldb", "--env", "ARGV_FIELDS", "--env-pad", "1-8", "--run-to-exit",
+                   "--", "examples/build/argv_fields", "ABCDEFGHIJKLMNOP", "2", env={"ARGV_FIELDS": "WXYZ-and-more"})
+    for v in doc["variants"]:
+        printed = int(re.search(r"argv\[1\] = (0x[0-9a-f]+)", v["output"]).group(1), 16)
+        assert addr(v, "argv[1]") == printed, (v, doc["_explain"])
+        value = int(re.search(r"ARGV_FIELDS value = (0x[0-9a-f]+)", v["output"]).group(1), 16)
+        assert addr(v, "env ARGV_FIELDS") + len("ARGV_FIELDS=") == value
+    verdict = next(v for v in doc["verdicts"] if v["item"] == "argv[1]")
+    assert verdict["distinct"]["8"] == list(range(8)), doc["_explain"]
+
+
+def test_lldb_leaves_nothing_behind_and_refuses_trace(tmp_path: Path) -> None:
+    before = set(os.listdir(tempfile.gettempdir()))
+    build_before = set(os.listdir(BUILD))
+    run_json(tmp_path, "--debugger", "lldb", "--argv0-lengths", "1-3", "--env-pad", "0", "--", "examples/build/stack_double", "1")
+    # stackcheck's own temporary folders (other ualdbg runs on this machine make ualdbg-* too)
+    assert {n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith(OWN_TEMP)} == set()
+    assert set(os.listdir(BUILD)) == build_before
+    p = stackcheck("--debugger", "lldb", "--trace", "--", "examples/build/stack_double")
+    assert p.returncode == 2 and "--trace runs the trap engine in the measuring gdb" in p.stderr, explain(p)
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_lldb_command_on_the_loaded_program(tmp_path: Path) -> None:
+    """In lldb, on the loaded program with its `process launch` arguments and environment; the
+    sweep runs in a child lldb and the user's stopped process goes on untouched."""
+    out = tmp_path / "l.json"
+    run = run_lldb([str(BUILD / "stack_double"), "3"], [
+        "settings set target.env-vars UALDBG_TEST_VAR=abc",
+        "breakpoint set -n relax", "process launch",
+        f"ualdbg stackcheck --var main:x --env UALDBG_TEST_VAR --env-pad 0-16/8 --argv0-lengths 4 --run-to-exit --json {out}",
+        "breakpoint list", "bt 1", "continue",
+        "ualdbg stackcheck --var main:nosuch",  # last: lldb runs no -o command after a failed one
+    ])
+    assert out.exists(), run.explain()
+    doc = json.loads(out.read_text())
+    assert doc["debugger"] == "lldb" and doc["program"]["argv"][1:] == ["3"] and len(doc["variants"]) == 3, run.explain()
+    assert doc["program"]["path"] == str(BUILD / "stack_double")
+    assert "process launch" in doc["environment"]["note"]
+    for v in doc["variants"]:
+        assert addr(v, "main:x") == int(re.search(r"&x = (0x[0-9a-f]+)", v["output"]).group(1), 16), v
+        assert v["addresses"]["env UALDBG_TEST_VAR"]["address"] is not None
+    assert "ualdbg stackcheck: ok" in run.stdout and "main:x (8)" in run.stdout, run.explain()
+    assert "main has no local or parameter 'nosuch'" in run.stdout + run.stderr and "Traceback" not in run.stdout + run.stderr
+    # the user's session goes on: still stopped in relax, the breakpoint kept, the program finishes
+    assert "hit count = 1" in run.stdout and "frame #0: " in run.stdout and "`relax" in run.stdout, run.explain()
+    assert "passes=3" in run.stdout and "exited with status = 0" in run.stdout, run.explain()

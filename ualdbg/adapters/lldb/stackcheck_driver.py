@@ -1,0 +1,185 @@
+"""The stackcheck measurer inside one lldb batch process: lldb's primitives for the shared loop
+(ualdbg.stackcheck_sweep). lldb launches ualdbg's exec helper, which execs the program with the
+exact argv and environment (lldb itself would reorder the environment, which it keeps in a hash
+map, and put the path in argv[0]); the exec stop is passed over, and breakpoints in the
+program's own module stop at main's entry and at each probe."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import lldb  # type: ignore[import-not-found]
+
+from ...stackcheck_sweep import SweepError, sweep
+
+_DONE = (lldb.eStateExited, lldb.eStateDetached, lldb.eStateInvalid, lldb.eStateCrashed)
+
+
+class _Stop:
+    def __init__(self, process: lldb.SBProcess, thread: lldb.SBThread) -> None:
+        self.process = process
+        self.frame = thread.GetFrameAtIndex(0)
+
+    def pc(self) -> int:
+        return int(self.frame.GetPC())
+
+    def sp(self) -> int:
+        return int(self.frame.GetSP())
+
+    def register(self, name: str) -> int:
+        reg = self.frame.FindRegister(name)
+        if not reg.IsValid():
+            raise SweepError(f"no register {name}")
+        return int(reg.GetValueAsUnsigned())
+
+    def read_memory(self, addr: int, size: int) -> bytes:
+        err = lldb.SBError()
+        data = self.process.ReadMemory(addr, size, err)
+        if not err.Success() or data is None:
+            raise SweepError(f"cannot read {size} bytes at {addr:#x}: {err.GetCString()}")
+        return bytes(data)
+
+    def address_of(self, name: str) -> int:
+        value = self.frame.FindVariable(name)
+        if not value.IsValid():
+            value = self.frame.FindValue(name, lldb.eValueTypeVariableStatic)
+        if not value.IsValid():
+            raise SweepError(f"No symbol \"{name}\" in current context.")
+        addr = value.GetLoadAddress()
+        if addr == lldb.LLDB_INVALID_ADDRESS:
+            raise SweepError(f"{name} is not in memory here (a register, or optimised out)")
+        return int(addr)
+
+
+class LldbSweep:
+    name = "lldb"
+
+    def __init__(self, debugger: lldb.SBDebugger, plan: dict[str, Any]) -> None:
+        if plan.get("trace"):
+            raise SweepError("--trace is not available with --debugger lldb yet: use gdb (the default)")
+        self.debugger = debugger
+        debugger.SetAsync(False)
+        program = plan["program"]
+        self.target = debugger.CreateTarget(program)
+        if not self.target.IsValid():
+            raise SweepError(f"lldb cannot load {program}")
+        module = lldb.SBFileSpecList()
+        module.Append(lldb.SBFileSpec(program))
+        # main's first instruction (the sp before its prologue), in the program's module only:
+        # the exec helper has a main too.
+        main = next((ctx.GetSymbol() for ctx in self.target.FindSymbols("main")
+                     if ctx.GetModule().GetFileSpec().GetFilename() == os.path.basename(program)), None)
+        if main is None or not main.IsValid():
+            raise SweepError(f"lldb finds no symbol main in {program}")
+        self.main_bp = self.target.BreakpointCreateBySBAddress(main.GetStartAddress())
+        self.probes: dict[int, str] = {}
+        self.process: lldb.SBProcess | None = None
+        self.last_hits: set[str] = set()
+        self.execed = False
+
+    def _settle(self) -> None:
+        """Go past stops that are not ours: any before the exec into the program (lldb takes the
+        helper's image for the target's program and may stop there at a breakpoint meant for
+        the program), and the exec itself. Notes which of our breakpoints the stop hit."""
+        assert self.process is not None
+        while self.process.GetState() == lldb.eStateStopped:
+            reason = self.process.GetSelectedThread().GetStopReason()
+            if reason == lldb.eStopReasonExec:
+                self.execed = True
+            hits: set[str] = set()
+            for thread in self.process if self.execed else ():
+                if thread.GetStopReason() != lldb.eStopReasonBreakpoint:
+                    continue
+                for i in range(0, thread.GetStopReasonDataCount(), 2):
+                    bp_id = thread.GetStopReasonDataAtIndex(i)
+                    if bp_id == self.main_bp.GetID():
+                        hits.add("main")
+                    elif bp_id in self.probes:
+                        hits.add(self.probes[bp_id])
+            ours = reason in (lldb.eStopReasonExec, lldb.eStopReasonNone, lldb.eStopReasonBreakpoint)
+            if hits or not ours or (self.execed and reason == lldb.eStopReasonBreakpoint):
+                self.last_hits = hits
+                return
+            err = self.process.Continue()
+            if not err.Success() and self.process.GetState() not in _DONE:
+                raise SweepError(f"cannot continue: {err.GetCString()}")
+
+    def start(self, variant: dict[str, Any]) -> None:
+        helper = variant["helper"]
+        info = lldb.SBLaunchInfo(helper[1:])
+        info.SetExecutableFile(lldb.SBFileSpec(helper[0]), True)
+        # ASLR is the exec helper's to set (personality); lldb's own default would force it off.
+        info.SetLaunchFlags(lldb.eLaunchFlagDebug)
+        info.AddOpenFileAction(0, "/dev/null", True, False)
+        err = lldb.SBError()
+        self.execed = False
+        self.process = self.target.Launch(info, err)
+        if not err.Success() or self.process is None or not self.process.IsValid():
+            raise SweepError(f"lldb cannot launch: {err.GetCString()}")
+        self._settle()
+
+    def cont(self) -> None:
+        assert self.process is not None
+        err = self.process.Continue()
+        if not err.Success() and self.process.GetState() not in _DONE:
+            raise SweepError(f"cannot continue: {err.GetCString()}")
+        self._settle()
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.IsValid() and self.process.GetState() not in _DONE
+
+    def pid(self) -> int:
+        assert self.process is not None
+        return int(self.process.GetProcessID())
+
+    def hits(self) -> set[str]:
+        out, self.last_hits = self.last_hits, set()
+        return out
+
+    def stopped(self) -> _Stop:
+        assert self.process is not None
+        return _Stop(self.process, self.process.GetSelectedThread())
+
+    def add_probe(self, probe_id: str, addr: int) -> None:
+        bp = self.target.BreakpointCreateByAddress(addr)
+        self.probes[bp.GetID()] = probe_id
+
+    def clear_probes(self) -> None:
+        for bp_id in self.probes:
+            self.target.BreakpointDelete(bp_id)
+        self.probes.clear()
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.Kill()
+
+    def exit_status(self) -> int | None:
+        if self.process is None or self.process.GetState() != lldb.eStateExited:
+            return None
+        return int(self.process.GetExitStatus())
+
+    def trace_begin(self) -> None:
+        pass
+
+    def trace_end(self, status: int | None) -> dict[str, Any] | None:
+        return None
+
+
+def launch_info(target: lldb.SBTarget) -> tuple[str, list[str], tuple[str, ...], str]:
+    """The loaded program, its `process launch` arguments and the environment lldb's launch
+    would give it (target.env-vars and the inherited environment, in lldb's own order, which
+    is what its launch passes on: lldb keeps the environment in a hash map)."""
+    from ...commands.registry import UsageError
+
+    path = target.GetExecutable().fullpath if target.IsValid() and target.GetExecutable().IsValid() else None
+    if not path:
+        raise UsageError("ualdbg: no program loaded: `target create PROG` first (or name one after --)")
+    info = target.GetLaunchInfo()
+    args = [str(info.GetArgumentAtIndex(i)) for i in range(info.GetNumArguments())]
+    env = target.GetEnvironment()
+    strings = tuple(f"{env.GetNameAtIndex(i)}={env.GetValueAtIndex(i)}" for i in range(env.GetNumValues()))
+    return path, args, strings, "environment: what lldb's `process launch` would give (target.env-vars and inherited)"
+
+
+def main(debugger: lldb.SBDebugger, plan_path: str) -> None:
+    sweep(plan_path, lambda plan: LldbSweep(debugger, plan))
