@@ -1,6 +1,7 @@
-"""The `ualdbg` shell command (also `python -m ualdbg`): trace, check, stackcheck, report.
+"""The `ualdbg` shell command (also `python -m ualdbg`): trace, check, stackcheck, audit, report.
 Exit statuses: `trace` passes the program's through; `check` 0 clean, 1 too many faults,
-2 usage or tool error; `stackcheck` 0 clean, 1 misaligned/unaligned/too spread, 2 error."""
+2 usage or tool error; `stackcheck` 0 clean, 1 misaligned/unaligned/too spread, 2 error;
+`audit` 0 no finding (or none hit), 1 findings (hit), 2 error."""
 from __future__ import annotations
 
 import argparse
@@ -60,6 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog=_SC_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _sc_arguments(sc)
     sc.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS")
+    from .commands.audit import DESCRIPTION as _AU_DESCRIPTION
+    from .commands.audit import EPILOG as _AU_EPILOG
+    from .commands.audit import add_arguments as _au_arguments
+
+    au = sub.add_parser("audit", help="static alignment audit of an ELF (packed members, misaligned variables, COMMON)",
+                        description=_AU_DESCRIPTION, epilog=_AU_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _au_arguments(au)
+    au.add_argument("elf", help="the executable, shared library or object file")
     r = sub.add_parser("report", help="re-render a saved JSON trace", description="Re-render a JSON trace saved by trace/check/`trace save`.")
     r.add_argument("file")
     r.add_argument("--summary", action="store_true")
@@ -128,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             from .commands.stackcheck import run_cli
 
             return run_cli(args)
+        if args.cmd == "audit":
+            from .commands.audit import run_cli as _audit_cli
+
+            return _audit_cli(args)
         if args.cmd == "report":
             doc = load_document(args.file)
             out = make_console(sys.stdout)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..advice import advice_by_pc
+
 RULE_ID = "ualdbg/unaligned-access"
 
 
 def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None) -> dict[str, Any]:
     root = os.path.abspath(srcroot or os.getcwd())
     results = []
+    advice = advice_by_pc(doc)
     for s in doc["sites"]:
         va = next((r["va"] for r in doc["records"] if r["pc"] == s["pc"] and r["va"]), None)
         sizes = "/".join(str(x) for x in s["sizes"]) or "?"
@@ -18,11 +21,17 @@ def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None) -> dict[str,
         text = (f"{s['count']} unaligned {sizes}-byte {s['access'] or 'access'}"
                 f"{'es' if s['count'] != 1 else ''} at PC {s['pc']} ({where})"
                 + (f", e.g. virtual address {va}" if va else ""))
+        data, fix = s.get("data"), advice.get(s["pc"])
+        if data:  # what the data is and the fix that fits (issue 9)
+            text += f". Data: {data['text']}" + (f", via {data['via']['path']}" if data.get("via") else "")
+        if fix:
+            text += f". Fix ({fix.remedy}): {fix.text}"
         result: dict[str, Any] = {
             "ruleId": RULE_ID,
             "level": "warning",
             "message": {"text": text},
-            "properties": {"count": s["count"], "pc": s["pc"], "module": s["module"], "offset": s["offset"]},
+            "properties": {"count": s["count"], "pc": s["pc"], "module": s["module"], "offset": s["offset"],
+                           **({"data": s["data"]} if s.get("data") else {}), **({"advice": fix.to_json()} if fix else {})},
         }
         if s.get("file") and s.get("line"):
             path = s["file"]

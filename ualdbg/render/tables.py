@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich import box
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from .advice import data_advice_table
 from .jsondoc import group_sites
 
 
@@ -52,7 +54,7 @@ def header(doc: dict[str, Any]) -> str:
     )
 
 
-def summary_table(doc: dict[str, Any], by: str = "pc") -> Table:
+def summary_table(doc: dict[str, Any], by: str = "pc") -> Table | Group:
     sites = group_sites(doc["sites"], by)
     total = doc["faults_total"] or 1
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
@@ -82,7 +84,8 @@ def summary_table(doc: dict[str, Any], by: str = "pc") -> Table:
         row.append(",".join(str(x) for x in s["sizes"]) or "?")
         row.append(s["access"] or "?")
         table.add_row(*[Text(x) for x in row])
-    return table
+    extra = data_advice_table(doc) if by == "pc" else None  # what the data is, and the fix (issue 9)
+    return table if extra is None else Group(table, extra)
 
 
 def records_table(doc: dict[str, Any], limit: int | None = None, tid: int | None = None) -> Table:

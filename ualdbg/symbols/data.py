@@ -72,6 +72,7 @@ class DataRef:
     offset: int | None = None  # bytes into that element or member
     type: str | None = None  # the variable's type
     element_type: str | None = None  # the type at `path`
+    element_size: int | None = None
     container: str | None = None  # "COMMON /data/", the function of a local or static
     module: str | None = None
     file: str | None = None  # declaration
@@ -126,6 +127,7 @@ class ModuleData:
         self.layouts = Layouts(8 if index._elf.elfclass == 64 else 4)
         self._units: dict[int, _Unit] = {}
         self._dies: dict[int, DIE] = {}
+        self.common_decl: dict[str, tuple[str | None, int | None]] = {}  # "COMMON /data/" -> file, line
 
     @property
     def dwarf(self) -> DwarfIndex | None:
@@ -158,12 +160,21 @@ class ModuleData:
         """Variables at fixed addresses: DWARF first (named, typed, with declaration lines),
         then data symbols of .symtab/.dynsym the DWARF does not cover."""
         items: dict[int, tuple[int, int, GlobalVar]] = {}
-        for var in self._dwarf_globals():
+        for var in self.dwarf_vars:
             # A COMMON block is described again in every routine that declares it: keep the first.
             items.setdefault(var.start, (var.start, var.start + max(var.size, 1), var))
         dwarf_table = IntervalTable(items.values())
         extra = [(s.start, s.start + max(s.size, 1), s) for s in self.symbols if dwarf_table.find(s.start) is None]
         return IntervalTable([*items.values(), *extra])
+
+    @cached_property
+    def dwarf_vars(self) -> list[GlobalVar]:
+        """DWARF variables at fixed addresses, once each (a COMMON block is described again
+        in every routine that declares it)."""
+        seen: dict[tuple[str, int, str | None], GlobalVar] = {}
+        for var in self._dwarf_globals():
+            seen.setdefault((var.name, var.start, var.container), var)
+        return list(seen.values())
 
     def _dwarf_globals(self) -> Iterator[GlobalVar]:
         dwarf = self.dwarf
@@ -190,6 +201,7 @@ class ModuleData:
                 container: str | None
                 if parent is not None and parent.tag == "DW_TAG_common_block":
                     kind, container = "common", f"COMMON /{name_of(parent) or ''}/"
+                    self.common_decl.setdefault(container, decl_pos(dwarf, parent, self._units))
                 else:
                     func = next((p for p in reversed(parents) if p.tag == "DW_TAG_subprogram"), None)
                     if func is not None:
@@ -435,17 +447,17 @@ def _in_module(va: int, modules: ModuleMap, index_for: Callable[[str], ElfIndex 
         die = md.die(var.die_offset)
         assert die is not None
         place = md.layouts.place(ref(origin(die), "DW_AT_type") or ref(die, "DW_AT_type"), offset)
-        path, rest, elem = var.name + place.path, place.offset, place.type
+        path, rest, elem, esize = var.name + place.path, place.offset, place.type, place.size
         struct_, member, packed = place.struct, place.member, place.packed
     else:
-        path, rest, elem, struct_, member, packed = var.name, offset, None, None, None, False
+        path, rest, elem, esize, struct_, member, packed = var.name, offset, None, None, None, None, False
     where = {"common": f" in {var.container}", "static": f", static in {var.container}" if var.container else ", static",
              "global": ", global"}.get(var.kind, "")
     decl = f", declared at {var.file}:{var.line}" if var.file and var.line else ""
     source = "" if var.die_offset is not None else f" [symbol table: {var.size} bytes, no type]"
     kind = var.kind if var.die_offset is not None else "symbol"
     return DataRef(kind, f"{path}+{rest}{where}{decl}{source}", va, name=var.name, path=path, offset=rest,
-                   type=var.type, element_type=elem, container=var.container, module=module.name, file=var.file,
+                   type=var.type, element_type=elem, element_size=esize, container=var.container, module=module.name, file=var.file,
                    line=var.line, struct=struct_, member=member, packed=packed)
 
 
@@ -549,6 +561,7 @@ def _local(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str],
         thread = f", stack of thread {frame.tid}" if frame.tid is not None else ""
         return DataRef(kind, f"{name}{place.path}+{place.offset}, {kind} of {func}{decl}{thread}", va,
                        name=name, path=name + place.path, offset=place.offset, type=info.name, element_type=place.type,
+                       element_size=place.size,
                        container=func, file=file, line=line, tid=frame.tid, struct=place.struct, member=place.member,
                        packed=place.packed)
     return None

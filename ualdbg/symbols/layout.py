@@ -109,6 +109,7 @@ class Member:
     path: str  # ".status[1]" (appended to a variable's name), "->seq" for a pointer's target
     offset: int  # bytes past the start of that innermost element or member
     type: str  # type of the innermost element or member
+    size: int | None  # its size
     struct: str | None  # the innermost struct or union crossed, e.g. "struct app_hdr"
     member: str | None  # its member holding the offset
     member_offset: int | None  # that member's offset in the struct
@@ -126,15 +127,21 @@ class Layouts:
     def info(self, die: DIE | None) -> TypeInfo:
         got = self.types.of(die)
         arr = strip(die)
-        if arr is not None and arr.tag == "DW_TAG_array_type" and any(
-                a.form.startswith(("DW_FORM_ref", "DW_FORM_exprloc", "DW_FORM_block"))
-                for sub in arr.iter_children() if sub.tag == "DW_TAG_subrange_type"
-                for a in sub.attributes.values() if a.name in ("DW_AT_upper_bound", "DW_AT_count")):
-            # Bounds known only at run time (a Fortran dummy array x(len)): no size, and no
-            # made-up count from the DIE reference's value.
-            elem = self.types.of(ref(arr, "DW_AT_type"))
-            dims = "".join(f"[{'' if c is None else c}]" for _, c in array_dims(arr))
-            return TypeInfo(f"{elem.name}{dims}", None, elem.align)
+        if arr is not None and arr.tag == "DW_TAG_array_type":
+            # Counted here, not by _Types: Fortran bounds start at 1 when DWARF omits the lower
+            # bound, and bounds known only at run time (a dummy array x(len)) are DIE references
+            # or expressions, not counts.
+            elem = self.info(ref(arr, "DW_AT_type"))
+            counts = [c for _, c in array_dims(arr)]
+            dims = "".join(f"[{'' if c is None else c}]" for c in counts)
+            size: int | None = None
+            if elem.size is not None and all(c is not None for c in counts):
+                size = elem.size
+                for c in counts:
+                    size *= c or 0
+            elif "DW_AT_byte_size" in arr.attributes:
+                size = arr.attributes["DW_AT_byte_size"].value
+            return TypeInfo(f"{elem.name}{dims}" if arr is die else got.name, size, max(elem.align, got.align))
         return got
 
     def packed(self, die: DIE) -> bool:
@@ -210,8 +217,9 @@ class Layouts:
             else:
                 break
             first = False
-        return Member(path, offset, self.info(die).name if die is not None else "?", struct, member,
-                      member_off, member_align, packed)
+        leaf = self.info(die) if die is not None else None
+        return Member(path, offset, leaf.name if leaf is not None else "?", leaf.size if leaf is not None else None,
+                      struct, member, member_off, member_align, packed)
 
 
 def decl_pos(dwarf: DwarfIndex, die: DIE, units: dict[int, _Unit]) -> tuple[str | None, int | None]:

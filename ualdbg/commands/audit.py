@@ -1,0 +1,114 @@
+"""`ualdbg audit [ELF]`: the static alignment audit (ualdbg/audit.py) of the loaded program or a
+file, matched against the session's trace (or a saved one) to show which findings a run hit."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..audit import AuditError, AuditResult, audit, exit_status, match_trace
+from ..render.audit import render
+from ..render.jsondoc import build_document, dump, load_document
+from .registry import Host, Output, Parser, Runner, UsageError, command
+
+EPILOG = """From DWARF alone, without running the program:
+  - struct and union members at offsets that are not a multiple of their type's alignment
+    (packed layouts), with struct, member, offset, required alignment and declaration line;
+  - variables at fixed addresses (globals, statics) not aligned for their type;
+  - COMMON blocks with every member's offset, flagging members at an offset that is not a
+    multiple of 8 (an 8-byte view of them, REAL*8 over REAL*4, is misaligned).
+Without DWARF it lists the symbol table's data objects and says what is missing.
+
+With --trace FILE (a JSON document of `ualdbg trace --json`, `check --json` or `trace save`), each
+finding gets the number of unaligned accesses the run made to it; in a debugger the session's own
+trace is used when no file is given.
+
+Exit status (shell): 0 no finding (with --trace: no finding was hit), 1 findings (hit), 2 errors.
+
+examples:
+  ualdbg audit ./prog
+  ualdbg audit --json audit.json ./prog
+  ualdbg trace --json run.json -- ./prog args && ualdbg audit --trace run.json ./prog
+  (gdb) ualdbg audit
+"""
+DESCRIPTION = "Static alignment audit of an ELF from its DWARF: packed members, misaligned variables, COMMON layouts."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", metavar="FILE", default=None, help="write the audit as JSON to FILE (- for stdout)")
+    p.add_argument("--trace", metavar="FILE", default=None, help="a trace JSON: count which findings the run hit")
+
+
+def run_audit(path: str, trace_file: str | None, trace_doc: dict[str, Any] | None = None) -> AuditResult:
+    """The audit of `path`, matched against a trace file or document. Raises AuditError or ValueError."""
+    result = audit(path)
+    if trace_file is not None:
+        trace_doc = load_document(trace_file)
+    if trace_doc is not None:
+        match_trace(result, trace_doc)
+    return result
+
+
+@command("audit", description=DESCRIPTION, epilog=EPILOG)
+def _audit(p: Parser) -> Runner:
+    add_arguments(p)
+    p.add_argument("elf", nargs="?", default=None, help="the ELF file (default: the loaded program)")
+
+    def run(host: Host, args: argparse.Namespace) -> Output:
+        path = args.elf or _loaded_program(host)
+        if path is None:
+            raise UsageError("ualdbg audit: no program loaded; name the ELF file: ualdbg audit PATH")
+        live = None
+        if args.trace is None and host.session.buffer.total:
+            live = build_document(host.session)
+        try:
+            result = run_audit(path, args.trace, live)
+        except (AuditError, ValueError) as exc:
+            raise UsageError(f"ualdbg audit: {exc}") from None
+        doc = result.to_json()
+        if args.json:
+            try:
+                dump(doc, args.json)
+            except OSError as exc:
+                raise UsageError(f"ualdbg audit: cannot write {args.json}: {exc.strerror}") from None
+        return render(doc)
+
+    return run
+
+
+def _loaded_program(host: Host) -> str | None:
+    launch = getattr(host, "launch_info", None)
+    if launch is not None:
+        try:
+            path: str = launch()[0]
+            if path:
+                return path
+        except Exception:  # no program loaded: the session may still know one
+            pass
+    return host.session.program.path
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """`ualdbg audit [--json F] [--trace F] ELF` from the shell; returns the exit status."""
+    import sys
+
+    from ..render.console import make_console
+    from ..runner import ToolError
+
+    try:
+        result = run_audit(args.elf, args.trace)
+    except (AuditError, ValueError) as exc:
+        raise ToolError(str(exc)) from None
+    doc = result.to_json()
+    if args.json:
+        try:
+            dump(doc, args.json)
+        except OSError as exc:
+            raise ToolError(f"cannot write {args.json}: {exc.strerror}") from None
+    if args.json != "-":
+        out = make_console(sys.stdout)
+        for item in render(doc):
+            if isinstance(item, str):
+                out.out(item, highlight=False)
+            else:
+                out.print(item)
+    return exit_status(result)

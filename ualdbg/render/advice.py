@@ -1,0 +1,34 @@
+"""The per-site table under `trace show --summary`: what the data is (site.data) and which
+remedy fits (ualdbg.advice), hottest site first."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from ..advice import advice_by_pc
+
+
+def data_advice_table(doc: dict[str, Any]) -> Table | None:
+    """None when no site has data or advice (an old trace, a stripped program)."""
+    advice = advice_by_pc(doc)
+    sites = [s for s in doc.get("sites", []) if s.get("data") or s["pc"] in advice]
+    if not sites:
+        return None
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title="data and advice per site", title_justify="left")
+    table.add_column("count", justify="right", overflow="fold")
+    table.add_column("site", overflow="fold")
+    table.add_column("data", overflow="fold")
+    table.add_column("advice", overflow="fold")
+    for s in sites:
+        where = f"{s['file']}:{s['line']}" if s.get("file") and s.get("line") else s["pc"]
+        data = s.get("data") or {}
+        text = data.get("text") or "unknown"
+        via = data.get("via")
+        if via:
+            text += f"\nvia {via['path']} ({via['type']} {via['pointer']} in {via['function']})"
+        a = advice.get(s["pc"])
+        table.add_row(Text(str(s["count"])), Text(where), Text(text), Text(f"{a.remedy}: {a.text}" if a else "-"))
+    return table
