@@ -9,7 +9,6 @@ from . import __version__
 from .alignment import AcPolicy, Policy
 from .decode import Decoder, Insn, accesses
 from .engines.procfs import CpuReader
-from .engines.step import StepEngine
 from .engines.trap import TrapEngine
 from .model import Access, Fault, Module, SourceLoc
 from .settings import Config
@@ -109,7 +108,6 @@ class Session:
         self.scope = Scope()
         self.buffer = TraceBuffer(self.config["buffer"])
         self.engine = TrapEngine(self)
-        self.step = StepEngine(self)  # step mode (`--engine step`), enabled instead of the trap engine
         self.policy: Policy = AcPolicy()
         self.decoder = Decoder()
         self.breaking = False
@@ -132,10 +130,6 @@ class Session:
     @property
     def armed(self) -> bool:
         return self.breaking or self.tracing
-
-    @property
-    def engine_name(self) -> str:
-        return self.step.name if self.step.enabled else self.engine.name
 
     # -- per-PC caches -------------------------------------------------------------------------
     def insn_at(self, target: Target, pc: int) -> Insn | None:
@@ -189,7 +183,6 @@ class Session:
         self._modmap = None
         self.cpu_of.close()
         self.engine.forget_threads()
-        self.step.forget_threads()
 
     # -- the fault path ------------------------------------------------------------------------
     def analyse(self, target: Target, tid: int | None, pc: int) -> tuple[Insn | None, Access | None, bool | None]:
