@@ -37,6 +37,11 @@ class TrapEngine:
         self.pending_pc: dict[int, int] = {}  # tid -> PC of the fault it is stepping over (TF path)
         self.in_clone: set[int] = set()  # armed threads paused across a task-creating syscall
         self.reported: dict[int, int] = {}  # stepper targets: tid -> PC of the fault it stopped at
+        # Threads where ualdbg cleared its own TF: if the debugger was single-stepping the same
+        # instruction (the user's `step` from a break stop), the kernel still has TIF_SINGLESTEP
+        # and sets TF again as the program's own at the next PTRACE_SINGLESTEP, where no
+        # PTRACE_CONT will ever clear it. Such a TF is scrubbed at every stop of the thread.
+        self.tf_suspect: set[int] = set()
         self.arch: archmod.ArchInfo | None = None
         self.mechanism = "EFLAGS.AC"
         self.slots = SlotPool()
@@ -89,7 +94,7 @@ class TrapEngine:
             a = self._arch(target)
             for tid in target.threads():
                 clear = a.ac_bit
-                if tid in self.pending and not self.pending[tid]:
+                if (tid in self.pending and not self.pending[tid]) or tid in self.tf_suspect:
                     clear |= a.tf_bit
                 self._set_flags(target, tid, 0, clear)
         self.forget_threads()
@@ -102,12 +107,14 @@ class TrapEngine:
         self.pending.clear()
         self.in_clone.clear()
         self.reported.clear()
+        self.tf_suspect.clear()
 
     def thread_exited(self, tid: int) -> None:
         for group in (self.armed, self.sigbus_blocked, self.in_clone):
             group.discard(tid)
         self.pending.pop(tid, None)
         self.reported.pop(tid, None)
+        self.tf_suspect.discard(tid)
 
     def reconcile(self, target: Target) -> None:
         """At a user-visible stop: finish step-overs whose trap the debugger kept for itself
@@ -129,6 +136,11 @@ class TrapEngine:
                 clear = 0 if tf_was_set else a.tf_bit
                 arm = a.ac_bit if (self.active and tid in self.armed) else 0
                 self._set_flags(target, tid, arm, clear)
+                if clear:
+                    self.tf_suspect.add(tid)
+        for tid in list(self.tf_suspect):
+            if tid not in self.pending:
+                self.scrub_tf(target, tid)
         if not self.active:
             return
         for tid in target.threads():
@@ -175,7 +187,7 @@ class TrapEngine:
                 return Decision.RESUME
         # Run the faulting instruction once with AC clear; TF makes the CPU trap right after it
         # (after ONE iteration of a rep string instruction, so k misaligned elements count k).
-        self.pending[tid] = bool(flags & a.tf_bit)
+        self.pending[tid] = bool(flags & a.tf_bit) and tid not in self.tf_suspect
         self.pending_pc[tid] = pc
         target.write_register(a.flags, (flags & ~a.ac_bit) | a.tf_bit, tid)
         return Decision.STOP if stop else Decision.RESUME
@@ -240,14 +252,30 @@ class TrapEngine:
         if self.active and tid in self.armed:
             self._set_flags(target, tid, self._arch(target).ac_bit, 0)
 
+    def scrub_tf(self, target: Target, tid: int) -> bool:
+        """Clear a TF the kernel re-set after ualdbg cleared its own (see `tf_suspect`)."""
+        a = self._arch(target)
+        try:
+            flags = target.read_register(a.flags, tid)
+        except Exception:
+            return False
+        if not flags & a.tf_bit:
+            return False
+        target.write_register(a.flags, flags & ~a.tf_bit, tid)
+        return True
+
     def _on_trap(self, target: Target) -> Decision:
         tid = target.current_tid()
         if tid not in self.pending:
+            if tid in self.tf_suspect and self.scrub_tf(target, tid):
+                return Decision.RESUME
             return Decision.NOT_OURS
         tf_was_set = self.pending.pop(tid)
         self.pending_pc.pop(tid, None)
         a = self._arch(target)
         clear = 0 if tf_was_set else a.tf_bit
+        if clear:
+            self.tf_suspect.add(tid)
         if self.active and tid in self.armed:
             self._set_flags(target, tid, a.ac_bit, clear)
         else:
