@@ -30,8 +30,17 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--module", action="append", default=[], metavar="NAME", help="also include this module")
     p.add_argument("--at", choices=("main", "start"), default="main", help="arm at main (default) or the first instruction")
     p.add_argument("--buffer", type=positive, default=100_000, help="records kept in the ring (counts stay exact)")
-    p.add_argument("--engine", choices=("agent", "trap"), default=None,
-                   help="agent (default where it works): in-process, one signal per fault; trap: EFLAGS.AC signal mode under a debugger")
+    p.add_argument("--engine", choices=("agent", "trap", "step"), default=None,
+                   help="agent (default where it works): in-process, one signal per fault; trap: EFLAGS.AC signal mode under a debugger; "
+                        "step: single-step a scope (--in/--range/--everywhere) and check every access against --policy")
+    p.add_argument("--in", dest="step_in", action="append", default=[], metavar="FUNC",
+                   help="step: single-step every instance of FUNC (repeatable); calls out of it run at full speed")
+    p.add_argument("--range", dest="step_range", action="append", default=[], metavar="LO,HI",
+                   help="step: single-step the runtime addresses [LO, HI) (repeatable)")
+    p.add_argument("--everywhere", action="store_true", help="step: single-step the whole program from --at (slow: ~40k instructions/s)")
+    p.add_argument("--policy", choices=("ac", "natural", "cacheline", "page"), default=None,
+                   help="step: what counts: ac (x86 #AC, default), natural (size-aligned, what a strict-alignment CPU traps), "
+                        "cacheline (splits a 64-byte line), page (splits a 4 KiB page)")
     p.add_argument("--debugger", choices=("gdb", "lldb"), default=None, help="which debugger drives the trap engine (implies --engine trap; default gdb)")
     p.add_argument("--no-follow", action="store_true", help="agent: trace only the program, not the processes it starts")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS")
@@ -88,8 +97,15 @@ def _program(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[
 
 def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[dict[str, Any], Any]:
     engine = args.engine or ("trap" if args.debugger else "auto")
+    stepping = bool(args.step_in or args.step_range or args.everywhere or args.policy)
+    if stepping and engine != "step":
+        raise ToolError("--in, --range, --everywhere and --policy belong to --engine step")
+    if engine == "step" and args.debugger:
+        raise ToolError("--engine step runs the native stepper; --debugger chooses the trap engine's debugger")
     req = RunRequest(_program(args, parser), debugger=args.debugger or "gdb", at=args.at, all_modules=args.all_modules,
-                     modules=args.module, buffer=args.buffer, engine=engine, follow=not args.no_follow)
+                     modules=args.module, buffer=args.buffer, engine=engine, follow=not args.no_follow,
+                     step_functions=list(args.step_in), step_ranges=list(args.step_range), everywhere=args.everywhere,
+                     policy=args.policy or "ac")
     show_progress = sys.stdout.isatty() and sys.stderr.isatty() and args.json != "-"
     if show_progress:
         from rich.live import Live

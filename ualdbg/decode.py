@@ -21,6 +21,7 @@ __all__ = [
     "Vsib",
     "accesses",
     "effective_address",
+    "register_slice",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -57,6 +58,12 @@ _SEGMENT_PREFIX = {0x64: "fs", 0x65: "gs"}
 
 class RegisterUnavailable(KeyError):
     """`accesses()` needs a register the caller's register set does not hold."""
+
+
+def register_slice(name: str) -> tuple[str, int, int]:
+    """(64-bit register, bit shift, width) of a general register name ("ah" -> ("rax", 8, 8)),
+    for evaluators outside Python (the native stepper); KeyError for other names."""
+    return _GPR[name]
 
 
 def _read_gpr(regs: Mapping[str, int], name: str) -> int:

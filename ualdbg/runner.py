@@ -43,6 +43,11 @@ class RunRequest:
     # "auto": the in-process agent where it can work, else the trap engine under `debugger`.
     engine: str = "auto"
     follow: bool = True  # agent: trace child processes too
+    # engine "step": the scope to single-step and the alignment policy (ualdbg.engines.stepnative)
+    step_functions: list[str] = field(default_factory=list)
+    step_ranges: list[str] = field(default_factory=list)
+    everywhere: bool = False
+    policy: str = "ac"
 
 
 @dataclass
@@ -202,7 +207,26 @@ def _run_agent(req: RunRequest, on_progress: Callable[[int, int, float], None] |
     return RunResult(res.doc, res.exit_status, res.exit_signal, res.log)
 
 
+def _run_step(req: RunRequest, on_progress: Callable[[int, int, float], None] | None) -> RunResult:
+    """The native single-step engine (ualdbg.engines.stepnative); its errors are one line. A bad
+    scope or policy is reported before the program name is even looked at."""
+    from .engines.stepnative import StepRun, StepUnavailable, run_step, validate
+
+    run = StepRun(req.program, functions=list(req.step_functions), ranges=list(req.step_ranges),
+                  everywhere=req.everywhere, policy=req.policy, at=req.at, all_modules=req.all_modules,
+                  modules=list(req.modules), buffer=req.buffer, aslr=req.aslr)
+    try:
+        validate(run)
+        req.program[0] = resolve_program(req.program[0])
+        res = run_step(run, on_progress)
+    except StepUnavailable as exc:
+        raise ToolError(str(exc)) from None
+    return RunResult(res.doc, res.exit_status, res.exit_signal, "")
+
+
 def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] | None = None) -> RunResult:
+    if req.engine == "step":
+        return _run_step(req, on_progress)
     req.program[0] = resolve_program(req.program[0])
     if req.engine != "trap" and not req.exec_wrapper:
         done = _run_agent(req, on_progress)

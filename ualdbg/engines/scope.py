@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..model import Module
 from ..symbols.dwarfindex import DWARF_ERRORS
 from ..symbols.elfindex import ElfIndex, elf_index
-from ..symbols.maps import PSEUDO_MODULES, ModuleMap
+from ..symbols.maps import PSEUDO_MODULES, ModuleMap, is_system_path
 
 __all__ = [
     "KINDS",
@@ -36,11 +36,14 @@ class ScopeError(Exception):
 @dataclass(frozen=True)
 class StepScope:
     """The code to single-step. `ranges` are half-open runtime address ranges, sorted and
-    disjoint; empty for until-return (the engine bounds it by the frame) and everywhere."""
+    disjoint; empty for until-return (the engine bounds it by the frame) and everywhere.
+    `entries` are where a thread running at full speed comes into the ranges: the start of each
+    function instance in them and the start of each range (a breakpoint engine plants these)."""
 
     kind: str  # "function" | "range" | "until-return" | "everywhere"
     label: str  # what the user typed, for reports ("parse_header", "0x401000-0x401200")
     ranges: tuple[tuple[int, int], ...] = ()
+    entries: tuple[int, ...] = ()
 
     def contains(self, pc: int) -> bool:
         if self.kind in ("everywhere", "until-return"):
@@ -57,9 +60,10 @@ class StepScope:
 
 
 def _merge(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Sorted, overlaps joined; ranges that only touch stay apart (each start is an entry)."""
     out: list[tuple[int, int]] = []
     for lo, hi in sorted(r for r in ranges if r[0] < r[1]):
-        if out and lo <= out[-1][1]:
+        if out and lo < out[-1][1]:
             out[-1] = (out[-1][0], max(out[-1][1], hi))
         else:
             out.append((lo, hi))
@@ -113,16 +117,17 @@ def _dwarf_ranges(index: ElfIndex, name: str) -> Iterator[tuple[int, int]]:
         return
 
 
-def function_ranges(path: str, name: str, load_bias: int = 0) -> list[tuple[int, int]]:
+def function_ranges(path: str, name: str, load_bias: int = 0, *, dwarf: bool = True) -> list[tuple[int, int]]:
     """Runtime [lo, hi) ranges of every instance of function `name` in the ELF at `path`:
     same-named static functions of several units and gcc's clones (name.constprop.N,
-    name.isra.N, name.part.N, name.cold). ScopeError when there is none."""
+    name.isra.N, name.part.N, name.cold); from DWARF when the symbol tables lack it (and
+    `dwarf`: walking a large library's DWARF takes a minute). ScopeError when there is none."""
     index = elf_index(path)
     if index is None:
         raise ScopeError(f"{path}: not a readable ELF file")
     pattern = _name_pattern(name)
     found = [(s.start, s.start + s.size) for s in index.function_symbols() if pattern.fullmatch(s.name)]
-    if not found:
+    if not found and dwarf:
         found = list(_dwarf_ranges(index, name))
     if not found:
         raise ScopeError(f"no function named {name} in {os.path.basename(path)}")
@@ -160,20 +165,40 @@ def resolve_scope(
     if not names and not texts:
         raise ScopeError("say where to step: --in FUNCTION, --range LO,HI or --everywhere")
     ranges: list[tuple[int, int]] = [parse_range(t) for t in texts]
-    files, main = _file_modules(modules) if names else ([], None)
+    files, main = _file_modules(modules)
+    entries = {lo for lo, _ in ranges}
+    for module in files:
+        # Code jumps into a range at function starts (calls, callbacks, thread starts).
+        if not any(lo < module.end and module.start < hi for lo, hi in ranges):
+            continue
+        index = elf_index(module.path)
+        if index is None:
+            continue
+        for sym in index.function_symbols():
+            addr = sym.start + module.base
+            if any(lo <= addr < hi for lo, hi in ranges):
+                entries.add(addr)
     for name in names:
         if not name:
             raise ScopeError("--in: empty function name")
         hits: list[tuple[int, int]] = []
-        for module in files:
-            try:
-                hits.extend(function_ranges(module.path, name, module.base))
-            except ScopeError:
-                continue
+        # symbol tables everywhere first; DWARF only of the user's own modules, and only when
+        # no symbol table has the name
+        for pass_dwarf in (False, True):
+            for module in files:
+                if pass_dwarf and is_system_path(module.path):
+                    continue
+                try:
+                    hits.extend(function_ranges(module.path, name, module.base, dwarf=pass_dwarf))
+                except ScopeError:
+                    continue
+            if hits:
+                break
         if not hits:
             where = os.path.basename(main.path) if main is not None else "the program"
             raise ScopeError(f"no function named {name} in {where} or its libraries")
         ranges.extend(hits)
+        entries.update(lo for lo, _ in hits)
     labels = names + [t.strip() for t in texts]
     kind = "function" if names else "range"
-    return StepScope(kind, ",".join(labels), _merge(ranges))
+    return StepScope(kind, ",".join(labels), _merge(ranges), tuple(sorted(entries)))

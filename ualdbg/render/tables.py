@@ -42,6 +42,8 @@ def header(doc: dict[str, Any]) -> str:
         ring += f", {doc['records_dropped']} older dropped"
     prog = doc.get("program", {})
     via = "in-process" if doc.get("debugger") == "none" else f"via {doc.get('debugger')}"
+    if doc.get("engine") == "step" and doc.get("debugger") == "none":
+        via = "native ptrace stepper"
     status = ""
     if prog.get("exit_signal") is not None:
         status = f", killed by signal {prog['exit_signal']}"

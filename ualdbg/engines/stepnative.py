@@ -1,0 +1,438 @@
+"""The step engine of the CLI: runs the program under the native stepper (ualdbg/stepper), after
+decoding the scope once with capstone into a table of operand recipes per PC and one bitmap per
+operand class of the addresses (mod 4096) the policy rejects, so the C loop never decodes and
+never re-implements a policy. The records come back into the same Session, TraceBuffer and JSON
+document as the other engines'."""
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..alignment import Policy, policy_by_name
+from ..decode import Decoder, Insn, MemOperand, register_slice
+from ..model import Access, AccessKind, Fault
+from ..render.jsondoc import build_document
+from ..session import ProgramInfo, Scope, Session
+from ..stepper.build import BuildError, build
+from ..symbols.maps import ModuleMap
+from ..symbols.resolver import Symbolizer
+from ..trace import PcCounter, TraceBuffer
+from .scope import ScopeError, StepScope, function_ranges, parse_range, resolve_scope
+
+NAME = "step"
+
+# The order of struct user_regs_struct (sys/user.h): the C side indexes the saved registers.
+_USER_REGS = ("r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags rsp ss "
+              "fs_base gs_base ds es fs gs").split()
+REG_INDEX = {name: i for i, name in enumerate(_USER_REGS)}
+
+EVT_EXEC, EVT_ARMED, EVT_DECODE, EVT_DONE, EVT_EXIT_EARLY = 1, 2, 3, 4, 5
+CMD_ARM, CMD_TABLE, CMD_RECIPE, CMD_KILL = 1, 2, 3, 4
+_FLOW = {"next": 0, "jump": 1, "call": 2, "ret": 3, "cond": 4, "other": 5}
+RF_REP, RF_REP_ADDR4, RF_UNMODELLED = 1, 2, 4
+MAX_OPS = 8
+NO_CHECK = 0xFFFF
+_KIND = {AccessKind.READ: 0, AccessKind.WRITE: 1, AccessKind.READ_WRITE: 2}
+_KIND_BACK = {v: k for k, v in _KIND.items()}
+_SEG = {None: 0, "fs": 1, "gs": 2}
+
+_OP = struct.Struct("<qbBBbBBBBBBbBBBHHHI")
+_RECIPE_HEAD = struct.Struct("<QBBBBI")
+_HEADER = struct.Struct("<16Q256s")
+_SITE = struct.Struct("<QQI4H")
+_RECORD = struct.Struct("<QQQQIIHBBI")
+_MAGIC = 0x31706574736C6175
+assert _OP.size == 32 and _SITE.size == 28 and _RECORD.size == 48
+
+
+class StepUnavailable(Exception):
+    """The step engine cannot run here or for this input: one line for the user."""
+
+
+@dataclass
+class StepRun:
+    """What to run, where to step and what to check (the CLI's RunRequest, as the stepper sees it)."""
+
+    program: list[str]
+    functions: list[str] = field(default_factory=list)
+    ranges: list[str] = field(default_factory=list)
+    everywhere: bool = False
+    policy: str = "ac"
+    at: str = "main"
+    all_modules: bool = False
+    modules: list[str] = field(default_factory=list)
+    buffer: int = 100_000
+    aslr: bool = False
+
+
+@dataclass
+class StepResult:
+    doc: dict[str, Any]
+    exit_status: int | None
+    exit_signal: int | None
+    stats: dict[str, int]
+
+
+def validate(run: StepRun) -> None:
+    """Bad input that needs no running program: one line, before anything starts."""
+    if run.everywhere and (run.functions or run.ranges):
+        raise StepUnavailable("--everywhere steps every instruction: do not combine it with --in or --range")
+    if not (run.everywhere or run.functions or run.ranges):
+        raise StepUnavailable("--engine step needs a scope: --in FUNCTION, --range LO,HI or --everywhere")
+    try:
+        for text in run.ranges:
+            parse_range(text)
+        policy_by_name(run.policy)
+    except (ScopeError, ValueError) as exc:
+        raise StepUnavailable(str(exc)) from None
+    if any(not f.strip() for f in run.functions):
+        raise StepUnavailable("--in: empty function name")
+
+
+# --------------------------------------------------------------------------------------------
+# The table the C loop reads
+
+
+class Encoder:
+    """Insn -> wire recipe, with the policy's verdict per operand class as a 4096-bit map.
+    Every policy's verdict depends only on the address modulo 4096 (alignments up to 64,
+    cache lines of 64, pages of 4096), so the bitmap is exact."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.classes: dict[tuple[int, bool, bool, int], int] = {}
+        self.bitmaps: list[bytes] = []
+
+    def check_class(self, insn: Insn, op: MemOperand) -> int:
+        key = (op.size, insn.vsib, insn.masked, insn.gp_align)
+        found = self.classes.get(key)
+        if found is None:
+            bits = bytearray(512)
+            for low in range(4096):
+                if self.policy.violates(Access(va=low, size=op.size, kind=op.kind), insn):
+                    bits[low >> 3] |= 1 << (low & 7)
+            found = NO_CHECK if not any(bits) else len(self.bitmaps)
+            if found != NO_CHECK:
+                self.bitmaps.append(bytes(bits))
+            self.classes[key] = found
+        return found
+
+    def recipe(self, pc: int, insn: Insn | None) -> bytes:
+        if insn is None:
+            return _RECIPE_HEAD.pack(pc, 0, _FLOW["other"], 0, RF_UNMODELLED, 0)
+        flags = 0 if insn.exact and not insn.vsib else RF_UNMODELLED
+        if insn.rep:
+            flags |= RF_REP
+            if insn.operands and insn.operands[0].addr_size == 4:
+                flags |= RF_REP_ADDR4
+        ops = []
+        for op in insn.operands:
+            packed = self._op(insn, op)
+            if packed is None:
+                flags |= RF_UNMODELLED
+            else:
+                ops.append(packed)
+        if len(ops) > MAX_OPS:
+            ops, flags = ops[:MAX_OPS], flags | RF_UNMODELLED
+        return _RECIPE_HEAD.pack(pc, insn.size, _FLOW.get(insn.flow, 5), len(ops), flags, 0) + b"".join(ops)
+
+    def _op(self, insn: Insn, op: MemOperand) -> bytes | None:
+        if op.vsib is not None:
+            return None  # one access per lane from vector registers: not in the native loop
+        disp = op.disp
+        base, base_shift, base_bits = -1, 0, 64
+        if op.base in ("rip", "eip"):
+            disp += insn.next_pc
+        elif op.base is not None:
+            full, base_shift, base_bits = register_slice(op.base)
+            base = REG_INDEX[full]
+            if full == "rsp":
+                disp += op.rsp_adjust
+        index, index_shift, index_bits = -1, 0, 64
+        if op.index is not None:
+            full, index_shift, index_bits = register_slice(op.index)
+            index = REG_INDEX[full]
+        bit_reg, bit_bits, bit_shift = -1, 64, 0
+        if op.bit_offset is not None:
+            full, _, bit_bits = register_slice(op.bit_offset)
+            bit_reg = REG_INDEX[full]
+            bit_shift = (op.size * 8).bit_length() - 1
+        disp = (disp + (1 << 63)) % (1 << 64) - (1 << 63)  # as the signed 64-bit C value
+        return _OP.pack(disp, base, base_shift, base_bits, index, index_shift, index_bits, op.scale,
+                        _SEG.get(op.segment, 0), int(op.addr_size == 4), _KIND[op.kind], bit_reg, bit_bits,
+                        bit_shift, 0, min(op.size, 0xFFFF), self.check_class(insn, op), 0, 0)
+
+
+def _frame(kind: int, payload: bytes) -> bytes:
+    return struct.pack("<II", kind, len(payload)) + payload
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+
+
+def stepper_path() -> str:
+    try:
+        return str(build())
+    except BuildError as exc:
+        raise StepUnavailable(str(exc)) from None
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    out = b""
+    while len(out) < n:
+        try:
+            chunk = os.read(fd, n - len(out))
+        except InterruptedError:
+            continue
+        if not chunk:
+            return None
+        out += chunk
+    return out
+
+
+class _Driver:
+    """Answers the stepper's events: where to arm, the scope's table, decodes of PCs it lacks."""
+
+    def __init__(self, run: StepRun, program: str) -> None:
+        self.run = run
+        self.program = program
+        self.policy = policy_by_name(run.policy)
+        self.encoder = Encoder(self.policy)
+        self.decoder = Decoder()
+        self.insns: dict[int, Insn | None] = {}
+        self.modmap: ModuleMap | None = None
+        self.scope: StepScope | None = None
+        self.pid = 0
+        self.error: str | None = None
+
+    def arm_address(self, pid: int) -> int:
+        """main, or the program's entry point (`--at start`, or no `main` symbol)."""
+        self.pid = pid
+        mm = ModuleMap.for_pid(pid)
+        exe = mm.main
+        if exe is None:
+            return 0
+        if self.run.at == "main":
+            try:
+                return min(lo for lo, _ in function_ranges(exe.path, "main", exe.base))
+            except ScopeError:
+                pass
+        try:
+            with open(exe.path, "rb") as f:
+                (entry,) = struct.unpack_from("<Q", f.read(32), 24)  # ELF64 e_entry
+        except (OSError, struct.error):
+            return 0
+        return int(entry) + exe.base
+
+    def table(self) -> bytes:
+        mm = self.modmap = ModuleMap.for_pid(self.pid)
+        scope = self.scope = resolve_scope(mm, functions=self.run.functions, range_text=self.run.ranges,
+                                           everywhere=self.run.everywhere)
+        recipes: list[bytes] = []
+        try:
+            with open(f"/proc/{self.pid}/mem", "rb", buffering=0) as mem:
+                for lo, hi in scope.ranges:
+                    recipes.extend(self._sweep(mem, lo, hi))
+        except OSError:
+            pass  # each PC is then decoded when first stepped
+        ranges = b"".join(struct.pack("<QQ", lo, hi) for lo, hi in scope.ranges)
+        entries = b"".join(struct.pack("<Q", e) for e in scope.entries)
+        # the recipes are encoded by now, so the bitmaps of their check classes all exist
+        head = struct.pack("<5I", int(scope.kind == "everywhere"), len(scope.ranges), len(scope.entries),
+                           len(self.encoder.bitmaps), len(recipes))
+        return head + ranges + entries + b"".join(self.encoder.bitmaps) + b"".join(recipes)
+
+    def _sweep(self, mem: Any, lo: int, hi: int) -> Iterable[bytes]:
+        """Linear sweep of [lo, hi): compilers put no data between a function's instructions."""
+        try:
+            mem.seek(lo)
+            code = mem.read(hi - lo + self.decoder.max_insn_len)
+        except (OSError, OverflowError, ValueError):
+            return
+        pc = lo
+        while pc < hi:
+            insn = self.decoder.decode(code[pc - lo:], pc)
+            self.insns[pc] = insn
+            yield self.encoder.recipe(pc, insn)
+            pc += insn.size if insn is not None else 1
+
+    def decode(self, payload: bytes) -> bytes:
+        (pc,) = struct.unpack_from("<Q", payload)
+        code = payload[8:24]
+        insn = self.decoder.decode(code, pc)
+        self.insns[pc] = insn
+        return self.encoder.recipe(pc, insn)
+
+
+def run_step(run: StepRun, on_progress: Callable[[int, int, float], None] | None = None) -> StepResult:
+    """Run the program under the native stepper. Raises StepUnavailable (one line) for bad input:
+    the stepper cannot be built, an unknown function (the program is killed at `main` before it
+    runs its own code), a scope the program never entered."""
+    validate(run)
+    path = run.program[0]
+    exe = stepper_path()
+    driver = _Driver(run, path)
+    cmd_r, cmd_w = os.pipe()
+    evt_r, evt_w = os.pipe()
+    with tempfile.TemporaryDirectory(prefix="ualdbg-step-") as tmp:
+        out = os.path.join(tmp, "step.out")
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen([exe, str(cmd_r), str(evt_w), out, str(run.buffer), str(int(not run.aslr)), path,
+                                     *run.program[1:]], pass_fds=(cmd_r, evt_w), close_fds=True)
+        except OSError as exc:
+            raise StepUnavailable(f"cannot start the stepper: {exc.strerror}") from None
+        finally:
+            os.close(cmd_r)
+            os.close(evt_w)
+        try:
+            _serve(driver, evt_r, cmd_w)
+        finally:
+            os.close(evt_r)
+            os.close(cmd_w)
+            while True:
+                try:
+                    returncode = proc.wait()
+                    break
+                except KeyboardInterrupt:  # the program got the same ^C: its choice
+                    continue
+        ended = time.monotonic()
+        if driver.error is not None:
+            raise StepUnavailable(driver.error)
+        if returncode != 0 or not os.path.exists(out):
+            raise StepUnavailable(f"the stepper failed (exit status {returncode})")
+        with open(out, "rb") as f:
+            data = f.read()
+    return _result(run, driver, data, started, ended, on_progress)
+
+
+def _serve(driver: _Driver, evt_r: int, cmd_w: int) -> None:
+    def send(kind: int, payload: bytes) -> None:
+        os.write(cmd_w, _frame(kind, payload))
+
+    while True:
+        head = _read_exact(evt_r, 8)
+        if head is None:
+            return  # the stepper is gone (its exit status says how)
+        kind, length = struct.unpack("<II", head)
+        payload = _read_exact(evt_r, length) if length else b""
+        if payload is None:
+            return
+        if kind == EVT_EXEC:
+            (pid,) = struct.unpack("<I", payload)
+            send(CMD_ARM, struct.pack("<Q", driver.arm_address(pid)))
+        elif kind == EVT_ARMED:
+            try:
+                table = driver.table()
+            except ScopeError as exc:
+                driver.error = str(exc)
+                send(CMD_KILL, b"")
+                continue
+            send(CMD_TABLE, table)
+        elif kind == EVT_DECODE:
+            send(CMD_RECIPE, driver.decode(payload))
+        elif kind in (EVT_DONE, EVT_EXIT_EARLY):
+            return
+
+
+# --------------------------------------------------------------------------------------------
+# From the stepper's output to the JSON document
+
+
+def _result(run: StepRun, driver: _Driver, data: bytes, started: float, ended: float,
+            on_progress: Callable[[int, int, float], None] | None) -> StepResult:
+    head = _HEADER.unpack_from(data)
+    magic, total, steps, entries, unmodelled, misses, nsites, nrecs, status, signal_no, cpu, armed, detached = head[:13]
+    if magic != _MAGIC:
+        raise StepUnavailable("the stepper wrote no result")
+    note = head[16].split(b"\0", 1)[0].decode(errors="replace")
+    exit_status = None if status >= 1 << 63 else int(status)
+    exit_signal = None if signal_no >= 1 << 63 else int(signal_no)
+    offset = _HEADER.size
+    sites = [_SITE.unpack_from(data, offset + i * _SITE.size) for i in range(nsites)]
+    offset += nsites * _SITE.size
+    records = [_RECORD.unpack_from(data, offset + i * _RECORD.size) for i in range(nrecs)]
+    scope = driver.scope
+    if scope is None:
+        raise StepUnavailable(f"{os.path.basename(run.program[0])} ended before reaching {run.at}: nothing was stepped")
+    if not entries:
+        raise StepUnavailable(f"the program never entered the scope {scope.label}: nothing was stepped")
+
+    session = Session("none")
+    session.scope = Scope(all_modules=run.all_modules, modules=tuple(run.modules))
+    session.at = run.at
+    session.policy = driver.policy
+    session.tracing = True
+    buf = session.buffer = TraceBuffer(run.buffer)
+    buf.started_at = started
+    buf.stopped_at = ended
+    mm = driver.modmap
+    assert mm is not None
+    session.symbolizer = Symbolizer(mm)
+    session.program = ProgramInfo(path=run.program[0], args=list(run.program[1:]), pid=driver.pid,
+                                  exit_status=exit_status, exit_signal=exit_signal)
+
+    # An explicit function or range is the user's scope whatever module it is in; --everywhere
+    # keeps ualdbg's module scope (the program and its non-system libraries, by default).
+    def counted(pc: int) -> tuple[bool, str | None]:
+        module = mm.find(pc, refresh=False)
+        if scope.kind != "everywhere":
+            return True, None
+        if module is None:
+            return session.scope.includes(None, False), None
+        return session.scope.includes(module, mm.is_system(module)), module.name
+
+    inside: dict[int, bool] = {}
+    for pc, count, kinds, *sizes in sites:
+        ok, name = counted(pc)
+        inside[pc] = ok
+        if not ok:
+            buf.ignored += count
+            buf.ignored_by_module[name or "?"] = buf.ignored_by_module.get(name or "?", 0) + count
+            continue
+        insn = driver.insns.get(pc)
+        counter = buf.counters[pc] = PcCounter(pc, count=count, insn=insn.text if insn is not None else None)
+        counter.sizes.update(s for s in sizes if s)
+        for bit, kind in _KIND_BACK.items():
+            if kinds >> bit & 1:
+                counter.access = kind if counter.access is None else counter.access.merge(kind)
+        buf.total += count
+    kept = 0
+    for seq, time_ns, pc, va, pid, tid, size, kind, rcpu, _ in records:
+        if not inside.get(pc, False):
+            continue
+        insn = driver.insns.get(pc)
+        kept += 1
+        buf.records.append(Fault(seq=seq, time=max(0.0, time_ns / 1e9 - started), pid=pid, tid=tid,
+                                 cpu=None if rcpu == 255 else rcpu, pc=pc, va=va, size=size, access=_KIND_BACK[kind],
+                                 insn=insn.text if insn is not None else None, policy=driver.policy.name))
+    doc = build_document(session, engine=NAME)
+    doc["scope"] = f"{scope.describe()}; policy {driver.policy.name}"
+    stats = {"instructions_stepped": steps, "scope_entries": entries, "unmodelled_executions": unmodelled,
+             "decoded_on_demand": misses}
+    doc["step"] = {
+        "scope": {"kind": scope.kind, "label": scope.label,
+                  "ranges": [[f"{lo:#x}", f"{hi:#x}"] for lo, hi in scope.ranges],
+                  "entries": len(scope.entries)},
+        "policy": driver.policy.name,
+        "armed_at": run.at,
+        "tracer_cpu": None if cpu >= 1 << 63 else int(cpu),
+        **stats,
+    }
+    notes = []
+    if note:
+        notes.append(note)
+    if unmodelled:
+        notes.append(f"{unmodelled} executions of instructions whose accesses the decoder does not fully model "
+                     "(gathers, far transfers, xsave) were not all checked")
+    doc["notes"] = notes
+    if on_progress is not None:
+        on_progress(buf.total, buf.ignored, ended - started)
+    return StepResult(doc, exit_status, exit_signal, stats)

@@ -1,0 +1,705 @@
+/* ualdbg-stepper: the native single-step engine of `ualdbg trace --engine step`.
+ *
+ * One ptrace tracer, pinned to one CPU; each thread is moved to that CPU while it steps inside
+ * the scope and gets its own CPU mask back when it leaves (tracer and tracee on one CPU step
+ * 3-5x faster in this VM: docs PLATFORM.md). Outside the scope threads run at full speed; int3
+ * breakpoints at the scope's entries (and at the return address of each call that leaves it)
+ * bring them back. The Python side (ualdbg/engines/stepnative.py) decodes the scope once with
+ * capstone and sends a table of operand recipes per PC, plus a bitmap per operand class of the
+ * addresses (mod 4096) the alignment policy rejects, so the hot loop evaluates base + index *
+ * scale + disp from the saved registers and never decodes. A PC in scope that the table lacks
+ * is sent to Python to decode, once.
+ *
+ * usage: ualdbg-stepper CMD_FD EVT_FD OUT_FILE RECORDS NO_ASLR PROG ARGS...
+ * Protocol (little-endian): messages are u32 type, u32 length, payload; see stepnative.py.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/personality.h>
+#include <sys/ptrace.h>
+#include <sys/user.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { EVT_EXEC = 1, EVT_ARMED = 2, EVT_DECODE = 3, EVT_DONE = 4, EVT_EXIT_EARLY = 5 };
+enum { CMD_ARM = 1, CMD_TABLE = 2, CMD_RECIPE = 3, CMD_KILL = 4 };
+enum { FLOW_NEXT, FLOW_JUMP, FLOW_CALL, FLOW_RET, FLOW_COND, FLOW_OTHER };
+enum { RF_REP = 1, RF_REP_ADDR4 = 2, RF_UNMODELLED = 4 };
+#define MAX_OPS 8
+#define NO_CHECK 0xffff
+
+struct op { /* 32 bytes on the wire */
+    int64_t disp;
+    int8_t base; uint8_t base_shift, base_bits;
+    int8_t index; uint8_t index_shift, index_bits, scale;
+    uint8_t seg, addr4, kind;
+    int8_t bit_reg; uint8_t bit_bits, bit_shift, pad0;
+    uint16_t size, check, pad1;
+    uint32_t pad2;
+} __attribute__((packed));
+
+struct recipe {
+    uint64_t pc;
+    uint8_t len, flow, nops, flags;
+    struct op ops[MAX_OPS];
+};
+
+struct bp { uint64_t addr; uint8_t orig; int inserted; int lifted; };
+
+struct thread {
+    pid_t tid;
+    int used, stepping, pinned, seen;
+    cpu_set_t saved;
+    struct recipe *last;       /* the instruction just stepped */
+    uint64_t lifted_bp;        /* a breakpoint lifted to step over it, to put back */
+    uint64_t resume_pc;        /* a handler runs before the instruction here: come back to it */
+    /* The access the instruction being stepped breaks the policy with: counted when its step
+       completes, dropped when a signal handler preempts the instruction (it runs again later). */
+    int pending;
+    uint64_t p_pc, p_va;
+    uint16_t p_size;
+    uint8_t p_kind;
+};
+
+struct site { uint64_t pc, count; uint32_t kinds; uint16_t sizes[4]; } __attribute__((packed));
+struct record { uint64_t seq, time_ns, pc, va; uint32_t pid, tid; uint16_t size; uint8_t kind, cpu; uint32_t pad; } __attribute__((packed));
+
+static int cmd_fd, evt_fd;
+static pid_t child;
+static int cpu = -1;
+static int everywhere;
+static uint64_t (*ranges)[2];
+static size_t nranges;
+static uint8_t (*checks)[512];
+static size_t nchecks;
+
+static struct recipe **rtab; static size_t rcap, rcount;   /* pc -> recipe, open addressing */
+static struct bp *bps; static size_t bpcap, bpcount;
+static struct thread *threads; static size_t tcap;
+static struct site *sites; static size_t scap, scount;
+static struct record *ring; static uint64_t ring_cap, total, steps, entries, unmodelled, decode_misses;
+static pid_t early[64]; static int nearly;
+static int exit_status = -1, exit_signal = -1, armed, detached_exec;
+static char note[256];
+
+static void die(const char *what)
+{
+    fprintf(stderr, "ualdbg-stepper: %s: %s\n", what, strerror(errno));
+    if (child > 0) kill(child, SIGKILL);
+    _exit(3);
+}
+
+static void *xcalloc(size_t n, size_t s)
+{
+    void *p = calloc(n ? n : 1, s);
+    if (!p) die("out of memory");
+    return p;
+}
+
+static void write_full(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) die("write to ualdbg");
+        p += n; len -= (size_t)n;
+    }
+}
+
+static int read_full(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        p += n; len -= (size_t)n;
+    }
+    return 0;
+}
+
+static void send_evt(uint32_t type, const void *payload, uint32_t len)
+{
+    uint32_t hdr[2] = {type, len};
+    write_full(evt_fd, hdr, sizeof hdr);
+    if (len) write_full(evt_fd, payload, len);
+}
+
+/* The next command; its payload in a malloc'd buffer. Python gone: kill the program, stop. */
+static uint32_t recv_cmd(char **payload, uint32_t *len)
+{
+    uint32_t hdr[2];
+    if (read_full(cmd_fd, hdr, sizeof hdr)) { kill(child, SIGKILL); _exit(3); }
+    *payload = xcalloc(hdr[1] + 1, 1);
+    if (hdr[1] && read_full(cmd_fd, *payload, hdr[1])) { kill(child, SIGKILL); _exit(3); }
+    *len = hdr[1];
+    return hdr[0];
+}
+
+static inline size_t hash64(uint64_t x) { x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; return (size_t)x; }
+
+/* -- tables ----------------------------------------------------------------------------- */
+
+static struct recipe *rfind(uint64_t pc)
+{
+    for (size_t i = hash64(pc) & (rcap - 1);; i = (i + 1) & (rcap - 1)) {
+        if (!rtab[i]) return NULL;
+        if (rtab[i]->pc == pc) return rtab[i];
+    }
+}
+
+static void rput(struct recipe *r)
+{
+    if ((rcount + 1) * 2 > rcap) {
+        size_t ocap = rcap; struct recipe **old = rtab;
+        rcap = rcap ? rcap * 2 : 1024;
+        rtab = xcalloc(rcap, sizeof *rtab);
+        rcount = 0;
+        for (size_t i = 0; i < ocap; i++) if (old[i]) rput(old[i]);
+        free(old);
+    }
+    size_t i = hash64(r->pc) & (rcap - 1);
+    while (rtab[i] && rtab[i]->pc != r->pc) i = (i + 1) & (rcap - 1);
+    if (!rtab[i]) rcount++;
+    rtab[i] = r;
+}
+
+/* One recipe from the wire: u64 pc, u8 len, flow, nops, flags, u32 0, then nops * 32 bytes. */
+static const char *parse_recipe(const char *p, struct recipe *r)
+{
+    memcpy(&r->pc, p, 8);
+    r->len = (uint8_t)p[8]; r->flow = (uint8_t)p[9]; r->nops = (uint8_t)p[10]; r->flags = (uint8_t)p[11];
+    p += 16;
+    if (r->nops > MAX_OPS) r->nops = MAX_OPS;
+    memcpy(r->ops, p, r->nops * sizeof(struct op));
+    return p + r->nops * sizeof(struct op);
+}
+
+static struct bp *bpfind(uint64_t addr)
+{
+    if (!bpcap) return NULL;
+    for (size_t i = hash64(addr) & (bpcap - 1);; i = (i + 1) & (bpcap - 1)) {
+        if (!bps[i].addr) return NULL;
+        if (bps[i].addr == addr) return &bps[i];
+    }
+}
+
+static struct bp *bpadd(uint64_t addr)
+{
+    struct bp *b = bpfind(addr);
+    if (b) return b;
+    if ((bpcount + 1) * 2 > bpcap) {
+        size_t ocap = bpcap; struct bp *old = bps;
+        bpcap = bpcap ? bpcap * 2 : 256;
+        bps = xcalloc(bpcap, sizeof *bps);
+        bpcount = 0;
+        for (size_t i = 0; i < ocap; i++)
+            if (old[i].addr) { struct bp *n = bpadd(old[i].addr); *n = old[i]; }
+        free(old);
+    }
+    size_t i = hash64(addr) & (bpcap - 1);
+    while (bps[i].addr) i = (i + 1) & (bpcap - 1);
+    bps[i].addr = addr;
+    bpcount++;
+    return &bps[i];
+}
+
+static struct thread *tfind(pid_t tid, int create)
+{
+    for (size_t i = 0; i < tcap; i++) if (threads[i].used && threads[i].tid == tid) return &threads[i];
+    if (!create) return NULL;
+    for (size_t i = 0; i < tcap; i++)
+        if (!threads[i].used) { memset(&threads[i], 0, sizeof threads[i]); threads[i].used = 1; threads[i].tid = tid; return &threads[i]; }
+    size_t o = tcap;
+    tcap = tcap ? tcap * 2 : 16;
+    threads = realloc(threads, tcap * sizeof *threads);
+    if (!threads) die("out of memory");
+    memset(threads + o, 0, (tcap - o) * sizeof *threads);
+    threads[o].used = 1; threads[o].tid = tid;
+    return &threads[o];
+}
+
+static int in_scope(uint64_t pc)
+{
+    if (everywhere) return 1;
+    size_t lo = 0, hi = nranges;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (pc < ranges[mid][0]) hi = mid;
+        else if (pc >= ranges[mid][1]) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
+/* -- memory and breakpoints ------------------------------------------------------------- */
+
+static int poke_byte(pid_t tid, uint64_t addr, uint8_t value, uint8_t *old)
+{
+    errno = 0;
+    long word = ptrace(PTRACE_PEEKDATA, tid, (void *)addr, 0);
+    if (errno) return -1;
+    if (old) *old = (uint8_t)word;
+    word = (word & ~0xffL) | value;
+    return ptrace(PTRACE_POKEDATA, tid, (void *)addr, (void *)word) < 0 ? -1 : 0;
+}
+
+static void insert_bp(pid_t tid, uint64_t addr)
+{
+    struct bp *b = bpadd(addr);
+    if (b->inserted) return;
+    if (poke_byte(tid, addr, 0xcc, &b->orig) == 0) b->inserted = 1;
+}
+
+/* Code bytes as the program has them: our int3s replaced by the original bytes. */
+static void read_code(pid_t tid, uint64_t addr, uint8_t out[16])
+{
+    memset(out, 0, 16);
+    for (int i = 0; i < 16; i += 8) {
+        errno = 0;
+        long word = ptrace(PTRACE_PEEKDATA, tid, (void *)(addr + (uint64_t)i), 0);
+        if (errno) break;
+        memcpy(out + i, &word, 8);
+    }
+    for (int i = 0; i < 16; i++) {
+        struct bp *b = bpfind(addr + (uint64_t)i);
+        if (b && b->inserted && !b->lifted) out[i] = b->orig;
+    }
+}
+
+/* -- pinning ------------------------------------------------------------------------------ */
+
+static void pin(struct thread *t)
+{
+    if (t->pinned || cpu < 0) return;
+    if (sched_getaffinity(t->tid, sizeof t->saved, &t->saved) < 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(t->tid, sizeof one, &one) == 0) t->pinned = 1;
+}
+
+static void unpin(struct thread *t)
+{
+    if (!t->pinned) return;
+    sched_setaffinity(t->tid, sizeof t->saved, &t->saved);
+    t->pinned = 0;
+}
+
+/* -- recording ---------------------------------------------------------------------------- */
+
+static struct site *site_for(uint64_t pc)
+{
+    if ((scount + 1) * 2 > scap) {
+        size_t ocap = scap; struct site *old = sites;
+        scap = scap ? scap * 2 : 256;
+        sites = xcalloc(scap, sizeof *sites);
+        scount = 0;
+        for (size_t i = 0; i < ocap; i++)
+            if (old[i].pc) { struct site *n = site_for(old[i].pc); *n = old[i]; }
+        free(old);
+    }
+    size_t i = hash64(pc) & (scap - 1);
+    while (sites[i].pc && sites[i].pc != pc) i = (i + 1) & (scap - 1);
+    if (!sites[i].pc) { sites[i].pc = pc; scount++; }
+    return &sites[i];
+}
+
+static void record(pid_t tid, uint64_t pc, uint64_t va, uint16_t size, uint8_t kind)
+{
+    total++;
+    struct site *s = site_for(pc);
+    s->count++;
+    s->kinds |= 1u << kind;
+    for (int i = 0; i < 4; i++) {
+        if (s->sizes[i] == size) break;
+        if (!s->sizes[i]) { s->sizes[i] = size; break; }
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    struct record *r = &ring[(total - 1) % ring_cap];
+    r->seq = total;
+    r->time_ns = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+    r->pc = pc; r->va = va; r->pid = (uint32_t)child; r->tid = (uint32_t)tid;
+    r->size = size; r->kind = kind; r->cpu = (uint8_t)(cpu < 0 ? 255 : cpu);
+}
+
+static inline uint64_t field(const struct user_regs_struct *regs, int idx, int shift, int bits)
+{
+    uint64_t v = ((const unsigned long long *)regs)[idx] >> shift;
+    return bits >= 64 ? v : v & ((1ULL << bits) - 1);
+}
+
+/* The instruction at regs->rip is about to execute: it counts once if one of its accesses
+   breaks the policy (the first such access is the one recorded, as Session.analyse picks). */
+static void evaluate(struct thread *t, const struct recipe *r, const struct user_regs_struct *regs)
+{
+    t->pending = 0;
+    if (r->flags & RF_UNMODELLED) unmodelled++;
+    if (r->flags & RF_REP) {
+        uint64_t count = regs->rcx;
+        if (r->flags & RF_REP_ADDR4) count &= 0xffffffffULL;
+        if (!count) return;
+    }
+    for (int i = 0; i < r->nops; i++) {
+        const struct op *o = &r->ops[i];
+        if (o->check == NO_CHECK) continue;
+        uint64_t ea = (uint64_t)o->disp;
+        if (o->base >= 0) ea += field(regs, o->base, o->base_shift, o->base_bits);
+        if (o->index >= 0) ea += field(regs, o->index, o->index_shift, o->index_bits) * o->scale;
+        if (o->bit_reg >= 0) {
+            uint64_t raw = field(regs, o->bit_reg, 0, o->bit_bits);
+            int64_t off = o->bit_bits >= 64 ? (int64_t)raw : (int64_t)(raw << (64 - o->bit_bits)) >> (64 - o->bit_bits);
+            ea += (uint64_t)((int64_t)o->size * (off >> o->bit_shift));
+        }
+        if (o->addr4) ea &= 0xffffffffULL;
+        if (o->seg == 1) ea += regs->fs_base;
+        else if (o->seg == 2) ea += regs->gs_base;
+        unsigned low = (unsigned)(ea & 4095);
+        if (checks[o->check][low >> 3] >> (low & 7) & 1) {
+            t->pending = 1;
+            t->p_pc = r->pc; t->p_va = ea; t->p_size = o->size; t->p_kind = o->kind;
+            return;
+        }
+    }
+}
+
+static struct recipe *decode_remote(pid_t tid, uint64_t pc)
+{
+    uint8_t msg[24];
+    memcpy(msg, &pc, 8);
+    read_code(tid, pc, msg + 8);
+    send_evt(EVT_DECODE, msg, sizeof msg);
+    char *payload; uint32_t len;
+    uint32_t type = recv_cmd(&payload, &len);
+    if (type != CMD_RECIPE || len < 16) { kill(child, SIGKILL); _exit(3); }
+    struct recipe *r = xcalloc(1, sizeof *r);
+    parse_recipe(payload, r);
+    free(payload);
+    r->pc = pc;
+    rput(r);
+    decode_misses++;
+    return r;
+}
+
+/* -- the step loop ------------------------------------------------------------------------ */
+
+static void resume(struct thread *t, int sig)
+{
+    long req = t->stepping ? PTRACE_SINGLESTEP : PTRACE_CONT;
+    if (ptrace(req, t->tid, 0, (void *)(long)sig) < 0 && errno != ESRCH) die("ptrace resume");
+}
+
+/* A stepping thread stands at in-scope `pc`: check the instruction and step it. */
+static void step_at(struct thread *t, struct user_regs_struct *regs)
+{
+    uint64_t pc = regs->rip;
+    struct recipe *r = rfind(pc);
+    if (!r) r = decode_remote(t->tid, pc);
+    evaluate(t, r, regs);
+    t->last = r;
+    struct bp *b = bpfind(pc);
+    if (b && b->inserted) {
+        /* stepping over our own int3: the original byte for one step (other threads that pass
+           here meanwhile are not stopped: the window is one step long) */
+        if (!b->lifted++) poke_byte(t->tid, pc, b->orig, NULL);
+        t->lifted_bp = pc;
+    }
+    steps++;
+    resume(t, 0);
+}
+
+static void put_back(struct thread *t)
+{
+    if (!t->lifted_bp) return;
+    struct bp *b = bpfind(t->lifted_bp);
+    if (b && b->lifted && !--b->lifted) poke_byte(t->tid, b->addr, 0xcc, NULL);
+    t->lifted_bp = 0;
+}
+
+static void enter(struct thread *t, struct user_regs_struct *regs)
+{
+    t->stepping = 1;
+    entries++;
+    pin(t);
+    step_at(t, regs);
+}
+
+static void leave(struct thread *t)
+{
+    struct recipe *prev = t->last;
+    if (t->resume_pc && in_scope(t->resume_pc))
+        insert_bp(t->tid, t->resume_pc);  /* a handler runs; the interrupted code resumes here */
+    else if (prev && prev->flow == FLOW_CALL && in_scope(prev->pc + prev->len))
+        insert_bp(t->tid, prev->pc + prev->len);  /* the callee runs at full speed */
+    t->stepping = 0;
+    t->last = NULL;
+    t->resume_pc = 0;
+    unpin(t);
+    resume(t, 0);
+}
+
+static void on_trap(struct thread *t)
+{
+    struct user_regs_struct regs;
+    if (ptrace(PTRACE_GETREGS, t->tid, 0, &regs) < 0) { if (errno == ESRCH) return; die("PTRACE_GETREGS"); }
+    if (t->stepping) {
+        if (t->pending) {
+            record(t->tid, t->p_pc, t->p_va, t->p_size, t->p_kind);
+            t->pending = 0;
+        }
+        put_back(t);
+        if (in_scope(regs.rip)) { t->resume_pc = 0; step_at(t, &regs); }
+        else leave(t);
+        return;
+    }
+    struct bp *b = bpfind(regs.rip - 1);
+    if (b && b->inserted && armed) {
+        regs.rip -= 1;
+        if (ptrace(PTRACE_SETREGS, t->tid, 0, &regs) < 0) die("PTRACE_SETREGS");
+        enter(t, &regs);
+        return;
+    }
+    resume(t, SIGTRAP);  /* the program's own */
+}
+
+/* Whether the thread's process has a handler for `sig` (SigCgt in /proc/TID/status). */
+static int caught(pid_t tid, int sig)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    unsigned long long mask = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "SigCgt: %llx", &mask) == 1) break;
+    fclose(f);
+    return (int)(mask >> (sig - 1) & 1);
+}
+
+static void remove_all_bps(pid_t pid)
+{
+    for (size_t i = 0; i < bpcap; i++)
+        if (bps[i].addr && bps[i].inserted) poke_byte(pid, bps[i].addr, bps[i].orig, NULL);
+}
+
+static void wait_new(pid_t tid)
+{
+    for (int i = 0; i < nearly; i++)
+        if (early[i] == tid) { early[i] = early[--nearly]; return; }
+    int st;
+    while (waitpid(tid, &st, __WALL) < 0)
+        if (errno != EINTR) return;
+}
+
+static void on_event(struct thread *t, int event)
+{
+    unsigned long msg = 0;
+    ptrace(PTRACE_GETEVENTMSG, t->tid, 0, &msg);
+    pid_t n = (pid_t)msg;
+    if (event == PTRACE_EVENT_CLONE) {
+        wait_new(n);
+        struct thread *nt = tfind(n, 1);
+        nt->seen = 1;
+        /* a thread started while its creator stepped inherited the pinned mask: give it the
+           creator's own */
+        if (t->pinned) sched_setaffinity(n, sizeof t->saved, &t->saved);
+        if (everywhere && armed) {
+            struct user_regs_struct regs;
+            if (ptrace(PTRACE_GETREGS, n, 0, &regs) == 0) { enter(nt, &regs); goto parent; }
+        }
+        resume(nt, 0);
+    } else if (event == PTRACE_EVENT_FORK || event == PTRACE_EVENT_VFORK) {
+        wait_new(n);
+        /* children are not followed; a fork's copy of memory gets its code back first (a vfork
+           child shares ours and execs or exits at once) */
+        if (event == PTRACE_EVENT_FORK) remove_all_bps(n);
+        if (t->pinned) sched_setaffinity(n, sizeof t->saved, &t->saved);
+        ptrace(PTRACE_DETACH, n, 0, 0);
+    } else if (event == PTRACE_EVENT_EXEC) {
+        /* a new program: the scope named the old one's code. Stop tracing, let it run. */
+        if (armed) {
+            snprintf(note, sizeof note, "the program exec'd another program after the scope was set: stepping stopped there");
+            unpin(t);
+            detached_exec = 1;
+            ptrace(PTRACE_DETACH, t->tid, 0, 0);
+            return;
+        }
+    }
+parent:
+    resume(t, 0);
+}
+
+static void write_out(const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) die(path);
+    uint64_t kept = total < ring_cap ? total : ring_cap;
+    uint64_t hdr[16] = {0x31706574736c6175ULL, total, steps, entries, unmodelled, decode_misses, scount, kept,
+                        (uint64_t)(int64_t)exit_status, (uint64_t)(int64_t)exit_signal, (uint64_t)cpu,
+                        (uint64_t)armed, (uint64_t)detached_exec, 0, 0, 0};
+    fwrite(hdr, sizeof hdr, 1, f);
+    fwrite(note, sizeof note, 1, f);
+    for (size_t i = 0; i < scap; i++)
+        if (sites[i].pc) fwrite(&sites[i], sizeof sites[i], 1, f);
+    for (uint64_t k = total - kept; k < total; k++) fwrite(&ring[k % ring_cap], sizeof(struct record), 1, f);
+    if (fclose(f)) die(path);
+}
+
+static void load_table(const char *p, uint32_t len)
+{
+    uint32_t h[5];
+    if (len < sizeof h) { errno = EINVAL; die("table"); }
+    memcpy(h, p, sizeof h);
+    p += sizeof h;
+    everywhere = (int)(h[0] & 1);
+    nranges = h[1];
+    ranges = xcalloc(nranges, sizeof *ranges);
+    memcpy(ranges, p, nranges * sizeof *ranges);
+    p += nranges * sizeof *ranges;
+    uint64_t *entry = xcalloc(h[2], 8);
+    memcpy(entry, p, (size_t)h[2] * 8);
+    p += (size_t)h[2] * 8;
+    nchecks = h[3];
+    checks = xcalloc(nchecks, sizeof *checks);
+    memcpy(checks, p, nchecks * sizeof *checks);
+    p += nchecks * sizeof *checks;
+    struct recipe *all = xcalloc(h[4], sizeof *all);
+    for (uint32_t i = 0; i < h[4]; i++) { p = parse_recipe(p, &all[i]); rput(&all[i]); }
+    for (uint32_t i = 0; i < h[2]; i++) insert_bp(child, entry[i]);
+    free(entry);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 7) { fputs("usage: ualdbg-stepper CMD_FD EVT_FD OUT RECORDS NO_ASLR PROG ARGS...\n", stderr); return 3; }
+    cmd_fd = atoi(argv[1]);
+    evt_fd = atoi(argv[2]);
+    const char *out = argv[3];
+    ring_cap = strtoull(argv[4], NULL, 10);
+    if (!ring_cap) ring_cap = 1;
+    ring = xcalloc(ring_cap, sizeof *ring);
+    int no_aslr = atoi(argv[5]);
+    fcntl(cmd_fd, F_SETFD, FD_CLOEXEC);
+    fcntl(evt_fd, F_SETFD, FD_CLOEXEC);
+
+    child = fork();
+    if (child < 0) die("fork");
+    if (child == 0) {
+        if (no_aslr) { int p = personality(0xffffffff); if (p != -1) personality((unsigned long)p | ADDR_NO_RANDOMIZE); }
+        if (ptrace(PTRACE_TRACEME, 0, 0, 0) < 0) { perror("ualdbg-stepper: PTRACE_TRACEME"); _exit(127); }
+        execv(argv[6], argv + 6);
+        fprintf(stderr, "ualdbg-stepper: %s: %s\n", argv[6], strerror(errno));
+        _exit(127);
+    }
+    /* The terminal's ^C and ^\ go to the program, whose choice they are; the tracer stays. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGQUIT, SIG_IGN);
+    /* Pinned after the fork: the program keeps the CPU mask it was started with. */
+    cpu = sched_getcpu();
+    if (cpu >= 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        if (sched_setaffinity(0, sizeof one, &one) < 0) cpu = -1;
+    }
+
+    int st;
+    if (waitpid(child, &st, 0) < 0) die("waitpid");
+    if (!WIFSTOPPED(st)) {  /* exec failed */
+        exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        exit_signal = WIFSIGNALED(st) ? WTERMSIG(st) : -1;
+        write_out(out);
+        send_evt(EVT_EXIT_EARLY, NULL, 0);
+        return 0;
+    }
+    ptrace(PTRACE_SETOPTIONS, child, 0, (void *)(long)(PTRACE_O_TRACECLONE | PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK |
+                                                       PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL));
+    struct thread *t0 = tfind(child, 1);
+    t0->seen = 1;
+    uint32_t pid32 = (uint32_t)child;
+    send_evt(EVT_EXEC, &pid32, 4);
+    char *payload; uint32_t len;
+    uint32_t type = recv_cmd(&payload, &len);
+    uint64_t arm_at = 0;
+    if (type == CMD_KILL) { kill(child, SIGKILL); waitpid(child, &st, 0); return 4; }
+    if (type == CMD_ARM && len >= 8) memcpy(&arm_at, payload, 8);
+    free(payload);
+    if (arm_at) insert_bp(child, arm_at);
+    resume(t0, 0);
+
+    for (;;) {
+        pid_t tid = waitpid(-1, &st, __WALL);
+        if (tid < 0) {
+            if (errno == EINTR) continue;
+            if (errno == ECHILD) break;
+            die("waitpid");
+        }
+        if (WIFEXITED(st) || WIFSIGNALED(st)) {
+            if (tid == child) {
+                exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+                exit_signal = WIFSIGNALED(st) ? WTERMSIG(st) : -1;
+            }
+            struct thread *t = tfind(tid, 0);
+            if (t) t->used = 0;
+            continue;
+        }
+        if (!WIFSTOPPED(st)) continue;
+        struct thread *t = tfind(tid, 0);
+        if (!t) {  /* a new thread or child whose creator's event comes later */
+            if (nearly < 64) early[nearly++] = tid;
+            continue;
+        }
+        int sig = WSTOPSIG(st), event = st >> 16;
+        if (sig == SIGTRAP && event) { on_event(t, event); continue; }
+        if (sig == SIGTRAP && !armed && arm_at) {
+            struct user_regs_struct regs;
+            if (ptrace(PTRACE_GETREGS, tid, 0, &regs) == 0 && regs.rip - 1 == arm_at) {
+                /* at main (or the entry): every library the program links is loaded now */
+                regs.rip = arm_at;
+                ptrace(PTRACE_SETREGS, tid, 0, &regs);
+                struct bp *b = bpfind(arm_at);
+                poke_byte(tid, arm_at, b->orig, NULL);
+                b->inserted = 0;
+                uint32_t tid32 = (uint32_t)tid;
+                send_evt(EVT_ARMED, &tid32, 4);
+                type = recv_cmd(&payload, &len);
+                if (type != CMD_TABLE) { kill(child, SIGKILL); waitpid(child, &st, 0); return 4; }
+                load_table(payload, len);
+                free(payload);
+                armed = 1;
+                if (in_scope(regs.rip)) enter(t, &regs);
+                else resume(t, 0);
+                continue;
+            }
+        }
+        if (sig == SIGTRAP) { on_trap(t); continue; }
+        siginfo_t si;
+        if (ptrace(PTRACE_GETSIGINFO, tid, 0, &si) < 0) {  /* group-stop */
+            resume(t, 0);
+            continue;
+        }
+        if (sig == SIGSTOP && !t->seen) { t->seen = 1; resume(t, 0); continue; }
+        if (t->stepping && caught(tid, sig)) {
+            /* The instruction at the PC was checked but has not run: the handler runs first,
+               and the instruction is checked again when the program comes back to it. (A
+               signal ignored or fatal does not preempt it: its check stands.) */
+            struct user_regs_struct regs;
+            if (ptrace(PTRACE_GETREGS, tid, 0, &regs) == 0) t->resume_pc = regs.rip;
+            t->pending = 0;
+        }
+        resume(t, sig);
+    }
+    write_out(out);
+    send_evt(EVT_DONE, NULL, 0);
+    return 0;
+}
