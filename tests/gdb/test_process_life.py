@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from conftest import BUILD
-from gdbrun import break_through, run_gdb
+from gdbrun import break_through, parse_reports, run_gdb, run_gdb_script
 
 
 def test_fork_child_runs_unarmed_and_exec_rearms(test_programs: Path, tmp_path: Path) -> None:
@@ -75,3 +75,39 @@ def test_quit_without_off_leaves_the_program_healthy(test_programs: Path, tmp_pa
     gdb_out, prog_out = _attach_session(test_programs, tmp_path, [
         "attach {pid}", "ualdbg break", "shell touch {go}", "continue", "quit"])
     assert "done 4" in prog_out
+
+
+PROGRAM_TRAPS = """
+import gdb
+{handle}
+gdb.execute("ualdbg break")
+gdb.execute("run")
+while gdb.selected_inferior().pid:
+    gdb.execute("continue")
+print("EXIT-STATUS", gdb.convenience_variable("_exitcode"))
+"""
+
+
+def test_the_programs_own_sigtraps_behave_as_in_plain_gdb(test_programs: Path, tmp_path: Path) -> None:
+    # gdb backs the PC up onto a program's int3 as if it were its own breakpoint and moves it
+    # forward again only for a signal nothing explains; ualdbg's SIGTRAP catchpoint explains
+    # every trap, so ualdbg must do gdb's part (this used to loop on the int3 forever).
+    prog = [str(test_programs / "traps")]
+    native = subprocess.run(prog, capture_output=True, text=True, timeout=30)
+    assert native.returncode == 2 and "traps=2 value=101010101010101" in native.stdout
+    # gdb's default, `handle SIGTRAP stop print nopass`: both traps stop and neither reaches the
+    # program's handler, with or without ualdbg.
+    plain = run_gdb(prog, ["run"] + ["continue"] * 3, source=False, timeout=60)
+    assert "traps=0 value=101010101010101" in plain.stdout, plain.explain()
+    run = run_gdb_script(prog, PROGRAM_TRAPS.format(handle=""), tmp_path, timeout=60)
+    assert "traps=0 value=101010101010101" in run.stdout, run.explain()
+    assert "EXIT-STATUS 0" in run.stdout, run.explain()
+    assert run.stdout.count("(signal SIGTRAP)") == 2, run.explain()
+    assert len(parse_reports(run.stdout)) == 1, run.explain()
+    # `handle SIGTRAP pass`: the program's handler gets both, as when it runs natively.
+    run = run_gdb_script(prog, PROGRAM_TRAPS.format(handle='gdb.execute("handle SIGTRAP nostop noprint pass")'),
+                         tmp_path, timeout=60)
+    assert native.stdout in run.stdout, run.explain()
+    assert "EXIT-STATUS 2" in run.stdout, run.explain()
+    assert "(signal SIGTRAP)" not in run.stdout, run.explain()
+    assert len(parse_reports(run.stdout)) == 1, run.explain()

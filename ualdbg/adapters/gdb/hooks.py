@@ -21,6 +21,8 @@ from ...target import SigInfo
 from .target import GdbTarget
 
 SIGNAL_NAMES = {SIGBUS: "SIGBUS", SIGTRAP: "SIGTRAP"}
+SI_KERNEL = 0x80  # x86: the si_code of the SIGTRAP an int3 raises
+INT3 = b"\xcc"
 
 
 def _warn(message: str) -> None:
@@ -258,14 +260,29 @@ class GdbHooks:
         """A signal ualdbg has no business with: behave as the user's `handle` says."""
         name = SIGNAL_NAMES.get(info.signo)
         if info.signo == SIGTRAP and info.code > 0:
-            self._set_pass(SIGTRAP, False)
-            return 0  # gdb's own breakpoints and steps: let gdb decide, never pass them on
+            if not self._program_breakpoint(info):
+                self._set_pass(SIGTRAP, False)
+                return 0  # gdb's own breakpoints and steps: let gdb decide, never pass them on
         stop, prnt, pas = self.saved_handles.get(name or "", (True, True, True))
         # A SIGTRAP the program raised (si_code <= 0) or a SIGBUS that is no #AC: the program's.
         self._set_pass(info.signo, pas)
         if prnt and not stop:
             gdb.write(f"\nProgram received signal {name}.\n")
         return 1 if stop else 0
+
+    def _program_breakpoint(self, info: Any) -> bool:
+        """The program's own `int3`. gdb has already backed the PC up onto it, taking it for one
+        of its breakpoints, and puts it back only for a signal nothing explains; our catchpoint
+        explains every SIGTRAP, so without this the int3 would run again forever. Move the PC
+        past it, as gdb would, and let the user's `handle SIGTRAP` decide. (gdb reads its own
+        breakpoints' shadow bytes, so an int3 read at the PC is never one of gdb's.)"""
+        if info.code != SI_KERNEL or "x86-64" not in self.target_.arch():
+            return False
+        pc = self.target_.read_register("rip")
+        if self.target_.read_memory(pc, 1) != INT3:
+            return False
+        self.target_.write_register("rip", pc + len(INT3))
+        return True
 
     def _set_pass(self, signo: int, pas: bool) -> None:
         if signo in self.passing and pas != self.passing[signo]:
