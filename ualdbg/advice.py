@@ -38,10 +38,6 @@ def advise(site: dict[str, Any], vas: list[str] | None = None) -> Advice | None:
         where = via.get("path") or data.get("path") or packed["member"]
         return Advice(MEMCPY, f"{where} is a member of packed {packed.get('struct')}: copy the field out with memcpy "
                               f"(or an unaligned-safe accessor such as get_unaligned) instead of dereferencing it; {here}")
-    if via.get("pointer_misaligned") and via.get("struct"):
-        return Advice(MEMCPY, f"{via['path']} reads {via['struct']} through {via['pointer']}, which is not "
-                              f"{via.get('target_align')}-byte aligned: copy the field out with memcpy (or an unaligned-safe "
-                              f"accessor), or place the struct at an aligned offset of its buffer; {here}")
     reads = site.get("access") == "read"
     if vas and count >= HOT_COUNT and reads:
         distinct = len(set(vas))
@@ -50,6 +46,10 @@ def advise(site: dict[str, Any], vas: list[str] | None = None) -> Advice | None:
             return Advice(COPY_ONCE, f"each address is read {reuse:.0f} times ({len(vas)} reads of {distinct} address"
                                      f"{'es' if distinct != 1 else ''} kept): copy the data once to an aligned buffer "
                                      f"and read it there; pays from about {HOT_REUSE:.0f} reads per copy, {here}")
+    if via.get("pointer_misaligned") and via.get("struct"):
+        return Advice(MEMCPY, f"{via['path']} reads {via['struct']} through {via['pointer']}, which is not "
+                              f"{via.get('target_align')}-byte aligned: copy the field out with memcpy (or an unaligned-safe "
+                              f"accessor), or place the struct at an aligned offset of its buffer; {here}")
     kind = data.get("kind")
     if kind == "common":
         view = f" through the {width}-byte view {via['path']} in {via['function']}" if via.get("path") and width else ""

@@ -296,7 +296,12 @@ class ModuleData:
                             break
                 if nxt is None:
                     break
-                if nxt.tag in ("DW_TAG_subprogram", "DW_TAG_inlined_subroutine"):
+                if nxt.tag == "DW_TAG_subprogram":
+                    # The name the site's PC is shown with: the ELF symbol at its entry (fill_
+                    # for Fortran's fill), as dwarfindex names out-of-line functions.
+                    ranges = dwarf.die_ranges(nxt, cu)
+                    func_name = (dwarf.symbol_name_at(ranges[0][0]) if ranges else None) or name_of(origin(nxt)) or func_name
+                elif nxt.tag == "DW_TAG_inlined_subroutine":
                     func_name = name_of(origin(nxt)) or func_name
                 if nxt.tag not in ("DW_TAG_namespace", "DW_TAG_module"):
                     out.append((func_name, nxt, [c for c in nxt.iter_children() if c.tag in _VARS]))

@@ -1,0 +1,136 @@
+"""`site.data` in the CLI's JSON (the agent engine, the trap engine), the summary's data and
+advice table and the SARIF message, on the examples: the Fortran COMMON block, the packed
+headers, the MPI-style int array, the heap, static buffers, and a file without DWARF."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from clirun import explain, run_cli
+from conftest import BUILD, require_tool
+from datarun import cli_trace, decl_line
+
+
+def test_common_block_member_and_fortran_view(tmp_path: Path) -> None:
+    doc, log = cli_trace("common_block", "100", tmp_path=tmp_path)
+    r2_line = decl_line("common_block.f90", r"^\s*real :: r2\(n\)")
+    assert len(doc["sites"]) == 4, log
+    for s in doc["sites"]:
+        d = s["data"]
+        assert d["kind"] == "common" and d["name"] == "r2" and d["container"] == "COMMON /data/", log
+        # The first fault of each loop is x(1), the first element of r2: r2[0]+0.
+        assert d["path"] == "r2[0]" and d["offset"] == 0 and d["element_type"] == "real(kind=4)", log
+        assert (d["file"], d["line"]) == ("common_block.f90", r2_line), log
+        assert d["text"].startswith("r2[0]+0 in COMMON /data/"), log
+        # ... reached through the REAL*8 dummy array x of the routine that faulted
+        assert d["via"]["pointer"] == "x" and d["via"]["function"] == s["function"], log
+        assert d["via"]["path"] == "x[0]+0" and d["via"]["pointer_misaligned"] is True, log
+        assert int(d["va"], 16) % 8 == 4, log
+
+
+def test_mpi_status_static_struct_member(tmp_path: Path) -> None:
+    doc, log = cli_trace("mpi_status", "50", tmp_path=tmp_path)
+    line = decl_line("mpi_status.c", r"static struct request req;")
+    printed = int(re.search(r"&status\[1\]=(0x[0-9a-f]+)", log).group(1), 16)  # type: ignore[union-attr]
+    funcs = set()
+    for s in doc["sites"]:
+        d = s["data"]
+        assert d["kind"] == "static" and d["container"] == "main" and d["name"] == "req", log
+        assert d["path"] == "req.status[1]" and d["offset"] == 0 and (d["file"], d["line"]) == ("mpi_status.c", line), log
+        assert int(d["va"], 16) == printed, log
+        assert d["struct"] == "struct request" and d["member"] == "status", log
+        assert d["via"]["pointer"] == "status" and d["via"]["path"] == "status[1]+0", log
+        funcs.add(d["via"]["function"])
+    assert funcs == {"fake_recv", "fake_get_count"}, log
+
+
+def test_packed_header_members_through_pointers(tmp_path: Path) -> None:
+    doc, log = cli_trace("packed_header", "20", tmp_path=tmp_path)
+    ring = int(re.search(r"ring=(0x[0-9a-f]+)", log).group(1), 16)  # type: ignore[union-attr]
+    ring_line = decl_line("packed_header.c", r"static unsigned char ring\[")
+    by_member = {}
+    for s in doc["sites"]:
+        d = s["data"]
+        va = int(d["va"], 16)
+        assert d["kind"] == "static" and d["name"] == "ring" and d["line"] == ring_line, log
+        assert d["path"] == f"ring[{va - ring}]" and d["offset"] == 0, log
+        by_member[d["via"]["member"]] = d["via"]
+    assert set(by_member) == {"saddr", "daddr", "seq", "stamp", "len"}, log
+    # struct ip_hdr is laid out naturally: its fields fault because `ip` points 2 mod 4
+    for m, off in (("saddr", 12), ("daddr", 16)):
+        v = by_member[m]
+        assert v["struct"] == "struct ip_hdr" and v["member_offset"] == off and v["pointer"] == "ip", log
+        assert v["pointer_misaligned"] is True and not v.get("packed"), log
+    # struct app_hdr is packed: seq at 1, len at 5, stamp at 7
+    for m, off, align in (("seq", 1, 4), ("len", 5, 2), ("stamp", 7, 8)):
+        v = by_member[m]
+        assert v["struct"] == "struct app_hdr" and v["packed"] is True, log
+        assert (v["member_offset"], v["member_align"], v["path"]) == (off, align, f"app->{m}+0"), log
+    # the read32 memcpy is in the inlined app_seq: its own parameter names the member
+    assert by_member["seq"]["function"] == "app_seq", log
+
+
+def test_heap_and_the_pointer_into_it(tmp_path: Path) -> None:
+    doc, log = cli_trace("not_aligned", "200", tmp_path=tmp_path)
+    p = int(re.search(r"p=(0x[0-9a-f]+)", log).group(1), 16)  # type: ignore[union-attr]
+    (s,) = doc["sites"]
+    d = s["data"]
+    va = int(d["va"], 16)
+    assert d["kind"] == "heap" and d["mapping"] == "[heap]", log
+    assert (va - p) % 8 == 0 and d["via"]["path"] == f"p[{(va - p) // 8}]+0", log
+    assert d["via"]["type"] == "int64_t *" and d["via"]["pointer_misaligned"] is True, log
+
+
+def test_without_dwarf_the_mapping_only(tmp_path: Path) -> None:
+    doc, log = cli_trace("not_aligned_nodwarf", "50", tmp_path=tmp_path)
+    (s,) = doc["sites"]
+    assert s["data"]["kind"] == "heap" and "via" not in s["data"], log
+
+
+def test_trap_engine_names_the_same_data(tmp_path: Path) -> None:
+    require_tool("gdb")
+    agent, log_a = cli_trace("mpi_status", "5", tmp_path=tmp_path)
+    trap, log_t = cli_trace("mpi_status", "5", tmp_path=tmp_path, engine="trap")
+    assert trap["engine"] == "trap"
+    assert [s["data"] for s in agent["sites"]] == [s["data"] for s in trap["sites"]], log_a + log_t
+
+
+def test_summary_and_sarif_carry_data_and_advice(tmp_path: Path) -> None:
+    sarif = tmp_path / "out.sarif"
+    p = run_cli("check", "--sarif", str(sarif), "--", str(BUILD / "packed_header"), "20")
+    assert p.returncode == 1 and sarif.exists(), explain(p)
+    # table cells wrap: look for words that fit in one line of a cell
+    assert "data and advice per site" in p.stdout and "memcpy: app->seq+0" in p.stdout, explain(p)
+    results = json.loads(sarif.read_text())["runs"][0]["results"]
+    assert len(results) == 5
+    for r in results:
+        text = r["message"]["text"]
+        assert "Data: ring[" in text and "Fix (memcpy)" in text and "20 accesses here" in text, text
+        assert r["properties"]["advice"]["remedy"] == "memcpy" and r["properties"]["data"]["name"] == "ring"
+
+
+@pytest.mark.parametrize("prog,args,remedy,needle", [
+    ("common_block", ["100"], "align", "fix the COMMON layout"),
+    ("mpi_status", ["50"], "align", "alignas(8)"),
+    ("memalign", ["100", "5"], "copy-once", "each address is read 5 times"),
+])
+def test_advice_per_example(prog: str, args: list[str], remedy: str, needle: str, tmp_path: Path) -> None:
+    from ualdbg.advice import advice_by_pc
+
+    doc, log = cli_trace(prog, *args, tmp_path=tmp_path)
+    advice = advice_by_pc(doc)
+    hits = [a for a in advice.values() if a.remedy == remedy and needle in a.text]
+    assert hits, (log, advice)
+    p = run_cli("report", "--summary", str(tmp_path / f"{prog}.json"))
+    assert p.returncode == 0 and "data and advice per site" in p.stdout and f"{remedy}:" in p.stdout, explain(p)
+
+
+def test_advice_counts_make_it_worth_it(tmp_path: Path) -> None:
+    doc, log = cli_trace("mpi_status", "50", tmp_path=tmp_path)
+    for s in doc["sites"]:
+        from ualdbg.advice import advise
+
+        a = advise(s)
+        assert a is not None and f"{s['count']} accesses here" in a.text, log

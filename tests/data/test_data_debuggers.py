@@ -1,0 +1,68 @@
+"""What the data is, in the break report of real gdb and real lldb (one report path, shared),
+and the `ualdbg audit` debugger command on the loaded program with the session's own trace."""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from conftest import BUILD, ROOT
+from datarun import decl_line
+from gdbrun import run_gdb
+
+sys.path.insert(0, str(ROOT / "tests" / "lldb"))
+from lldbrun import run_lldb  # noqa: E402
+
+
+def data_lines(out: str) -> list[str]:
+    return [line.strip() for line in out.splitlines() if line.startswith(("  data: ", "  via: "))]
+
+
+def test_gdb_break_report_common_block() -> None:
+    run = run_gdb([str(BUILD / "common_block"), "3"], ["ualdbg break", "run", "continue"])
+    line = decl_line("common_block.f90", r"^\s*real :: r2\(n\)")
+    lines = data_lines(run.stdout)
+    # first stop: x(1) in fill = r2[0]; second: x(2) = r2 elements 2 and 3, so r2[2]+0
+    assert lines[0] == f"data: r2[0]+0 in COMMON /data/, declared at common_block.f90:{line}", run.explain()
+    assert lines[1].startswith("via: x[0]+0 (real(kind=8)[] x in fill_)"), run.explain()
+    assert lines[2] == f"data: r2[2]+0 in COMMON /data/, declared at common_block.f90:{line}", run.explain()
+    assert lines[3].startswith("via: x[1]+0 "), run.explain()
+
+
+def test_gdb_break_report_packed_and_mpi() -> None:
+    run = run_gdb([str(BUILD / "packed_header"), "1"], ["ualdbg break", "run", "continue", "continue"])
+    lines = data_lines(run.stdout)
+    ring = decl_line("packed_header.c", r"static unsigned char ring\[")
+    assert lines[:2] == [f"data: ring[26]+0, static, declared at packed_header.c:{ring}",
+                         "via: ip->saddr+0 (const struct ip_hdr * ip in parse_frame); ip itself is not 4-byte aligned"], run.explain()
+    assert lines[4:6] == [f"data: ring[43]+0, static, declared at packed_header.c:{ring}",
+                          "via: app->seq+0 (const struct app_hdr * app in app_seq); member of packed struct app_hdr at offset 1, needs 4"], run.explain()
+    run = run_gdb([str(BUILD / "mpi_status"), "2"], ["ualdbg break", "run"])
+    line = decl_line("mpi_status.c", r"static struct request req;")
+    assert data_lines(run.stdout)[0] == f"data: req.status[1]+0, static in main, declared at mpi_status.c:{line}", run.explain()
+
+
+def test_gdb_trace_summary_advice_and_audit(tmp_path: Path) -> None:
+    run = run_gdb([str(BUILD / "common_block"), "10"],
+                  ["ualdbg trace start", "run", "ualdbg trace show --summary", "ualdbg audit", "ualdbg audit /etc/passwd"])
+    out = run.stdout
+    assert "data and advice per site" in out and "align: r2[0] of COMMON" in out, run.explain()
+    row = re.search(r"COMMON member\s+COMMON /data/ r2\s+real\(kind=4\)\[1000\]\s+4\s+8\s+common_block.f90:\d+\s+(\d+)", out)
+    assert row is not None and int(row.group(1)) == 40, run.explain()  # fill 10 + scale 20 + dsum 10
+    assert "ualdbg audit: /etc/passwd: not an ELF file" in out + run.stderr and "Traceback" not in out + run.stderr, run.explain()
+
+
+def test_lldb_break_report_names_the_data() -> None:
+    # lldb --batch treats the stop as a crash and runs no further -o command: one stop is enough
+    run = run_lldb([str(BUILD / "mpi_status"), "2"], ["ualdbg break", "process launch"])
+    line = decl_line("mpi_status.c", r"static struct request req;")
+    lines = data_lines(run.stdout)
+    assert lines[0] == f"data: req.status[1]+0, static in main, declared at mpi_status.c:{line}", run.explain()
+    assert lines[1].startswith("via: status[1]+0 (int * status in fake_recv)"), run.explain()
+
+
+def test_lldb_audit_command() -> None:
+    run = run_lldb([str(BUILD / "packed_header"), "2"], ["ualdbg trace start", "process launch", "ualdbg audit"])
+    out = run.stdout
+    for member in ("seq", "len", "stamp"):
+        assert re.search(rf"packed member\s+struct app_hdr\.{member}\s.*\s2\s+packed_header\.c:\d+", out), run.explain()

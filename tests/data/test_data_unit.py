@@ -1,0 +1,102 @@
+"""Unit tests of the core of issue 9 without a debugger: the DWARF expression evaluator, the
+address-space classification from maps text, a global's element path from a real ELF, and the
+choice of advice."""
+from __future__ import annotations
+
+import pytest
+from conftest import BUILD
+from datarun import decl_line
+from elftools.dwarf.dwarf_expr import DWARFExprParser
+
+from ualdbg.advice import ALIGN, COPY_ONCE, MEMCPY, advise
+from ualdbg.symbols.data import Frame, describe, module_data
+from ualdbg.symbols.elfindex import elf_index
+from ualdbg.symbols.layout import Evaluator, Unreadable
+from ualdbg.symbols.maps import ModuleMap
+
+REGS = {"rdi": 0x1000, "rsi": 0x2000, "rsp": 0x7FFF_0000, "rbp": 0x7FFF_0040}
+
+
+def evaluator(**kw: object) -> Evaluator:
+    index = elf_index(str(BUILD / "mpi_status"))
+    assert index is not None and index.dwarf is not None
+    return Evaluator(DWARFExprParser(index.dwarf.dwarfinfo.structs), REGS, **kw)  # type: ignore[arg-type]
+
+
+def test_evaluator_ops() -> None:
+    ev = evaluator(bias=0x5555_0000, cfa=0x7FFF_0010, frame_base=[0x9C])
+    assert ev.evaluate([0x75, 0x0E, 0x9F]).value == 0x100E  # DW_OP_breg5 14; stack_value
+    assert ev.evaluate([0x75, 0x04]).address == 0x1004  # DW_OP_breg5 4: in memory
+    assert ev.evaluate([0x54]).value == 0x2000  # DW_OP_reg4: the value is in rsi
+    assert ev.evaluate([0x91, 0x70]).address == 0x7FFF_0000  # DW_OP_fbreg -16, frame base = CFA
+    assert ev.evaluate([0x03, *(0x4040).to_bytes(8, "little")]).address == 0x5555_4040  # DW_OP_addr + bias
+    with pytest.raises(Unreadable):
+        ev.evaluate([0xA3, 0x01, 0x55, 0x9F])  # DW_OP_entry_value: not a place
+
+
+MAPS = """\
+555555559000-55555557a000 rw-p 00000000 00:00 0                          [heap]
+7ffff7d00000-7ffff7e00000 rw-p 00000000 00:00 0
+7ffff7f00000-7ffff7f10000 r--p 00002000 08:01 42                         /usr/share/zoneinfo/UTC
+7ffffffde000-7ffffffff000 rw-p 00000000 00:00 0                          [stack]
+"""
+
+
+def test_regions_from_maps() -> None:
+    mm = ModuleMap.from_text(MAPS)
+    assert describe(0x555555559010, mm).kind == "heap"
+    anon = describe(0x7FFFF7D00020, mm)
+    assert anon.kind == "anonymous" and anon.mapping_offset == 0x20
+    f = describe(0x7FFFF7F00010, mm)
+    assert f.kind == "file" and f.mapping_offset == 0x2010 and "/usr/share/zoneinfo/UTC" in f.text
+    st = describe(0x7FFFFFFFE000, mm, Frame(pid=77, tid=78, regs={"rsp": 0x7FFFF7D00100}))
+    assert st.kind == "stack" and st.tid == 77 and "stack of thread 77" in st.text
+    # the faulting thread's stack pointer is in the anonymous mapping: it is that thread's stack
+    own = describe(0x7FFFF7D00200, mm, Frame(pid=77, tid=78, regs={"rsp": 0x7FFFF7D00100}))
+    assert own.kind == "stack" and own.tid == 78
+    other = describe(0x7FFFF7D00200, mm, Frame(pid=77, tid=78, thread_sps={79: 0x7FFFF7D00500}))
+    assert other.kind == "stack" and other.tid == 79
+    assert describe(0x1234, mm).kind == "unknown" and describe(0x1234, None).kind == "unknown"
+
+
+def test_common_member_from_elf() -> None:
+    path = str(BUILD / "common_block")
+    index = elf_index(path)
+    assert index is not None
+    base = 0x555555554000
+    lines = []
+    for seg in index.segments:
+        lo = (seg.vaddr & ~0xFFF) + base
+        hi = ((seg.vaddr + seg.memsz + 0xFFF) & ~0xFFF) + base
+        perms = "r-xp" if seg.executable else "rw-p"
+        lines.append(f"{lo:x}-{hi:x} {perms} {seg.offset & ~0xFFF:08x} 08:01 1 {path}")
+    mm = ModuleMap.from_text("\n".join(lines) + "\n")
+    data_ = next(s for s in module_data(index).symbols if s.name == "data_")
+    ref = describe(base + data_.start + 4 + 4 * 3 + 2, mm)  # r2 starts 4 bytes into COMMON /data/
+    assert (ref.kind, ref.path, ref.offset, ref.container) == ("common", "r2[3]", 2, "COMMON /data/")
+    assert ref.line == decl_line("common_block.f90", r"^\s*real :: r2\(n\)")
+    i1 = describe(base + data_.start, mm)
+    assert (i1.path, i1.offset, i1.element_type) == ("i1", 0, "integer(kind=4)")
+
+
+def site(data: dict | None, count: int = 50, access: str = "read", sizes: tuple[int, ...] = (8,)) -> dict:
+    return {"pc": "0x1", "count": count, "sizes": list(sizes), "access": access, "data": data}
+
+
+def test_advice_rules() -> None:
+    packed = {"kind": "static", "va": "0x1001", "via": {"path": "h->seq+0", "packed": True, "struct": "struct h", "member": "seq"}}
+    a = advise(site(packed))
+    assert a is not None and a.remedy == MEMCPY and "50 accesses here" in a.text
+    common = {"kind": "common", "va": "0x1004", "path": "r2[0]", "name": "r2", "container": "COMMON /data/"}
+    a = advise(site(common))
+    assert a is not None and a.remedy == ALIGN and "COMMON layout" in a.text
+    var = {"kind": "global", "va": "0x100c", "path": "g.a[1]", "name": "g", "element_type": "int", "element_size": 4}
+    a = advise(site(var))
+    assert a is not None and a.remedy == ALIGN and "alignas(8)" in a.text and "4 mod 8" in a.text
+    # the same small datum read many times: copy it once
+    hot = advise(site(var, count=400), vas=["0x100c", "0x1014"] * 200)
+    assert hot is not None and hot.remedy == COPY_ONCE and "read 200 times" in hot.text
+    # below the count that makes it worth it, or written: not copy-once
+    assert advise(site(var, count=40), vas=["0x100c"] * 40).remedy == ALIGN  # type: ignore[union-attr]
+    assert advise(site(var, count=400, access="write"), vas=["0x100c"] * 400).remedy == ALIGN  # type: ignore[union-attr]
+    assert advise(site({"kind": "heap", "va": "0x9"})) is None and advise(site(None)) is None
