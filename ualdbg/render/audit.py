@@ -41,7 +41,7 @@ def render(doc: dict[str, Any]) -> list[Any]:
             row = [_KIND.get(f["kind"], f["kind"]), f["what"], f.get("type", "?"), offset, str(f["align"]),
                    f"{f['file']}:{f['line']}" if f.get("file") and f.get("line") else "?"]
             if trace is not None:
-                row += [str(f.get("hits", 0)), ", ".join(f.get("sites", [])) or "-"]
+                row += [str(f.get("hits", 0)), "\n".join(f.get("sites", [])) or "-"]
             t.add_row(*[Text(x, style="bold red" if trace is not None and col == "hits" and f.get("hits") else "")
                         for col, x in zip(cols, row)])
         out.append(t)
