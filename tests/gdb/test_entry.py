@@ -22,3 +22,13 @@ def test_missing_dependencies_give_one_actionable_line(tmp_path: Path) -> None:
     assert len(lines) == 1, run.explain()
     assert "cannot import capstone, pyelftools, rich" in lines[0] and "make -C" in lines[0] and "setup" in lines[0], run.explain()
     assert "Traceback" not in run.stderr, run.explain()
+
+
+def test_a_too_old_gdb_is_refused_with_one_line(tmp_path: Path) -> None:
+    # No gdb older than 12.1 is installable here: present this one as 11.2 to the entry script.
+    entry = ROOT / "gdb" / "ualdbg.py"
+    run = run_gdb([str(BUILD / "aligned")], ["python import gdb; gdb.VERSION = '11.2'", f"source {entry}", "ualdbg status"],
+                  source=False)
+    lines = [line for line in run.stderr.splitlines() if line.startswith("ualdbg:")]
+    assert lines == ["ualdbg: gdb 11.2 is too old; ualdbg needs gdb 12.1 or newer"], run.explain()
+    assert 'Undefined command: "ualdbg"' in run.stderr and "Traceback" not in run.stderr, run.explain()

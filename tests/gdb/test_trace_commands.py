@@ -68,3 +68,22 @@ def test_bad_command_input_is_one_line(tmp_path: Path) -> None:
     errs = [line for line in run.stderr.splitlines() if line.strip()]
     assert len(errs) == 4, run.explain()
     assert "must be positive" in errs[0] and "invalid choice" in errs[1] and "no setting" in errs[2], run.explain()
+
+
+def test_module_adds_a_system_library_to_the_scope(tmp_path: Path) -> None:
+    docs = {}
+    for name, opts in (("default", ""), ("libc", " --module libc.so.6")):
+        save = tmp_path / f"{name}.json"
+        run = run_gdb([str(BUILD / "threads"), "10"], [f"ualdbg trace start{opts}", "run", f"ualdbg trace save {save}"])
+        docs[name] = json.loads(save.read_text())
+        assert docs[name]["program"]["exit_status"] == 0, run.explain()
+    default, libc = docs["default"], docs["libc"]
+    # libc's own unaligned accesses (thread start-up and stdio) are ignored by default and in
+    # scope with --module; the program's sites are the same either way, and nothing is lost.
+    assert {s["module"] for s in default["sites"]} == {"threads"} and default["faults_ignored"] > 0
+    libc_sites = [s for s in libc["sites"] if s["module"] == "libc.so.6"]
+    assert libc_sites and all(s["function"] for s in libc_sites), libc
+    own = [(s["pc"], s["count"]) for s in libc["sites"] if s["module"] == "threads"]
+    assert sorted(c for _, c in own) == [10, 20, 30]
+    assert libc["faults_total"] == 60 + sum(s["count"] for s in libc_sites)
+    assert libc["faults_total"] + libc["faults_ignored"] == default["faults_total"] + default["faults_ignored"]
