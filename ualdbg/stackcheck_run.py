@@ -176,7 +176,10 @@ class DebuggerMeasurer:
         setup = f"import sys; sys.path[:0] = {_pkg_roots()!r}"
         if self.debugger == "lldb":
             return [find_lldb(), "--no-lldbinit", "--batch", "-o", f"script {setup}",
-                    "-o", f"script from ualdbg.adapters.lldb.stackcheck_driver import main; main(lldb.debugger, {plan_path!r})"]
+                    # `import ualdbg...` binds `ualdbg` in lldb's script namespace, where lldb
+                    # finds the command classes and callbacks of the trap engine by dotted name.
+                    "-o", "script import ualdbg.adapters.lldb.stackcheck_driver; "
+                          f"ualdbg.adapters.lldb.stackcheck_driver.main(lldb.debugger, {plan_path!r})"]
         cmd = [find_gdb(), "-q", "-nx", "-batch"]
         if not self.separate_debug:
             # The program carries its own DWARF; keep gdb from loading libc6-dbg's files on

@@ -1,7 +1,7 @@
 """`ualdbg stackcheck` measured by real lldb-19: from the shell (`--debugger lldb`) and as an lldb
 command on the loaded program. The addresses lldb reads are the ones the program prints about
 itself in the same run, and the ones gdb reads for the same variants (the exec helper gives both
-debuggers byte-identical argv and environments)."""
+debuggers byte-identical argv and environments); --trace under lldb counts what gdb counts."""
 from __future__ import annotations
 
 import json
@@ -84,16 +84,34 @@ def test_lldb_argv_and_environment_strings(tmp_path: Path) -> None:
     assert verdict["distinct"]["8"] == list(range(8)), doc["_explain"]
 
 
-def test_lldb_leaves_nothing_behind_and_refuses_trace(tmp_path: Path) -> None:
+def test_lldb_leaves_nothing_behind(tmp_path: Path) -> None:
     before = set(os.listdir(tempfile.gettempdir()))
     build_before = set(os.listdir(BUILD))
-    run_json(tmp_path, "--debugger", "lldb", "--argv0-lengths", "1-3", "--env-pad", "0", "--", "examples/build/stack_double", "1")
+    run_json(tmp_path, "--debugger", "lldb", "--argv0-lengths", "1-3", "--env-pad", "0", "--trace",
+             "--", "examples/build/stack_double", "1")
     # stackcheck's own temporary folders (other ualdbg runs on this machine make ualdbg-* too)
     assert {n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith(OWN_TEMP)} == set()
     assert set(os.listdir(BUILD)) == build_before
-    p = stackcheck("--debugger", "lldb", "--trace", "--", "examples/build/stack_double")
-    assert p.returncode == 2 and "--trace runs the trap engine in the measuring gdb" in p.stderr, explain(p)
-    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_lldb_trace_names_the_misaligning_variants_as_gdb_does(tmp_path: Path) -> None:
+    """--trace under lldb's trap engine, in the measured runs: argv_fields faults at line 37
+    exactly when argv[1] mod 4 != 0 and at line 38 when (argv[1] + 4) mod 8 != 0, and every
+    variant's counts (in scope and ignored, in libc) are gdb's."""
+    require_tool("gdb")
+    sweep = ["--env-pad", "1-8", "--trace", "--run-to-exit", "--", "examples/build/argv_fields", "ABCDEFGHIJKLMNOP", "5"]
+    lldb = run_json(tmp_path, "--debugger", "lldb", *sweep, expect=1, name="lldb")
+    gdb = run_json(tmp_path, "--debugger", "gdb", *sweep, expect=1, name="gdb")
+    for lv, gv in zip(lldb["variants"], gdb["variants"]):
+        a = addr(lv, "argv[1]")
+        assert a == int(re.search(r"argv\[1\] = (0x[0-9a-f]+)", lv["output"]).group(1), 16), lldb["_explain"]
+        want = ({"argv_fields.c:37"} if a % 4 else set()) | ({"argv_fields.c:38"} if (a + 4) % 8 else set())
+        assert {s["location"] for s in lv["trace"]["sites"]} == want, (lv["label"], hex(a), lv["trace"])
+        assert all(s["count"] == 5 for s in lv["trace"]["sites"])
+        keys = ("faults_total", "faults_ignored", "sites", "exit_status")
+        assert {k: lv["trace"][k] for k in keys} == {k: gv["trace"][k] for k in keys}, (lv["trace"], gv["trace"])
+    assert lldb["trace"]["variants_with_faults"] == gdb["trace"]["variants_with_faults"] != []
+    assert any("traced variant" in r for r in lldb["reasons"])
 
 
 def test_lldb_command_on_the_loaded_program(tmp_path: Path) -> None:
@@ -103,7 +121,7 @@ def test_lldb_command_on_the_loaded_program(tmp_path: Path) -> None:
     run = run_lldb([str(BUILD / "stack_double"), "3"], [
         "settings set target.env-vars UALDBG_TEST_VAR=abc",
         "breakpoint set -n relax", "process launch",
-        f"ualdbg stackcheck --var main:x --env UALDBG_TEST_VAR --env-pad 0-16/8 --argv0-lengths 4 --run-to-exit --json {out}",
+        f"ualdbg stackcheck --var main:x --env UALDBG_TEST_VAR --env-pad 0-16/8 --argv0-lengths 4 --run-to-exit --trace --json {out}",
         "breakpoint list", "bt 1", "continue",
         "ualdbg stackcheck --var main:nosuch",  # last: lldb runs no -o command after a failed one
     ])
@@ -115,6 +133,7 @@ def test_lldb_command_on_the_loaded_program(tmp_path: Path) -> None:
     for v in doc["variants"]:
         assert addr(v, "main:x") == int(re.search(r"&x = (0x[0-9a-f]+)", v["output"]).group(1), 16), v
         assert v["addresses"]["env UALDBG_TEST_VAR"]["address"] is not None
+    assert doc["trace"]["variants"] == 3 and doc["trace"]["variants_with_faults"] == [], run.explain()
     assert "ualdbg stackcheck: ok" in run.stdout and "main:x (8)" in run.stdout, run.explain()
     assert "main has no local or parameter 'nosuch'" in run.stdout + run.stderr and "Traceback" not in run.stdout + run.stderr
     # the user's session goes on: still stopped in relax, the breakpoint kept, the program finishes

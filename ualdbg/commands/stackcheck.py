@@ -66,8 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-to-exit", action="store_true",
                    help="let each measured run finish and keep its output and exit status in the JSON (default: stop once measured)")
     p.add_argument("--debugger", choices=("gdb", "lldb"), default=None,
-                   help="the debugger that measures the variants, in a child process (default: gdb from the shell, "
-                        "the one you are in as a debugger command); --trace needs gdb")
+                   help="the debugger that measures (and with --trace, traces) the variants, in a child process "
+                        "(default: gdb from the shell, the one you are in as a debugger command)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the JSON document to FILE (- for stdout)")
     p.add_argument("--limit", type=_count, default=None, metavar="N", help="show only the first N variants in the table")
 
@@ -84,8 +84,6 @@ def make_request(args: argparse.Namespace, argv: list[str], exec_path: str, base
     if args.max_spread is not None and not args.time:
         raise UsageError("--max-spread needs --time N (the spread is of native run times)")
     debugger = args.debugger or debugger
-    if args.trace and debugger != "gdb":
-        raise UsageError("--trace runs the trap engine in the measuring gdb: add --debugger gdb")
     return Request(argv=argv, exec_path=exec_path, base_env=base_env, env_note=env_note, argv0_lengths=lengths, env_pad=pads,
                    env_names=tuple(args.env), variables=tuple(args.var), aslr_runs=args.aslr, time_runs=args.time,
                    trace=args.trace, max_spread=args.max_spread, run_to_exit=args.run_to_exit, debugger=debugger)

@@ -11,7 +11,9 @@ from typing import Any
 import lldb  # type: ignore[import-not-found]
 
 from ...stackcheck_sweep import SweepError, sweep
+from .hooks import BP_NAME
 
+ARM_POINT_NAME = f"{BP_NAME}_arm_point_hit"  # how hooks.LldbHooks names its arm point
 _DONE = (lldb.eStateExited, lldb.eStateDetached, lldb.eStateInvalid, lldb.eStateCrashed)
 
 
@@ -55,16 +57,30 @@ class LldbSweep:
     name = "lldb"
 
     def __init__(self, debugger: lldb.SBDebugger, plan: dict[str, Any]) -> None:
-        if plan.get("trace"):
-            raise SweepError("--trace is not available with --debugger lldb yet: use gdb (the default)")
         self.debugger = debugger
         debugger.SetAsync(False)
         program = plan["program"]
+        self.trace = bool(plan.get("trace"))
+        self.session: Any = None
+        self.probes: dict[int, str] = {}
+        self.process: lldb.SBProcess | None = None
+        self.last_hits: set[str] = set()
+        self.execed = False
         self.target = debugger.CreateTarget(program)
         if not self.target.IsValid():
             raise SweepError(f"lldb cannot load {program}")
-        module = lldb.SBFileSpecList()
-        module.Append(lldb.SBFileSpec(program))
+        debugger.SetSelectedTarget(self.target)
+        if self.trace:
+            from ...commands.all import COMMANDS
+            from .install import install, installed
+
+            self.session = install(debugger)
+            host, hooks = installed(debugger)
+            # lldb launches the program from lldb-server: ualdbg would take it for an attached
+            # process and arm it at once, long before main (as the batch driver, arm at main).
+            hooks.arm_on_attach = False
+            COMMANDS[("trace", "start")].invoke(host, ["--at", "main"])
+            self.session.program.path = program
         # main's first instruction (the sp before its prologue), in the program's module only:
         # the exec helper has a main too.
         main = next((ctx.GetSymbol() for ctx in self.target.FindSymbols("main")
@@ -72,10 +88,6 @@ class LldbSweep:
         if main is None or not main.IsValid():
             raise SweepError(f"lldb finds no symbol main in {program}")
         self.main_bp = self.target.BreakpointCreateBySBAddress(main.GetStartAddress())
-        self.probes: dict[int, str] = {}
-        self.process: lldb.SBProcess | None = None
-        self.last_hits: set[str] = set()
-        self.execed = False
 
     def _settle(self) -> None:
         """Go past stops that are not ours: any before the exec into the program (lldb takes the
@@ -84,8 +96,9 @@ class LldbSweep:
         assert self.process is not None
         while self.process.GetState() == lldb.eStateStopped:
             reason = self.process.GetSelectedThread().GetStopReason()
-            if reason == lldb.eStopReasonExec:
+            if reason == lldb.eStopReasonExec and not self.execed:
                 self.execed = True
+                self._arm_points(True)
             hits: set[str] = set()
             for thread in self.process if self.execed else ():
                 if thread.GetStopReason() != lldb.eStopReasonBreakpoint:
@@ -113,10 +126,22 @@ class LldbSweep:
         info.AddOpenFileAction(0, "/dev/null", True, False)
         err = lldb.SBError()
         self.execed = False
+        self._arm_points(False)
         self.process = self.target.Launch(info, err)
         if not err.Success() or self.process is None or not self.process.IsValid():
             raise SweepError(f"lldb cannot launch: {err.GetCString()}")
         self._settle()
+
+    def _arm_points(self, enabled: bool) -> None:
+        """--trace: the trap engine's arm point (at `main`, by name) is off until the exec into
+        the program. lldb takes the helper's image for the program before the exec and would
+        arm the helper, whose libc calls then fault hundreds of times per variant."""
+        if not self.trace:
+            return
+        found = lldb.SBBreakpointList(self.target)
+        self.target.FindBreakpointsByName(ARM_POINT_NAME, found)
+        for i in range(found.GetSize()):
+            found.GetBreakpointAtIndex(i).SetEnabled(enabled)
 
     def cont(self) -> None:
         assert self.process is not None
@@ -159,10 +184,20 @@ class LldbSweep:
         return int(self.process.GetExitStatus())
 
     def trace_begin(self) -> None:
-        pass
+        if self.trace:
+            self.session.buffer.clear()
+            # The engine stays active after the last variant's main; at the first stop of the
+            # next run the lldb hooks would arm the exec helper (hundreds of libc faults):
+            # inactive until the arm point at the program's main.
+            self.session.engine.disarm(None)
 
     def trace_end(self, status: int | None) -> dict[str, Any] | None:
-        return None
+        if not self.trace:
+            return None
+        from ...render.jsondoc import build_document
+
+        self.session.program.exit_status = status
+        return build_document(self.session)
 
 
 def launch_info(target: lldb.SBTarget) -> tuple[str, list[str], tuple[str, ...], str]:
