@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from clirun import explain, run_cli
 from conftest import BUILD, EXAMPLES
 
@@ -25,3 +27,15 @@ def cli_trace(prog: str, *args: str, tmp_path: Path, engine: str | None = None) 
     assert out.exists(), explain(p)
     return json.loads(out.read_text()), p.stdout + "\n" + explain(p)
 
+
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+
+@pytest.fixture(scope="session", name="stack_locals")
+def stack_locals_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/data/programs/stack_locals.c, built once; imported by the modules that use it."""
+    out = tmp_path_factory.mktemp("data-programs") / "stack_locals"
+    # Compiled from its folder with a bare file name, so DWARF names it stack_locals.c.
+    subprocess.run(["gcc", "-g", "-O1", "-Wall", "-o", str(out), "stack_locals.c"], check=True, cwd=PROGRAMS)
+    return out

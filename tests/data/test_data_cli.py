@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from clirun import explain, run_cli
 from conftest import BUILD, require_tool
-from datarun import cli_trace, decl_line
+from datarun import cli_trace, decl_line, stack_locals_fixture  # noqa: F401 - the stack_locals fixture
 
 
 def test_common_block_member_and_fortran_view(tmp_path: Path) -> None:
@@ -134,3 +134,19 @@ def test_advice_counts_make_it_worth_it(tmp_path: Path) -> None:
 
         a = advise(s)
         assert a is not None and f"{s['count']} accesses here" in a.text, log
+
+
+def test_agent_names_the_faulting_frames_local_not_its_callers(stack_locals: Path, tmp_path: Path) -> None:
+    """The agent saves registers, not the stack: the faulting frame's locals are found (CFA from
+    the CFI), a caller's are not, and the report says only whose stack it is."""
+    out = tmp_path / "s.json"
+    p = run_cli("trace", "--json", str(out), "--", str(stack_locals), "4")
+    assert out.exists(), explain(p)
+    doc = json.loads(out.read_text())
+    by_func = {s["function"]: s for s in doc["sites"]}
+    own = by_func["own_local"]["data"]
+    assert (own["kind"], own["path"], own["offset"], own["frame"]) == ("local", "r.words[1]", 1, 0), explain(p)
+    caller = by_func["read8"]["data"]
+    assert caller["kind"] == "stack" and caller["tid"] == doc["program"]["pid"], explain(p)
+    assert caller["text"] == f"stack of thread {doc['program']['pid']}, no local or parameter of the faulting frame holds it"
+    assert caller["via"]["path"] == "p[0]+0" and by_func["read8"]["count"] == 4, explain(p)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from conftest import BUILD, ROOT
-from datarun import decl_line
+from datarun import decl_line, stack_locals_fixture  # noqa: F401 - the stack_locals fixture
 from gdbrun import run_gdb
 
 sys.path.insert(0, str(ROOT / "tests" / "lldb"))
@@ -66,3 +66,23 @@ def test_lldb_audit_command() -> None:
     out = run.stdout
     for member in ("seq", "len", "stamp"):
         assert re.search(rf"packed member\s+struct app_hdr\.{member}\s.*\s2\s+packed_header\.c:\d+", out), run.explain()
+
+
+def test_gdb_names_locals_of_the_faulting_frame_and_its_caller(stack_locals: Path) -> None:
+    run = run_gdb([str(stack_locals), "1"], ["ualdbg break", "run", "continue"])
+    src = "tests/data/programs/stack_locals.c"
+    buf = decl_line_in(src, r"unsigned char buf\[64\];")
+    r = decl_line_in(src, r"volatile struct rec r;")
+    lines = [x for x in data_lines(run.stdout) if x.startswith("data: ")]
+    pid = re.search(r"stack of thread (\d+)", run.stdout)
+    assert pid is not None, run.explain()
+    # main's buf, read through read8's p: one frame up, unwound with the CFI and the stack's memory
+    assert lines[0] == f"data: buf[3]+0, local of main (frame #1), declared at stack_locals.c:{buf}, stack of thread {pid.group(1)}", run.explain()
+    # own_local's struct r, below the stack pointer (the red zone) but in the frame's DWARF
+    assert lines[1] == f"data: r.words[1]+1, local of own_local, declared at stack_locals.c:{r}, stack of thread {pid.group(1)}", run.explain()
+
+
+def decl_line_in(path: str, pattern: str) -> int:
+    lines = [i for i, t in enumerate((ROOT / path).read_text().split("\n"), 1) if re.search(pattern, t)]
+    assert len(lines) == 1
+    return lines[0]

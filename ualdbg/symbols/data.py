@@ -22,6 +22,7 @@ from ualdbg.symbols.intervals import IntervalTable
 from ualdbg.symbols.layout import (
     AGGREGATES,
     POINTERS,
+    X86_64_REGS,
     Evaluator,
     Layouts,
     Location,
@@ -38,7 +39,9 @@ from ualdbg.symbols.maps import ModuleMap
 _STT_OBJECT, _STT_TLS, _STT_COMMON = 1, 6, 5
 _SCOPES = frozenset({"DW_TAG_lexical_block", "DW_TAG_inlined_subroutine", "DW_TAG_try_block", "DW_TAG_catch_block"})
 _VARS = frozenset({"DW_TAG_variable", "DW_TAG_formal_parameter"})
-_NEAR = 1 << 16  # a scalar pointer names `p[i]` only within this many bytes past it
+_NEAR = 1 << 16
+_CALLEE_SAVED = ("rbx", "rbp", "r12", "r13", "r14", "r15")
+_MAX_FRAMES = 32  # a scalar pointer names `p[i]` only within this many bytes past it
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class DataRef:
     file: str | None = None  # declaration
     line: int | None = None
     tid: int | None = None  # stack of this thread
+    frame: int | None = None  # a local's frame: 0 the faulting one, 1 its caller, ...
     mapping: str | None = None  # the /proc/PID/maps line's path, "" for anonymous
     mapping_offset: int | None = None  # VA - mapping start (+ file offset for files)
     struct: str | None = None  # innermost struct crossed and its member holding the VA
@@ -360,10 +364,33 @@ class ModuleData:
                     end = rows[i + 1]["pc"] if i + 1 < len(rows) else start + length
                     cfa = row["cfa"]
                     if cfa.expr is None:
-                        items.append((row["pc"], end, (cfa.reg, cfa.offset)))
+                        saved = {r: rule.arg for r, rule in row.items()
+                                 if isinstance(r, int) and getattr(rule, "type", None) == "OFFSET"}
+                        items.append((row["pc"], end, (cfa.reg, cfa.offset, saved)))
         except DWARF_ERRORS:
             pass
         return IntervalTable(items)
+
+    def unwind(self, pc: int, regs: Mapping[str, int], read_memory: Callable[[int, int], bytes]) -> dict[str, int] | None:
+        """The caller's registers from the CFI row at a link-time PC: rsp = CFA, rip = the return
+        address, the callee-saved registers the row says were saved; the caller-saved ones are
+        unknown in the caller (left out, so no location is computed from them)."""
+        rule = self._cfi.find(pc)
+        if rule is None:
+            return None
+        try:
+            cfa = dwarf_reg(regs, rule[0]) + rule[1]
+            out = {name: regs[name] for name in _CALLEE_SAVED if name in regs}
+            for reg, off in rule[2].items():
+                value = int.from_bytes(read_memory(cfa + off, 8), "little")
+                if reg == 16:
+                    out["rip"] = value
+                elif reg < len(X86_64_REGS):
+                    out[X86_64_REGS[reg]] = value
+        except Exception:  # a register or the stack cannot be read: no caller frame
+            return None
+        out["rsp"] = cfa
+        return out if out.get("rip") else None
 
     def cfa(self, pc: int, regs: Mapping[str, int], bias: int) -> int | None:
         rule = self._cfi.find(pc)
@@ -514,9 +541,10 @@ def _reg(regs: Mapping[str, int] | None, name: str) -> int | None:
         return None
 
 
-def _frame_vars(modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None]
+def _frame_vars(modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None], *, caller: bool = False
                 ) -> Iterator[tuple[ModuleData, str, DIE, Location, Any]]:
-    """Each variable in scope at the frame's PC with its location, innermost scope first."""
+    """Each variable in scope at the frame's PC with its location, innermost scope first. For a
+    caller frame the PC is a return address: its scopes are those of the call (PC - 1)."""
     if frame.pc is None or frame.regs is None:
         return
     module = modules.find(frame.pc, refresh=False)
@@ -526,7 +554,7 @@ def _frame_vars(modules: ModuleMap, frame: Frame, index_for: Callable[[str], Elf
     if index is None or index.dwarf is None:
         return
     md = module_data(index)
-    link_pc = frame.pc - module.base
+    link_pc = frame.pc - module.base - (1 if caller else 0)
     scopes = md.scopes_at(link_pc)
     if not scopes:
         return
@@ -547,8 +575,41 @@ def _frame_vars(modules: ModuleMap, frame: Frame, index_for: Callable[[str], Elf
             yield md, func, die, loc, ev
 
 
+def _callers(modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None]) -> Iterator[Frame]:
+    """The faulting thread's caller frames, unwound with the CFI (needs the stack's memory)."""
+    if frame.read_memory is None or frame.regs is None or frame.pc is None:
+        return
+    regs: Mapping[str, int] = frame.regs
+    pc, first = frame.pc, True
+    for _ in range(_MAX_FRAMES):
+        module = modules.find(pc, refresh=False)
+        index = index_for(module.path) if module is not None else None
+        if module is None or index is None:
+            return
+        caller = module_data(index).unwind(pc - module.base - (0 if first else 1), regs, frame.read_memory)
+        if caller is None:
+            return
+        regs, pc, first = caller, caller["rip"], False
+        yield Frame(pc=pc, tid=frame.tid, pid=frame.pid, regs=regs, read_memory=frame.read_memory)
+
+
 def _local(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None]) -> DataRef | None:
-    for md, func, die, loc, _ev in _frame_vars(modules, frame, index_for):
+    found = _local_in(va, modules, frame, index_for, 0)
+    if found is not None:
+        return found
+    sp = _reg(frame.regs, "rsp")
+    if sp is not None and va < sp:
+        return None  # below the stack pointer: no frame's variable
+    for depth, caller in enumerate(_callers(modules, frame, index_for), 1):
+        found = _local_in(va, modules, caller, index_for, depth)
+        if found is not None:
+            return found
+    return None
+
+
+def _local_in(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None],
+              depth: int) -> DataRef | None:
+    for md, func, die, loc, _ev in _frame_vars(modules, frame, index_for, caller=depth > 0):
         if loc.address is None:
             continue
         src = origin(die)
@@ -564,7 +625,8 @@ def _local(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str],
         file, line = decl_pos(dwarf, src, md._units)
         decl = f", declared at {file}:{line}" if file and line else ""
         thread = f", stack of thread {frame.tid}" if frame.tid is not None else ""
-        return DataRef(kind, f"{name}{place.path}+{place.offset}, {kind} of {func}{decl}{thread}", va,
+        where = f"{kind} of {func}" + (f" (frame #{depth})" if depth else "")
+        return DataRef(kind, f"{name}{place.path}+{place.offset}, {where}{decl}{thread}", va, frame=depth,
                        name=name, path=name + place.path, offset=place.offset, type=info.name, element_type=place.type,
                        element_size=place.size,
                        container=func, file=file, line=line, tid=frame.tid, struct=place.struct, member=place.member,
