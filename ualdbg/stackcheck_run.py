@@ -269,6 +269,11 @@ def _trace_summary(doc: dict[str, Any], status: int | None, signal: int | None) 
 def run_stackcheck(req: Request, progress: Progress | None = None, measurer: Any = None) -> dict[str, Any]:
     t0 = time.monotonic()
     prog = load_program(req.exec_path)
+    if req.trace and prog.machine != "x86_64":
+        # The trap engine knows x86-64's registers and syscalls only: an i386 run would be
+        # "traced" with nothing armed and report zero faults.
+        raise StackcheckError(f"--trace: the trap engine runs x86-64 programs, not {prog.machine} ones; "
+                              "measure without --trace")
     items, probes, notes = plan_items(req, prog)
     variants = make_variants(req)
     plan = Plan(program=os.path.abspath(req.exec_path), word_size=prog.word_size, main_link=prog.main_link,

@@ -211,6 +211,8 @@ def test_no_copies_links_or_helpers_are_left_behind(tmp_path: Path) -> None:
     (["--", "examples/README.md"], "not an ELF"),
     ([], "name the program after --"),
     (["--aslr", "-1", "--", "examples/build/stack_double"], "must be zero or more"),
+    (["--trace", "--", "examples/build/stack_double_m32"], "the trap engine runs x86-64 programs, not i386 ones"),
+    (["--debugger", "dbx", "--", "examples/build/stack_double"], "invalid choice: 'dbx'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     p = stackcheck(*args)

@@ -14,7 +14,8 @@ EPILOG = f"""Variants are every --argv0-lengths value crossed with every --env-p
 plus --aslr N runs of the program as given with ASLR on. argv[0] of length L is the program's base
 name cut or extended with '_' (the program itself is exec'd by path: no copy or link is made);
 --env-pad N adds {PAD_NAME}=<N x 'x'> as the last environment string (0 adds nothing). Every run,
-in the debugger, timed or traced, gets exactly that argv and environment.
+measured in the debugger or timed natively, gets exactly that argv and environment; --trace arms
+the trap engine in the measured runs themselves, so a traced run has the measured stack.
 
 Per variant: the stack pointer at the entry point and at main's entry, the address of each
 variable (default: main's locals whose type needs 8-byte alignment or more), of each argv[i]
@@ -26,7 +27,9 @@ variant made an unaligned access, or --max-spread is exceeded; 0 otherwise; 2 on
 examples:
   ualdbg stackcheck --var main:x --argv0-lengths 1-16 --env-pad 0-64/4 --time 5 -- ./stack_double
   ualdbg stackcheck --env-pad 0-15 --trace -- ./argv_fields ABCDEFGHIJKLMNOP
+  ualdbg stackcheck --debugger lldb --aslr 4 -- ./stack_double
   (gdb) ualdbg stackcheck --var main:x --env-pad 0-64/8
+  (lldb) ualdbg stackcheck --var main:x --env-pad 0-64/8 --trace
 """
 
 
