@@ -9,6 +9,7 @@ from . import __version__
 from .alignment import AcPolicy, Policy
 from .decode import Decoder, Insn, accesses
 from .engines.procfs import CpuReader
+from .engines.step import StepEngine
 from .engines.trap import TrapEngine
 from .model import Access, Fault, Module, SourceLoc
 from .settings import Config
@@ -108,6 +109,7 @@ class Session:
         self.scope = Scope()
         self.buffer = TraceBuffer(self.config["buffer"])
         self.engine = TrapEngine(self)
+        self.step = StepEngine(self)  # step mode (`--engine step`), enabled instead of the trap engine
         self.policy: Policy = AcPolicy()
         self.decoder = Decoder()
         self.breaking = False
@@ -130,6 +132,10 @@ class Session:
     @property
     def armed(self) -> bool:
         return self.breaking or self.tracing
+
+    @property
+    def engine_name(self) -> str:
+        return self.step.name if self.step.enabled else self.engine.name
 
     # -- per-PC caches -------------------------------------------------------------------------
     def insn_at(self, target: Target, pc: int) -> Insn | None:
@@ -183,6 +189,7 @@ class Session:
         self._modmap = None
         self.cpu_of.close()
         self.engine.forget_threads()
+        self.step.forget_threads()
 
     # -- the fault path ------------------------------------------------------------------------
     def analyse(self, target: Target, tid: int | None, pc: int) -> tuple[Insn | None, Access | None, bool | None]:
@@ -240,4 +247,3 @@ class Session:
         frame = Frame(pc=pc, tid=tid, pid=target.pid(), regs=LazyRegisters(target, tid),
                       read_memory=target.read_memory, thread_sps=ThreadStacks(target))
         return safe_describe(va, self.module_map(target), frame)
-

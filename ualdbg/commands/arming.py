@@ -7,6 +7,9 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from ..alignment import POLICY_NAMES
+from ..engines.scope import ScopeError
+from ..engines.step import ScopeRequest
 from ..settings import SETTINGS
 from .registry import Host, Output, Parser, Runner, UsageError, command
 
@@ -26,6 +29,59 @@ def apply_scope(host: Host, args: argparse.Namespace) -> None:
     s.scope.all_modules = bool(args.all_modules if args.all_modules is not None else s.config["all-modules"])
     if args.module:
         s.scope.modules = tuple(dict.fromkeys(s.scope.modules + tuple(args.module)))
+
+
+ENGINES = ("trap", "step")
+ENGINE_HELP = ("trap: EFLAGS.AC signal mode (default); step: single-step the scope given by "
+               "--in/--range/--until-return/--everywhere and check every access against --policy")
+
+
+def add_step_args(p: Parser) -> None:
+    """The step engine's scope and policy (engines/step.py, engines/scope.py)."""
+    g = p.add_argument_group("step engine (--engine step)")
+    g.add_argument("--in", dest="in_", action="append", default=[], metavar="FUNC",
+                   help="step this function, every instance of it (gcc clones too); repeatable")
+    g.add_argument("--range", action="append", default=[], metavar="LO,HI",
+                   help="step the addresses [LO, HI); repeatable")
+    g.add_argument("--until-return", action="store_true",
+                   help="step the current function of the stopped thread until it returns")
+    g.add_argument("--everywhere", action="store_true",
+                   help="step every instruction of the program (slow: ~1-2k instructions/s in a debugger)")
+    g.add_argument("--policy", choices=POLICY_NAMES, default=None,
+                   help="what counts as unaligned: ac (x86 #AC rules; default on x86), natural "
+                        "(size-aligned up to 16; default elsewhere), cacheline (crosses 64 bytes), "
+                        "page (crosses 4 KiB)")
+
+
+def _step_wanted(args: argparse.Namespace) -> bool:
+    return bool(args.in_ or args.range or args.until_return or args.everywhere or args.policy)
+
+
+def arm_step(host: Host, args: argparse.Namespace, armed_before: bool) -> list[str]:
+    """Configure the step engine and arm it now (stopped) or at the arm point of the next run."""
+    s = host.session
+    if s.engine.active or (armed_before and not s.step.enabled):
+        raise UsageError("ualdbg: the trap engine is armed; `ualdbg off` first to switch to --engine step")
+    modes = sum((bool(args.in_ or args.range), bool(args.until_return), bool(args.everywhere)))
+    if modes == 0:
+        raise UsageError("ualdbg: --engine step needs a scope: --in FUNC, --range LO,HI, --until-return or --everywhere")
+    if modes > 1:
+        raise UsageError("ualdbg: give one scope: --in/--range, --until-return or --everywhere")
+    target = host.target()
+    if args.until_return and target is None:
+        raise UsageError("ualdbg: --until-return needs a stopped program (the current function is the scope)")
+    request = ScopeRequest(tuple(args.in_), tuple(args.range), bool(args.everywhere), bool(args.until_return))
+    try:
+        s.step.configure(request, args.policy, target.arch() if target is not None else "x86_64")
+        host.install()
+        if target is None:
+            s.step.check_static(s.program.path)
+            return [f"step engine armed at {s.at} of the next run: {s.step.describe()}"]
+        s.step.arm(target, host.step_control())  # type: ignore[attr-defined]
+    except ScopeError as exc:
+        s.step.enabled = False
+        raise UsageError(f"ualdbg: {exc}") from None
+    return [f"step engine armed now: {s.step.describe()}; {len(s.step.threads)} thread(s) stepping"]
 
 
 def arm(host: Host) -> list[str]:
@@ -49,18 +105,23 @@ examples:
   ualdbg break --at start         arm from the first instruction (the loader too)
   ualdbg break --all-modules      also stop in ld.so and system libraries
   ualdbg break --module libfoo.so
+  ualdbg break --engine step --in parse_header     single-step it, stop BEFORE the access
+  ualdbg break --engine step --range 0x401000,0x401200 --policy natural
 """)
 def _break(p: Parser) -> Runner:
-    p.add_argument("--engine", choices=("trap",), default="trap",
-                   help="trap: EFLAGS.AC signal mode (the only engine so far)")
+    p.add_argument("--engine", choices=ENGINES, default="trap", help=ENGINE_HELP)
     add_scope_args(p)
+    add_step_args(p)
 
     def run(host: Host, args: argparse.Namespace) -> Output:
+        if args.engine != "step" and _step_wanted(args):
+            raise UsageError("ualdbg break: --in, --range, --until-return, --everywhere and --policy need --engine step")
         apply_scope(host, args)
         was = host.session.breaking
+        before = host.session.armed
         host.session.breaking = True
         try:
-            out = arm(host)
+            out = arm_step(host, args, before) if args.engine == "step" else arm(host)
         except Exception:
             host.session.breaking = was
             raise
@@ -76,6 +137,7 @@ def _off(p: Parser) -> Runner:
         s.breaking = s.tracing = False
         s.buffer.stopped_at = s.buffer.stopped_at or None
         s.engine.disarm(host.target())
+        s.step.disarm(host.target())
         host.uninstall()
         return ["ualdbg: off; no thread has AC set, signal settings restored"]
 
@@ -88,7 +150,10 @@ def _status(p: Parser) -> Runner:
         s, e = host.session, host.session.engine
         mode = " and ".join(m for m, on in (("breaking", s.breaking), ("tracing", s.tracing)) if on) or "off"
         lines = [f"ualdbg {s.version} in {s.debugger}: {mode}"]
-        if s.armed:
+        if s.armed and s.step.enabled:
+            lines.append(f"  engine: step; scope: {s.step.describe()}")
+            lines.append(f"  steps: {s.step.stats.line()}" + (f"; {s.step.ended}" if s.step.ended else ""))
+        elif s.armed:
             lines.append(f"  mechanism: {e.mechanism} (x86-64: prctl(PR_SET_UNALIGN) returns EINVAL, so the alignment-check flag is used)")
             lines.append(f"  arm point: {s.at}; scope: {s.scope.describe()}")
         target = host.target()

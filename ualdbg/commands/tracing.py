@@ -6,19 +6,23 @@ import argparse
 from ..render.jsondoc import GROUPS, build_document, dump
 from ..render.tables import header, records_table, summary_table
 from .argtypes import positive
-from .arming import add_scope_args, apply_scope, arm
+from .arming import ENGINE_HELP, ENGINES, _step_wanted, add_scope_args, add_step_args, apply_scope, arm, arm_step
 from .registry import Host, Output, Parser, Runner, UsageError, command
 
 
 @command("trace", "start", description="Record every unaligned access without stopping.",
-         epilog="examples:\n  ualdbg trace start\n  ualdbg trace start --buffer 1000 --all-modules")
+         epilog="examples:\n  ualdbg trace start\n  ualdbg trace start --buffer 1000 --all-modules\n"
+                "  ualdbg trace start --engine step --in main --policy cacheline")
 def _start(p: Parser) -> Runner:
     p.add_argument("--buffer", type=positive, default=None, help="records the ring keeps (counts stay exact)")
-    p.add_argument("--engine", choices=("trap",), default="trap")
+    p.add_argument("--engine", choices=ENGINES, default="trap", help=ENGINE_HELP)
     add_scope_args(p)
+    add_step_args(p)
 
     def run(host: Host, args: argparse.Namespace) -> Output:
         s = host.session
+        if args.engine != "step" and _step_wanted(args):
+            raise UsageError("ualdbg trace start: --in, --range, --until-return, --everywhere and --policy need --engine step")
         apply_scope(host, args)
         if args.buffer:
             s.config.set("buffer", str(args.buffer))
@@ -26,10 +30,10 @@ def _start(p: Parser) -> Runner:
         if not s.armed:
             s.buffer.clear()
         s.buffer.stopped_at = None
-        was = s.tracing
+        was, before = s.tracing, s.armed
         s.tracing = True
         try:
-            out = arm(host)
+            out = arm_step(host, args, before) if args.engine == "step" else arm(host)
         except Exception:
             s.tracing = was
             raise
@@ -46,6 +50,7 @@ def _stop(p: Parser) -> Runner:
         s.buffer.stopped_at = s.buffer.started_at + s.buffer.now()
         if not s.breaking:
             s.engine.disarm(host.target())
+            s.step.disarm(host.target())
             host.uninstall()
         return [f"ualdbg: trace stopped; {s.buffer.total} faults recorded"]
 

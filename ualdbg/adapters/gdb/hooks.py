@@ -18,6 +18,7 @@ from ...render.console import to_text
 from ...render.report import last_fault_report
 from ...session import Session
 from ...target import SigInfo
+from .stepping import GdbStepControl
 from .target import GdbTarget
 
 SIGNAL_NAMES = {SIGBUS: "SIGBUS", SIGTRAP: "SIGTRAP"}
@@ -87,6 +88,7 @@ class GdbHooks:
         self.restore_pass_on_resume = False
         self.seen_pid: int | None = None
         self.loader_armed = False
+        self.step_control = GdbStepControl(self)  # the step engine's primitives (stepping.py)
         _SignalFunction(self)
         _SyscallFunction(self)
         gdb.events.stop.connect(self.on_stop)
@@ -232,11 +234,19 @@ class GdbHooks:
     def on_arm_point(self) -> None:
         if self.session.armed:
             self.session.program.pid = self.target_.pid()
+            if self.session.step.enabled:
+                with self.target_.event():
+                    self.step_control.arm()
+                return
             self.session.engine.arm(self.target_)
 
     def on_signal(self, signo: int) -> int:
         s = self.session
         with self.target_.event():
+            if signo == SIGTRAP and s.step.enabled:
+                stepped = self.step_control.on_trap()
+                if stepped is not None:
+                    return stepped
             if signo == SIGTRAP and self.target_.current_tid() in s.engine.pending:
                 # The single-step trap after a fault ran with AC clear: ours, no siginfo needed.
                 self._set_pass(SIGTRAP, False)
@@ -292,6 +302,8 @@ class GdbHooks:
     def on_syscall(self) -> int:
         with self.target_.event():
             self.session.engine.on_syscall(self.target_)
+            if self.session.step.enabled:
+                return self.step_control.on_syscall()
         return 0
 
     # -- gdb events --------------------------------------------------------------------------
@@ -315,11 +327,14 @@ class GdbHooks:
         p = self.session.program
         p.exit_status = int(event.exit_code) if hasattr(event, "exit_code") else None
         self.session.engine.forget_threads()
+        if self.session.step.enabled:
+            self.step_control.process_gone()
         self.session.buffer.stopped_at = self.session.buffer.started_at + self.session.buffer.now()
 
     def on_thread_exit(self, event: Any) -> None:
         try:
             self.session.engine.thread_exited(int(event.inferior_thread.ptid[1]))
+            self.session.step.thread_exited(int(event.inferior_thread.ptid[1]))
         except Exception:
             pass
 

@@ -47,6 +47,9 @@ class _Host:
     def uninstall(self) -> None:
         self.hooks.uninstall()
 
+    def step_control(self) -> Any:
+        return self.hooks.step_control
+
     def launch_info(self) -> tuple[str, list[str], tuple[str, ...], str]:
         """For `ualdbg stackcheck`: the loaded program, `show args`, and the environment `run`
         would give it, less the LINES/COLUMNS gdb adds on its own (hooks.fix_environment)."""

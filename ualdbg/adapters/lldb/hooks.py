@@ -21,6 +21,7 @@ from ...render.console import to_text
 from ...render.report import last_fault_report
 from ...session import Session
 from ...symbols.maps import is_loader_path
+from .stepping import LldbStepControl
 from .syscall_sites import SyscallSite, find_sites
 from .target import LldbTarget
 
@@ -361,6 +362,7 @@ class LldbHooks:
         self.notices: list[str] = []  # lines for the user from install, shown by the command
         self.leaving: set[int] = set()  # threads stepping over a fault after `off`
         self.deferred: SignalSettings | None = None  # the user's settings, for when they have
+        self.step_control = LldbStepControl(self)  # the step engine's primitives (stepping.py)
         _HOOKS[debugger.GetID()] = self
         if hasattr(debugger, "AddDestroyCallback"):
             # lldb detaches from an attached process when it quits: nothing may stay armed
@@ -598,6 +600,10 @@ class LldbHooks:
         else:
             p.exit_status = status
         self.session.engine.forget_threads()
+        if self.session.step.enabled:
+            said = self.step_control.process_gone()
+            if said:
+                self.notices.append(said)
         self.stepping.clear()
         self.stepped.clear()
         buf = self.session.buffer
@@ -609,7 +615,9 @@ class LldbHooks:
         process = thread.GetProcess()
         self.see_process(process)
         self.ensure_sites(process.GetTarget())
-        if self.session.armed:
+        if self.session.armed and self.session.step.enabled:
+            self.step_control.arm(process, thread)
+        elif self.session.armed:
             self.session.engine.arm(LldbTarget(process, thread, step_over=self.queue_fault_step))
 
     def on_site(self, thread: lldb.SBThread, kind: str) -> None:
@@ -656,7 +664,19 @@ class LldbHooks:
             stream.Print(said + "\n")
         reason = thread.GetStopReason()
         stop = True  # the user's breakpoints, steps, signals: lldb's business
-        if reason in (lldb.eStopReasonNone, lldb.eStopReasonInvalid):
+        step_report = self.step_control.take_report(thread) if self.session.step.enabled else None
+        if (not step_report and reason == lldb.eStopReasonBreakpoint and self.session.step.enabled
+                and self.step_control.is_ours(thread)):
+            # An entry or return breakpoint of the step engine: it decides, like a callback.
+            stop = self.step_control.on_breakpoint(thread)
+            step_report = self.step_control.take_report(thread) if stop else None
+            if not stop:
+                return False
+        if step_report:  # the step engine stopped before an offending instruction
+            stream.Print(to_text(step_report, color=bool(self.debugger.GetUseColor()) and "NO_COLOR" not in os.environ))
+        elif reason == lldb.eStopReasonTrace and self.step_control.stepping(thread):
+            stop = False  # a step its ScopeStep plan has decided; another thread made the stop public
+        elif reason in (lldb.eStopReasonNone, lldb.eStopReasonInvalid):
             stop = False  # another thread's stop: that thread's call decides
         elif (reason == lldb.eStopReasonSignal and thread.GetStopReasonDataAtIndex(0) == SIGBUS
               and self.stepping.get(int(thread.GetThreadID())) == thread.GetFrameAtIndex(0).GetPC()):

@@ -40,6 +40,9 @@ class _Host:
     def uninstall(self) -> None:
         self.hooks.uninstall()
 
+    def step_control(self) -> Any:
+        return self.hooks.step_control
+
     def launch_info(self) -> tuple[str, list[str], tuple[str, ...], str]:
         """For `ualdbg stackcheck`: the loaded program, its `process launch` arguments and the
         environment lldb would give it (target.env-vars plus what it inherits, in lldb's order)."""

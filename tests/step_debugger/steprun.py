@@ -1,0 +1,64 @@
+"""Drive `--engine step` the same way in real gdb and in real lldb-19: one trace command list per
+debugger, the JSON document it saves, and the scope functions of a trap-engine trace (the ELF
+symbol around each faulting PC, so inlined helpers count as the function they are inlined in)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gdbrun import Run, run_gdb
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lldb"))  # the lldb runner next door
+from lldbrun import run_lldb  # noqa: E402
+
+from ualdbg.symbols.elfindex import elf_index  # noqa: E402
+
+# One small environment for the program in both debuggers (tests/lldb/test_lldb_parity.py).
+PROGRAM_ENV = "PATH=/usr/bin:/bin"
+DEBUGGERS = ("gdb", "lldb")
+
+
+def trace(debugger: str, program: list[str], start: str, out: Path, tmp_path: Path,
+          after: list[str] = ()) -> tuple[dict[str, Any] | None, Run]:  # type: ignore[assignment]
+    """`ualdbg trace start ...`, run the program to its end, `ualdbg trace save`, then `after`.
+    The program's own SIGBUS (sigbus_handler's real bus error) goes to it without a stop."""
+    save = f"ualdbg trace save {out}"
+    if debugger == "gdb":
+        name, value = PROGRAM_ENV.split("=", 1)
+        run = run_gdb(program, ["set startup-with-shell off", "unset environment", f"set environment {name} {value}",
+                                "handle SIGBUS nostop noprint pass", start, "run", save, *after])
+    else:
+        run = run_lldb(program, ["settings set target.inherit-env false", f"settings set target.env-vars {PROGRAM_ENV}",
+                                 "process handle -s false -n false -p true SIGBUS", start,
+                                 f"process launch -o {tmp_path / 'lldb.out'} -e {tmp_path / 'lldb.err'}", save, *after],
+                       crash=[save])
+    doc = json.loads(out.read_text()) if out.exists() else None
+    return doc, run
+
+
+def per_site(doc: dict[str, Any]) -> dict[str, int]:
+    """Counts per module+offset (addresses differ between runs, offsets do not)."""
+    return {f"{s['module']}+{s['offset']}": s["count"] for s in doc["sites"]}
+
+
+def scope_options(program: Path, doc: dict[str, Any]) -> str:
+    """`--in F` for each function (ELF symbol, not inline frame) holding a site of a trace;
+    for a stripped program, `--range` over the sites' PCs (both debuggers run it without ASLR,
+    so its addresses are the same in the next run)."""
+    index = elf_index(str(program))
+    assert index is not None
+    names, pcs = set(), []
+    for site in doc["sites"]:
+        if site["module"] != program.name:
+            continue
+        sym = index.symbol_at(int(site["offset"], 16))
+        if sym is None:
+            pcs.append(int(site["pc"], 16))
+        else:
+            names.add(sym.name)
+    opts = [f"--in {name}" for name in sorted(names)]
+    if pcs:
+        opts.append(f"--range {min(pcs):#x},{max(pcs) + 16:#x}")
+    return " ".join(opts) or "--in main"

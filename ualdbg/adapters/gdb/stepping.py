@@ -1,0 +1,123 @@
+"""gdb's primitives for the step engine (engines/step.py): single-stepping by EFLAGS.TF, whose
+trap reaches ualdbg's `catch signal SIGTRAP` condition without a round trip through gdb's
+`stepi` (a condition cannot resume the inferior; it only decides), and internal breakpoints
+at scope entries and at the return addresses of calls out of the scope."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import gdb  # type: ignore[import-not-found]
+
+from ... import arch as archmod
+from ...engines.step import TRAP_TRACE, StepDecision, set_trap_flag
+from ...render.report import last_fault_report
+from ...target import Target
+
+if TYPE_CHECKING:
+    from .hooks import GdbHooks
+
+
+class _StepPoint(gdb.Breakpoint):
+    """An entry or return breakpoint: the engine decides, in the stop callback, whether the
+    thread starts stepping here; it stops only before an offending instruction (break)."""
+
+    def __init__(self, control: GdbStepControl, addr: int) -> None:
+        super().__init__(f"*{addr:#x}", internal=True)
+        self.silent = True
+        self.control = control
+
+    def stop(self) -> bool:
+        try:
+            return self.control.on_breakpoint()
+        except Exception as exc:  # never let a hook error stop the user's program
+            from .hooks import _warn
+
+            _warn(f"step engine: {exc}")
+            return False
+
+
+class GdbStepControl:
+    """The StepControl of engines/step.py over gdb, plus the SIGTRAP routing it needs."""
+
+    def __init__(self, hooks: GdbHooks) -> None:
+        self.hooks = hooks
+        self.points: dict[int, _StepPoint] = {}
+
+    # -- StepControl -------------------------------------------------------------------------
+    def step(self, target: Target, tid: int) -> None:
+        set_trap_flag(target, tid, True)
+
+    def unstep(self, target: Target, tid: int) -> None:
+        set_trap_flag(target, tid, False)
+
+    def break_at(self, addr: int) -> None:
+        bp = self.points.get(addr)
+        if bp is None or not bp.is_valid():
+            self.points[addr] = _StepPoint(self, addr)
+
+    def clear_breakpoints(self) -> None:
+        for bp in self.points.values():
+            if bp.is_valid():
+                bp.delete()
+        self.points.clear()
+
+    # -- events ------------------------------------------------------------------------------
+    def _decide(self, decision: StepDecision) -> bool:
+        if decision is StepDecision.STOP:
+            self.hooks.report_pending = last_fault_report(self.hooks.session)
+            return True
+        return False
+
+    def on_breakpoint(self) -> bool:
+        hooks = self.hooks
+        with hooks.target_.event():
+            tid = hooks.target_.current_tid()
+            return self._decide(hooks.session.step.on_breakpoint(hooks.target_, tid))
+
+    def on_trap(self) -> int | None:
+        """At a SIGTRAP (inside the catchpoint's event): 1 stop, 0 resume, None not ours."""
+        hooks, step = self.hooks, self.hooks.session.step
+        target = hooks.target_
+        tid = target.current_tid()
+        info = target.siginfo()
+        if info is None or info.code != TRAP_TRACE:
+            return None  # a breakpoint's int3 (ours are decided by their stop callback) or the program's
+        if not step.stepping(tid):
+            # A thread born of a stepped thread inherits TF: clear it there (gdb's own
+            # single-steps do not show TF in the registers, so they are not mistaken for it).
+            if step.on_unknown_trace(target, tid):
+                hooks._set_pass(archmod.SIGTRAP, False)
+                return 0
+            return None
+        hooks._set_pass(archmod.SIGTRAP, False)
+        return 1 if self._decide(step.on_step(target, tid)) else 0
+
+    def on_syscall(self) -> int:
+        """At clone/fork/vfork/clone3 (inside the syscall catchpoint's event): 1 stop, 0 resume."""
+        step, target = self.hooks.session.step, self.hooks.target_
+        tid = target.current_tid()
+        if not step.stepping(tid):
+            return 0
+        a = archmod.arch_info(target.arch())
+        if target.read_register(a.syscall_nr, tid) not in a.task_creating_syscalls:
+            return 0
+        if target.read_register(a.syscall_ret, tid) == (-archmod.ENOSYS & 0xFFFFFFFFFFFFFFFF):
+            step.before_task_creation(target, tid)
+            return 0
+        return 1 if self._decide(step.after_task_creation(target, tid)) else 0
+
+    def process_gone(self) -> None:
+        """The process exited: say if the scope was never entered; its breakpoints go (a
+        breakpoint at a PIE address would fail to insert at the next `run`)."""
+        self.warn_unentered()
+        self.clear_breakpoints()
+        self.hooks.session.step.forget_threads()
+
+    def arm(self, tid: int | None = None) -> None:
+        self.hooks.session.step.arm(self.hooks.target_, self, tid)
+
+    def warn_unentered(self, write: Any = gdb.write) -> None:
+        msg = self.hooks.session.step.never_entered_message()
+        if msg and not self.hooks.session.step.reported_unentered:
+            self.hooks.session.step.reported_unentered = True
+            write(msg + "\n")

@@ -1,0 +1,176 @@
+"""lldb's primitives for the step engine (engines/step.py). lldb 19 turns a single-step trap it
+did not ask for into a visible stop, so a thread in scope is stepped by a scripted thread plan
+(`ScopeStep`) whose `should_stop` asks the engine after each instruction. Scope entries and the
+return addresses of calls out of the scope are plain breakpoints (no callback: lldb's generated
+callback wrappers break when one is made inside another callback, and the arm point is one),
+decided by the stop hook, which auto-continues them unless the engine stops there (break)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import lldb  # type: ignore[import-not-found]
+
+from ...engines.step import StepDecision
+from ...render.report import last_fault_report
+from ...target import Target
+from .target import LldbTarget
+
+if TYPE_CHECKING:
+    from .hooks import LldbHooks
+
+_THIS = __name__
+BP_TAG = "step_point_hit"  # the name tag hooks._own gives our breakpoints (and their callback)
+
+
+def _control_of(thread: lldb.SBThread) -> LldbStepControl | None:
+    from .hooks import hooks_of
+
+    hooks = hooks_of(thread.GetProcess().GetTarget().GetDebugger())
+    return hooks.step_control if hooks is not None else None
+
+
+class ScopeStep:
+    """Scripted thread plan: single-step the thread while the engine says STEP; complete on RUN
+    (the thread leaves the scope); stay, and stop the process, on STOP (break), so `continue`
+    goes on stepping. Other threads run while it steps (stop-others off): a thread waiting for
+    a lock another thread holds must not hang."""
+
+    def __init__(self, thread_plan: lldb.SBThreadPlan, args_data: Any, internal_dict: Any = None) -> None:
+        self.plan = thread_plan
+        self.thread = thread_plan.GetThread()
+        self.tid = int(self.thread.GetThreadID())
+        if hasattr(thread_plan, "SetStopOthers"):
+            thread_plan.SetStopOthers(False)
+
+    def _control(self) -> LldbStepControl | None:
+        return _control_of(self.thread)
+
+    def explains_stop(self, event: lldb.SBEvent) -> bool:
+        reason = self.thread.GetStopReason()
+        if reason == lldb.eStopReasonTrace:
+            return True
+        # A single-step that lands on one of our breakpoints (an in-scope callee returning to
+        # a call site of the scope) is still our step.
+        control = self._control()
+        return bool(reason == lldb.eStopReasonBreakpoint and control is not None and control.is_ours(self.thread))
+
+    def should_stop(self, event: lldb.SBEvent) -> bool:
+        control = self._control()
+        if control is None or self.tid not in control.planned:
+            self.plan.SetPlanComplete(True)
+            return False
+        decision = control.on_step(self.thread)
+        if decision is StepDecision.RUN:
+            control.planned.discard(self.tid)
+            self.plan.SetPlanComplete(True)
+            return False
+        return decision is StepDecision.STOP
+
+    def should_step(self) -> bool:
+        return True
+
+    def is_stale(self) -> bool:
+        control = self._control()
+        if control is None or self.tid not in control.planned:
+            self.plan.SetPlanComplete(True)
+            return True
+        return False
+
+    def stop_description(self, stream: lldb.SBStream) -> None:
+        stream.Print("ualdbg step engine: unaligned access ahead")
+
+
+class LldbStepControl:
+    """The StepControl of engines/step.py over lldb."""
+
+    def __init__(self, hooks: LldbHooks) -> None:
+        self.hooks = hooks
+        self.planned: set[int] = set()  # threads with a live ScopeStep plan
+        self.points: dict[int, int] = {}  # address -> breakpoint ID
+        self.reports: dict[int, list[str]] = {}  # tid -> the break report its stop shows
+        self.in_callback = False
+        self.eager_returns = True  # see the module docstring
+
+    def _target(self, thread: lldb.SBThread) -> LldbTarget:
+        return LldbTarget(thread.GetProcess(), thread)
+
+    # -- StepControl -------------------------------------------------------------------------
+    def step(self, target: Target, tid: int) -> None:
+        if tid in self.planned:
+            return
+        assert isinstance(target, LldbTarget)
+        thread = target.process.GetThreadByID(tid)
+        err = thread.StepUsingScriptedThreadPlan(f"{_THIS}.ScopeStep", False)
+        if not err.Success():
+            raise RuntimeError(f"cannot queue single-stepping: {err.GetCString()}")
+        self.planned.add(tid)
+
+    def unstep(self, target: Target, tid: int) -> None:
+        self.planned.discard(tid)  # the plan completes at its next question
+
+    def break_at(self, addr: int) -> None:
+        if addr in self.points:
+            return
+        if self.in_callback:
+            return  # never while lldb decides a stop: the engine made them all at arm time
+        target = self.hooks.sbtarget()
+        bp = target.BreakpointCreateByAddress(addr)
+        if not bp.IsValid():
+            raise RuntimeError(f"lldb refused a breakpoint at {addr:#x}")
+        for name in ("ualdbg", f"ualdbg_{BP_TAG}"):
+            bp.AddName(name)
+        self.points[addr] = bp.GetID()
+
+    def clear_breakpoints(self) -> None:
+        target = self.hooks.sbtarget()
+        for bp in self.hooks._ours(target, BP_TAG):
+            target.BreakpointDelete(bp.GetID())
+        self.points.clear()
+        self.planned.clear()
+
+    # -- events ------------------------------------------------------------------------------
+    def is_ours(self, thread: lldb.SBThread) -> bool:
+        bp = thread.GetProcess().GetTarget().FindBreakpointByID(thread.GetStopReasonDataAtIndex(0))
+        return bool(bp.IsValid() and bp.MatchesName(f"ualdbg_{BP_TAG}"))
+
+    def _decide(self, thread: lldb.SBThread, decision: StepDecision) -> StepDecision:
+        if decision is StepDecision.STOP:
+            self.reports[int(thread.GetThreadID())] = last_fault_report(self.hooks.session)
+        return decision
+
+    def on_step(self, thread: lldb.SBThread) -> StepDecision:
+        self.in_callback = True
+        try:
+            step = self.hooks.session.step
+            return self._decide(thread, step.on_step(self._target(thread), int(thread.GetThreadID())))
+        finally:
+            self.in_callback = False
+
+    def on_breakpoint(self, thread: lldb.SBThread) -> bool:
+        self.in_callback = True
+        try:
+            step = self.hooks.session.step
+            decision = step.on_breakpoint(self._target(thread), int(thread.GetThreadID()))
+            return self._decide(thread, decision) is StepDecision.STOP
+        finally:
+            self.in_callback = False
+
+    def stepping(self, thread: lldb.SBThread) -> bool:
+        return int(thread.GetThreadID()) in self.planned
+
+    def take_report(self, thread: lldb.SBThread) -> list[str] | None:
+        """For the stop hook: the report of a break stop of this thread (once)."""
+        return self.reports.pop(int(thread.GetThreadID()), None)
+
+    def arm(self, process: lldb.SBProcess, thread: lldb.SBThread | None, tid: int | None = None) -> None:
+        self.hooks.session.step.arm(LldbTarget(process, thread), self, tid)
+
+    def process_gone(self) -> str | None:
+        msg = self.hooks.session.step.never_entered_message()
+        if msg and self.hooks.session.step.reported_unentered:
+            msg = None
+        self.hooks.session.step.reported_unentered = True
+        self.clear_breakpoints()
+        self.hooks.session.step.forget_threads()
+        self.reports.clear()
+        return msg
