@@ -117,6 +117,26 @@ def _dwarf_ranges(index: ElfIndex, name: str) -> Iterator[tuple[int, int]]:
         return
 
 
+def _cfi_starts(path: str) -> list[int]:
+    """Function starts (link-time) from .eh_frame/.debug_frame FDEs, which stripping keeps."""
+    from elftools.common.exceptions import ELFError
+    from elftools.dwarf.callframe import FDE
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            info = elf.get_dwarf_info(follow_links=False)
+            entries = list(info.EH_CFI_entries()) if info.has_EH_CFI() else []
+            if info.has_CFI():
+                entries += list(info.CFI_entries())
+            return [e.header["initial_location"] for e in entries if isinstance(e, FDE)]
+    except (ELFError, OSError):
+        return []
+    except DWARF_ERRORS:
+        return []
+
+
 def function_ranges(path: str, name: str, load_bias: int = 0, *, dwarf: bool = True) -> list[tuple[int, int]]:
     """Runtime [lo, hi) ranges of every instance of function `name` in the ELF at `path`:
     same-named static functions of several units and gcc's clones (name.constprop.N,
@@ -174,10 +194,12 @@ def resolve_scope(
         index = elf_index(module.path)
         if index is None:
             continue
-        for sym in index.function_symbols():
-            addr = sym.start + module.base
-            if any(lo <= addr < hi for lo, hi in ranges):
-                entries.add(addr)
+        starts = {sym.start + module.base for sym in index.function_symbols()}
+        inside = {a for a in starts if any(lo <= a < hi for lo, hi in ranges)}
+        if not inside:  # stripped: the unwind tables still say where functions start
+            starts = {a + module.base for a in _cfi_starts(module.path)}
+            inside = {a for a in starts if any(lo <= a < hi for lo, hi in ranges)}
+        entries.update(inside)
     for name in names:
         if not name:
             raise ScopeError("--in: empty function name")

@@ -108,6 +108,13 @@ class Encoder:
         self.policy = policy
         self.classes: dict[tuple[int, bool, bool, int], int] = {}
         self.bitmaps: list[bytes] = []
+        self.sent = 0  # bitmaps the stepper has: each message carries the ones it lacks
+
+    def unsent(self) -> bytes:
+        """`u32 count` + the bitmaps made since the last call, for the next message."""
+        fresh = self.bitmaps[self.sent:]
+        self.sent = len(self.bitmaps)
+        return struct.pack("<I", len(fresh)) + b"".join(fresh)
 
     def check_class(self, insn: Insn, op: MemOperand) -> int:
         key = (op.size, insn.vsib, insn.masked, insn.gp_align)
@@ -245,9 +252,9 @@ class _Driver:
         ranges = b"".join(struct.pack("<QQ", lo, hi) for lo, hi in scope.ranges)
         entries = b"".join(struct.pack("<Q", e) for e in scope.entries)
         # the recipes are encoded by now, so the bitmaps of their check classes all exist
-        head = struct.pack("<5I", int(scope.kind == "everywhere"), len(scope.ranges), len(scope.entries),
-                           len(self.encoder.bitmaps), len(recipes))
-        return head + ranges + entries + b"".join(self.encoder.bitmaps) + b"".join(recipes)
+        head = struct.pack("<4I", int(scope.kind == "everywhere"), len(scope.ranges), len(scope.entries),
+                           len(recipes))
+        return head + ranges + entries + self.encoder.unsent() + b"".join(recipes)
 
     def _sweep(self, mem: Any, lo: int, hi: int) -> Iterable[bytes]:
         """Linear sweep of [lo, hi): compilers put no data between a function's instructions."""
@@ -268,7 +275,8 @@ class _Driver:
         code = payload[8:24]
         insn = self.decoder.decode(code, pc)
         self.insns[pc] = insn
-        return self.encoder.recipe(pc, insn)
+        recipe = self.encoder.recipe(pc, insn)
+        return self.encoder.unsent() + recipe
 
 
 def run_step(run: StepRun, on_progress: Callable[[int, int, float], None] | None = None) -> StepResult:

@@ -151,6 +151,7 @@ static inline size_t hash64(uint64_t x) { x ^= x >> 33; x *= 0xff51afd7ed558ccdU
 
 static struct recipe *rfind(uint64_t pc)
 {
+    if (!rcap) return NULL;
     for (size_t i = hash64(pc) & (rcap - 1);; i = (i + 1) & (rcap - 1)) {
         if (!rtab[i]) return NULL;
         if (rtab[i]->pc == pc) return rtab[i];
@@ -373,6 +374,21 @@ static void evaluate(struct thread *t, const struct recipe *r, const struct user
     }
 }
 
+/* `u32 count` + count bitmaps of 512 bytes, appended to the check classes; returns past them. */
+static const char *add_checks(const char *p)
+{
+    uint32_t n;
+    memcpy(&n, p, 4);
+    p += 4;
+    if (n) {
+        checks = realloc(checks, (nchecks + n) * sizeof *checks);
+        if (!checks) die("out of memory");
+        memcpy(checks + nchecks, p, n * sizeof *checks);
+        nchecks += n;
+    }
+    return p + n * sizeof *checks;
+}
+
 static struct recipe *decode_remote(pid_t tid, uint64_t pc)
 {
     uint8_t msg[24];
@@ -381,9 +397,9 @@ static struct recipe *decode_remote(pid_t tid, uint64_t pc)
     send_evt(EVT_DECODE, msg, sizeof msg);
     char *payload; uint32_t len;
     uint32_t type = recv_cmd(&payload, &len);
-    if (type != CMD_RECIPE || len < 16) { kill(child, SIGKILL); _exit(3); }
+    if (type != CMD_RECIPE || len < 20) { kill(child, SIGKILL); _exit(3); }
     struct recipe *r = xcalloc(1, sizeof *r);
-    parse_recipe(payload, r);
+    parse_recipe(add_checks(payload), r);
     free(payload);
     r->pc = pc;
     rput(r);
@@ -439,7 +455,7 @@ static void leave(struct thread *t)
     struct recipe *prev = t->last;
     if (t->resume_pc && in_scope(t->resume_pc))
         insert_bp(t->tid, t->resume_pc);  /* a handler runs; the interrupted code resumes here */
-    else if (prev && prev->flow == FLOW_CALL && in_scope(prev->pc + prev->len))
+    if (prev && prev->flow == FLOW_CALL && in_scope(prev->pc + prev->len))
         insert_bp(t->tid, prev->pc + prev->len);  /* the callee runs at full speed */
     t->stepping = 0;
     t->last = NULL;
@@ -458,7 +474,10 @@ static void on_trap(struct thread *t)
             t->pending = 0;
         }
         put_back(t);
-        if (in_scope(regs.rip)) { t->resume_pc = 0; step_at(t, &regs); }
+        if (in_scope(regs.rip)) {
+            if (regs.rip == t->resume_pc) t->resume_pc = 0;  /* back from the handler */
+            step_at(t, &regs);
+        }
         else leave(t);
         return;
     }
@@ -557,7 +576,7 @@ static void write_out(const char *path)
 
 static void load_table(const char *p, uint32_t len)
 {
-    uint32_t h[5];
+    uint32_t h[4];
     if (len < sizeof h) { errno = EINVAL; die("table"); }
     memcpy(h, p, sizeof h);
     p += sizeof h;
@@ -569,12 +588,9 @@ static void load_table(const char *p, uint32_t len)
     uint64_t *entry = xcalloc(h[2], 8);
     memcpy(entry, p, (size_t)h[2] * 8);
     p += (size_t)h[2] * 8;
-    nchecks = h[3];
-    checks = xcalloc(nchecks, sizeof *checks);
-    memcpy(checks, p, nchecks * sizeof *checks);
-    p += nchecks * sizeof *checks;
-    struct recipe *all = xcalloc(h[4], sizeof *all);
-    for (uint32_t i = 0; i < h[4]; i++) { p = parse_recipe(p, &all[i]); rput(&all[i]); }
+    p = add_checks(p);
+    struct recipe *all = xcalloc(h[3], sizeof *all);
+    for (uint32_t i = 0; i < h[3]; i++) { p = parse_recipe(p, &all[i]); rput(&all[i]); }
     for (uint32_t i = 0; i < h[2]; i++) insert_bp(child, entry[i]);
     free(entry);
 }

@@ -1,0 +1,197 @@
+"""`ualdbg trace/check --engine step` (the native stepper) on real programs: the cross-check with
+the trap engine on every example, policies on the cache-line example, functions with calls out
+of scope, signals and threads, the program left unchanged, and bad input as one line."""
+from __future__ import annotations
+
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import BUILD, EXAMPLES, by_location, expected_by_program, require_tool, scrubbed_env
+from steprun import PIE_BASE, code_range, per_pc, ualdbg
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+CASES = sorted(expected_by_program().items())
+
+
+@pytest.fixture(autouse=True)
+def _compiler() -> None:
+    require_tool("cc")  # the stepper is built from C on first use
+
+
+def policy_rows() -> dict[str, Counter[str]]:
+    """examples/README.md's table by policy: policy -> {location: count} for split_lines 10."""
+    out: dict[str, Counter[str]] = {}
+    for line in (EXAMPLES / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[0] == "split_lines" and cells[2] != "policy":
+            out.setdefault(cells[2], Counter())[cells[3]] += int(cells[4])
+    return out
+
+
+@pytest.mark.parametrize(("key", "rows"), CASES, ids=[f"{p}-{'-'.join(a)}" for (p, a), _ in CASES])
+def test_same_per_pc_counts_as_the_trap_engine(key: tuple[str, tuple[str, ...]], rows: list, tmp_path: Path) -> None:
+    """The issue's cross-check: policy ac, the whole executable's code in scope, every example."""
+    require_tool("gdb")
+    prog, args = key
+    step = ualdbg("trace", "--engine", "step", "--range", code_range(prog), "--", str(BUILD / prog), *args,
+                  json_path=tmp_path / "step.json")
+    trap = ualdbg("trace", "--engine", "trap", "--", str(BUILD / prog), *args, json_path=tmp_path / "trap.json")
+    assert step.doc is not None and trap.doc is not None, step.explain() + trap.explain()
+    assert per_pc(step.doc) == per_pc(trap.doc), step.explain() + trap.explain()
+    want = Counter({r.location: r.count for r in rows if r.count})
+    assert by_location(step.doc) == want, step.explain()
+    assert step.doc["engine"] == "step" and step.doc["step"]["policy"] == "ac"
+    assert step.doc["step"]["instructions_stepped"] > 0 and step.doc["step"]["scope_entries"] > 0
+    # the program ran as it does alone (address randomisation off, as the stepper runs it, and the
+    # same environment): byte-identical output, same status
+    alone = subprocess.run(["setarch", "-R", str(BUILD / prog), *args], capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL, timeout=60, env=scrubbed_env())
+    assert step.proc.returncode == alone.returncode
+    assert step.proc.stdout.split("Unaligned accesses in ")[0] == alone.stdout, step.explain()
+
+
+@pytest.mark.parametrize("policy", ["natural", "cacheline", "page", "ac"])
+def test_policies_on_the_cache_line_example(policy: str, tmp_path: Path) -> None:
+    """cacheline reports exactly the accesses that split a 64-byte line, natural every
+    misaligned one, page the one over a page boundary, with the README's counts per line."""
+    rows = policy_rows()
+    if policy == "ac":
+        want = Counter({r.location: r.count for r in expected_by_program()[("split_lines", ("10",))]})
+    else:
+        want = rows[policy]
+    run = ualdbg("trace", "--engine", "step", "--policy", policy, "--range", code_range("split_lines"), "--",
+                 str(BUILD / "split_lines"), "10", json_path=tmp_path / "t.json")
+    assert run.doc is not None, run.explain()
+    assert by_location(run.doc) == want, run.explain()
+    assert run.doc["step"]["policy"] == policy and f"policy {policy}" in run.doc["scope"]
+    assert run.doc["faults_total"] == sum(want.values())
+
+
+def test_cacheline_is_a_subset_of_natural(tmp_path: Path) -> None:
+    rows = policy_rows()
+    assert set(rows["cacheline"]) < set(rows["natural"])
+    assert all(rows["cacheline"][loc] == rows["natural"][loc] for loc in rows["cacheline"])
+    assert set(rows["page"]) < set(rows["cacheline"])
+
+
+def test_function_scope_with_calls_out_of_it(tmp_path: Path) -> None:
+    """--in main: main's own accesses only; its callees (each a function of its own) run at full
+    speed, and stepping resumes after each of them returns (main's loop would otherwise be lost)."""
+    run = ualdbg("trace", "--engine", "step", "--policy", "natural", "--in", "main", "--",
+                 str(BUILD / "split_lines"), "10", json_path=tmp_path / "t.json")
+    assert run.doc is not None, run.explain()
+    assert run.doc["faults_total"] == 0, run.explain()
+    # one entry at main, then one per return into it: atol, 10 iterations of 21 calls, printf
+    assert run.doc["step"]["scope_entries"] == 1 + 1 + 10 * 21 + 1, run.doc["step"]
+    both = ualdbg("trace", "--engine", "step", "--policy", "cacheline", "--in", "read_split8", "--in", "read_page8",
+                  "--", str(BUILD / "split_lines"), "10", json_path=tmp_path / "u.json")
+    assert both.doc is not None, both.explain()
+    assert by_location(both.doc) == Counter({"split_lines.c:33": 10, "split_lines.c:53": 50})
+    assert both.doc["step"]["scope_entries"] == 10 + 50
+
+
+@pytest.fixture(scope="module")
+def step_signals(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("step-signals") / "step_signals"
+    subprocess.run(["gcc", "-g", "-O1", "-o", str(out), "step_signals.c"], check=True, cwd=PROGRAMS)
+    return out
+
+
+def test_signal_handlers_interrupting_the_scope(step_signals: Path, tmp_path: Path) -> None:
+    """SIGALRM every 0.5 ms while `work` steps: the handler (in scope too) is counted once per run
+    and the interrupted instruction once per execution, however often it was preempted. Stdin,
+    stdout and the exit status are the program's."""
+    run = ualdbg("trace", "--engine", "step", "--in", "work", "--in", "on_alarm", "--", str(step_signals), "20000", "3",
+                 json_path=tmp_path / "t.json", stdin="hello step\n")
+    assert run.doc is not None, run.explain()
+    assert run.proc.returncode == 3, run.explain()
+    m = re.search(r"n=20000 alarms=(\d+) sum=0 input=hello step\n", run.proc.stdout)
+    assert m, run.explain()
+    alarms = int(m.group(1))
+    assert alarms > 0, "no SIGALRM arrived while stepping: the test proves nothing"
+    assert by_location(run.doc) == Counter({"step_signals.c:27": 20000, "step_signals.c:19": 2 * alarms}), run.explain()
+    assert run.doc["program"]["exit_status"] == 3
+
+
+def test_threads_outside_and_inside_the_scope(tmp_path: Path) -> None:
+    """threads: three threads, one function each; stepping only one of them counts only its line."""
+    src = (EXAMPLES / "threads.c").read_text()
+    names = re.findall(r"static void \*(worker_\w+)\(void \*", src)
+    assert len(names) == 3, names
+    counts = []
+    for name in names:
+        run = ualdbg("trace", "--engine", "step", "--in", name, "--", str(BUILD / "threads"), "10",
+                     json_path=tmp_path / f"{name}.json")
+        assert run.doc is not None and run.proc.returncode == 0, run.explain()
+        counts.append(by_location(run.doc))
+        assert len({r["tid"] for r in run.doc["records"]}) == 1
+    assert sorted(sum(c.values()) for c in counts) == [10, 20, 30]
+    assert sum(counts, Counter()) == Counter({r.location: r.count for r in expected_by_program()[("threads", ("10",))]})
+
+
+def test_everywhere_counts_the_program_and_ignores_libc(tmp_path: Path) -> None:
+    run = ualdbg("trace", "--engine", "step", "--everywhere", "--", str(BUILD / "not_aligned"), "100",
+                 json_path=tmp_path / "t.json")
+    assert run.doc is not None, run.explain()
+    assert by_location(run.doc) == Counter({"not_aligned.c:38": 100})
+    assert run.doc["step"]["scope"]["kind"] == "everywhere"
+    # printf and friends were stepped too: far more instructions than the program's loop
+    assert run.doc["step"]["instructions_stepped"] > 10_000
+
+
+def test_module_bias_is_the_kernels(tmp_path: Path) -> None:
+    run = ualdbg("trace", "--engine", "step", "--in", "bump", "--", str(BUILD / "not_aligned"), "5",
+                 json_path=tmp_path / "t.json")
+    assert run.doc is not None, run.explain()
+    (site,) = run.doc["sites"]
+    assert int(site["pc"], 16) - int(site["offset"], 16) == PIE_BASE
+
+
+def test_check_exit_statuses(tmp_path: Path) -> None:
+    found = ualdbg("check", "--engine", "step", "--in", "bump", "--", str(BUILD / "not_aligned"), "7",
+                   json_path=tmp_path / "a.json")
+    assert found.proc.returncode == 1 and "7 unaligned accesses" in found.proc.stdout, found.explain()
+    clean = ualdbg("check", "--engine", "step", "--policy", "cacheline", "--in", "bump", "--",
+                   str(BUILD / "not_aligned"), "7", json_path=tmp_path / "b.json")
+    # p is one byte past malloc: 8-byte elements at 1 mod 8 split a line once in 8
+    assert clean.doc is not None, clean.explain()
+    assert clean.proc.returncode == (1 if clean.doc["faults_total"] else 0)
+
+
+BAD = [
+    (["--in", "no_such_function"], "no function named no_such_function in not_aligned or its libraries"),
+    (["--range", "0x2000,0x1000"], "--range 0x2000,0x1000: empty range (HI must be above LO)"),
+    (["--range", "0x1000,0x1000"], "--range 0x1000,0x1000: empty range (HI must be above LO)"),
+    (["--range", "banana"], "--range banana: write two addresses, LO,HI (e.g. 0x401000,0x401200)"),
+    (["--in", "checksum", "--everywhere"], "--everywhere steps every instruction: do not combine it with --in or --range"),
+    ([], "--engine step needs a scope: --in FUNCTION, --range LO,HI or --everywhere"),
+    (["--range", "0x10000,0x10010"], "the program never entered the scope 0x10000,0x10010: nothing was stepped"),
+]
+
+
+@pytest.mark.parametrize(("extra", "message"), BAD, ids=[m.split(":")[0][:30] for _, m in BAD])
+@pytest.mark.parametrize("cmd", ["trace", "check"])
+def test_bad_input_is_one_line(cmd: str, extra: list[str], message: str, tmp_path: Path) -> None:
+    run = ualdbg(cmd, "--engine", "step", *extra, "--", str(BUILD / "not_aligned"), "5", json_path=tmp_path / "t.json")
+    assert run.proc.returncode == 2, run.explain()
+    assert run.proc.stderr == f"ualdbg: {message}\n", run.explain()
+    assert "Traceback" not in run.proc.stdout + run.proc.stderr
+
+
+def test_function_never_called_is_one_line(tmp_path: Path) -> None:
+    """split_lines 0 calls none of its helpers: the scope exists and is never entered."""
+    run = ualdbg("check", "--engine", "step", "--in", "read_split8", "--", str(BUILD / "split_lines"), "0",
+                 json_path=tmp_path / "t.json")
+    assert run.proc.returncode == 2, run.explain()
+    assert run.proc.stderr == "ualdbg: the program never entered the scope read_split8: nothing was stepped\n"
+    assert "split_lines: buf=" in run.proc.stdout  # the program itself ran to its end
+
+
+@pytest.mark.parametrize("extra", [["--in", "main"], ["--policy", "natural"], ["--everywhere"]])
+def test_step_options_need_the_step_engine(extra: list[str], tmp_path: Path) -> None:
+    run = ualdbg("trace", *extra, "--", str(BUILD / "not_aligned"), "5", json_path=tmp_path / "t.json")
+    assert run.proc.returncode == 2
+    assert run.proc.stderr == "ualdbg: --in, --range, --everywhere and --policy belong to --engine step\n"
