@@ -195,3 +195,24 @@ def test_step_options_need_the_step_engine(extra: list[str], tmp_path: Path) -> 
     run = ualdbg("trace", *extra, "--", str(BUILD / "not_aligned"), "5", json_path=tmp_path / "t.json")
     assert run.proc.returncode == 2
     assert run.proc.stderr == "ualdbg: --in, --range, --everywhere and --policy belong to --engine step\n"
+
+
+def test_fork_child_runs_unstepped_with_its_code_restored(test_programs: Path, tmp_path: Path) -> None:
+    """forker: bump() once, fork (the child bumps twice and exits), bump() once more. The child is
+    not followed: it must run its own code, not our breakpoints (an int3 would kill it). Each
+    bump() is a misaligned 8-byte load and a store (volatile at -O1): two accesses."""
+    run = ualdbg("trace", "--engine", "step", "--in", "bump", "--", str(test_programs / "forker"),
+                 json_path=tmp_path / "t.json")
+    assert run.doc is not None, run.explain()
+    assert "parent: child status 0 signaled 0" in run.proc.stdout, run.explain()
+    assert run.proc.returncode == 0
+    assert run.doc["faults_total"] == 2 * 2, run.explain()
+
+
+def test_exec_stops_stepping_and_the_new_program_runs(test_programs: Path, tmp_path: Path) -> None:
+    run = ualdbg("trace", "--engine", "step", "--in", "bump", "--", str(test_programs / "forker"), "exec",
+                 json_path=tmp_path / "t.json")
+    assert run.doc is not None, run.explain()
+    assert "exec'd child ok" in run.proc.stdout and run.proc.returncode == 0, run.explain()
+    assert run.doc["faults_total"] == 2, run.explain()  # the one bump() before the exec
+    assert any("exec" in n for n in run.doc["notes"]), run.doc["notes"]
