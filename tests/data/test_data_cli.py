@@ -150,3 +150,18 @@ def test_agent_names_the_faulting_frames_local_not_its_callers(stack_locals: Pat
     assert caller["kind"] == "stack" and caller["tid"] == doc["program"]["pid"], explain(p)
     assert caller["text"] == f"stack of thread {doc['program']['pid']}, no local or parameter of the faulting frame holds it"
     assert caller["via"]["path"] == "p[0]+0" and by_func["read8"]["count"] == 4, explain(p)
+
+
+def test_trace_records_name_their_element(tmp_path: Path) -> None:
+    from ualdbg.render.advice import record_data
+
+    doc, log = cli_trace("common_block", "5", tmp_path=tmp_path)
+    fill = next(s for s in doc["sites"] if s["function"] == "fill_")
+    d = fill["data"]
+    assert d["size"] == 4000 and int(d["start"], 16) == int(d["va"], 16), log  # r2[0] is where r2 starts
+    vas = [r["va"] for r in doc["records"] if r["pc"] == fill["pc"]]
+    # x(i) of the REAL*8 view is r2 elements 2(i-1) and 2(i-1)+1: element 2(i-1), offset 0
+    assert [record_data(fill, va) for va in vas] == [f"r2[{2 * i}]+0" for i in range(5)], log
+    assert record_data(fill, f"{int(d['start'], 16) + 4000:#x}") == "-"  # past r2: not said to be r2
+    p = run_cli("report", str(tmp_path / "common_block.json"))
+    assert p.returncode == 0 and "r2[8]+0" in p.stdout, explain(p)

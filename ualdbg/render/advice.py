@@ -32,3 +32,21 @@ def data_advice_table(doc: dict[str, Any]) -> Table | None:
         a = advice.get(s["pc"])
         table.add_row(Text(str(s["count"])), Text(where), Text(text), Text(f"{a.remedy}: {a.text}" if a else "-"))
     return table
+
+
+def record_data(site: dict[str, Any], va: str | None) -> str:
+    """What one trace record's VA is, from its site's data (no symbols are read): the variable
+    and element when the VA lies in the variable the site's first fault named, else "-"."""
+    data = site.get("data") or {}
+    if not va or "start" not in data or not data.get("size") or not data.get("name"):
+        return "-"
+    addr, start = int(va, 16), int(data["start"], 16)
+    if not start <= addr < start + data["size"]:
+        return "-"
+    if addr == int(data["va"], 16):
+        return f"{data['path']}+{data['offset']}"
+    esize = data.get("element_size")
+    if esize and data.get("path") == f"{data['name']}[{(int(data['va'], 16) - start) // esize}]":
+        # a one-dimensional array of scalars: the element index follows from the address
+        return f"{data['name']}[{(addr - start) // esize}]+{(addr - start) % esize}"
+    return f"{data['name']}+{addr - start}"

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from .advice import data_advice_table
+from .advice import data_advice_table, record_data
 from .jsondoc import group_sites
 
 
@@ -90,6 +90,11 @@ def summary_table(doc: dict[str, Any], by: str = "pc") -> Table | Group:
     return table if extra is None else Group(table, extra)
 
 
+def _with_data(source: str, data: str) -> str:
+    """The source cell of a record, with what its VA is on a second line when known (issue 9)."""
+    return source if data == "-" else f"{source}\n{data}"
+
+
 def records_table(doc: dict[str, Any], limit: int | None = None, tid: int | None = None) -> Table:
     sites = {s["pc"]: s for s in doc["sites"]}
     records = doc["records"]
@@ -108,5 +113,5 @@ def records_table(doc: dict[str, Any], limit: int | None = None, tid: int | None
         table.add_row(*[Text(x) for x in (
             str(r["seq"]), f"{r['time']:.6f}", "?" if r["cpu"] is None else str(r["cpu"]),
             str(r["pid"]), str(r["tid"]), r["pc"], r["va"] or "?", str(r["size"] or "?"),
-            r["access"] or "?", _where(s) if s else "?", src)])
+            r["access"] or "?", _where(s) if s else "?", _with_data(src, record_data(s, r["va"])))])
     return table

@@ -82,6 +82,8 @@ class DataRef:
     line: int | None = None
     tid: int | None = None  # stack of this thread
     frame: int | None = None  # a local's frame: 0 the faulting one, 1 its caller, ...
+    start: int | None = None  # where the variable starts (runtime VA) and its size in bytes
+    size: int | None = None
     mapping: str | None = None  # the /proc/PID/maps line's path, "" for anonymous
     mapping_offset: int | None = None  # VA - mapping start (+ file offset for files)
     struct: str | None = None  # innermost struct crossed and its member holding the VA
@@ -92,6 +94,8 @@ class DataRef:
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if v is not None and k not in ("via", "va")}
         out["va"] = f"{self.va:#x}"
+        if self.start is not None:
+            out["start"] = f"{self.start:#x}"
         if not self.packed:
             out.pop("packed", None)
         if self.via is not None:
@@ -103,6 +107,8 @@ def from_json(d: dict[str, Any]) -> DataRef:
     d = dict(d)
     via = d.pop("via", None)
     d["va"] = int(d["va"], 16)
+    if "start" in d:
+        d["start"] = int(d["start"], 16)
     return DataRef(**d, via=Via(**via) if via else None)
 
 
@@ -490,7 +496,8 @@ def _in_module(va: int, modules: ModuleMap, index_for: Callable[[str], ElfIndex 
     kind = var.kind if var.die_offset is not None else "symbol"
     return DataRef(kind, f"{path}+{rest}{where}{decl}{source}", va, name=var.name, path=path, offset=rest,
                    type=var.type, element_type=elem, element_size=esize, container=var.container, module=module.name, file=var.file,
-                   line=var.line, struct=struct_, member=member, packed=packed)
+                   line=var.line, struct=struct_, member=member, packed=packed, start=module.base + var.start,
+                   size=var.size or None)
 
 
 def _in_mapping(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None]) -> DataRef:
@@ -630,7 +637,7 @@ def _local_in(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[st
                        name=name, path=name + place.path, offset=place.offset, type=info.name, element_type=place.type,
                        element_size=place.size,
                        container=func, file=file, line=line, tid=frame.tid, struct=place.struct, member=place.member,
-                       packed=place.packed)
+                       packed=place.packed, start=loc.address, size=info.size)
     return None
 
 
