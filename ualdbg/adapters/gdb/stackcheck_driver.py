@@ -8,7 +8,7 @@ from typing import Any
 
 import gdb  # type: ignore[import-not-found]
 
-from ...stackcheck_sweep import SweepError, sweep
+from ...stackcheck_sweep import SweepError, skip_data_names, sweep
 
 
 def _quiet(cmd: str) -> str:
@@ -69,6 +69,7 @@ class GdbSweep:
             from .install import install, installed
 
             self.session = install()
+            skip_data_names(self.session)
             self.host, _hooks = installed()
             # The program's own signals go to it as they would without a debugger.
             _quiet("handle all nostop noprint pass")

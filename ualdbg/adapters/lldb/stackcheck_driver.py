@@ -10,7 +10,7 @@ from typing import Any
 
 import lldb  # type: ignore[import-not-found]
 
-from ...stackcheck_sweep import SweepError, sweep
+from ...stackcheck_sweep import SweepError, skip_data_names, sweep
 from .hooks import BP_NAME
 
 ARM_POINT_NAME = f"{BP_NAME}_arm_point_hit"  # how hooks.LldbHooks names its arm point
@@ -75,6 +75,7 @@ class LldbSweep:
             from .install import install, installed
 
             self.session = install(debugger)
+            skip_data_names(self.session)
             host, hooks = installed(debugger)
             # lldb launches the program from lldb-server: ualdbg would take it for an attached
             # process and arm it at once, long before main (as the batch driver, arm at main).
