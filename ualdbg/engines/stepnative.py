@@ -196,7 +196,8 @@ def _read_exact(fd: int, n: int) -> bytes | None:
     while len(out) < n:
         try:
             chunk = os.read(fd, n - len(out))
-        except InterruptedError:
+        except (InterruptedError, KeyboardInterrupt):
+            # ^C went to the program too (same process group): its choice, as with the agent
             continue
         if not chunk:
             return None
