@@ -104,3 +104,14 @@ def test_off_then_detach_leaves_the_program_healthy(test_programs: Path, tmp_pat
         "process attach -p {pid}", "ualdbg break", "platform shell touch {go}", "continue", "ualdbg off",
         "process detach"])
     assert "done 4" in prog_out, out
+
+
+def test_detach_without_off_leaves_the_program_healthy(test_programs: Path, tmp_path: Path) -> None:
+    # Stopped at a fault with AC set in every thread; `process detach` and its alias `detach`
+    # must clear it first (lldb's command override callback), or the program dies of SIGBUS.
+    for n, detach in enumerate(("process detach", "detach")):
+        (tmp_path / str(n)).mkdir()
+        out, prog_out = _attach_session(test_programs, tmp_path / str(n), [
+            "process attach -p {pid}", "ualdbg break", "platform shell touch {go}", "continue", detach])
+        assert out.count("Unaligned data access") == 1, out
+        assert "done 4" in prog_out, out

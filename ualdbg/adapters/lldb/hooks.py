@@ -368,6 +368,10 @@ class LldbHooks:
             # lldb detaches from an attached process when it quits: nothing may stay armed
             # (with no tracer, the next unaligned access would kill the program).
             debugger.AddDestroyCallback(_on_destroy)
+        # `process detach` (and its alias `detach`): lldb has no detach event, but runs an
+        # override callback first; returning False lets the command go on.
+        self._detach_callback = lambda *argv: self.before_detach() and False
+        debugger.GetCommandInterpreter().SetCommandOverrideCallback("process detach", self._detach_callback)
 
     # -- the Host side -----------------------------------------------------------------------
     def sbtarget(self) -> lldb.SBTarget:
