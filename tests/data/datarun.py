@@ -32,10 +32,19 @@ def cli_trace(prog: str, *args: str, tmp_path: Path, engine: str | None = None) 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 
+def build(name: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("data-programs") / name
+    # Compiled from its folder with a bare file name, so DWARF names it NAME.c.
+    subprocess.run(["gcc", "-g", "-O1", "-Wall", "-o", str(out), f"{name}.c"], check=True, cwd=PROGRAMS)
+    return out
+
+
 @pytest.fixture(scope="session", name="stack_locals")
 def stack_locals_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/data/programs/stack_locals.c, built once; imported by the modules that use it."""
-    out = tmp_path_factory.mktemp("data-programs") / "stack_locals"
-    # Compiled from its folder with a bare file name, so DWARF names it stack_locals.c.
-    subprocess.run(["gcc", "-g", "-O1", "-Wall", "-o", str(out), "stack_locals.c"], check=True, cwd=PROGRAMS)
-    return out
+    return build("stack_locals", tmp_path_factory)
+
+
+@pytest.fixture(scope="session", name="libc_data")
+def libc_data_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build("libc_data", tmp_path_factory)

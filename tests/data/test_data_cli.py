@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from clirun import explain, run_cli
 from conftest import BUILD, require_tool
-from datarun import cli_trace, decl_line, stack_locals_fixture  # noqa: F401 - the stack_locals fixture
+from datarun import cli_trace, decl_line, libc_data_fixture, stack_locals_fixture  # noqa: F401 - fixtures
 
 
 def test_common_block_member_and_fortran_view(tmp_path: Path) -> None:
@@ -165,3 +165,18 @@ def test_trace_records_name_their_element(tmp_path: Path) -> None:
     assert record_data(fill, f"{int(d['start'], 16) + 4000:#x}") == "-"  # past r2: not said to be r2
     p = run_cli("report", str(tmp_path / "common_block.json"))
     assert p.returncode == 0 and "r2[8]+0" in p.stdout, explain(p)
+
+
+def test_system_library_data_by_its_symbol(libc_data: Path, tmp_path: Path) -> None:
+    import subprocess
+
+    out = tmp_path / "l.json"
+    p = run_cli("trace", "--json", str(out), "--", str(libc_data))
+    assert out.exists(), explain(p)
+    (site,) = json.loads(out.read_text())["sites"]
+    d = site["data"]
+    libc = next(line.split()[2] for line in subprocess.run(["ldd", str(libc_data)], capture_output=True, text=True).stdout.splitlines()
+                if "libc.so" in line)
+    dyn = subprocess.run(["nm", "-D", "--defined-only", libc], capture_output=True, text=True).stdout
+    assert re.search(rf"\sD {re.escape(d['name'])}(@.*)?$", dyn, re.M), (d, explain(p))  # a data symbol of libc
+    assert (d["kind"], d["module"], d["offset"]) == ("symbol", "libc.so.6", 1) and "no type" in d["text"], explain(p)

@@ -36,7 +36,6 @@ from ualdbg.symbols.layout import (
 )
 from ualdbg.symbols.maps import ModuleMap
 
-_STT_OBJECT, _STT_TLS, _STT_COMMON = 1, 6, 5
 _SCOPES = frozenset({"DW_TAG_lexical_block", "DW_TAG_inlined_subroutine", "DW_TAG_try_block", "DW_TAG_catch_block"})
 _VARS = frozenset({"DW_TAG_variable", "DW_TAG_formal_parameter"})
 _NEAR = 1 << 16
@@ -224,6 +223,10 @@ class ModuleData:
                 yield GlobalVar(name, start, tinfo.size or 0, kind, container, die.offset, file, line, tinfo.name)
         except DWARF_ERRORS:
             return
+
+    @cached_property
+    def symbol_table(self) -> IntervalTable[GlobalVar]:
+        return IntervalTable((v.start, v.start + max(v.size, 1), v) for v in self.symbols)
 
     @cached_property
     def symbols(self) -> list[GlobalVar]:
@@ -474,7 +477,9 @@ def _in_module(va: int, modules: ModuleMap, index_for: Callable[[str], ElfIndex 
     module, index = hit
     md = module_data(index)
     link = va - module.base
-    var = md.globals.find(link)
+    # A system library's DWARF (glibc's debug file: 27 s of pyelftools) is not read in the fault
+    # path: its data is named by the symbol table.
+    var = md.symbol_table.find(link) if modules.is_system(module) else md.globals.find(link)
     if var is None:
         section = md.section_of(link)
         where = f"{module.name}{_hexoff(link)}" + (f" ({section})" if section else "")
