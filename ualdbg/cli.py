@@ -43,6 +43,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                         "cacheline (splits a 64-byte line), page (splits a 4 KiB page)")
     p.add_argument("--debugger", choices=("gdb", "lldb"), default=None, help="which debugger drives the trap engine (implies --engine trap; default gdb)")
     p.add_argument("--no-follow", action="store_true", help="agent: trace only the program, not the processes it starts")
+    p.add_argument("--arch", default=None, metavar="ARCH",
+                   help="the program's architecture (default: its ELF header); sparc64, alpha... run under qemu-user and gdb-multiarch")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS")
 
 
@@ -105,7 +107,7 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
     req = RunRequest(_program(args, parser), debugger=args.debugger or "gdb", at=args.at, all_modules=args.all_modules,
                      modules=args.module, buffer=args.buffer, engine=engine, follow=not args.no_follow,
                      step_functions=list(args.step_in), step_ranges=list(args.step_range), everywhere=args.everywhere,
-                     policy=args.policy or "ac")
+                     policy=args.policy or "ac", arch=args.arch)
     show_progress = sys.stdout.isatty() and sys.stderr.isatty() and args.json != "-"
     if show_progress:
         from rich.live import Live

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import rich
 
 import ualdbg
 
+from .arch import ArchInfo
 from .progress import poll
 
 MIN_GDB = (12, 1)
@@ -43,6 +45,9 @@ class RunRequest:
     # "auto": the in-process agent where it can work, else the trap engine under `debugger`.
     engine: str = "auto"
     follow: bool = True  # agent: trace child processes too
+    # The program's architecture (`--arch`, else the ELF's e_machine): one other than the host's
+    # runs under qemu-user with gdb-multiarch attached to qemu's gdb stub (ualdbg.qemu).
+    arch: str | None = None
     # engine "step": the scope to single-step and the alignment policy (ualdbg.engines.stepnative)
     step_functions: list[str] = field(default_factory=list)
     step_ranges: list[str] = field(default_factory=list)
@@ -95,8 +100,9 @@ def find_gdb() -> str:
 
 def gdb_command(req: RunRequest, cfg: dict[str, Any], log: str) -> list[str]:
     setup = f"import sys; sys.path[:0] = {_pkg_roots()!r}"
+    remote = cfg.get("remote")
     return [
-        find_gdb(), "-q", "-nx", "-batch",
+        find_gdb() if remote is None else cfg["gdb"], "-q", "-nx", "-batch",
         "-iex", f"set logging file {log}", "-iex", "set logging overwrite on",
         # gdb's own messages go to the log; the program writes to the user's stdout/stderr.
         "-iex", "set logging redirect on", "-iex", "set logging enabled on",
@@ -106,7 +112,10 @@ def gdb_command(req: RunRequest, cfg: dict[str, Any], log: str) -> list[str]:
         *(["-iex", "set disable-randomization off"] if req.aslr else []),
         "-ex", f"python {setup}",
         "-ex", f"python from ualdbg.adapters.gdb.driver import main; main({json.dumps(json.dumps(cfg))})",
-        "--args", *req.program,
+        *(["-iex", f"set sysroot {cfg['sysroot']}"] if cfg.get("sysroot") else []),
+        # Under qemu the program is already started (held at its first instruction): gdb only
+        # loads its symbols and connects (driver.py).
+        *(["--args", *req.program] if remote is None else [req.program[0]]),
     ]
 
 
@@ -192,6 +201,48 @@ def _run_lldb(cfg: dict[str, Any], log: str, forked: Callable[[], None] | None,
     return returncode, os.WEXITSTATUS(wstatus), None
 
 
+def _cross_arch(req: RunRequest) -> ArchInfo | None:
+    """The program's architecture when it is not the host's (None: native). `--arch` must agree
+    with the ELF header: a mismatch is a usage error, not a guess."""
+    from .arch import arch_by_name, elf_arch
+
+    try:
+        wanted = arch_by_name(req.arch) if req.arch else None
+    except ValueError as exc:
+        raise ToolError(str(exc)) from None
+    found = elf_arch(req.program[0])
+    if wanted is not None and found is not None and found is not wanted:
+        raise ToolError(f"{req.program[0]} is a {found.name} program, not {wanted.name}")
+    arch = found or wanted
+    if arch is None or arch.name == platform.machine():
+        return None
+    if arch.qemu is None or arch.mechanism not in ("native", "prctl"):
+        raise ToolError(f"{arch.name} programs: ualdbg has no engine for them yet (see README: architectures)")
+    return arch
+
+
+def _run_qemu(req: RunRequest, arch: ArchInfo, cfg: dict[str, Any], log: str,
+              folder: str) -> tuple[int, int | None, int | None]:
+    """qemu-ARCH -g on a private socket, gdb-multiarch in batch mode attached to it; the
+    program's stdio are the user's and its end is qemu's wait status."""
+    from . import qemu
+
+    try:
+        cfg["gdb"] = qemu.find_gdb_multiarch()
+        run = qemu.start(arch, req.program, folder)
+    except qemu.QemuError as exc:
+        raise ToolError(str(exc)) from None
+    try:
+        cfg["remote"] = run.endpoint
+        cfg["sysroot"] = arch.sysroot if arch.sysroot and os.path.isdir(arch.sysroot) else None
+        returncode = subprocess.run(gdb_command(req, cfg, log), stdin=subprocess.DEVNULL, stdout=None, stderr=None,
+                                    check=False).returncode
+        status, sig = run.wait() if returncode == 0 else (None, None)
+    finally:
+        run.stop()
+    return returncode, status, sig
+
+
 def _run_agent(req: RunRequest, on_progress: Callable[[int, int, float], None] | None) -> RunResult | None:
     """The agent engine (ualdbg.engines.agent); None, after one line on stderr saying why, when it
     cannot work for this program and the trap engine must."""
@@ -228,7 +279,12 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
     if req.engine == "step":
         return _run_step(req, on_progress)
     req.program[0] = resolve_program(req.program[0])
-    if req.engine != "trap" and not req.exec_wrapper:
+    cross = _cross_arch(req)
+    if cross is not None and req.engine == "agent":
+        raise ToolError(f"--engine agent runs native x86-64 programs only; {cross.name} programs run under qemu with the trap engine")
+    if cross is not None and req.debugger != "gdb":
+        raise ToolError(f"{cross.name} programs run under qemu-user with gdb-multiarch; --debugger {req.debugger} cannot attach there")
+    if cross is None and req.engine != "trap" and not req.exec_wrapper:
         done = _run_agent(req, on_progress)
         if done is not None:
             return done
@@ -259,8 +315,12 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
             else:
                 if poller is not None:
                     poller.start()
-                returncode = subprocess.run(gdb_command(req, cfg, log), stdin=None, stdout=None, stderr=None,
-                                            check=False).returncode
+                if cross is not None:
+                    returncode, *program_end = _run_qemu(req, cross, cfg, log, tmp)
+                    waited = (program_end[0], program_end[1])
+                else:
+                    returncode = subprocess.run(gdb_command(req, cfg, log), stdin=None, stdout=None, stderr=None,
+                                                check=False).returncode
         finally:
             finished.set()
             if poller is not None and poller.is_alive():

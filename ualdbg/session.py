@@ -207,14 +207,17 @@ class Session:
                 return insn, acc, True
         return insn, (found[0] if found else None), False
 
-    def record_fault(self, target: Target, tid: int, info: SigInfo) -> bool:
-        """Record one trapped access; True when the user asked to stop at it."""
+    def record_fault(self, target: Target, tid: int, info: SigInfo,
+                     decoded: tuple[Insn | None, Access | None, bool | None] | None = None) -> bool:
+        """Record one trapped access; True when the user asked to stop at it. `decoded`: what
+        an engine with its own decoder found (engines/fixup.py: SPARC, Alpha), instead of
+        analyse()'s x86 decode."""
         pc = target.read_register(self.engine._arch(target).pc, tid)
         module, system = self.module_of(target, pc)
         if not self.scope.includes(module, system):
             self.buffer.ignore(module.name if module else None)
             return False
-        insn, acc, explained = self.analyse(target, tid, pc)
+        insn, acc, explained = self.analyse(target, tid, pc) if decoded is None else decoded
         pid = target.pid() or 0
         va = acc.va if acc is not None else (info.addr or None)
         fault = Fault(

@@ -15,6 +15,7 @@ from .procfs import sigbus_blocked
 
 if TYPE_CHECKING:
     from ..session import Session
+    from .fixup import FixupEngine
 
 
 class Decision(Enum):
@@ -43,6 +44,8 @@ class TrapEngine:
         # PTRACE_CONT will ever clear it. Such a TF is scrubbed at every stop of the thread.
         self.tf_suspect: set[int] = set()
         self.arch: archmod.ArchInfo | None = None
+        # Architectures without EFLAGS.AC (SPARC, Alpha...): the fix-up engine does the work.
+        self.fixup: FixupEngine | None = None
         self.mechanism = "EFLAGS.AC"
         self.slots = SlotPool()
         self.out_of_line = True
@@ -52,7 +55,16 @@ class TrapEngine:
     def _arch(self, target: Target) -> archmod.ArchInfo:
         if self.arch is None:
             self.arch = archmod.arch_info(target.arch())
+            if self.arch.mechanism != archmod.MECH_AC:
+                from .fixup import FixupEngine
+
+                self.fixup = FixupEngine(self.session, self.arch)
+                self.mechanism = self.fixup.mechanism
         return self.arch
+
+    def _fixup_for(self, target: Target) -> FixupEngine | None:
+        self._arch(target)
+        return self.fixup
 
     def _flags(self, target: Target, tid: int | None) -> int:
         return target.read_register(self._arch(target).flags, tid)
@@ -81,7 +93,11 @@ class TrapEngine:
     def arm(self, target: Target) -> None:
         """Arm every thread now (at main, at start, after attach, or when asked while stopped)."""
         self.active = True
-        self._arch(target)
+        fixup = self._fixup_for(target)
+        if fixup is not None:
+            fixup.arm(target)
+            self.armed.update(target.threads())
+            return
         for tid in target.threads():
             if tid not in self.pending:
                 self.arm_thread(target, tid)
@@ -89,7 +105,10 @@ class TrapEngine:
     def disarm(self, target: Target | None) -> None:
         """Clear AC (and our TF) in every thread; forget all per-thread state."""
         self.active = False
-        if target is not None and target.pid() is not None:
+        fixup = self._fixup_for(target) if target is not None and target.pid() is not None else None
+        if target is not None and fixup is not None:
+            fixup.disarm(target)
+        elif target is not None and target.pid() is not None:
             self.leave_slots(target)
             a = self._arch(target)
             for tid in target.threads():
@@ -107,6 +126,8 @@ class TrapEngine:
         self.pending.clear()
         self.in_clone.clear()
         self.reported.clear()
+        if self.fixup is not None:
+            self.fixup.forget()
         self.tf_suspect.clear()
 
     def thread_exited(self, tid: int) -> None:
@@ -122,6 +143,8 @@ class TrapEngine:
         and arm threads that should be armed and are not (created by a path ualdbg saw no hook
         for, or that unblocked SIGBUS)."""
         a = self._arch(target)
+        if self.fixup is not None:
+            return
         for tid, fault_pc in list(self.pending_pc.items()):
             if tid not in self.pending:
                 del self.pending_pc[tid]
@@ -148,11 +171,21 @@ class TrapEngine:
                 self.arm_thread(target, tid)
 
     # -- events --------------------------------------------------------------------------------
+    def siginfo_unavailable(self, target: Target, signo: int) -> SigInfo | None:
+        """What to go on when the debugger has no siginfo (qemu's gdb stub): the fix-up engine
+        decodes the instruction and needs none; the AC engine needs si_code and gives up."""
+        if signo != archmod.SIGBUS or self._fixup_for(target) is None:
+            return None
+        return SigInfo(signo, 0, None)
+
     def on_signal(self, target: Target, info: SigInfo | None = None) -> Decision:
         """Called at a SIGBUS or SIGTRAP stop of the current thread."""
         info = info or target.siginfo()
         if info is None:
             return Decision.NOT_OURS
+        fixup = self._fixup_for(target)
+        if fixup is not None:
+            return fixup.on_signal(target, info)
         if info.signo == archmod.SIGTRAP:
             return self._on_trap(target)
         if info.signo != archmod.SIGBUS or info.code != archmod.BUS_ADRALN:
@@ -285,7 +318,7 @@ class TrapEngine:
 
     def on_syscall(self, target: Target) -> None:
         """At entry and exit of clone/fork/vfork/clone3 and rt_sigprocmask (gdb's catchpoint)."""
-        if not self.active:
+        if not self.active or self.fixup is not None:
             return
         a = self._arch(target)
         tid = target.current_tid()

@@ -34,7 +34,12 @@ def main(config_json: str) -> None:
     session.program.args = cfg["args"]
     status: dict[str, Any] = {"exit_status": None, "exit_signal": None, "error": None}
     try:
-        gdb.execute("run", to_string=False)
+        if cfg.get("remote"):
+            # qemu-user holds the program at its first instruction until gdb connects.
+            gdb.execute(f"target remote {cfg['remote']}", to_string=True)
+            gdb.execute("continue", to_string=False)
+        else:
+            gdb.execute("run", to_string=False)
         # The program stopped without exiting: a signal of its own (SIGSEGV, SIGABRT...) that
         # gdb stops at by default. Deliver it as it would be without a debugger.
         while gdb.selected_inferior().pid:

@@ -32,6 +32,15 @@ def _warn(message: str) -> None:
         gdb.write(traceback.format_exc(), gdb.STDERR)
 
 
+def _x86_64() -> bool:
+    """Whether the loaded program (or, with none, gdb's current architecture) is x86-64."""
+    try:
+        name = gdb.selected_inferior().architecture().name()
+    except (gdb.error, AttributeError):
+        return True
+    return name.startswith("i386:x86-64")
+
+
 def read_handle(sig: str) -> tuple[bool, bool, bool]:
     """(stop, print, pass) as `info signals SIG` shows them."""
     text = gdb.execute(f"info signals {sig}", to_string=True)
@@ -123,8 +132,13 @@ class GdbHooks:
         set_handle("SIGTRAP", True, True, False)
         self.passing = {SIGBUS: False, SIGTRAP: False}
         self.catchpoints = []
-        for spec, fn in (("signal SIGBUS", f"$_ualdbg_signal({SIGBUS})"), ("signal SIGTRAP", f"$_ualdbg_signal({SIGTRAP})"),
-                         ("syscall " + " ".join(str(n) for n in SYSCALL_NAMES), "$_ualdbg_syscall()")):
+        catches = [("signal SIGBUS", f"$_ualdbg_signal({SIGBUS})")]
+        if _x86_64():
+            # SIGTRAP ends an EFLAGS.TF step-over; the syscall numbers are x86-64's (and qemu's
+            # gdb stub, where other architectures run, can catch no syscalls).
+            catches += [("signal SIGTRAP", f"$_ualdbg_signal({SIGTRAP})"),
+                        ("syscall " + " ".join(str(n) for n in SYSCALL_NAMES), "$_ualdbg_syscall()")]
+        for spec, fn in catches:
             gdb.execute(f"catch {spec}", to_string=True)
             num = int(gdb.parse_and_eval("$bpnum"))
             gdb.execute(f"condition {num} {fn}", to_string=True)
@@ -238,7 +252,11 @@ class GdbHooks:
                 with self.target_.event():
                     self.step_control.arm()
                 return
-            self.session.engine.arm(self.target_)
+            self.target_.in_stop_callback = True
+            try:
+                self.session.engine.arm(self.target_)
+            finally:
+                self.target_.in_stop_callback = False
 
     def on_signal(self, signo: int) -> int:
         s = self.session
@@ -251,7 +269,7 @@ class GdbHooks:
                 # The single-step trap after a fault ran with AC clear: ours, no siginfo needed.
                 self._set_pass(SIGTRAP, False)
                 return 0 if s.engine.on_signal(self.target_, SigInfo(SIGTRAP, 0, None)) is Decision.RESUME else 1
-            info = self.target_.siginfo()
+            info = self.target_.siginfo() or s.engine.siginfo_unavailable(self.target_, signo)
             if info is None:
                 return 1
             decision = s.engine.on_signal(self.target_, info)

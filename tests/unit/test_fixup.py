@@ -1,0 +1,217 @@
+"""The fix-up engine against a fake SPARC/Alpha target (no debugger, no qemu): decoding the
+faulting load/store, recording it once, performing it in the target's byte order, advancing
+PC/nPC, stopping AT the instruction when breaking, and arming Alpha's prctl by redirecting a
+thread into prctl and back."""
+from __future__ import annotations
+
+import pytest
+
+from ualdbg.arch import BUS_ADRALN, PR_GET_UNALIGN, PR_SET_UNALIGN, PR_UNALIGN_SIGBUS, SIGBUS, SIGTRAP
+from ualdbg.engines.trap import Decision
+from ualdbg.model import AccessKind
+from ualdbg.session import Session
+from ualdbg.target import SigInfo
+
+TEXT = 0x100000
+DATA = 0x300000
+NO_SIGINFO = SigInfo(SIGBUS, 0, None)  # what qemu's gdb stub gives: the decode decides
+
+# SPARC V9 encodings (checked against GNU as): op=3 | rd<<25 | op3<<19 | rs1<<14 | i<<13 | simm13
+def sparc(op3: int, rd: int, rs1: int, simm: int | None = None, rs2: int = 0, asi: int = 0) -> bytes:
+    word = 3 << 30 | rd << 25 | op3 << 19 | rs1 << 14
+    word |= (1 << 13 | simm & 0x1FFF) if simm is not None else (asi << 5 | rs2)
+    return word.to_bytes(4, "big")
+
+
+G1, O0, O1, O2, O3, I0 = 1, 8, 9, 10, 11, 24
+
+
+class FakeTarget:
+    debugger = "fake"
+
+    def __init__(self, arch: str, insn: bytes, regs: dict[str, int]) -> None:
+        self._arch = arch
+        self.regs = {"pc": TEXT, "npc": TEXT + 4, **regs}
+        self.mem = bytearray(0x100)
+        self.code = {TEXT: insn}
+        self.writes: list[tuple[int, bytes]] = []
+        self.symbols: dict[str, int] = {}
+
+    def pid(self) -> int:
+        return 1
+
+    def arch(self) -> str:
+        return self._arch
+
+    def current_tid(self) -> int:
+        return 7
+
+    def threads(self) -> list[int]:
+        return [7]
+
+    def read_register(self, name: str, tid: int | None = None) -> int:
+        return self.regs.get(name, 0)
+
+    def write_register(self, name: str, value: int, tid: int | None = None) -> None:
+        self.regs[name] = value
+
+    def write_registers(self, values: dict[str, int], tid: int | None = None) -> None:
+        self.regs.update(values)
+
+    def read_memory(self, addr: int, size: int) -> bytes:
+        if addr in self.code:
+            return self.code[addr][:size]
+        return bytes(self.mem[addr - DATA:addr - DATA + size])
+
+    def write_memory(self, addr: int, data: bytes) -> None:
+        self.writes.append((addr, data))
+        self.mem[addr - DATA:addr - DATA + len(data)] = data
+
+    def siginfo(self) -> SigInfo | None:
+        return None
+
+    def maps_text(self) -> str | None:
+        return None
+
+    # prctl arming
+    def can_call_functions(self) -> bool:
+        return False
+
+    def symbol_address(self, name: str) -> int | None:
+        return self.symbols.get(name)
+
+
+def tracing(target: FakeTarget) -> Session:
+    s = Session("fake")
+    s.tracing = True
+    s.engine.arm(target)
+    return s
+
+
+def test_sparc_ldx_loads_big_endian_and_advances_pc_and_npc() -> None:
+    t = FakeTarget("sparc:v9a", sparc(0x0B, G1, O0, rs2=O1), {"o0": DATA, "o1": 1})
+    t.mem[1:9] = bytes.fromhex("0102030405060708")
+    s = tracing(t)
+    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.RESUME
+    assert t.regs["g1"] == 0x0102030405060708
+    assert (t.regs["pc"], t.regs["npc"]) == (TEXT + 4, TEXT + 8)
+    f = s.buffer.records[-1]
+    assert (f.va, f.size, f.access, f.insn) == (DATA + 1, 8, AccessKind.READ, "ldx [%o0 + %o1], %g1")
+    assert s.buffer.total == 1 and s.engine.arch is not None and s.engine.arch.name == "sparc64"
+
+
+def test_sparc_store_in_a_delay_slot_goes_to_npc() -> None:
+    # stw %g1, [%i0 + 2]: the instruction sits in a branch's delay slot, nPC is the target.
+    t = FakeTarget("sparc:v9a", sparc(0x04, G1, I0, simm=2), {"i0": DATA, "g1": 0xFFFFFFFF_AABBCCDD})
+    t.regs["npc"] = TEXT + 0x40
+    s = tracing(t)
+    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.RESUME
+    assert t.writes == [(DATA + 2, bytes.fromhex("aabbccdd"))]
+    assert (t.regs["pc"], t.regs["npc"]) == (TEXT + 0x40, TEXT + 0x44)
+    assert s.buffer.records[-1].access is AccessKind.WRITE
+
+
+def test_sparc_signed_halfword_negative_displacement_and_pairs() -> None:
+    t = FakeTarget("sparc:v9a", sparc(0x0A, O1, O0, simm=-1), {"o0": DATA + 4})  # ldsh [%o0 - 1], %o1
+    t.mem[3:5] = b"\xff\xfe"
+    s = tracing(t)
+    s.engine.on_signal(t, NO_SIGINFO)
+    assert t.regs["o1"] == (-2) & (1 << 64) - 1
+    # ldd [%o0], %o2: two 32-bit words into %o2 (high) and %o3
+    t2 = FakeTarget("sparc:v9a", sparc(0x03, O2, O0, simm=0), {"o0": DATA + 4})
+    t2.mem[4:12] = bytes.fromhex("1122334455667788")
+    s2 = tracing(t2)
+    assert s2.engine.on_signal(t2, NO_SIGINFO) is Decision.RESUME
+    assert (t2.regs["o2"], t2.regs["o3"]) == (0x11223344, 0x55667788)
+    assert s2.buffer.records[-1].size == 8
+
+
+def test_sparc_cas_compares_and_swaps_atomically_for_the_program() -> None:
+    # casa [%o0] 0x80, %o1, %o2: memory == %o1 -> memory = %o2; %o2 = old memory
+    t = FakeTarget("sparc:v9a", sparc(0x3C, O2, O0, rs2=O1, asi=0x80), {"o0": DATA + 2, "o1": 5, "o2": 9})
+    t.mem[2:6] = (5).to_bytes(4, "big")
+    s = tracing(t)
+    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.RESUME
+    assert bytes(t.mem[2:6]) == (9).to_bytes(4, "big") and t.regs["o2"] == 5
+    assert s.buffer.records[-1].access is AccessKind.READ_WRITE
+
+
+def test_aligned_or_unknown_or_other_signals_are_not_ours() -> None:
+    t = FakeTarget("sparc:v9a", sparc(0x0B, G1, O0, simm=0), {"o0": DATA + 8})  # aligned ldx
+    s = tracing(t)
+    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.NOT_OURS
+    assert s.engine.on_signal(t, SigInfo(SIGTRAP, 0, None)) is Decision.NOT_OURS
+    t.code[TEXT] = bytes.fromhex("81c3e008")  # retl: no memory access
+    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.NOT_OURS
+    assert s.buffer.total == 0 and t.regs["pc"] == TEXT
+
+
+def test_float_registers_are_recorded_then_left_to_the_program() -> None:
+    t = FakeTarget("sparc:v9a", sparc(0x23, 2, O0, simm=0), {"o0": DATA + 4})  # lddf [%o0], %f2
+    s = tracing(t)
+    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.NOT_OURS
+    assert s.buffer.total == 1 and t.regs["pc"] == TEXT
+    assert s.engine.fixup is not None and "floating-point" in s.engine.fixup.not_emulated[TEXT]
+
+
+def test_break_stops_at_the_instruction_then_performs_it_once() -> None:
+    t = FakeTarget("sparc:v9a", sparc(0x00, O1, O0, simm=0), {"o0": DATA + 1})  # lduw [%o0], %o1
+    t.mem[1:5] = bytes.fromhex("deadbeef")
+    s = Session("fake")
+    s.breaking = True
+    s.engine.arm(t)
+    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.STOP
+    assert t.regs["pc"] == TEXT and "o1" not in t.regs  # stopped AT it, not performed
+    # the user's `continue` re-executes it: the same trap again, performed, not counted twice
+    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.RESUME
+    assert t.regs["o1"] == 0xDEADBEEF and t.regs["pc"] == TEXT + 4 and s.buffer.total == 1
+
+
+def alpha(op: int, ra: int, rb: int, disp: int) -> bytes:
+    return (op << 26 | ra << 21 | rb << 16 | disp & 0xFFFF).to_bytes(4, "little")
+
+
+def test_alpha_ldl_sign_extends_little_endian_and_pc_plus_4() -> None:
+    t = FakeTarget("alpha:ev4", alpha(0x28, 1, 16, -3), {"a0": DATA + 4})  # ldl t0, -3(a0)
+    del t.regs["npc"]
+    t.mem[1:5] = (0x80000001).to_bytes(4, "little")
+    s = Session("fake")  # not armed through prctl here: that is the next test
+    s.tracing = True
+    assert s.engine.on_signal(t, SigInfo(SIGBUS, BUS_ADRALN, DATA + 1)) is Decision.RESUME
+    assert t.regs["t0"] == 0xFFFFFFFF80000001 and t.regs["pc"] == TEXT + 4
+    f = s.buffer.records[-1]
+    assert (f.va, f.size, f.insn) == (DATA + 1, 4, "ldl t0, -3(a0)")
+
+
+def test_alpha_arms_prctl_by_redirecting_the_thread_and_restores_it() -> None:
+    """At the arm point (no inferior calls there): the thread goes into prctl with its return
+    address at the arm point; each return brings it back there, the registers come back."""
+    prctl, main = 0x4000100000, TEXT
+    t = FakeTarget("alpha:ev4", b"", {"sp": DATA + 0x80, "a0": 3, "a1": 0x999, "ra": 0x1234, "t12": main})
+    del t.regs["npc"]
+    t.symbols["prctl"] = prctl
+    before = dict(t.regs)
+    s = Session("fake")
+    s.tracing = True
+    s.engine.arm(t)  # first call: PR_GET_UNALIGN into a stack slot
+    fix = s.engine.fixup
+    assert fix is not None
+    assert (t.regs["pc"], t.regs["t12"], t.regs["ra"], t.regs["a0"]) == (prctl, prctl, main, PR_GET_UNALIGN)
+    scratch = t.regs["a1"]
+    assert scratch < before["sp"] and t.regs["sp"] < scratch
+    t.mem[scratch - DATA:scratch - DATA + 4] = (1).to_bytes(4, "little")  # the kernel writes NOPRINT
+    t.regs.update(pc=main, v0=0)
+    s.engine.arm(t)  # back at main: second call, PR_SET_UNALIGN SIGBUS
+    assert (t.regs["pc"], t.regs["a0"], t.regs["a1"]) == (prctl, PR_SET_UNALIGN, PR_UNALIGN_SIGBUS)
+    t.regs.update(pc=main, v0=0)
+    s.engine.arm(t)
+    assert fix.prctl_state == "armed" and fix.saved_unalign == 1
+    assert {k: t.regs[k] for k in before} == before
+
+
+def test_alpha_without_prctl_says_so() -> None:
+    t = FakeTarget("alpha:ev4", b"", {"sp": DATA + 0x80})
+    s = Session("fake")
+    s.tracing = True
+    with pytest.raises(RuntimeError, match="no `prctl`"):
+        s.engine.arm(t)

@@ -1,0 +1,329 @@
+"""Signal mode on CPUs that cannot be told to tolerate a misaligned access (SPARC traps in
+hardware; Alpha, PA-RISC and SH trap once prctl asks for SIGBUS): decode the faulting load or
+store, record it, then perform the access as an operating system's fix-up handler would — read
+or write the bytes through the debugger in the target's byte order, set the destination
+register(s), advance the PC (and SPARC's nPC) — and resume with the signal suppressed.
+
+Under qemu-user's gdb stub there is no `$_siginfo`: the address comes from the decoded
+instruction and the registers, never from si_addr. All threads are stopped while the engine
+runs (all-stop), so emulating swap/cas here is as atomic for the program as the instruction."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .. import arch as archmod
+from ..arch import alpha, sparc64
+from ..decode import Insn
+from ..model import Access, AccessKind
+from ..target import SigInfo, Target
+from .trap import Decision
+
+if TYPE_CHECKING:
+    from ..session import Session
+
+MASK64 = (1 << 64) - 1
+
+
+class NotEmulated(Exception):
+    """The instruction traps but ualdbg cannot perform it (float registers, an unusual ASI)."""
+
+
+@dataclass(frozen=True)
+class MemOp:
+    """One decoded load/store, whatever the instruction set."""
+
+    text: str  # disassembly, for reports
+    size: int  # bytes accessed
+    kind: str  # "load" | "store" | "swap" | "cas"
+    signed: bool
+    regs: tuple[str, ...]  # data registers, most significant word first (ldd/std: a pair)
+    float_regs: bool
+    addr_regs: tuple[str, ...]  # summed with disp to form the address
+    disp: int
+    endian: str  # "big" | "little"; "asi": decided by SPARC's %asi register at run time
+    cas_compare: str | None = None  # cas: the register compared with memory
+
+    @property
+    def access(self) -> AccessKind:
+        return {"load": AccessKind.READ, "store": AccessKind.WRITE}.get(self.kind, AccessKind.READ_WRITE)
+
+    def as_insn(self, pc: int, raw: bytes) -> Insn:
+        mnemonic, _, ops = self.text.partition(" ")
+        return Insn(pc=pc, size=len(raw), mnemonic=mnemonic, op_str=ops, rep=False, operands=(),
+                    flow="next", name=mnemonic, raw=raw)
+
+
+def _sparc(word: int) -> MemOp | None:
+    m = sparc64.decode(word)
+    if m is None:
+        return None
+    f = m.fmt
+    if f.alternate:
+        if m.asi is None:
+            endian = "asi"
+        elif m.asi in sparc64.ASI_BIG:
+            endian = "big"
+        elif m.asi in sparc64.ASI_LITTLE:
+            endian = "little"
+        else:
+            endian = "unknown"
+    else:
+        endian = "big"
+    addr = (sparc64.GPRS[m.rs1],) + ((sparc64.GPRS[m.rs2],) if m.rs2 is not None else ())
+    kind = {sparc64.LOAD: "load", sparc64.STORE: "store", sparc64.SWAP: "swap", sparc64.CAS: "cas"}[f.kind]
+    if f.kind == sparc64.CAS:
+        # casa [rs1] asi, rs2, rd: the address is rs1 alone; rs2 is compared with memory
+        addr = (sparc64.GPRS[m.rs1],)
+        return MemOp(m.text, f.size, kind, False, (sparc64.GPRS[m.rd],), False, addr, 0, endian,
+                     cas_compare=sparc64.GPRS[m.rs2 or 0])
+    return MemOp(m.text, f.size, kind, f.signed, tuple(m.reg_names()), f.reg_file != "int", addr,
+                 m.simm13, endian)
+
+
+def _alpha(word: int) -> MemOp | None:
+    m = alpha.decode(word)
+    if m is None:
+        return None
+    reg = f"f{m.ra}" if m.float_reg else alpha.GPRS[m.ra]
+    return MemOp(m.text, m.size, m.kind, m.signed, (reg,), m.float_reg, (alpha.GPRS[m.rb],), m.disp, "little")
+
+
+# Per architecture: how to decode one instruction word into a MemOp.
+DECODERS: dict[str, Callable[[int], MemOp | None]] = {"sparc64": _sparc, "alpha": _alpha}
+# Registers that read as zero and ignore writes.
+ZERO_REGS = frozenset({"g0", "zero", "r0"})
+
+
+class FixupEngine:
+    """The part of the trap engine for architectures without EFLAGS.AC (TrapEngine delegates)."""
+
+    def __init__(self, session: Session, arch: archmod.ArchInfo) -> None:
+        self.session = session
+        self.arch = arch
+        self.decode_word = DECODERS.get(arch.name)
+        self.reported: dict[int, int] = {}  # tid -> PC of the fault the user was stopped at
+        self.not_emulated: dict[int, str] = {}  # PC -> why ualdbg let the program have its SIGBUS
+        # prctl architectures: "off" -> "armed" (or "failed", "no prctl"); the old setting.
+        self.prctl_state = "off"
+        self.saved_unalign: int | None = None
+        self.redirect: dict | None = None  # type: ignore[type-arg]  # a prctl call in flight
+        if arch.mechanism == archmod.MECH_PRCTL:
+            self.mechanism = "prctl(PR_SET_UNALIGN, PR_UNALIGN_SIGBUS), accesses performed by ualdbg"
+        else:
+            self.mechanism = f"{arch.name}'s own alignment trap (SIGBUS), accesses performed by ualdbg"
+
+    # -- decoding ----------------------------------------------------------------------------
+    def decode_at(self, target: Target, pc: int) -> tuple[MemOp | None, bytes]:
+        size = self.arch.insn_size or 4
+        try:
+            raw = target.read_memory(pc, size)
+        except Exception:
+            return None, b""
+        if len(raw) < size or self.decode_word is None:
+            return None, raw
+        return self.decode_word(int.from_bytes(raw, self.arch.endian)), raw  # type: ignore[arg-type]
+
+    def address(self, target: Target, tid: int, op: MemOp) -> int:
+        ea = op.disp
+        for reg in op.addr_regs:
+            ea += 0 if reg in ZERO_REGS else target.read_register(reg, tid)
+        return ea & (MASK64 if self.arch.elf_class == 64 else 0xFFFFFFFF)
+
+    # -- events --------------------------------------------------------------------------------
+    def on_signal(self, target: Target, info: SigInfo) -> Decision:
+        if info.signo != archmod.SIGBUS or info.code not in (archmod.BUS_ADRALN, 0):
+            return Decision.NOT_OURS  # code 0: no siginfo (qemu's stub): the decode decides
+        tid = target.current_tid()
+        pc = target.read_register(self.arch.pc, tid)
+        op, raw = self.decode_at(target, pc)
+        if op is None:
+            if info.code != archmod.BUS_ADRALN:
+                return Decision.NOT_OURS
+            # The kernel says alignment, the decoder cannot tell the access: report the PC and
+            # si_addr, size unknown; the program gets its SIGBUS (nothing to emulate with).
+            self.session.record_fault(target, tid, info, decoded=(None, None, None))
+            return Decision.NOT_OURS
+        va = self.address(target, tid, op)
+        if va % op.size == 0:
+            return Decision.NOT_OURS  # an aligned access that raised SIGBUS: not an alignment trap
+        if self.reported.pop(tid, None) != pc:
+            acc = Access(va=va, size=op.size, kind=op.access)
+            if self.session.record_fault(target, tid, info, decoded=(op.as_insn(pc, raw), acc, True)):
+                # Stop AT the instruction, not performed yet: the user's resume re-executes it,
+                # it traps again, and that trap is performed without being counted twice.
+                self.reported[tid] = pc
+                return Decision.STOP
+        try:
+            self.perform(target, tid, op, va)
+        except NotEmulated as exc:
+            self.not_emulated[pc] = str(exc)  # `ualdbg status` says why the program got SIGBUS
+            return Decision.NOT_OURS
+        return Decision.RESUME
+
+    # -- the fix-up ---------------------------------------------------------------------------
+    def _endian(self, target: Target, tid: int, op: MemOp) -> str:
+        if op.endian != "asi":
+            return op.endian
+        asi = target.read_register("asi", tid)
+        if asi in sparc64.ASI_BIG:
+            return "big"
+        if asi in sparc64.ASI_LITTLE:
+            return "little"
+        raise NotEmulated(f"{op.text}: address space {asi:#x} is not plain memory")
+
+    def perform(self, target: Target, tid: int, op: MemOp, va: int) -> None:
+        """Do what the instruction would have done, then step the PC past it."""
+        if op.float_regs:
+            raise NotEmulated(f"{op.text}: floating-point registers are not emulated")
+        if op.endian == "unknown":
+            raise NotEmulated(f"{op.text}: the address space identifier is not plain memory")
+        writer = getattr(target, "write_memory", None)
+        if writer is None:
+            raise NotEmulated("the debugger cannot write the program's memory")
+        order = self._endian(target, tid, op)
+        word = op.size // len(op.regs)
+        regs: dict[str, int] = {}
+        if op.kind == "load":
+            data = target.read_memory(va, op.size)
+            for k, reg in enumerate(op.regs):
+                value = int.from_bytes(data[k * word:(k + 1) * word], order, signed=op.signed)  # type: ignore[arg-type]
+                regs[reg] = value & MASK64
+        elif op.kind == "store":
+            data = b"".join((target.read_register(r, tid) & ((1 << 8 * word) - 1)).to_bytes(word, order)  # type: ignore[arg-type]
+                            for r in op.regs)
+            writer(va, data)
+        else:  # swap, cas: read the old value, maybe write the register's, return the old one
+            old = target.read_memory(va, op.size)
+            mask = (1 << 8 * op.size) - 1
+            reg = op.regs[0]
+            new = target.read_register(reg, tid) & mask
+            if op.kind == "swap" or (op.cas_compare is not None and
+                                     int.from_bytes(old, order) == target.read_register(op.cas_compare, tid) & mask):  # type: ignore[arg-type]
+                writer(va, new.to_bytes(op.size, order))  # type: ignore[arg-type]
+            regs[reg] = int.from_bytes(old, order)  # type: ignore[arg-type]
+        for name in [r for r in regs if r in ZERO_REGS]:
+            del regs[name]
+        regs.update(self.advance(target, tid))
+        write_registers = getattr(target, "write_registers", None)
+        if write_registers is not None:
+            write_registers(regs, tid)
+        else:
+            for name, value in regs.items():
+                target.write_register(name, value, tid)
+
+    def advance(self, target: Target, tid: int) -> dict[str, int]:
+        """The PC past the instruction: SPARC's nPC becomes the PC (the instruction may sit in
+        a delay slot) and nPC moves on by one instruction; PA-RISC's PC queue likewise."""
+        a = self.arch
+        step = a.insn_size or 4
+        if a.npc is not None:
+            npc = target.read_register(a.npc, tid)
+            return {a.pc: npc, a.npc: (npc + step) & MASK64}
+        return {a.pc: (target.read_register(a.pc, tid) + step) & MASK64}
+
+    # -- arming (prctl architectures) -----------------------------------------------------------
+    def arm(self, target: Target) -> None:
+        """SPARC traps by itself: nothing to arm. Alpha, PA-RISC, SH: make the kernel (here qemu)
+        send SIGBUS instead of fixing up, remembering the old setting for `off`."""
+        if self.arch.mechanism != archmod.MECH_PRCTL or self.prctl_state == "armed":
+            return
+        if self.redirect is not None:
+            self._redirect_returned(target)
+            return
+        caller = getattr(target, "call_function", None)
+        if caller is not None and target.can_call_functions():  # type: ignore[attr-defined]
+            func = self._prctl_address(target)
+            if func is None:
+                return  # not loaded yet (at the loader's entry): the arm point at main will do it
+            scratch = self._scratch(target)
+            if caller(func, [archmod.PR_GET_UNALIGN, scratch]) == 0:
+                self.saved_unalign = int.from_bytes(target.read_memory(scratch, 4), self.arch.endian)  # type: ignore[arg-type]
+            self._check(caller(func, [archmod.PR_SET_UNALIGN, archmod.PR_UNALIGN_SIGBUS]))
+            return
+        # Inside a breakpoint's stop callback (the arm point at main) the debugger cannot run an
+        # inferior call: redirect the thread into prctl with its return address set to this
+        # very PC, where the arm point stops again and `arm` is called back to finish.
+        self._redirect(target, [archmod.PR_GET_UNALIGN, None], then=[archmod.PR_SET_UNALIGN, archmod.PR_UNALIGN_SIGBUS])
+
+    def disarm(self, target: Target) -> None:
+        self.reported.clear()
+        if self.arch.mechanism != archmod.MECH_PRCTL or self.prctl_state != "armed":
+            return
+        caller = getattr(target, "call_function", None)
+        func = self._prctl_address(target)
+        if caller is None or func is None or not target.can_call_functions():  # type: ignore[attr-defined]
+            raise RuntimeError("cannot call prctl in the program now to restore its unaligned-access setting")
+        old = self.saved_unalign if self.saved_unalign is not None else archmod.PR_UNALIGN_NOPRINT
+        caller(func, [archmod.PR_SET_UNALIGN, old])
+        self.prctl_state = "off"
+
+    def forget(self) -> None:
+        """A new process (or none): nothing armed in it yet."""
+        self.reported.clear()
+        self.prctl_state = "off"
+        self.redirect = None
+
+    def _prctl_address(self, target: Target) -> int | None:
+        finder = getattr(target, "symbol_address", None)
+        return finder("prctl") if finder is not None else None
+
+    def _scratch(self, target: Target) -> int:
+        """Four bytes of stack below the live frames, for PR_GET_UNALIGN's answer."""
+        return (target.read_register(self.arch.sp) - 256) & ~(self.arch.stack_align - 1)
+
+    def _check(self, result: int) -> None:
+        if result != 0:
+            self.prctl_state = "failed"
+            raise RuntimeError(f"prctl(PR_SET_UNALIGN, PR_UNALIGN_SIGBUS) failed in the program ({result:#x})")
+        self.prctl_state = "armed"
+
+    def _redirect(self, target: Target, args: list[int | None], then: list[int] | None = None) -> None:
+        func = self._prctl_address(target)
+        if func is None:
+            self.prctl_state = "no prctl"
+            raise RuntimeError("the program has no `prctl` (a static program that does not use it, or gdb "
+                               "lacks the target's libraries: set sysroot): cannot ask for SIGBUS")
+        a = self.arch
+        tid = target.current_tid()
+        saved = {r: target.read_register(r, tid) for r in (*a.gprs, a.pc, *([a.npc] if a.npc else []))
+                 if r not in ZERO_REGS}
+        sp = saved[a.sp]
+        scratch = (sp - 256) & ~(a.stack_align - 1)
+        regs = {a.sp: (sp - 1024) & ~(a.stack_align - 1), a.pc: func, a.return_address: saved[a.pc]}
+        if a.call_target:
+            regs[a.call_target] = func
+        for reg, value in zip(a.call_args, args):
+            regs[reg] = scratch if value is None else value
+        self.redirect = {"saved": saved, "scratch": scratch, "then": then, "tid": tid}
+        write_registers = getattr(target, "write_registers", None)
+        if write_registers is not None:
+            write_registers(regs, tid)
+        else:
+            for name, value in regs.items():
+                target.write_register(name, value, tid)
+
+    def _redirect_returned(self, target: Target) -> None:
+        """Back at the arm point from a redirected prctl: take its result, restore the thread."""
+        assert self.redirect is not None
+        call, self.redirect = self.redirect, None
+        a = self.arch
+        tid = call["tid"]
+        result = target.read_register(a.call_ret, tid)
+        if call["then"] is not None:
+            if result == 0:
+                self.saved_unalign = int.from_bytes(target.read_memory(call["scratch"], 4), a.endian)  # type: ignore[arg-type]
+            self._restore(target, call)
+            self._redirect(target, call["then"])
+            return
+        self._restore(target, call)
+        self._check(result)
+
+    def _restore(self, target: Target, call: dict) -> None:  # type: ignore[type-arg]
+        write_registers = getattr(target, "write_registers", None)
+        if write_registers is not None:
+            write_registers(call["saved"], call["tid"])
+        else:
+            for name, value in call["saved"].items():
+                target.write_register(name, value, call["tid"])
