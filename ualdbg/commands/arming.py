@@ -153,11 +153,16 @@ def _status(p: Parser) -> Runner:
         if s.armed and s.step.enabled:
             lines.append(f"  engine: step; scope: {s.step.describe()}")
             lines.append(f"  steps: {s.step.stats.line()}" + (f"; {s.step.ended}" if s.step.ended else ""))
+        elif s.armed and e.fixup is not None:
+            lines.append(f"  mechanism: {e.mechanism}")
+            lines.append(f"  arm point: {s.at}; scope: {s.scope.describe()}")
         elif s.armed:
             lines.append(f"  mechanism: {e.mechanism} (x86-64: prctl(PR_SET_UNALIGN) returns EINVAL, so the alignment-check flag is used)")
             lines.append(f"  arm point: {s.at}; scope: {s.scope.describe()}")
         target = host.target()
-        if target is not None and target.pid() is not None:
+        if target is not None and target.pid() is not None and e.fixup is not None:
+            out: Output = ["\n".join(lines + e.fixup.status_lines())]  # no flag to show per thread
+        elif target is not None and target.pid() is not None:
             table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
             for col in ("thread", "AC", "state"):
                 table.add_column(col)
@@ -170,7 +175,7 @@ def _status(p: Parser) -> Runner:
                          "in clone/fork" if tid in e.in_clone else "not armed")
                 table.add_row(Text(str(tid)), Text("set" if ac else "clear"), Text(state))
             lines.append(f"  process {target.pid()}:")
-            out: Output = ["\n".join(lines), table]
+            out = ["\n".join(lines), table]
         else:
             out = ["\n".join(lines + ["  no process"])]
         b = s.buffer

@@ -259,6 +259,16 @@ class FixupEngine:
         caller(func, [archmod.PR_SET_UNALIGN, old])
         self.prctl_state = "off"
 
+    def status_lines(self) -> list[str]:
+        """For `ualdbg status`: the prctl setting and the faults left to the program."""
+        out = []
+        if self.arch.mechanism == archmod.MECH_PRCTL:
+            old = "unknown" if self.saved_unalign is None else f"{self.saved_unalign:#x}"
+            out.append(f"  prctl(PR_SET_UNALIGN): {self.prctl_state} (the program's own setting: {old})")
+        for pc, why in sorted(self.not_emulated.items()):
+            out.append(f"  not performed at {pc:#x}: {why}; the program got its SIGBUS")
+        return out
+
     def forget(self) -> None:
         """A new process (or none): nothing armed in it yet."""
         self.reported.clear()

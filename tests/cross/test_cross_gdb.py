@@ -1,0 +1,46 @@
+"""`ualdbg break`, `status` and `off` typed in gdb-multiarch connected to qemu-user: a stop AT
+the faulting instruction with the VA the program printed, every fault once, the program's
+results right; on Alpha `off` gives the program back its own prctl setting."""
+from __future__ import annotations
+
+import re
+import subprocess
+
+from conftest import BUILD
+from crossrun import build, run_gdb_multiarch
+from gdbrun import REPORT1
+
+
+def native_last_line(*args: str) -> str:
+    return subprocess.run([str(BUILD / "memalign"), *args], capture_output=True, text=True, check=True).stdout.splitlines()[-1]
+
+
+def test_sparc64_break_stops_at_each_fault_then_performs_it() -> None:
+    prog = build("sparc64") / "memalign"
+    faults = 3 + 3 + 3 * 2 * 2  # memalign 3 2: C writes of .a, C of .b, 2*C*R reads
+    run = run_gdb_multiarch("sparc64", [str(prog), "3", "2"],
+                            ["ualdbg break", "continue", "python print('PC-AT-STOP', hex(int(gdb.parse_and_eval('$pc'))))",
+                             "x/i $pc", *["continue"] * faults, "ualdbg status"])
+    out = run.output
+    reports = [REPORT1.match(line) for line in out.splitlines()]
+    reports = [m for m in reports if m]
+    assert len(reports) == faults, run.explain()
+    v = int(re.search(r"memalign: v=(0x[0-9a-f]+)", out).group(1), 16)  # type: ignore[union-attr]
+    assert int(reports[0].group(1), 16) == v, run.explain()  # v[0].a: the VA decoded from `st`
+    assert f"PC-AT-STOP {reports[0].group(2)}" in out, run.explain()  # stopped AT it, not past it
+    assert re.search(r"=> 0x[0-9a-f]+ <fill\+\d+>:\s+st\s", out), run.explain()
+    assert native_last_line("3", "2") in out, run.explain()  # the performed stores and loads were right
+    assert run.program_exit == (0, None), run.explain()
+
+
+def test_alpha_break_then_off_restores_the_programs_prctl_setting() -> None:
+    prog = build("alpha") / "memalign"
+    run = run_gdb_multiarch("alpha", [str(prog), "3", "2"],
+                            ["ualdbg break", "continue", "ualdbg status", "ualdbg off", "continue"])
+    out = run.output
+    assert len([line for line in out.splitlines() if REPORT1.match(line)]) == 1, run.explain()
+    assert re.search(r"prctl\(PR_SET_UNALIGN\): armed \(the program's own setting: 0x[0-9a-f]+\)", out), run.explain()
+    assert "ualdbg: off" in out, run.explain()
+    # After `off` qemu fixes the accesses up silently again, as the kernel would: no more stops.
+    assert native_last_line("3", "2") in out, run.explain()
+    assert run.program_exit == (0, None), run.explain()
