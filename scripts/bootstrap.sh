@@ -16,6 +16,15 @@ command -v lldb-19 >/dev/null || need+=(lldb-19)
 [ -e /usr/lib/llvm-19/lib/liblldb.so ] || need+=(liblldb-19-dev)
 /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 [ -e /usr/lib/gcc/x86_64-linux-gnu/12/32/libgcc.a ] || need+=(gcc-multilib)
+# Strict-alignment CPUs (tests/cross, README: architectures): qemu-user runs their programs,
+# gdb-multiarch debugs them through qemu's stub, the cross compilers build the examples.
+command -v qemu-sparc64 >/dev/null || need+=(qemu-user)
+command -v gdb-multiarch >/dev/null || need+=(gdb-multiarch)
+for triplet in sparc64 alpha; do
+  command -v $triplet-linux-gnu-gcc >/dev/null || need+=(gcc-$triplet-linux-gnu)
+done
+[ -e /usr/sparc64-linux-gnu/lib/libc.a ] || need+=(libc6-dev-sparc64-cross)
+[ -e /usr/alpha-linux-gnu/lib/libc.so.6.1 ] || need+=(libc6-dev-alpha-cross)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "bootstrap: installing ${need[*]}"
@@ -34,3 +43,4 @@ if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt .venv/.installed ]; then
   touch .venv/.installed
 fi
 make -s -C examples >/dev/null
+for arch in sparc64 alpha; do make -s -C examples cross ARCH=$arch >/dev/null; done
