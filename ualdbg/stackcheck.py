@@ -141,7 +141,7 @@ class ProbeSpec:
     """A place in the code where some variables' addresses are taken (debugger-neutral)."""
 
     id: str
-    kind: str  # address (link-time, in `function`) | main (main's entry: statics)
+    kind: str  # address (stop at link-time `address` in `function`) | static (at link-time `address`)
     function: str
     address: int | None = None
     variables: tuple[tuple[str, str], ...] = ()  # (item id, variable name)

@@ -131,12 +131,14 @@ def plan_items(req: Request, prog: Program) -> tuple[list[Item], list[ProbeSpec]
             notes.append(f"{v.ident}: never in memory (a register, or optimised out): no address")
             detail["probe"] = None
         else:
-            kind = "main" if v.probe.kind == "anywhere" else v.probe.kind
-            key = (kind, v.function if kind != "main" else "main", v.probe.address)
+            # A static has its link-time address (plus the program's load bias): no scope to
+            # be in, even when its function never runs.
+            kind = "static" if v.probe.kind == "anywhere" else v.probe.kind
+            key = (kind, v.function if kind != "static" else v.ident, v.probe.address)
             p = probes.get(key)
             pid = p.id if p is not None else f"p{len(probes)}"
-            probes[key] = ProbeSpec(pid, kind, key[1], v.probe.address, (p.variables if p else ()) + ((v.ident, v.name),))
-            detail["probe"] = ("main's entry (a static)" if kind == "main"
+            probes[key] = ProbeSpec(pid, kind, v.function, v.probe.address, (p.variables if p else ()) + ((v.ident, v.name),))
+            detail["probe"] = (f"a static at link address {v.probe.address or 0:#x}" if kind == "static"
                                else f"{v.function} at link address {v.probe.address or 0:#x}")
         items.append(Item(v.ident, "variable", v.type.align, v.type.name, detail=detail))
     for i in range(len(req.argv)):

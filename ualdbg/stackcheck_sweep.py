@@ -101,7 +101,8 @@ def stack_end(pid: int, sp: int) -> int:
 def at_main(plan: dict[str, Any], out: dict[str, Any], stop: StopView, pid: int,
             pending: dict[str, dict[str, Any]], dbg: SweepDebugger) -> None:
     """Main's entry: sp, argv[] and the named environment strings (parsed from the initial
-    stack: argc sits one word below argv[]), probes for statics, breakpoints for the others."""
+    stack: argc sits one word below argv[]), statics (link address + the program's load bias),
+    breakpoints for the other probes."""
     word = int(plan["word_size"])
     sp = stop.sp()
     out["sp_main"] = sp
@@ -124,8 +125,9 @@ def at_main(plan: dict[str, Any], out: dict[str, Any], stop: StopView, pid: int,
     pc = stop.pc()
     bias = pc - int(plan["main_link"])
     for probe in list(pending.values()):
-        if probe["kind"] == "main":
-            at_probe(pending.pop(probe["id"]), out, stop)
+        if probe["kind"] == "static":
+            for item, _name in pending.pop(probe["id"])["variables"]:
+                out["vars"][item] = int(probe["address"]) + bias
         elif probe["kind"] == "address":
             addr = int(probe["address"]) + bias
             if addr == pc:

@@ -139,3 +139,25 @@ def test_lldb_command_on_the_loaded_program(tmp_path: Path) -> None:
     # the user's session goes on: still stopped in relax, the breakpoint kept, the program finishes
     assert "hit count = 1" in run.stdout and "frame #0: " in run.stdout and "`relax" in run.stdout, run.explain()
     assert "passes=3" in run.stdout and "exited with status = 0" in run.stdout, run.explain()
+
+
+@pytest.mark.parametrize("debugger", ["gdb", "lldb"])
+def test_statics_by_link_address_in_every_variant(debugger: str, tmp_path: Path) -> None:
+    """A static of main, of a function that runs later and of one that never runs: the
+    address is the link-time one plus the load bias, as the program prints it, ASLR included."""
+    require_tool(debugger if debugger == "gdb" else lldb_path())
+    prog = tmp_path / "statics"
+    subprocess.run(["gcc", "-g", "-O1", "-o", str(prog), str(Path(__file__).parent / "programs" / "statics.c")], check=True)
+    doc = run_json(tmp_path, "--debugger", debugger, "--var", "main:table", "--var", "later:counts", "--var", "never:unused",
+                   "--env-pad", "0-8/8", "--aslr", "2", "--run-to-exit", "--", str(prog))
+    assert len(doc["variants"]) == 4, doc["_explain"]
+    for v in doc["variants"]:
+        for item, name in (("main:table", "table"), ("later:counts", "counts")):
+            printed = int(re.search(rf"&{name} = (0x[0-9a-f]+)", v["output"]).group(1), 16)
+            assert addr(v, item) == printed, (item, v, doc["_explain"])
+        # `never` sits next to the others in .bss/.data: same load bias, never an error
+        assert v["addresses"]["never:unused"]["address"] is not None and not v.get("variable_errors"), v
+    assert len({addr(v, "main:table") for v in doc["variants"]}) >= 2  # the ASLR runs move it
+    items = {i["id"]: i for i in doc["items"]}
+    assert items["never:unused"]["storage"] == "static" and items["later:counts"]["probe"].startswith("a static at")
+

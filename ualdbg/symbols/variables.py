@@ -31,7 +31,7 @@ class TypeInfo:
 @dataclass(frozen=True)
 class Probe:
     """Where the variable's address can be taken: at a link-time `address` in its function (the
-    first one reached), or `anywhere` (a static)."""
+    first one reached), or `anywhere` (a static, whose link-time address `address` is)."""
 
     kind: str
     address: int | None = None
@@ -287,7 +287,8 @@ class FunctionVariables:
             if not _is_memory(expr):
                 return None
             if expr[0] == _DW_OP_addr:
-                return Probe("anywhere")
+                size = self.types.address_size
+                return Probe("anywhere", int.from_bytes(bytes(expr[1:1 + size]), "little"))
             # One expression for the whole scope. Relative to the CFA it is right at every PC
             # (the debugger has the CFI); relative to a register, only once the prologue has
             # set that register up.
