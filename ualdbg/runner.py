@@ -38,10 +38,7 @@ class RunRequest:
     all_modules: bool = False
     modules: list[str] = field(default_factory=list)
     buffer: int = 100_000
-    # stackcheck: a shell command prefix that execs the program with an exact argv[0] and
-    # environment (ualdbg.launch), and whether ASLR stays on (gdb only).
-    exec_wrapper: str | None = None
-    aslr: bool = False
+    aslr: bool = False  # keep address-space randomization on (debuggers turn it off by default)
     # "auto": the in-process agent where it can work, else the trap engine under `debugger`.
     engine: str = "auto"
     follow: bool = True  # agent: trace child processes too
@@ -108,7 +105,6 @@ def gdb_command(req: RunRequest, cfg: dict[str, Any], log: str) -> list[str]:
         "-iex", "set logging redirect on", "-iex", "set logging enabled on",
         "-iex", "set pagination off", "-iex", "set confirm off",
         "-iex", "set print thread-events off", "-iex", "set print inferior-events off",
-        *(["-iex", "set startup-with-shell on", "-iex", f"set exec-wrapper {req.exec_wrapper}"] if req.exec_wrapper else []),
         *(["-iex", "set disable-randomization off"] if req.aslr else []),
         "-ex", f"python {setup}",
         "-ex", f"python from ualdbg.adapters.gdb.driver import main; main({json.dumps(json.dumps(cfg))})",
@@ -216,7 +212,7 @@ def _cross_arch(req: RunRequest) -> ArchInfo | None:
     arch = found or wanted
     if arch is None or arch.name == platform.machine():
         return None
-    if arch.qemu is None or arch.mechanism not in ("native", "prctl"):
+    if arch.qemu is None or arch.name not in ("sparc64", "alpha", "hppa", "aarch64"):
         raise ToolError(f"{arch.name} programs: ualdbg has no engine for them yet (see README: architectures)")
     return arch
 
@@ -284,7 +280,7 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
         raise ToolError(f"--engine agent runs native x86-64 programs only; {cross.name} programs run under qemu with the trap engine")
     if cross is not None and req.debugger != "gdb":
         raise ToolError(f"{cross.name} programs run under qemu-user with gdb-multiarch; --debugger {req.debugger} cannot attach there")
-    if cross is None and req.engine != "trap" and not req.exec_wrapper:
+    if cross is None and req.engine != "trap":
         done = _run_agent(req, on_progress)
         if done is not None:
             return done
@@ -292,8 +288,6 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
         raise ToolError(f"--debugger {req.debugger}: not available (gdb and lldb are)")
     if req.debugger == "lldb":
         find_lldb()
-    if req.exec_wrapper and req.debugger != "gdb":
-        raise ToolError("an exact argv[0]/environment (stackcheck --trace) runs under gdb only")
     with tempfile.TemporaryDirectory(prefix="ualdbg-") as tmp:
         cfg: dict[str, Any] = {
             "program": req.program[0], "args": req.program[1:], "at": req.at,
