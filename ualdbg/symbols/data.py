@@ -102,15 +102,6 @@ class DataRef:
         return out
 
 
-def from_json(d: dict[str, Any]) -> DataRef:
-    d = dict(d)
-    via = d.pop("via", None)
-    d["va"] = int(d["va"], 16)
-    if "start" in d:
-        d["start"] = int(d["start"], 16)
-    return DataRef(**d, via=Via(**via) if via else None)
-
-
 @dataclass(frozen=True)
 class GlobalVar:
     name: str
