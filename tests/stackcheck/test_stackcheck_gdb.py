@@ -35,3 +35,13 @@ def test_gdb_command_errors_are_one_line() -> None:
     assert "main has no local or parameter 'nosuch'" in run.stderr, run.explain()
     assert "5 is more than 1" in run.stderr and "Traceback" not in run.stderr + run.stdout
     assert "STILL-HERE" in run.stdout
+
+
+def test_gdb_command_with_no_program_loaded_takes_one_after_dashes(tmp_path: Path) -> None:
+    out = tmp_path / "g.json"
+    # `file` with no argument unloads what run_gdb loaded
+    run = run_gdb([str(BUILD / "aligned")], ["file", f"ualdbg stackcheck --env-pad 0-8/8 --json {out} -- {BUILD / 'stack_double'} 2"])
+    assert out.exists(), run.explain()
+    doc = json.loads(out.read_text())
+    assert doc["program"]["argv"] == [str(BUILD / "stack_double"), "2"] and len(doc["variants"]) == 2, run.explain()
+    assert doc["environment"]["note"] == "environment: the debugger's own (no program loaded)"

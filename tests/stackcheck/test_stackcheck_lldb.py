@@ -161,3 +161,12 @@ def test_statics_by_link_address_in_every_variant(debugger: str, tmp_path: Path)
     items = {i["id"]: i for i in doc["items"]}
     assert items["never:unused"]["storage"] == "static" and items["later:counts"]["probe"].startswith("a static at")
 
+
+
+def test_lldb_command_with_no_program_loaded_takes_one_after_dashes(tmp_path: Path) -> None:
+    out = tmp_path / "l.json"
+    run = run_lldb([], [f"ualdbg stackcheck --env-pad 0-8/8 --json {out} -- {BUILD / 'stack_double'} 2"])
+    assert out.exists(), run.explain()
+    doc = json.loads(out.read_text())
+    assert doc["debugger"] == "lldb" and doc["program"]["argv"] == [str(BUILD / "stack_double"), "2"], run.explain()
+    assert len(doc["variants"]) == 2 and doc["environment"]["note"] == "environment: the debugger's own (no program loaded)"

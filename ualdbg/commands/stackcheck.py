@@ -115,10 +115,21 @@ def _stackcheck(p: Parser) -> Runner:
 
         if not isinstance(host, LaunchSource):
             raise UsageError("ualdbg stackcheck: this debugger's adapter cannot say how it would launch the program yet")
-        path, prog_args, env, note = host.launch_info()
         rest = list(args.program)
         if rest[:1] == ["--"]:
             rest = rest[1:]
+        try:
+            path, prog_args, env, note = host.launch_info()
+        except UsageError:
+            if not rest:
+                raise
+            # No program loaded, one named after --: the environment is the debugger's own.
+            import os
+
+            from ..launch import environment_strings
+
+            path, prog_args = rest[0], rest[1:]
+            env, note = environment_strings(dict(os.environ)), "environment: the debugger's own (no program loaded)"
         if rest:
             path, prog_args = rest[0], rest[1:]
         try:
