@@ -370,7 +370,7 @@ class LldbHooks:
             debugger.AddDestroyCallback(_on_destroy)
         # `process detach` (and its alias `detach`): lldb has no detach event, but runs an
         # override callback first; returning False lets the command go on.
-        self._detach_callback = lambda *argv: self.before_detach() and False
+        self._detach_callback = self.on_detach_command  # lldb keeps no reference of its own
         debugger.GetCommandInterpreter().SetCommandOverrideCallback("process detach", self._detach_callback)
 
     # -- the Host side -----------------------------------------------------------------------
@@ -550,6 +550,10 @@ class LldbHooks:
                 pas = self.deferred.effective()[0]
                 thread.GetProcess().GetUnixSignals().SetShouldSuppress(SIGBUS, not pas)
             self.deferred = None
+
+    def on_detach_command(self, *argv: Any) -> bool:
+        self.before_detach()
+        return False  # not handled here: lldb runs `process detach` itself
 
     def before_detach(self) -> None:
         """Clear AC everywhere before lldb lets go of the process (quit)."""
