@@ -55,7 +55,8 @@ def _percent(text: str) -> float:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--var", action="append", default=[], metavar="FUNC:NAME",
-                   help="a local or parameter to measure (repeatable); default: main's locals needing 8-byte alignment or more")
+                   help="a local, parameter or static to measure (repeatable); default: main's locals needing 8-byte "
+                        "alignment or more")
     p.add_argument("--argv0-lengths", metavar="RANGE", default=None,
                    help="argv[0] lengths to try, e.g. 1-16, 8,12 or 4-64/4 (default: argv[0] as given)")
     p.add_argument("--env-pad", metavar="RANGE", default="0-64/4",
@@ -63,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", action="append", default=[], metavar="NAME", help="also measure this environment string (repeatable)")
     p.add_argument("--aslr", type=_count, default=0, metavar="N", help="add N runs with address-space randomization on")
     p.add_argument("--time", type=_count, default=0, metavar="N", help="time N native runs per variant (median, spread)")
-    p.add_argument("--trace", action="store_true", help="also run every variant under the trace engine and count its unaligned accesses")
+    p.add_argument("--trace", action="store_true", help="arm the trap engine in every measured run (x86-64 programs) and count its unaligned accesses")
     p.add_argument("--max-spread", type=_percent, default=None, metavar="P",
                    help="fail when the variants' median run times differ by more than P percent (needs --time)")
     p.add_argument("--run-to-exit", action="store_true",
