@@ -202,3 +202,13 @@ def test_until_return_steps_the_current_function_lldb(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "t.json").read_text())
     assert dict(by_location(doc)) == {"not_aligned.c:38": 50}, run.explain()
     assert "bump returned after" in run.stdout, run.explain()
+
+
+def test_everywhere_follows_new_threads_gdb(tmp_path: Path) -> None:
+    """--everywhere steps main and, through clone(CLONE_THREAD), every thread it starts: the
+    threads example's counts (R, 2R, 3R per worker) with no scope named."""
+    doc, run = trace("gdb", [str(BUILD / "threads"), "2"], "ualdbg trace start --engine step --everywhere --policy ac",
+                     tmp_path / "t.json", tmp_path)
+    assert doc is not None, run.explain()
+    assert dict(by_location(doc)) == {"threads.c:41": 2, "threads.c:53": 4, "threads.c:63": 6}, run.explain()
+    assert doc["step"]["steps"] > 1000 and doc["faults_ignored"] > 0, run.explain()  # libc too, out of scope

@@ -169,7 +169,8 @@ def _status(p: Parser) -> Runner:
             flags = e._arch(target).flags
             for tid in target.threads():
                 ac = bool(target.read_register(flags, tid) & e._arch(target).ac_bit)
-                state = ("stepping over a fault: AC returns after this instruction" if tid in e.pending else
+                state = ("single-stepped by the step engine (in scope)" if tid in s.step.threads else
+                         "stepping over a fault: AC returns after this instruction" if tid in e.pending else
                          "armed" if tid in e.armed else
                          "disarmed: SIGBUS blocked" if tid in e.sigbus_blocked else
                          "in clone/fork" if tid in e.in_clone else "not armed")

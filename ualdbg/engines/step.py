@@ -300,20 +300,29 @@ class StepEngine:
         self.control.step(target, tid)
         return self._check(target, tid, st, pc)
 
-    def on_unknown_trace(self, target: Target, tid: int) -> bool:
+    def on_unknown_trace(self, target: Target, tid: int) -> StepDecision | None:
         """A single-step trap in a thread we do not step: it inherited TF from a stepped thread
-        across clone(). Clear it; True when it was ours to clear."""
+        across clone(). With --everywhere it is adopted (stepped from here on); otherwise its TF
+        is cleared. None when the trap is not ours (no TF: the debugger's own step)."""
         a = self._arch(target)
-        if not self.enabled:
-            return False
-        if target.read_register(a.flags, tid) & a.tf_bit:
-            target.write_register(a.flags, target.read_register(a.flags, tid) & ~a.tf_bit, tid)
-            return True
-        return False
+        if not self.enabled or self.control is None:
+            return None
+        flags = target.read_register(a.flags, tid)
+        if not flags & a.tf_bit:
+            return None
+        pc = target.read_register(a.pc, tid)
+        if self.scope is not None and self.scope.kind == "everywhere" and self._contains(pc):
+            st = self.threads[tid] = _Thread()
+            return self._check(target, tid, st, pc)
+        target.write_register(a.flags, flags & ~a.tf_bit, tid)
+        return StepDecision.RUN
 
-    def before_task_creation(self, target: Target, tid: int) -> None:
-        """clone/fork/vfork entry in a stepped thread: the new task must not start with TF (a
-        forked child has no tracer: a trap would kill it)."""
+    def before_task_creation(self, target: Target, tid: int, new_thread: bool = False) -> None:
+        """clone/fork/vfork entry in a stepped thread: a new process must not start with TF (a
+        forked child has no tracer: a trap would kill it); a new thread keeps it only with
+        --everywhere, where its first trap adopts it (on_unknown_trace)."""
+        if new_thread and self.scope is not None and self.scope.kind == "everywhere":
+            return
         if tid in self.threads and self.control is not None:
             self.control.unstep(target, tid)
 

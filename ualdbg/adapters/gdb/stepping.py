@@ -85,10 +85,11 @@ class GdbStepControl:
         if not step.stepping(tid):
             # A thread born of a stepped thread inherits TF: clear it there (gdb's own
             # single-steps do not show TF in the registers, so they are not mistaken for it).
-            if step.on_unknown_trace(target, tid):
-                hooks._set_pass(archmod.SIGTRAP, False)
-                return 0
-            return None
+            adopted = step.on_unknown_trace(target, tid)
+            if adopted is None:
+                return None
+            hooks._set_pass(archmod.SIGTRAP, False)
+            return 1 if self._decide(adopted) else 0
         hooks._set_pass(archmod.SIGTRAP, False)
         return 1 if self._decide(step.on_step(target, tid)) else 0
 
@@ -102,9 +103,21 @@ class GdbStepControl:
         if target.read_register(a.syscall_nr, tid) not in a.task_creating_syscalls:
             return 0
         if target.read_register(a.syscall_ret, tid) == (-archmod.ENOSYS & 0xFFFFFFFFFFFFFFFF):
-            step.before_task_creation(target, tid)
+            step.before_task_creation(target, tid, self._creates_thread(target, tid))
             return 0
         return 1 if self._decide(step.after_task_creation(target, tid)) else 0
+
+    @staticmethod
+    def _creates_thread(target: Target, tid: int) -> bool:
+        """clone/clone3 with CLONE_THREAD (a pthread), from the syscall's flags argument."""
+        nr = target.read_register("orig_rax", tid)
+        if nr == 56:  # clone(flags, ...)
+            flags = target.read_register("rdi", tid)
+        elif nr == 435:  # clone3(struct clone_args *): flags are its first u64
+            flags = int.from_bytes(target.read_memory(target.read_register("rdi", tid), 8) or b"\0", "little")
+        else:
+            return False
+        return bool(flags & 0x10000)  # CLONE_THREAD
 
     def process_gone(self) -> None:
         """The process exited: say if the scope was never entered; its breakpoints go (a

@@ -46,13 +46,9 @@ class ScopeStep:
         return _control_of(self.thread)
 
     def explains_stop(self, event: lldb.SBEvent) -> bool:
-        reason = self.thread.GetStopReason()
-        if reason == lldb.eStopReasonTrace:
-            return True
-        # A single-step that lands on one of our breakpoints (an in-scope callee returning to
-        # a call site of the scope) is still our step.
-        control = self._control()
-        return bool(reason == lldb.eStopReasonBreakpoint and control is not None and control.is_ours(self.thread))
+        # A single-step that lands on a breakpoint is still our step: lldb discards the plans
+        # above the one that explains a stop, and stepping would end there.
+        return self.thread.GetStopReason() in (lldb.eStopReasonTrace, lldb.eStopReasonBreakpoint)
 
     def should_stop(self, event: lldb.SBEvent) -> bool:
         control = self._control()
@@ -60,11 +56,12 @@ class ScopeStep:
             self.plan.SetPlanComplete(True)
             return False
         decision = control.on_step(self.thread)
+        users = self.thread.GetStopReason() == lldb.eStopReasonBreakpoint and not control.is_ours(self.thread, any_of_ours=True)
         if decision is StepDecision.RUN:
             control.planned.discard(self.tid)
             self.plan.SetPlanComplete(True)
-            return False
-        return decision is StepDecision.STOP
+            return users
+        return users or decision is StepDecision.STOP  # the user's own breakpoint stops as always
 
     def should_step(self) -> bool:
         return True
@@ -129,9 +126,10 @@ class LldbStepControl:
         self.planned.clear()
 
     # -- events ------------------------------------------------------------------------------
-    def is_ours(self, thread: lldb.SBThread) -> bool:
+    def is_ours(self, thread: lldb.SBThread, any_of_ours: bool = False) -> bool:
+        """Whether the breakpoint of this stop is the step engine's (or any of ualdbg's)."""
         bp = thread.GetProcess().GetTarget().FindBreakpointByID(thread.GetStopReasonDataAtIndex(0))
-        return bool(bp.IsValid() and bp.MatchesName(f"ualdbg_{BP_TAG}"))
+        return bool(bp.IsValid() and bp.MatchesName("ualdbg" if any_of_ours else f"ualdbg_{BP_TAG}"))
 
     def _decide(self, thread: lldb.SBThread, decision: StepDecision) -> StepDecision:
         if decision is StepDecision.STOP:
