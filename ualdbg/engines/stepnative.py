@@ -358,7 +358,7 @@ def _serve(driver: _Driver, evt_r: int, cmd_w: int) -> None:
 def _result(run: StepRun, driver: _Driver, data: bytes, started: float, ended: float,
             on_progress: Callable[[int, int, float], None] | None) -> StepResult:
     head = _HEADER.unpack_from(data)
-    magic, total, steps, entries, unmodelled, misses, nsites, nrecs, status, signal_no, cpu, armed, detached = head[:13]
+    magic, total, steps, entries, unmodelled, misses, nsites, nrecs, status, signal_no, cpu, armed, detached, step_ns = head[:14]
     if magic != _MAGIC:
         raise StepUnavailable("the stepper wrote no result")
     note = head[16].split(b"\0", 1)[0].decode(errors="replace")
@@ -433,6 +433,8 @@ def _result(run: StepRun, driver: _Driver, data: bytes, started: float, ended: f
         "policy": driver.policy.name,
         "armed_at": run.at,
         "tracer_cpu": None if cpu >= 1 << 63 else int(cpu),
+        # summed over threads: two threads stepping for one second are two seconds here
+        "seconds_in_scope": round(step_ns / 1e9, 6),
         **stats,
     }
     notes = []

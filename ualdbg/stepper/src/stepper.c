@@ -61,6 +61,7 @@ struct thread {
     struct recipe *last;       /* the instruction just stepped */
     uint64_t lifted_bp;        /* a breakpoint lifted to step over it, to put back */
     uint64_t resume_pc;        /* a handler runs before the instruction here: come back to it */
+    uint64_t entered_ns;       /* when it last entered the scope */
     /* The access the instruction being stepped breaks the policy with: counted when its step
        completes, dropped when a signal handler preempts the instruction (it runs again later). */
     int pending;
@@ -76,6 +77,7 @@ static int cmd_fd, evt_fd;
 static pid_t child;
 static int cpu = -1;
 static int everywhere;
+static uint64_t step_ns;  /* thread-nanoseconds spent inside the scope (the bench's rate) */
 static uint64_t (*ranges)[2];
 static size_t nranges;
 static uint8_t (*checks)[512];
@@ -442,8 +444,16 @@ static void put_back(struct thread *t)
     t->lifted_bp = 0;
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
 static void enter(struct thread *t, struct user_regs_struct *regs)
 {
+    t->entered_ns = now_ns();
     t->stepping = 1;
     entries++;
     pin(t);
@@ -458,6 +468,7 @@ static void leave(struct thread *t)
     if (prev && prev->flow == FLOW_CALL && in_scope(prev->pc + prev->len))
         insert_bp(t->tid, prev->pc + prev->len);  /* the callee runs at full speed */
     t->stepping = 0;
+    step_ns += now_ns() - t->entered_ns;
     t->last = NULL;
     t->resume_pc = 0;
     unpin(t);
@@ -549,6 +560,7 @@ static void on_event(struct thread *t, int event)
         if (armed) {
             snprintf(note, sizeof note, "the program exec'd another program after the scope was set: stepping stopped there");
             unpin(t);
+            if (t->stepping) { step_ns += now_ns() - t->entered_ns; t->stepping = 0; }
             detached_exec = 1;
             ptrace(PTRACE_DETACH, t->tid, 0, 0);
             return;
@@ -565,7 +577,7 @@ static void write_out(const char *path)
     uint64_t kept = total < ring_cap ? total : ring_cap;
     uint64_t hdr[16] = {0x31706574736c6175ULL, total, steps, entries, unmodelled, decode_misses, scount, kept,
                         (uint64_t)(int64_t)exit_status, (uint64_t)(int64_t)exit_signal, (uint64_t)cpu,
-                        (uint64_t)armed, (uint64_t)detached_exec, 0, 0, 0};
+                        (uint64_t)armed, (uint64_t)detached_exec, step_ns, 0, 0};
     fwrite(hdr, sizeof hdr, 1, f);
     fwrite(note, sizeof note, 1, f);
     for (size_t i = 0; i < scap; i++)
@@ -666,7 +678,10 @@ int main(int argc, char **argv)
                 exit_signal = WIFSIGNALED(st) ? WTERMSIG(st) : -1;
             }
             struct thread *t = tfind(tid, 0);
-            if (t) t->used = 0;
+            if (t) {
+                if (t->stepping) step_ns += now_ns() - t->entered_ns;
+                t->used = 0;
+            }
             continue;
         }
         if (!WIFSTOPPED(st)) continue;
