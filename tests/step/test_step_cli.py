@@ -253,3 +253,14 @@ def test_odd_operands_match_the_trap_engine(tmp_path: Path) -> None:
     assert sum(want.values()) == 54
     assert any("not fully model" in n for n in step.doc["notes"]), step.doc["notes"]
     assert step.proc.stdout.split("Unaligned accesses in ")[0] == trap.proc.stdout.split("Unaligned accesses in ")[0]
+
+
+def test_the_program_keeps_its_cpu_mask(tmp_path: Path) -> None:
+    """A stepped thread is moved to the stepper's CPU only while it steps: main's mask after the
+    scope, and that of a thread started inside it, are the program's own."""
+    exe = tmp_path / "step_affinity"
+    subprocess.run(["gcc", "-g", "-O1", "-pthread", "-o", str(exe), "step_affinity.c"], check=True, cwd=PROGRAMS)
+    alone = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    run = ualdbg("trace", "--engine", "step", "--in", "work", "--", str(exe), json_path=tmp_path / "t.json")
+    assert run.doc is not None and run.doc["faults_total"] == 1, run.explain()
+    assert run.proc.stdout.split("Unaligned accesses in ")[0] == alone.stdout, run.explain()
