@@ -470,11 +470,13 @@ def _in_module(va: int, modules: ModuleMap, index_for: Callable[[str], ElfIndex 
     link = va - module.base
     # A system library's DWARF (glibc's debug file: 27 s of pyelftools) is not read in the fault
     # path: its data is named by the symbol table.
-    var = md.symbol_table.find(link) if modules.is_system(module) else md.globals.find(link)
+    system = modules.is_system(module)
+    var = md.symbol_table.find(link) if system else md.globals.find(link)
     if var is None:
         section = md.section_of(link)
-        where = f"{module.name}{_hexoff(link)}" + (f" ({section})" if section else "")
-        what = "no symbol" if md.dwarf is None else "no variable in DWARF or the symbol table"
+        where = f"{module.name}+{link:#x}" + (f" ({section})" if section else "")
+        what = ("no data symbol (a system library: its DWARF is not read)" if system
+                else "no symbol" if md.dwarf is None else "no variable in DWARF or the symbol table")
         return DataRef("image", f"{where}: {what}", va, module=module.name)
     offset = link - var.start
     if var.die_offset is not None and md.die(var.die_offset) is not None:
@@ -551,7 +553,8 @@ def _frame_vars(modules: ModuleMap, frame: Frame, index_for: Callable[[str], Elf
     if frame.pc is None or frame.regs is None:
         return
     module = modules.find(frame.pc, refresh=False)
-    if module is None:
+    # Not in a system library's frames: indexing glibc's debug DWARF costs tens of seconds.
+    if module is None or modules.is_system(module):
         return
     index = index_for(module.path)
     if index is None or index.dwarf is None:
@@ -587,8 +590,8 @@ def _callers(modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfInd
     for _ in range(_MAX_FRAMES):
         module = modules.find(pc, refresh=False)
         index = index_for(module.path) if module is not None else None
-        if module is None or index is None:
-            return
+        if module is None or index is None or modules.is_system(module):
+            return  # a system library's CFI is not decoded in the fault path (thousands of FDEs)
         caller = module_data(index).unwind(pc - module.base - (0 if first else 1), regs, frame.read_memory)
         if caller is None:
             return
