@@ -212,3 +212,19 @@ def test_everywhere_follows_new_threads_gdb(tmp_path: Path) -> None:
     assert doc is not None, run.explain()
     assert dict(by_location(doc)) == {"threads.c:41": 2, "threads.c:53": 4, "threads.c:63": 6}, run.explain()
     assert doc["step"]["steps"] > 1000 and doc["faults_ignored"] > 0, run.explain()  # libc too, out of scope
+
+
+@pytest.mark.parametrize("debugger", DEBUGGERS)
+def test_one_engine_at_a_time(debugger: str) -> None:
+    prog = [str(BUILD / "not_aligned"), "3"]
+    first, second = "ualdbg trace start --engine step --in bump", "ualdbg break"
+    if debugger == "gdb":
+        run = run_gdb(prog, [first, second, "ualdbg break --engine trap", "ualdbg off", "ualdbg break --engine step --in bump",
+                             "ualdbg status"])
+    else:
+        run = run_lldb(prog, ["script " + "; ".join(f"lldb.debugger.HandleCommand('{c}')" for c in (
+            first, second, "ualdbg off", "ualdbg break --engine step --in bump", "ualdbg status"))])
+    text = run.stdout + run.stderr
+    assert "ualdbg break: the step engine is armed; add --engine step, or `ualdbg off` first" in text, run.explain()
+    assert "in " + debugger + ": breaking" in text and "engine: step; scope: bump" in text, run.explain()
+    assert "Traceback" not in text, run.explain()

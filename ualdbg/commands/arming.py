@@ -57,6 +57,14 @@ def _step_wanted(args: argparse.Namespace) -> bool:
     return bool(args.in_ or args.range or args.until_return or args.everywhere or args.policy)
 
 
+def check_engine_args(host: Host, args: argparse.Namespace, verb: str) -> None:
+    """Step options only with --engine step; one engine at a time."""
+    if args.engine != "step" and _step_wanted(args):
+        raise UsageError(f"ualdbg {verb}: --in, --range, --until-return, --everywhere and --policy need --engine step")
+    if args.engine != "step" and host.session.step.enabled:
+        raise UsageError(f"ualdbg {verb}: the step engine is armed; add --engine step, or `ualdbg off` first")
+
+
 def arm_step(host: Host, args: argparse.Namespace, armed_before: bool) -> list[str]:
     """Configure the step engine and arm it now (stopped) or at the arm point of the next run."""
     s = host.session
@@ -114,8 +122,7 @@ def _break(p: Parser) -> Runner:
     add_step_args(p)
 
     def run(host: Host, args: argparse.Namespace) -> Output:
-        if args.engine != "step" and _step_wanted(args):
-            raise UsageError("ualdbg break: --in, --range, --until-return, --everywhere and --policy need --engine step")
+        check_engine_args(host, args, "break")
         apply_scope(host, args)
         was = host.session.breaking
         before = host.session.armed

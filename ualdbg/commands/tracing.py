@@ -6,7 +6,7 @@ import argparse
 from ..render.jsondoc import GROUPS, build_document, dump
 from ..render.tables import header, records_table, summary_table
 from .argtypes import positive
-from .arming import ENGINE_HELP, ENGINES, _step_wanted, add_scope_args, add_step_args, apply_scope, arm, arm_step
+from .arming import ENGINE_HELP, ENGINES, add_scope_args, add_step_args, apply_scope, arm, arm_step, check_engine_args
 from .registry import Host, Output, Parser, Runner, UsageError, command
 
 
@@ -21,8 +21,7 @@ def _start(p: Parser) -> Runner:
 
     def run(host: Host, args: argparse.Namespace) -> Output:
         s = host.session
-        if args.engine != "step" and _step_wanted(args):
-            raise UsageError("ualdbg trace start: --in, --range, --until-return, --everywhere and --policy need --engine step")
+        check_engine_args(host, args, "trace start")
         apply_scope(host, args)
         if args.buffer:
             s.config.set("buffer", str(args.buffer))

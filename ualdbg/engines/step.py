@@ -155,7 +155,7 @@ class StepEngine:
             self.scope = self._current_function(target, tid)
         else:
             mm = self.session.module_map(target)
-            if mm is None:
+            if mm is None and (self.request.functions or self.request.everywhere):
                 raise ScopeError("cannot read the process's memory map (/proc/PID/maps)")
             self.scope = self._resolve(mm)
         self.armed = True
@@ -183,12 +183,17 @@ class StepEngine:
                 if pc in self.entry_points:
                     self.stats.entries += 1
                 control.step(target, t)
+                # Its first instruction is checked here (its trace trap comes after it ran);
+                # a break cannot stop while arming, so a violation here is recorded only.
+                self._check(target, t, self.threads[t], pc)
 
-    def _resolve(self, mm: ModuleMap) -> StepScope:
+    def _resolve(self, mm: ModuleMap | None) -> StepScope:
         """The program's own functions first: looking a name up in a library that lacks it
         walks all of that library's DWARF (libc's takes a minute), so libraries only for names
         the program does not define."""
         r = self.request
+        if mm is None:
+            return resolve_scope([], range_text=r.ranges)
         if r.functions and mm.main is not None:
             try:
                 return resolve_scope([mm.main], functions=r.functions, range_text=r.ranges)
