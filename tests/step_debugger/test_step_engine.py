@@ -228,3 +228,32 @@ def test_one_engine_at_a_time(debugger: str) -> None:
     assert "ualdbg break: the step engine is armed; add --engine step, or `ualdbg off` first" in text, run.explain()
     assert "in " + debugger + ": breaking" in text and "engine: step; scope: bump" in text, run.explain()
     assert "Traceback" not in text, run.explain()
+
+
+def test_armed_before_attach_gdb(test_programs: Path, tmp_path: Path) -> None:
+    """`trace start --engine step` before `attach PID`: the scope is resolved in the attached
+    process, and the program's 4 calls of `bump` (a misaligned 8-byte load and store each) are
+    counted."""
+    import subprocess
+    import time
+
+    go, out, save = tmp_path / "go", tmp_path / "am.out", tmp_path / "t.json"
+    with open(out, "w") as f:
+        proc = subprocess.Popen([str(test_programs / "attach_me"), str(go), "4"], stdout=f)
+    try:
+        deadline = time.time() + 10
+        while "pid=" not in out.read_text() and time.time() < deadline:
+            time.sleep(0.02)
+        run = run_gdb([str(test_programs / "attach_me")], [
+            "ualdbg trace start --engine step --in bump --policy natural", f"attach {proc.pid}", f"shell touch {go}",
+            "continue", f"ualdbg trace save {save}"], timeout=60)
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "attach_me: done 4" in out.read_text(), run.explain()
+    assert "attached: step engine armed: bump (" in run.stdout, run.explain()
+    import json
+
+    doc = json.loads(save.read_text())
+    assert doc["faults_total"] == 8 and doc["step"]["entries"] == 4 and doc["step"]["steps"] == 16, run.explain()

@@ -332,7 +332,13 @@ class GdbHooks:
                 self.report_pending = None
             target = self.target()
             if target is not None and (self.session.armed or self.session.engine.pending):
-                if self.session.armed and not self.session.engine.active and gdb.selected_inferior().was_attached:
+                if self.session.armed and self.session.step.enabled:
+                    if not self.session.step.armed and gdb.selected_inferior().was_attached:
+                        # Armed before `attach PID`: resolve the scope where the process is.
+                        self.session.program.pid = target.pid()
+                        self.step_control.arm()
+                        gdb.write(f"ualdbg: attached: step engine armed: {self.session.step.describe()}\n")
+                elif self.session.armed and not self.session.engine.active and gdb.selected_inferior().was_attached:
                     # Armed before `attach PID`: main is long past, arm where the process is.
                     self.session.program.pid = target.pid()
                     self.session.engine.arm(target)

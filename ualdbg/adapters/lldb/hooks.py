@@ -591,6 +591,9 @@ class LldbHooks:
         if self.arm_on_attach and self.session.armed and _attached(pid):
             # Armed before `process attach`: main is long past, arm where the process is.
             self.ensure_sites(process.GetTarget())
+            if self.session.step.enabled:
+                self.step_control.arm(process, None)
+                return f"ualdbg: attached: step engine armed: {self.session.step.describe()}"
             self.session.engine.arm(LldbTarget(process, None, step_over=self.queue_fault_step))
             return f"ualdbg: attached: armed {len(self.session.engine.armed)} thread(s)"
         return None
