@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import BUILD, by_location, expected_by_program
 from gdbrun import parse_reports, run_gdb, run_gdb_script
-from steprun import DEBUGGERS, per_site, run_lldb, scope_options, trace
+from stepdbgrun import DEBUGGERS, per_site, run_lldb, scope_options, trace
 
 EXAMPLES = sorted(expected_by_program().items())
 # The cross-check needs a program run, not the README's counts: a smaller sieve keeps it short.
