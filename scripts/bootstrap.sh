@@ -20,11 +20,12 @@ command -v lldb-19 >/dev/null || need+=(lldb-19)
 # gdb-multiarch debugs them through qemu's stub, the cross compilers build the examples.
 command -v qemu-sparc64 >/dev/null || need+=(qemu-user)
 command -v gdb-multiarch >/dev/null || need+=(gdb-multiarch)
-for triplet in sparc64 alpha; do
+for triplet in sparc64 alpha aarch64; do
   command -v $triplet-linux-gnu-gcc >/dev/null || need+=(gcc-$triplet-linux-gnu)
 done
 [ -e /usr/sparc64-linux-gnu/lib/libc.a ] || need+=(libc6-dev-sparc64-cross)
 [ -e /usr/alpha-linux-gnu/lib/libc.so.6.1 ] || need+=(libc6-dev-alpha-cross)
+[ -e /usr/aarch64-linux-gnu/lib/libc.a ] || need+=(libc6-dev-arm64-cross)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "bootstrap: installing ${need[*]}"

@@ -40,7 +40,20 @@ def test_alpha_break_then_off_restores_the_programs_prctl_setting() -> None:
     out = run.output
     assert len([line for line in out.splitlines() if REPORT1.match(line)]) == 1, run.explain()
     assert re.search(r"prctl\(PR_SET_UNALIGN\): armed \(the program's own setting: 0x[0-9a-f]+\)", out), run.explain()
-    assert "ualdbg: off" in out, run.explain()
+    assert "ualdbg: off; the program's own PR_SET_UNALIGN setting is back" in out, run.explain()
     # After `off` qemu fixes the accesses up silently again, as the kernel would: no more stops.
     assert native_last_line("3", "2") in out, run.explain()
     assert run.program_exit == (0, None), run.explain()
+
+
+def test_alpha_break_when_stopped_past_main_arms_by_an_inferior_call() -> None:
+    prog = build("alpha") / "memalign"
+    run = run_gdb_multiarch("alpha", [str(prog), "3", "2"],
+                            ["break fill", "continue", "ualdbg break", "ualdbg status", "continue", "continue",
+                             "ualdbg off", "continue"])
+    out = run.output
+    assert "prctl(PR_SET_UNALIGN): armed" in out.split("Catchpoint", 1)[0], run.explain()  # before any fault
+    reports = [m for m in map(REPORT1.match, out.splitlines()) if m]
+    assert len(reports) == 2, run.explain()  # v[0].a and v[0].b, then off: no more stops
+    assert int(reports[1].group(1), 16) - int(reports[0].group(1), 16) == 4, run.explain()
+    assert native_last_line("3", "2") in out and run.program_exit == (0, None), run.explain()

@@ -215,3 +215,20 @@ def test_alpha_without_prctl_says_so() -> None:
     s.tracing = True
     with pytest.raises(RuntimeError, match="no `prctl`"):
         s.engine.arm(t)
+
+
+def test_arm64_ldar_is_performed_ldxr_is_left_to_the_program() -> None:
+    ldar = (0xC8DFFC03).to_bytes(4, "little")  # ldar x3, [x0]
+    t = FakeTarget("aarch64", ldar, {"x0": DATA + 3})
+    del t.regs["npc"]
+    t.mem[3:11] = (0x1122334455667788).to_bytes(8, "little")
+    s = Session("fake")
+    s.tracing = True
+    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.RESUME
+    assert t.regs["x3"] == 0x1122334455667788 and t.regs["pc"] == TEXT + 4
+    t.code[TEXT + 4] = (0xC85F7C00).to_bytes(4, "little")  # ldxr x0, [x0]
+    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.NOT_OURS  # recorded, not performed
+    assert s.buffer.total == 2 and t.regs["pc"] == TEXT + 4
+    assert s.engine.fixup is not None and "exclusive monitor" in s.engine.fixup.not_emulated[TEXT + 4]
+    t.code[TEXT + 4] = (0xF9400000).to_bytes(4, "little")  # ldr x0, [x0]: never traps on arm64
+    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.NOT_OURS and s.buffer.total == 2

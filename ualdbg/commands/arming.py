@@ -146,6 +146,8 @@ def _off(p: Parser) -> Runner:
         s.engine.disarm(host.target())
         s.step.disarm(host.target())
         host.uninstall()
+        if s.engine.fixup is not None:
+            return [f"ualdbg: off; {s.engine.fixup.off_summary()}, signal settings restored"]
         return ["ualdbg: off; no thread has AC set, signal settings restored"]
 
     return run
