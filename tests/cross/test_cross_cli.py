@@ -83,3 +83,15 @@ def test_arch_mismatch_is_one_line(tmp_path: Path) -> None:
     assert p.stderr.strip().splitlines() == [f"ualdbg: {build_dir / 'memalign'} is a sparc64 program, not alpha"]
     q = run_cli("trace", "--arch", "vax", "--", str(build_dir / "memalign"))
     assert q.returncode == 2 and len(q.stderr.strip().splitlines()) == 1 and "unknown architecture" in q.stderr
+
+
+def test_architectures_without_an_engine_are_refused_in_one_line(tmp_path: Path) -> None:
+    # A PA-RISC ELF header (e_machine 15, big-endian, 32-bit): no tool needed to refuse it.
+    exe = tmp_path / "hppa_prog"
+    exe.write_bytes(b"\x7fELF\x01\x02\x01" + bytes(9) + (2).to_bytes(2, "big") + (15).to_bytes(2, "big") + bytes(64))
+    exe.chmod(0o755)
+    p = run_cli("trace", "--", str(exe))
+    assert p.returncode == 2, explain(p)
+    assert p.stderr.strip().splitlines() == ["ualdbg: hppa programs: ualdbg has no engine for them yet (see README: architectures)"]
+    q = run_cli("check", "--arch", "sparc64", "--", "/bin/true")
+    assert q.returncode == 2 and q.stderr.strip() == "ualdbg: /bin/true is a x86_64 program, not sparc64", explain(q)
