@@ -232,3 +232,16 @@ def test_arm64_ldar_is_performed_ldxr_is_left_to_the_program() -> None:
     assert s.engine.fixup is not None and "exclusive monitor" in s.engine.fixup.not_emulated[TEXT + 4]
     t.code[TEXT + 4] = (0xF9400000).to_bytes(4, "little")  # ldr x0, [x0]: never traps on arm64
     assert s.engine.on_signal(t, NO_SIGINFO) is Decision.NOT_OURS and s.buffer.total == 2
+
+
+def test_sparc_lddf_goes_through_the_debuggers_float_move() -> None:
+    # ldd [%g1], %f8 (lddf rd=8): the pair f8:f9 is gdb's d8; performed by the target's move_float
+    t = FakeTarget("sparc:v9a", sparc(0x23, 8, G1, simm=0), {"g1": DATA + 1})
+    moves: list[tuple[str, int, int, bool]] = []
+    t.move_float = lambda reg, addr, size, store, tid=None: moves.append((reg, addr, size, store))  # type: ignore[attr-defined]
+    s = tracing(t)
+    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.RESUME
+    assert moves == [("d8", DATA + 1, 8, False)] and t.regs["pc"] == TEXT + 4
+    t.code[TEXT + 4] = sparc(0x27, 1, G1, simm=8)  # std %f32, [%g1 + 8]
+    s.engine.on_signal(t, NO_SIGINFO)
+    assert moves[-1] == ("f32", DATA + 9, 8, True)

@@ -49,6 +49,7 @@ class MemOp:
     cas_compare: str | None = None  # cas: the register compared with memory
     status: str | None = None  # arm64 stxr: the register that gets 0 (the store succeeded)
     exclusive: bool = False  # arm64 ldxr/stxr: a load/store-exclusive pair
+    float_reg: str | None = None  # the one floating-point register as gdb names it (d8, f32)
 
     @property
     def access(self) -> AccessKind:
@@ -83,8 +84,14 @@ def _sparc(word: int) -> MemOp | None:
         addr = (sparc64.GPRS[m.rs1],)
         return MemOp(m.text, f.size, kind, False, (sparc64.GPRS[m.rd],), False, addr, 0, endian,
                      cas_compare=sparc64.GPRS[m.rs2 or 0])
-    return MemOp(m.text, f.size, kind, f.signed, tuple(m.reg_names()), f.reg_file != "int", addr,
-                 m.simm13, endian)
+    names = m.reg_names()
+    float_reg = None
+    if f.reg_file == "float":
+        float_reg = names[0]
+    elif f.reg_file == "double":  # f0..f30 pairs are gdb's d0..d30; f32..f62 are doubles already
+        float_reg = names[0] if len(names) == 1 else "d" + names[0][1:]
+    return MemOp(m.text, f.size, kind, f.signed, tuple(names), f.reg_file != "int", addr,
+                 m.simm13, endian, float_reg=float_reg)
 
 
 def _alpha(word: int) -> MemOp | None:
@@ -92,7 +99,8 @@ def _alpha(word: int) -> MemOp | None:
     if m is None:
         return None
     reg = f"f{m.ra}" if m.float_reg else alpha.GPRS[m.ra]
-    return MemOp(m.text, m.size, m.kind, m.signed, (reg,), m.float_reg, (alpha.GPRS[m.rb],), m.disp, "little")
+    return MemOp(m.text, m.size, m.kind, m.signed, (reg,), m.float_reg, (alpha.GPRS[m.rb],), m.disp, "little",
+                 float_reg=reg if m.float_reg else None)
 
 
 _A64: Any = None
@@ -231,7 +239,8 @@ class FixupEngine:
     def perform(self, target: Target, tid: int, op: MemOp, va: int) -> None:
         """Do what the instruction would have done, then step the PC past it."""
         if op.float_regs:
-            raise NotEmulated(f"{op.text}: floating-point registers are not emulated")
+            self._perform_float(target, tid, op, va)
+            return
         if op.kind == "atomic":
             raise NotEmulated(f"{op.text}: an atomic read-modify-write is not emulated")
         if op.exclusive:
@@ -269,6 +278,23 @@ class FixupEngine:
         for name in [r for r in regs if r in ZERO_REGS]:
             del regs[name]
         regs.update(self.advance(target, tid))
+        write_registers = getattr(target, "write_registers", None)
+        if write_registers is not None:
+            write_registers(regs, tid)
+        else:
+            for name, value in regs.items():
+                target.write_register(name, value, tid)
+
+    def _perform_float(self, target: Target, tid: int, op: MemOp, va: int) -> None:
+        """A float register's bits cannot go through an int: the debugger copies them between
+        the register and memory itself, as the same C type on both sides (bit-exact)."""
+        mover = getattr(target, "move_float", None)
+        if mover is None or op.float_reg is None or op.size not in (4, 8) or op.endian not in ("big", "little"):
+            raise NotEmulated(f"{op.text}: this floating-point access is not emulated")
+        if op.endian != self.arch.endian:
+            raise NotEmulated(f"{op.text}: a byte-swapping floating-point access is not emulated")
+        mover(op.float_reg, va, op.size, op.kind == "store", tid)
+        regs = self.advance(target, tid)
         write_registers = getattr(target, "write_registers", None)
         if write_registers is not None:
             write_registers(regs, tid)

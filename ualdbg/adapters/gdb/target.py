@@ -183,6 +183,17 @@ class GdbTarget:
         proto = ", ".join("long" for _ in args)
         return int(gdb.parse_and_eval(f"((long (*)({proto})){addr:#x})({text})")) & MASK64
 
+    def move_float(self, reg: str, addr: int, size: int, store: bool, tid: int | None = None) -> None:
+        """Copy a floating-point register to or from memory as one C float/double: gdb moves
+        the bits unchanged and in the target's byte order (the fix-up of SPARC's lddf/stdf)."""
+        ctype = "float" if size == 4 else "double"
+        expr = f"*({ctype} *){addr:#x} = ${reg}" if store else f"${reg} = *({ctype} *){addr:#x}"
+        if self._in_event(tid):
+            gdb.parse_and_eval(expr)
+            return
+        with self._on_thread(tid):
+            gdb.parse_and_eval(expr)
+
     def remote(self) -> bool:
         """Connected to a gdb stub (qemu-user): the pid is the stub's, /proc is not the program's."""
         conn = getattr(gdb.selected_inferior(), "connection", None)
