@@ -12,7 +12,7 @@ from typing import Any
 
 import gdb  # type: ignore[import-not-found]
 
-from ...arch import SIGBUS, SIGTRAP, SYSCALL_NAMES
+from ...arch import BUS_ADRALN, SIGBUS, SIGTRAP, SYSCALL_NAMES
 from ...engines.trap import Decision
 from ...render.console import to_text
 from ...render.report import last_fault_report
@@ -86,6 +86,7 @@ class GdbHooks:
         self.target_ = GdbTarget()
         self.installed = False
         self.catchpoints: list[int] = []
+        self.draining: set[int] = set()  # threads with an #AC SIGBUS still pending at `off`
         self.arm_point: ArmPoint | None = None
         self.saved_handles: dict[str, tuple[bool, bool, bool]] = {}
         # Current `handle SIG pass` state while installed: gdb decides at resume time whether a
@@ -121,6 +122,8 @@ class GdbHooks:
 
     def install(self) -> None:
         self.fix_environment()
+        if self.catchpoints and not self.installed:
+            self.finish_drain()  # armed again: pending faults go through the new catchpoints
         if self.installed:
             self._place_arm_point()
             return
@@ -168,15 +171,58 @@ class GdbHooks:
         if spec is not None:
             self.arm_point = ArmPoint(self, spec)
 
+    def _unreported_alignment_faults(self) -> set[int]:
+        """Threads (other than the current one) whose last stop is an #AC SIGBUS gdb has not
+        reported yet: in all-stop mode, a thread that faulted while gdb was stopping everything
+        for another thread's event keeps its SIGBUS pending, and gdb reports it at the next
+        resume, after `off` has cleared that thread's AC."""
+        found: set[int] = set()
+        cur = gdb.selected_thread()
+        if cur is None or self.target() is None:
+            return found
+        try:
+            for t in gdb.selected_inferior().threads():
+                if t == cur or not t.is_valid():
+                    continue
+                t.switch()
+                try:
+                    si = gdb.parse_and_eval("$_siginfo")
+                    if int(si["si_signo"]) == SIGBUS and int(si["si_code"]) == BUS_ADRALN:
+                        found.add(int(t.ptid[1]))
+                except gdb.error:
+                    pass
+        finally:
+            cur.switch()
+        return found
+
     def uninstall(self) -> None:
         if not self.installed:
             return
+        self.draining = self._unreported_alignment_faults()
         for num in self.catchpoints:
+            if self.draining and num == self.catchpoints[0]:
+                continue  # the SIGBUS catchpoint swallows those faults first (finish_drain)
             gdb.execute(f"delete {num}", to_string=True)
-        self.catchpoints = []
+        self.catchpoints = self.catchpoints[:1] if self.draining else []
+        self.installed = False
         if self.arm_point is not None and self.arm_point.is_valid():
             self.arm_point.delete()
         self.arm_point = None
+        if not self.draining:
+            self._restore_handles()
+
+    def finish_drain(self) -> None:
+        """The pending faults are swallowed (or their threads moved on): now let go of SIGBUS."""
+        for num in self.catchpoints:
+            try:
+                gdb.execute(f"delete {num}", to_string=True)
+            except gdb.error:
+                pass
+        self.catchpoints = []
+        self.draining = set()
+        self._restore_handles()
+
+    def _restore_handles(self) -> None:
         for sig, (stop, prnt, pas) in self.saved_handles.items():
             if sig == "SIGBUS" and pas and self.target() is not None:
                 # A thread stopped at an #AC still holds SIGBUS as its stop signal; gdb drops it
@@ -186,7 +232,6 @@ class GdbHooks:
                 self.restore_pass_on_resume = True
             else:
                 set_handle(sig, stop, prnt, pas)
-        self.installed = False
 
     def _define_detach_hook(self) -> None:
         """A detached process runs on with no tracer: any AC left set would kill it at its next
@@ -261,6 +306,8 @@ class GdbHooks:
     def on_signal(self, signo: int) -> int:
         s = self.session
         with self.target_.event():
+            if not self.installed:
+                return self._drain(signo)
             if signo == SIGTRAP and s.step.enabled:
                 stepped = self.step_control.on_trap()
                 if stepped is not None:
@@ -283,6 +330,16 @@ class GdbHooks:
                 self.report_pending = last_fault_report(self.session)
                 return 1
             return 0
+
+    def _drain(self, signo: int) -> int:
+        """After `off`: a fault that happened before it, reported only now. Its thread's AC is
+        clear, so resuming without the signal runs the instruction as if ualdbg never was."""
+        info = self.target_.siginfo()
+        tid = self.target_.current_tid()
+        if info is not None and signo == SIGBUS and info.code == BUS_ADRALN and tid in self.draining:
+            self.draining.discard(tid)
+            return 0
+        return self._as_user_would(info) if info is not None else 1
 
     def _as_user_would(self, info: Any) -> int:
         """A signal ualdbg has no business with: behave as the user's `handle` says."""
@@ -327,6 +384,10 @@ class GdbHooks:
     # -- gdb events --------------------------------------------------------------------------
     def on_stop(self, event: Any) -> None:
         try:
+            if not self.installed and self.catchpoints:
+                self.draining &= self._unreported_alignment_faults()
+                if not self.draining:
+                    self.finish_drain()
             if self.report_pending:
                 gdb.write(to_text(self.report_pending, color=sys.stdout.isatty() and "NO_COLOR" not in os.environ))
                 self.report_pending = None
@@ -348,6 +409,8 @@ class GdbHooks:
             _warn(f"stop handler: {exc}")
 
     def on_exit(self, event: Any) -> None:
+        if not self.installed and self.catchpoints:
+            self.finish_drain()
         p = self.session.program
         p.exit_status = int(event.exit_code) if hasattr(event, "exit_code") else None
         self.session.engine.forget_threads()
