@@ -46,7 +46,8 @@ def add_step_args(p: Parser) -> None:
     g.add_argument("--until-return", action="store_true",
                    help="step the current function of the stopped thread until it returns")
     g.add_argument("--everywhere", action="store_true",
-                   help="step every instruction of the program (slow: ~1-2k instructions/s in a debugger)")
+                   help="step every instruction of the program from the arm point (slow: a few thousand "
+                        "instructions/s in gdb, under a thousand in lldb; docs/PERFORMANCE.md)")
     g.add_argument("--policy", choices=POLICY_NAMES, default=None,
                    help="what counts as unaligned: ac (x86 #AC rules; default on x86), natural "
                         "(size-aligned up to 16; default elsewhere), cacheline (crosses 64 bytes), "
