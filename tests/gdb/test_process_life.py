@@ -2,6 +2,7 @@
 and nothing left armed after detach or quit."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -111,3 +112,23 @@ def test_the_programs_own_sigtraps_behave_as_in_plain_gdb(test_programs: Path, t
     assert "EXIT-STATUS 2" in run.stdout, run.explain()
     assert "(signal SIGTRAP)" not in run.stdout, run.explain()
     assert len(parse_reports(run.stdout)) == 1, run.explain()
+
+
+def test_a_second_run_is_not_armed_before_main(tmp_path: Path) -> None:
+    # The first run ends armed; the second must start unarmed and arm at its own `main`, or a
+    # stop before main (here `starti`) arms the loader and libc start-up, out of scope.
+    script = """
+import gdb
+gdb.execute("ualdbg trace start")
+gdb.execute("run")
+gdb.execute("starti")
+print("EFLAGS-AT-START", hex(int(gdb.parse_and_eval("$eflags"))))
+gdb.execute("continue")
+gdb.execute("ualdbg trace save {out}")
+"""
+    out = tmp_path / "two.json"
+    run = run_gdb_script([str(BUILD / "not_aligned"), "7"], script.format(out=out), tmp_path)
+    flags = int(re.search(r"^EFLAGS-AT-START (0x[0-9a-f]+)$", run.stdout, re.M).group(1), 16)
+    assert not flags & 0x40000, run.explain()
+    doc = json.loads(out.read_text())
+    assert doc["faults_total"] == 14, run.explain()  # 7 per run, one trace across both

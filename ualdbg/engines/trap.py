@@ -119,6 +119,9 @@ class TrapEngine:
         self.forget_threads()
 
     def forget_threads(self) -> None:
+        """The process is gone or is a new image: nothing is armed until the next arm point
+        (a stop before `main` in the next run must not arm it early)."""
+        self.active = False
         self.pending_pc.clear()
         self.slots.reset()
         self.armed.clear()
