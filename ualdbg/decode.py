@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import capstone
 from capstone import x86
@@ -132,6 +132,7 @@ class MemOperand:
     rsp_adjust: int = 0
     bit_offset: str | None = None  # bt*/bts/btr/btc [m], reg: the register holding the bit index
     vsib: Vsib | None = None
+    extend: str | None = None  # AArch64 index register extension: "uxtw", "sxtw" (then << log2 scale)
 
     @property
     def text(self) -> str:
@@ -174,6 +175,7 @@ class Insn:
     masked: bool = False  # masked move (vmaskmov*, vpmaskmov*, maskmovdqu, AVX-512 {k}) (no #AC)
     gp_align: int = 0  # misalignment to this many bytes raises #GP (SIGSEGV), not #AC
     raw: bytes = b""
+    arch: str = "x86_64"  # whose registers `operands` name (accesses() evaluates per architecture)
 
     @property
     def text(self) -> str:
@@ -281,17 +283,25 @@ class Decoder:
     are not free, and callers cache the `Insn` per PC."""
 
     max_insn_len: ClassVar[int] = 15
-    ARCHES: ClassVar[tuple[str, ...]] = ("x86_64",)
+    ARCHES: ClassVar[tuple[str, ...]] = ("x86_64", "aarch64")
 
     def __init__(self, arch: str = "x86_64") -> None:
         if arch not in self.ARCHES:
             raise ValueError(f"unsupported architecture {arch!r}; supported: {', '.join(self.ARCHES)}")
         self.arch = arch
+        self._other: Any = None  # the decoder of another instruction set (arch/aarch64_insn.py)
+        if arch == "aarch64":
+            from .arch.aarch64_insn import Aarch64Decoder
+
+            self._other = Aarch64Decoder()
+            return
         self._cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
         self._cs.detail = True
 
     def decode(self, code: bytes, pc: int) -> Insn | None:
         """The instruction at the start of `code` (read at `pc`), or None if undecodable."""
+        if self._other is not None:
+            return self._other.decode(code, pc)  # type: ignore[no-any-return]
         try:
             ci = next(self._cs.disasm(bytes(code[: self.max_insn_len]), pc & _MASK64, 1), None)
             return None if ci is None else _build(ci)
@@ -602,6 +612,10 @@ def _address(insn: Insn, op: MemOperand, regs: Mapping[str, int], index_value: i
 
 def effective_address(insn: Insn, op: MemOperand, regs: Mapping[str, int]) -> int:
     """The address `op` touches with these registers (for a VSIB operand: lane 0's)."""
+    if insn.arch == "aarch64":
+        from .arch import aarch64_insn
+
+        return aarch64_insn.effective_address(op, regs)
     if op.vsib is not None:
         vector = _read_vector(regs, op.index or "")
         if vector is None:
@@ -642,6 +656,10 @@ def accesses(insn: Insn, regs: Mapping[str, int]) -> list[Access]:
     every lane when the mask register is absent), and nothing without the index vector.
     Raises RegisterUnavailable (a KeyError) when a general register or fs/gs base is missing.
     """
+    if insn.arch == "aarch64":  # x0..x30, sp as gdb names them
+        from .arch import aarch64_insn
+
+        return aarch64_insn.accesses(insn, regs)
     if insn.rep and insn.operands:
         count = regs.get("rcx")
         if count is not None and not count & (_MASK32 if insn.operands[0].addr_size == 4 else _MASK64):
