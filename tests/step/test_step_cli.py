@@ -264,3 +264,30 @@ def test_the_program_keeps_its_cpu_mask(tmp_path: Path) -> None:
     run = ualdbg("trace", "--engine", "step", "--in", "work", "--", str(exe), json_path=tmp_path / "t.json")
     assert run.doc is not None and run.doc["faults_total"] == 1, run.explain()
     assert run.proc.stdout.split("Unaligned accesses in ")[0] == alone.stdout, run.explain()
+
+
+@pytest.mark.parametrize(("scope", "threads"), [("function", 8), ("range", 1)])
+def test_many_threads_through_one_entry_stay_exact(scope: str, threads: int, tmp_path: Path) -> None:
+    """stress: 8 threads call bump() 1000 times each, all at once, and memcpy through a pointer
+    (libc, out of scope) between calls. Every call of bump must be stepped: an entry a thread
+    steps over must not let the other threads run through it unseen (the stepper keeps up to
+    three entries, and each thread's pending returns, in that thread's debug registers, not in
+    shared int3 bytes). With the whole program's code in scope (one thread: more entries than
+    debug registers means shared int3s, docs/STEP.md), main's read after pthread_join counts
+    too: pthread_join is called through the lazy-binding PLT, which is in scope and leaves it
+    by a jump, not a call."""
+    exe = tmp_path / "stress"
+    subprocess.run(["gcc", "-g", "-O1", "-pthread", "-o", str(exe), str(ROOT / "tests" / "fixtures" / "agent" / "stress.c")],
+                   check=True)
+    where = ["--in", "bump"] if scope == "function" else ["--range", code_range(exe)]
+    run = ualdbg("trace", "--engine", "step", *where, "--", str(exe), str(threads), "1000", json_path=tmp_path / "t.json")
+    assert run.doc is not None and run.proc.returncode == 0, run.explain()
+    got: Counter[tuple[str, int]] = Counter()
+    for s in run.doc["sites"]:
+        got[(s["function"], s["line"])] += s["count"]
+    want = Counter({("bump", 19): 2 * 1000 * threads})  # a load and a store per call
+    if scope == "range":
+        want[("main", 48)] = threads
+    assert got == want, run.explain()
+    bump_pcs = {s["pc"] for s in run.doc["sites"] if s["function"] == "bump"}
+    assert len({r["tid"] for r in run.doc["records"] if r["pc"] in bump_pcs}) == threads

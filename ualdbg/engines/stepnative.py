@@ -35,7 +35,7 @@ REG_INDEX = {name: i for i, name in enumerate(_USER_REGS)}
 EVT_EXEC, EVT_ARMED, EVT_DECODE, EVT_DONE, EVT_EXIT_EARLY = 1, 2, 3, 4, 5
 CMD_ARM, CMD_TABLE, CMD_RECIPE, CMD_KILL = 1, 2, 3, 4
 _FLOW = {"next": 0, "jump": 1, "call": 2, "ret": 3, "cond": 4, "other": 5}
-RF_REP, RF_REP_ADDR4, RF_UNMODELLED = 1, 2, 4
+RF_REP, RF_REP_ADDR4, RF_UNMODELLED, RF_RETSITE = 1, 2, 4, 8
 MAX_OPS = 8
 NO_CHECK = 0xFFFF
 _KIND = {AccessKind.READ: 0, AccessKind.WRITE: 1, AccessKind.READ_WRITE: 2}
@@ -130,10 +130,14 @@ class Encoder:
             self.classes[key] = found
         return found
 
-    def recipe(self, pc: int, insn: Insn | None) -> bytes:
+    def recipe(self, pc: int, insn: Insn | None, retsite: bool = False) -> bytes:
+        """`retsite`: a call in the scope returns here (the stepper trusts [rsp] to be a return
+        address only when it names one of these)."""
         if insn is None:
             return _RECIPE_HEAD.pack(pc, 0, _FLOW["other"], 0, RF_UNMODELLED, 0)
         flags = 0 if insn.exact and not insn.vsib else RF_UNMODELLED
+        if retsite:
+            flags |= RF_RETSITE
         if insn.rep:
             flags |= RF_REP
             if insn.operands and insn.operands[0].addr_size == 4:
@@ -215,6 +219,7 @@ class _Driver:
         self.encoder = Encoder(self.policy)
         self.decoder = Decoder()
         self.insns: dict[int, Insn | None] = {}
+        self.retsites: set[int] = set()
         self.modmap: ModuleMap | None = None
         self.scope: StepScope | None = None
         self.pid = 0
@@ -265,11 +270,15 @@ class _Driver:
         except (OSError, OverflowError, ValueError):
             return
         pc = lo
+        found: list[tuple[int, Insn | None]] = []
         while pc < hi:
             insn = self.decoder.decode(code[pc - lo:], pc)
             self.insns[pc] = insn
-            yield self.encoder.recipe(pc, insn)
+            found.append((pc, insn))
             pc += insn.size if insn is not None else 1
+        self.retsites.update(i.next_pc for _, i in found if i is not None and i.flow == "call")
+        for pc, insn in found:
+            yield self.encoder.recipe(pc, insn, pc in self.retsites)
 
     def decode(self, payload: bytes) -> bytes:
         (pc,) = struct.unpack_from("<Q", payload)

@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -32,7 +33,8 @@
 enum { EVT_EXEC = 1, EVT_ARMED = 2, EVT_DECODE = 3, EVT_DONE = 4, EVT_EXIT_EARLY = 5 };
 enum { CMD_ARM = 1, CMD_TABLE = 2, CMD_RECIPE = 3, CMD_KILL = 4 };
 enum { FLOW_NEXT, FLOW_JUMP, FLOW_CALL, FLOW_RET, FLOW_COND, FLOW_OTHER };
-enum { RF_REP = 1, RF_REP_ADDR4 = 2, RF_UNMODELLED = 4 };
+enum { RF_REP = 1, RF_REP_ADDR4 = 2, RF_UNMODELLED = 4, RF_RETSITE = 8 };
+#define MAX_RETS 64
 #define MAX_OPS 8
 #define NO_CHECK 0xffff
 
@@ -62,6 +64,11 @@ struct thread {
     uint64_t lifted_bp;        /* a breakpoint lifted to step over it, to put back */
     uint64_t resume_pc;        /* a handler runs before the instruction here: come back to it */
     uint64_t entered_ns;       /* when it last entered the scope */
+    /* In-scope return addresses of calls that left the scope, innermost last: with debug
+       registers the innermost one is this thread's own DR3 breakpoint (no shared int3 to lift
+       while another thread steps over it). */
+    uint64_t rets[MAX_RETS];
+    int nrets;
     /* The access the instruction being stepped breaks the policy with: counted when its step
        completes, dropped when a signal handler preempts the instruction (it runs again later). */
     int pending;
@@ -78,6 +85,13 @@ static pid_t child;
 static int cpu = -1;
 static int everywhere;
 static uint64_t step_ns;  /* thread-nanoseconds spent inside the scope (the bench's rate) */
+/* Debug registers: DR0-DR2 hold up to three scope entries in every thread, DR3 a thread's
+   innermost pending return. A shared int3 must be lifted for one step whenever a thread steps
+   over it, and other threads running through it meanwhile are missed; a debug register is
+   per thread and changes no code. More entries than three: int3s for the entries. */
+static int hw_ok;
+static uint64_t hw_entry[3];
+static int n_hw_entry;
 static uint64_t (*ranges)[2];
 static size_t nranges;
 static uint8_t (*checks)[512];
@@ -88,7 +102,7 @@ static struct bp *bps; static size_t bpcap, bpcount;
 static struct thread *threads; static size_t tcap;
 static struct site *sites; static size_t scap, scount;
 static struct record *ring; static uint64_t ring_cap, total, steps, entries, unmodelled, decode_misses;
-static pid_t early[64]; static int nearly;
+static pid_t early[1024]; static int nearly;  /* stops of new tasks seen before their creation event */
 static int exit_status = -1, exit_signal = -1, armed, detached_exec;
 static char note[256];
 
@@ -451,8 +465,45 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+static int set_dr(pid_t tid, int i, uint64_t value)
+{
+    return ptrace(PTRACE_POKEUSER, tid, (void *)offsetof(struct user, u_debugreg[i]), (void *)value) < 0 ? -1 : 0;
+}
+
+/* A thread about to run free: its entries and its innermost pending return armed. */
+static void hw_arm(struct thread *t)
+{
+    if (!hw_ok) return;
+    uint64_t dr7 = 0;
+    for (int i = 0; i < n_hw_entry; i++) dr7 |= 1ULL << (2 * i);  /* Li: execute, length 1 */
+    if (t->nrets) {
+        set_dr(t->tid, 3, t->rets[t->nrets - 1]);
+        dr7 |= 1ULL << 6;
+    }
+    set_dr(t->tid, 7, dr7);
+}
+
+static void hw_init(struct thread *t)
+{
+    if (!hw_ok) return;
+    for (int i = 0; i < n_hw_entry; i++) set_dr(t->tid, i, hw_entry[i]);
+    hw_arm(t);
+}
+
+static void push_ret(struct thread *t, uint64_t addr)
+{
+    if (!hw_ok) { insert_bp(t->tid, addr); return; }
+    if (t->nrets && t->rets[t->nrets - 1] == addr) return;
+    if (t->nrets == MAX_RETS) {  /* frames abandoned by longjmp: forget the oldest */
+        memmove(t->rets, t->rets + 1, (MAX_RETS - 1) * sizeof t->rets[0]);
+        t->nrets--;
+    }
+    t->rets[t->nrets++] = addr;
+}
+
 static void enter(struct thread *t, struct user_regs_struct *regs)
 {
+    if (hw_ok) set_dr(t->tid, 7, 0);  /* a stepping thread needs no breakpoints */
     t->entered_ns = now_ns();
     t->stepping = 1;
     entries++;
@@ -460,13 +511,24 @@ static void enter(struct thread *t, struct user_regs_struct *regs)
     step_at(t, regs);
 }
 
-static void leave(struct thread *t)
+static void leave(struct thread *t, const struct user_regs_struct *regs)
 {
     struct recipe *prev = t->last;
-    if (t->resume_pc && in_scope(t->resume_pc))
-        insert_bp(t->tid, t->resume_pc);  /* a handler runs; the interrupted code resumes here */
-    if (prev && prev->flow == FLOW_CALL && in_scope(prev->pc + prev->len))
-        insert_bp(t->tid, prev->pc + prev->len);  /* the callee runs at full speed */
+    if (prev && prev->flow == FLOW_CALL && in_scope(prev->pc + prev->len)) {
+        push_ret(t, prev->pc + prev->len);  /* the callee runs at full speed */
+    } else if (prev && prev->flow != FLOW_RET && !t->resume_pc) {
+        /* Jumped out: a PLT stub in scope or a tail call. What it runs returns to [rsp] (to
+           [rsp+16] from a lazy-binding PLT0, which pushed two words); when that is a return site
+           in scope, stepping resumes there. (Any in-scope instruction is a correct place to
+           resume stepping: a stale stack word that happens to name one costs nothing.) */
+        for (int k = 0; k < 3; k++) {
+            errno = 0;
+            uint64_t ret = (uint64_t)ptrace(PTRACE_PEEKDATA, t->tid, (void *)(regs->rsp + 8 * (uint64_t)k), 0);
+            struct recipe *r = errno ? NULL : rfind(ret);
+            if (r && (r->flags & RF_RETSITE) && in_scope(ret)) { push_ret(t, ret); break; }
+        }
+    }
+    hw_arm(t);
     t->stepping = 0;
     step_ns += now_ns() - t->entered_ns;
     t->last = NULL;
@@ -489,8 +551,20 @@ static void on_trap(struct thread *t)
             if (regs.rip == t->resume_pc) t->resume_pc = 0;  /* back from the handler */
             step_at(t, &regs);
         }
-        else leave(t);
+        else leave(t, &regs);
         return;
+    }
+    if (hw_ok && armed) {
+        errno = 0;
+        long dr6 = ptrace(PTRACE_PEEKUSER, t->tid, (void *)offsetof(struct user, u_debugreg[6]), 0);
+        if (!errno && (dr6 & 0xf)) {  /* a debug-register breakpoint: before the instruction */
+            set_dr(t->tid, 6, 0);
+            if (t->nrets && regs.rip == t->rets[t->nrets - 1]) t->nrets--;  /* back from a call */
+            if (in_scope(regs.rip)) { enter(t, &regs); return; }
+            set_dr(t->tid, 7, 0);  /* not ours to stop at (cannot happen): never again */
+            resume(t, 0);
+            return;
+        }
     }
     struct bp *b = bpfind(regs.rip - 1);
     if (b && b->inserted && armed) {
@@ -540,6 +614,7 @@ static void on_event(struct thread *t, int event)
         wait_new(n);
         struct thread *nt = tfind(n, 1);
         nt->seen = 1;
+        if (armed) hw_init(nt);  /* debug registers are per thread and not inherited */
         /* a thread started while its creator stepped inherited the pinned mask: give it the
            creator's own */
         if (t->pinned) sched_setaffinity(n, sizeof t->saved, &t->saved);
@@ -603,7 +678,14 @@ static void load_table(const char *p, uint32_t len)
     p = add_checks(p);
     struct recipe *all = xcalloc(h[3], sizeof *all);
     for (uint32_t i = 0; i < h[3]; i++) { p = parse_recipe(p, &all[i]); rput(&all[i]); }
-    for (uint32_t i = 0; i < h[2]; i++) insert_bp(child, entry[i]);
+    /* debug registers for the entries if they fit, else int3s; DR3 for returns either way */
+    hw_ok = set_dr(child, 3, 0) == 0 && set_dr(child, 7, 0) == 0 && getenv("UALDBG_STEPPER_NO_DR") == NULL;
+    if (hw_ok && h[2] <= 3) {
+        n_hw_entry = (int)h[2];
+        for (uint32_t i = 0; i < h[2]; i++) hw_entry[i] = entry[i];
+    } else {
+        for (uint32_t i = 0; i < h[2]; i++) insert_bp(child, entry[i]);
+    }
     free(entry);
 }
 
@@ -687,7 +769,7 @@ int main(int argc, char **argv)
         if (!WIFSTOPPED(st)) continue;
         struct thread *t = tfind(tid, 0);
         if (!t) {  /* a new thread or child whose creator's event comes later */
-            if (nearly < 64) early[nearly++] = tid;
+            if (nearly < 1024) early[nearly++] = tid;
             continue;
         }
         int sig = WSTOPSIG(st), event = st >> 16;
@@ -708,6 +790,8 @@ int main(int argc, char **argv)
                 load_table(payload, len);
                 free(payload);
                 armed = 1;
+                for (size_t i = 0; i < tcap; i++)
+                    if (threads[i].used) hw_init(&threads[i]);
                 if (in_scope(regs.rip)) enter(t, &regs);
                 else resume(t, 0);
                 continue;
@@ -725,7 +809,19 @@ int main(int argc, char **argv)
                and the instruction is checked again when the program comes back to it. (A
                signal ignored or fatal does not preempt it: its check stands.) */
             struct user_regs_struct regs;
-            if (ptrace(PTRACE_GETREGS, tid, 0, &regs) == 0) t->resume_pc = regs.rip;
+            if (ptrace(PTRACE_GETREGS, tid, 0, &regs) == 0) {
+                /* the handler returns here, through sigreturn: a pending return like a call's
+                   (handlers interrupted by handlers stack up) */
+                t->resume_pc = regs.rip;
+                push_ret(t, regs.rip);
+                if (regs.eflags & 0x10000) {
+                    /* RF, left by the debug-register stop this thread entered by: the signal
+                       frame would save it, and sigreturn would then run the instruction past
+                       the breakpoint that is to bring the thread back */
+                    regs.eflags &= ~0x10000ULL;
+                    ptrace(PTRACE_SETREGS, tid, 0, &regs);
+                }
+            }
             t->pending = 0;
         }
         resume(t, sig);
