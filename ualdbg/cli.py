@@ -39,7 +39,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="step: single-step the runtime addresses [LO, HI) (repeatable)")
     p.add_argument("--everywhere", action="store_true", help="step: single-step the whole program from --at (slow: ~40k instructions/s)")
     p.add_argument("--policy", choices=("ac", "natural", "cacheline", "page"), default=None,
-                   help="step: what counts: ac (x86 #AC, default), natural (size-aligned, what a strict-alignment CPU traps), "
+                   help="step: what counts: ac (x86 #AC, default on x86-64), natural (size-aligned, what a strict-alignment CPU traps; default elsewhere), "
                         "cacheline (splits a 64-byte line), page (splits a 4 KiB page)")
     p.add_argument("--debugger", choices=("gdb", "lldb"), default=None, help="which debugger drives the trap engine (implies --engine trap; default gdb)")
     p.add_argument("--no-follow", action="store_true", help="agent: trace only the program, not the processes it starts")
@@ -107,7 +107,7 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
     req = RunRequest(_program(args, parser), debugger=args.debugger or "gdb", at=args.at, all_modules=args.all_modules,
                      modules=args.module, buffer=args.buffer, engine=engine, follow=not args.no_follow,
                      step_functions=list(args.step_in), step_ranges=list(args.step_range), everywhere=args.everywhere,
-                     policy=args.policy or "ac", arch=args.arch)
+                     policy=args.policy, arch=args.arch)
     show_progress = sys.stdout.isatty() and sys.stderr.isatty() and args.json != "-"
     if show_progress:
         from rich.live import Live

@@ -49,7 +49,7 @@ class RunRequest:
     step_functions: list[str] = field(default_factory=list)
     step_ranges: list[str] = field(default_factory=list)
     everywhere: bool = False
-    policy: str = "ac"
+    policy: str | None = None  # None: ac natively, natural on other architectures (issue 6)
 
 
 @dataclass
@@ -260,7 +260,7 @@ def _run_step(req: RunRequest, on_progress: Callable[[int, int, float], None] | 
     from .engines.stepnative import StepRun, StepUnavailable, run_step, validate
 
     run = StepRun(req.program, functions=list(req.step_functions), ranges=list(req.step_ranges),
-                  everywhere=req.everywhere, policy=req.policy, at=req.at, all_modules=req.all_modules,
+                  everywhere=req.everywhere, policy=req.policy or "ac", at=req.at, all_modules=req.all_modules,
                   modules=list(req.modules), buffer=req.buffer, aslr=req.aslr)
     try:
         validate(run)
@@ -271,11 +271,43 @@ def _run_step(req: RunRequest, on_progress: Callable[[int, int, float], None] | 
     return RunResult(res.doc, res.exit_status, res.exit_signal, "")
 
 
+def _cross_step(req: RunRequest) -> bool:
+    """Whether `--engine step` is for a program of another architecture: then it is the step
+    engine inside gdb-multiarch (breakpoint stepping under qemu), not the native stepper."""
+    from .arch import arch_by_name, elf_arch
+
+    if req.arch is not None:
+        try:
+            return arch_by_name(req.arch).name != platform.machine()
+        except ValueError:
+            return True  # _cross_arch says what is wrong with it
+    try:
+        found = elf_arch(resolve_program(req.program[0]))
+    except ToolError:
+        return False  # the native stepper reports it, after the scope
+    return found is not None and found.name != platform.machine()
+
+
+def _step_args(req: RunRequest, arch: ArchInfo) -> list[str]:
+    """`trace start` arguments of the step engine in the debugger (engines/step.py)."""
+    if req.everywhere:
+        raise ToolError(f"--everywhere: on {arch.name} the step engine puts a breakpoint on each instruction "
+                        "of the scope; give --in FUNC or --range LO,HI")
+    args = ["--engine", "step", "--policy", req.policy or "natural"]
+    for f in req.step_functions:
+        args += ["--in", f]
+    for r in req.step_ranges:
+        args += ["--range", r]
+    return args
+
+
 def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] | None = None) -> RunResult:
-    if req.engine == "step":
+    if req.engine == "step" and not _cross_step(req):
         return _run_step(req, on_progress)
     req.program[0] = resolve_program(req.program[0])
     cross = _cross_arch(req)
+    if cross is None and req.engine == "step":
+        raise ToolError(f"{req.program[0]} is a native program: --engine step runs the native stepper without --arch")
     if cross is not None and req.engine == "agent":
         raise ToolError(f"--engine agent runs native x86-64 programs only; {cross.name} programs run under qemu with the trap engine")
     if cross is not None and req.debugger != "gdb":
@@ -294,6 +326,7 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
             "all_modules": req.all_modules, "modules": req.modules, "buffer": req.buffer,
             "json": os.path.join(tmp, "trace.json"), "status": os.path.join(tmp, "status.json"),
             "progress": os.path.join(tmp, "progress") if on_progress else None,
+            "step": _step_args(req, cross) if cross is not None and req.engine == "step" else None,
         }
         log = os.path.join(tmp, "debugger.log")
         waited: tuple[int | None, int | None] | None = None

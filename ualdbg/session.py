@@ -140,6 +140,9 @@ class Session:
     # -- per-PC caches -------------------------------------------------------------------------
     def insn_at(self, target: Target, pc: int) -> Insn | None:
         if pc not in self._insns:
+            name = self.engine._arch(target).name
+            if name != self.decoder.arch and name in Decoder.ARCHES:
+                self.decoder = Decoder(name)  # the target's instruction set (arm64 for the step engine)
             try:
                 code = target.read_memory(pc, self.decoder.max_insn_len)
             except Exception:

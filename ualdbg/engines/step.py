@@ -56,6 +56,8 @@ def set_trap_flag(target: Target, tid: int, on: bool) -> None:
     """x86 single-stepping without the debugger's own step: EFLAGS.TF makes the CPU trap after
     each instruction, and the debugger's SIGTRAP catchpoint sees the trap (gdb)."""
     a = archmod.arch_info(target.arch())
+    if not a.tf_bit:
+        return  # no trap flag (arm64): the engine steps by breakpoints instead (by_breakpoints)
     old = target.read_register(a.flags, tid)
     new = (old | a.tf_bit) if on else (old & ~a.tf_bit)
     if new != old:
@@ -112,6 +114,9 @@ class StepEngine:
     ended: str | None = None  # until-return: why stepping ended
     until: tuple[int, int] | None = None  # until-return: (tid, rsp); the frame is gone above it
     reported_unentered: bool = False
+    # No trap flag to single-step with (arm64 under qemu-user's gdb stub): a breakpoint on every
+    # instruction of the scope instead, each checked before it runs when it is hit.
+    by_breakpoints: bool = False
 
     # -- configuration ---------------------------------------------------------------------------
     def configure(self, request: ScopeRequest, policy: str | None, arch: str = "x86_64") -> None:
@@ -150,7 +155,11 @@ class StepEngine:
         """Resolve the scope in this process, place the entry breakpoints, and start stepping a
         thread that is already in scope (stopped at main with `--in main`, or `--until-return`)."""
         self.control = control
-        self._arch(target)
+        a = self._arch(target)
+        self.by_breakpoints = not a.tf_bit
+        if self.by_breakpoints and (self.request.until_return or self.request.everywhere):
+            raise ScopeError(f"on {a.name} the step engine puts a breakpoint on each instruction of the scope: "
+                             "give it --in FUNC or --range LO,HI (not --until-return or --everywhere)")
         if self.request.until_return:
             self.scope = self._current_function(target, tid)
         else:
@@ -165,6 +174,9 @@ class StepEngine:
         self.entry_points = frozenset(a for a in self.entry_points if target.read_memory(a, 1))
         for addr in sorted(self.entry_points):
             control.break_at(addr)
+        if self.by_breakpoints:
+            self._arm_by_breakpoints(target, control, a, tid)
+            return
         if getattr(control, "eager_returns", False):
             # A debugger that cannot make breakpoints while it decides a stop (lldb) gets the
             # return breakpoints of every call in the scope now.
@@ -186,6 +198,35 @@ class StepEngine:
                 # Its first instruction is checked here (its trace trap comes after it ran);
                 # a break cannot stop while arming, so a violation here is recorded only.
                 self._check(target, t, self.threads[t], pc)
+
+    def _arm_by_breakpoints(self, target: Target, control: StepControl, a: archmod.ArchInfo,
+                            tid: int | None) -> None:
+        """A breakpoint at every instruction of the scope (fixed-size instructions); calls out
+        of it run at full speed because nothing outside has one. A thread stopped in the scope
+        has its current instruction checked now: the debugger steps over the breakpoint under
+        it without reporting it."""
+        assert self.scope is not None
+        step = a.insn_size or 4
+        for lo, hi in self.scope.ranges:
+            for addr in range(lo - lo % step + (step if lo % step else 0), hi, step):
+                if addr not in self.entry_points:  # those have theirs already
+                    control.break_at(addr)
+        for t in ([tid] if tid is not None else target.threads()):
+            pc = target.read_register(a.pc, t)
+            if self._contains(pc):
+                st = self.threads.setdefault(t, _Thread())
+                self._check(target, t, st, pc)
+
+    def _on_instruction(self, target: Target, tid: int) -> StepDecision:
+        """A breakpoint of `_arm_by_breakpoints` (or an entry) was hit: check the instruction."""
+        if self.control is None or not self.armed:
+            return StepDecision.RUN
+        pc = target.read_register(self._arch(target).pc, tid)
+        if not self._contains(pc):
+            return StepDecision.RUN
+        if pc in self.entry_points:
+            self.stats.entries += 1
+        return self._check(target, tid, self.threads.setdefault(tid, _Thread()), pc)
 
     def _resolve(self, mm: ModuleMap | None) -> StepScope:
         """The program's own functions first: looking a name up in a library that lacks it
@@ -283,6 +324,8 @@ class StepEngine:
 
     def on_breakpoint(self, target: Target, tid: int) -> StepDecision:
         """A thread that runs freely hit an entry or return breakpoint (the PC is there)."""
+        if self.by_breakpoints:
+            return self._on_instruction(target, tid)
         if tid in self.threads or self.control is None or not self.armed:
             return StepDecision.RUN  # a thread we step landed on it: its trace trap decides
         a = self._arch(target)

@@ -23,6 +23,8 @@ def main(config_json: str) -> None:
         args.append("--all-modules")
     for m in cfg.get("modules", []):
         args += ["--module", m]
+    if cfg.get("step"):
+        args += cfg["step"]  # the step engine for a program under qemu (runner._step_args)
     from ...commands.all import COMMANDS
 
     # Run as it would alone: the program's own signals go to it without a stop (`all` leaves
