@@ -105,3 +105,14 @@ def test_scopes_without_ranges_are_refused_in_one_line(request_: ScopeRequest) -
     s.step.configure(request_, None, "aarch64")
     with pytest.raises(ScopeError, match="--in FUNC or --range"):
         s.step.arm(FakeTarget({"pc": 0x1000, "sp": 0x7000}), FakeControl())  # type: ignore[arg-type]
+
+
+def test_default_policy_follows_the_target_when_configured_before_it_existed() -> None:
+    s = Session("fake")
+    s.step.configure(ScopeRequest(ranges=("0x1000,0x1010",)), None)  # no process yet: x86's default
+    assert s.policy.name == "ac"
+    s.step.arm(FakeTarget({"pc": 0x2000, "sp": 0x7000}), FakeControl())  # type: ignore[arg-type]
+    assert s.policy.name == "natural"
+    s.step.configure(ScopeRequest(ranges=("0x1000,0x1010",)), "cacheline")
+    s.step.arm(FakeTarget({"pc": 0x2000, "sp": 0x7000}), FakeControl())  # type: ignore[arg-type]
+    assert s.policy.name == "cacheline"  # what the user typed stays

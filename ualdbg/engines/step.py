@@ -117,6 +117,7 @@ class StepEngine:
     # No trap flag to single-step with (arm64 under qemu-user's gdb stub): a breakpoint on every
     # instruction of the scope instead, each checked before it runs when it is hit.
     by_breakpoints: bool = False
+    policy_given: bool = False  # --policy was typed; else the default follows the target's arch
 
     # -- configuration ---------------------------------------------------------------------------
     def configure(self, request: ScopeRequest, policy: str | None, arch: str = "x86_64") -> None:
@@ -126,6 +127,7 @@ class StepEngine:
             self.session.policy = policy_by_name(name)
         except ValueError as exc:
             raise ScopeError(str(exc)) from None
+        self.policy_given = policy is not None
         self.request = request
         self.enabled = True
         self.armed = False
@@ -157,6 +159,9 @@ class StepEngine:
         self.control = control
         a = self._arch(target)
         self.by_breakpoints = not a.tf_bit
+        if not self.policy_given:
+            # Configured before the process existed (gdb-multiarch before `target remote`).
+            self.session.policy = policy_by_name("ac" if a.mechanism == archmod.MECH_AC else "natural")
         if self.by_breakpoints and (self.request.until_return or self.request.everywhere):
             raise ScopeError(f"on {a.name} the step engine puts a breakpoint on each instruction of the scope: "
                              "give it --in FUNC or --range LO,HI (not --until-return or --everywhere)")
