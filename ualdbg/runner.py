@@ -293,6 +293,14 @@ def _step_args(req: RunRequest, arch: ArchInfo) -> list[str]:
     if req.everywhere:
         raise ToolError(f"--everywhere: on {arch.name} the step engine puts a breakpoint on each instruction "
                         "of the scope; give --in FUNC or --range LO,HI")
+    from .engines.scope import ScopeError, resolve_scope
+    from .model import Module
+
+    try:  # before qemu starts: an unknown function or a bad range is one line
+        resolve_scope([Module(req.program[0], 0, 0, 0)] if req.step_functions else [],
+                      functions=list(req.step_functions), range_text=list(req.step_ranges))
+    except ScopeError as exc:
+        raise ToolError(str(exc)) from None
     args = ["--engine", "step", "--policy", req.policy or "natural"]
     for f in req.step_functions:
         args += ["--in", f]
@@ -366,6 +374,9 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
         doc = json.load(open(cfg["json"]))
         if waited is not None:
             doc["program"]["exit_status"], doc["program"]["exit_signal"] = waited
+        step = doc.get("step") if cfg.get("step") else None
+        if step is not None and not step.get("steps") and not step.get("entries"):
+            raise ToolError(f"the program never entered the scope {step.get('scope')}: nothing was stepped")
     return RunResult(doc, status["exit_status"], status["exit_signal"], log_text)
 
 

@@ -100,7 +100,7 @@ def test_vas_are_the_programs_addresses(tmp_path: Path) -> None:
     assert saddr in {int(r["va"], 16) for r in doc["records"]}, explain(p)
 
 
-def test_policy_cacheline_counts_follow_the_printed_address_and_everywhere_is_one_line(tmp_path: Path) -> None:
+def test_policy_cacheline_counts_follow_the_printed_address_and_bad_scopes_are_one_line(tmp_path: Path) -> None:
     p = trace("memalign", ("20", "1"), ("fill",), tmp_path / "cl.json", "--policy", "cacheline")
     assert p.returncode == 0, explain(p)
     doc = json.loads((tmp_path / "cl.json").read_text())
@@ -113,6 +113,13 @@ def test_policy_cacheline_counts_follow_the_printed_address_and_everywhere_is_on
                 str(build("aarch64") / "memalign"), "3", "1")
     assert e.returncode == 2 and len(e.stderr.strip().splitlines()) == 1 and "--everywhere" in e.stderr, explain(e)
     assert "Traceback" not in e.stderr
+
+    for scope, says in ((["--in", "no_such_function"], "no function named no_such_function"),
+                        (["--range", "0x10,0x20"], "never entered the scope 0x10-0x20")):
+        e = run_cli("trace", "--arch", "aarch64", "--engine", "step", *scope, "--",
+                    str(build("aarch64") / "memalign"), "3", "1")
+        assert e.returncode == 2 and e.stderr.strip().splitlines() == [e.stderr.strip()], explain(e)
+        assert says in e.stderr and "Traceback" not in e.stderr, explain(e)
 
 
 def test_gdb_trace_start_then_save(tmp_path: Path) -> None:
