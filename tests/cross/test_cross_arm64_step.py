@@ -161,3 +161,30 @@ def test_gdb_unknown_function_is_one_line() -> None:
     lines = [line for line in run.output.splitlines() if "no_such_function" in line]
     assert len(lines) == 1 and lines[0].startswith("ualdbg: "), run.explain()
     assert "Traceback" not in run.output and run.program_exit == (0, None), run.explain()
+
+
+def test_addressing_forms_end_to_end(tmp_path: Path) -> None:
+    """Each addressing form's VA under qemu equals the one the C code implies from the printed p;
+    the aligned ldp is not reported (programs/forms_arm64.c: inline asm names each instruction)."""
+    src = Path(__file__).resolve().parent / "programs" / "forms_arm64.c"
+    build("aarch64")  # the toolchain (fails under CI=true when missing)
+    exe = tmp_path / "forms"
+    subprocess.run(["aarch64-linux-gnu-gcc", "-g", "-O1", "-Wall", "-static", "-o", str(exe), str(src)], check=True)
+    lines = {m.group(1): n for n, text in enumerate(src.read_text().splitlines(), 1)
+             if (m := re.search(r"/\* L:(\w+) \*/", text))}
+    funcs = ["pair", "post", "regoff", "sxtw", "vec", "aligned_pair"]
+    p = run_cli("trace", "--engine", "step", *[a for f in funcs for a in ("--in", f)], "--json", str(tmp_path / "f.json"),
+                "--", str(exe), timeout=240)
+    assert p.returncode == 0, explain(p)
+    base = printed(r"forms: p=(0x[0-9a-f]+)", p.stdout)
+    doc = json.loads((tmp_path / "f.json").read_text())
+    line_of = {s["pc"]: s["line"] for s in doc["sites"]}
+    got = [(line_of[r["pc"]], int(r["va"], 16) - base, r["size"], r["access"]) for r in doc["records"]]
+    assert got == [
+        (lines["pair"], 0, 8, "read"),  # ldp x, x, [p]: the first element is the one recorded
+        (lines["post"], 0, 4, "write"), (lines["post"], 4, 4, "write"), (lines["post"], 8, 4, "write"),  # [p], #4
+        (lines["regoff"], 20, 4, "read"),  # [p, 5, lsl #2]
+        (lines["sxtw"], 8, 4, "read"),  # [p + 16, w(-2), sxtw #2]
+        (lines["ld1"], 0, 4, "read"), (lines["st1"], 0, 4, "write"),  # {v0.4s}: element size 4
+    ], explain(p)
+    assert "forms: sum=" in p.stdout and doc["program"]["exit_status"] == 0
