@@ -188,3 +188,13 @@ def test_addressing_forms_end_to_end(tmp_path: Path) -> None:
         (lines["ld1"], 0, 4, "read"), (lines["st1"], 0, 4, "write"),  # {v0.4s}: element size 4
     ], explain(p)
     assert "forms: sum=" in p.stdout and doc["program"]["exit_status"] == 0
+
+
+def test_check_exit_status(tmp_path: Path) -> None:
+    bad = run_cli("check", "--engine", "step", "--in", "fill", "--json", str(tmp_path / "b.json"), "--",
+                  str(build("aarch64") / "memalign"), "5", "1")
+    assert bad.returncode == 1 and json.loads((tmp_path / "b.json").read_text())["faults_total"] == 10, explain(bad)
+    good = run_cli("check", "--engine", "step", "--in", "fill", "--json", str(tmp_path / "g.json"), "--",
+                   str(build("aarch64") / "memalign_aligned"), "5", "1")
+    assert good.returncode == 0, explain(good)
+    assert json.loads((tmp_path / "g.json").read_text())["step"]["steps"] > 0
