@@ -140,7 +140,8 @@ class Session:
     # -- per-PC caches -------------------------------------------------------------------------
     def insn_at(self, target: Target, pc: int) -> Insn | None:
         if pc not in self._insns:
-            name = self.engine._arch(target).name
+            # (the agent engine explains a fault with a frozen snapshot that has no arch(): x86-64)
+            name = self.engine._arch(target).name if hasattr(target, "arch") else self.decoder.arch
             if name != self.decoder.arch and name in Decoder.ARCHES:
                 self.decoder = Decoder(name)  # the target's instruction set (arm64 for the step engine)
             try:
