@@ -1,19 +1,27 @@
-"""alignment.py: policy truth tables (x86 #AC as measured, natural, cache line, page) and the
-fault cross-check, with instructions decoded from raw bytes."""
+"""alignment.py: policy truth tables (x86 #AC as measured on Zen 3 and on an Intel Xeon, natural,
+cache line, page), the probe-output parser and the fault cross-check, with instructions decoded
+from raw bytes."""
 from __future__ import annotations
 
 import pytest
 
+from ualdbg import alignment
 from ualdbg.alignment import (
     POLICY_NAMES,
+    ZEN3_RULES,
     AcPolicy,
+    AcRules,
     CachelinePolicy,
     NaturalPolicy,
     PagePolicy,
     Policy,
+    ProbeError,
+    ac_class,
+    cpu_identity,
     explains_fault,
     policy_by_name,
     required_alignment,
+    rules_from_probe,
     violations,
 )
 from ualdbg.decode import Decoder, Insn, accesses
@@ -21,6 +29,13 @@ from ualdbg.model import Access, AccessKind
 
 R, W = AccessKind.READ, AccessKind.WRITE
 DECODER = Decoder()
+
+
+ZEN3 = AcPolicy(ZEN3_RULES)
+# What the acprobe measured on the Intel Xeon (family 6 model 167) these machines report: no
+# 16/32/64-byte vector move is alignment-checked, everything else as on Zen 3.
+INTEL_RULES = AcRules({**ZEN3_RULES.checks, "sse16": 1, "vex16": 1, "vex32": 1, "vex64": 1}, "test: Intel Xeon")
+INTEL = AcPolicy(INTEL_RULES)
 
 
 def insn(hexbytes: str) -> Insn:
@@ -61,7 +76,8 @@ def test_natural_policy(size: int, offset: int, bad: bool) -> None:
 
 @pytest.mark.parametrize(("size", "offset", "bad"), SIZE_TABLE)
 def test_ac_policy_plain_instruction(size: int, offset: int, bad: bool) -> None:
-    assert AcPolicy().violates(acc(0x10000 + offset, size), None) is bad
+    assert ZEN3.violates(acc(0x10000 + offset, size), None) is bad
+    assert INTEL.violates(acc(0x10000 + offset, size), None) is (bad and size < 16)
 
 
 @pytest.mark.parametrize(("hexbytes", "size", "va", "ac", "natural"), [
@@ -90,7 +106,7 @@ def test_ac_policy_plain_instruction(size: int, offset: int, bad: bool) -> None:
 def test_policies_with_instruction(hexbytes: str, size: int, va: int, ac: bool, natural: bool) -> None:
     decoded = insn(hexbytes)
     access = acc(va, size)
-    assert AcPolicy().violates(access, decoded) is ac
+    assert ZEN3.violates(access, decoded) is ac
     assert NaturalPolicy().violates(access, decoded) is natural
 
 
@@ -179,5 +195,116 @@ def test_explains_fault_cannot_tell() -> None:
 
 def test_violations_keeps_execution_order() -> None:
     decoded = insn("ff30")  # push qword [rax]: read [rax], then write [rsp-8]
-    found = violations(AcPolicy(), decoded, accesses(decoded, {**REGS, "rax": 0x10001}))
+    found = violations(ZEN3, decoded, accesses(decoded, {**REGS, "rax": 0x10001}))
     assert [(a.va, a.kind, a.implicit) for a in found] == [(0x10001, R, False), (0x7FF4, W, True)]
+
+
+# (instruction, access size, va, Zen 3 #AC, Intel #AC): the vector rows are where the CPUs differ
+@pytest.mark.parametrize(("hexbytes", "size", "va", "zen3", "intel"), [
+    ("0f1000", 16, 0x1008, True, False),  # movups xmm0, [rax] at 8 mod 16
+    ("0f1000", 16, 0x1001, True, False),
+    ("f30f6f00", 16, 0x1004, True, False),  # movdqu
+    ("c5fa6f00", 16, 0x1008, True, False),  # vmovdqu xmm0
+    ("c5fe6f00", 32, 0x1008, True, False),  # vmovdqu ymm0
+    ("c5fe6f00", 32, 0x1010, False, False),
+    ("62f1fe486f00", 64, 0x1008, True, False),  # vmovdqu64 zmm0
+    ("f30f1000", 4, 0x1002, True, True),  # movss
+    ("f20f1000", 8, 0x1004, True, True),  # movsd
+    ("488b00", 8, 0x1004, True, True),  # mov rax, [rax]
+    ("db28", 10, 0x1004, True, True),  # fld tbyte
+    ("db28", 10, 0x1008, False, False),
+    ("dd00", 8, 0x1004, True, True),  # fld qword
+    ("0f2800", 16, 0x1008, False, False),  # movaps: #GP on both, never #AC
+])
+def test_ac_policy_per_cpu(hexbytes: str, size: int, va: int, zen3: bool, intel: bool) -> None:
+    decoded = insn(hexbytes)
+    assert ZEN3.violates(acc(va, size), decoded) is zen3
+    assert INTEL.violates(acc(va, size), decoded) is intel
+
+
+@pytest.mark.parametrize(("hexbytes", "size", "cls"), [
+    ("488b00", 8, "gp8"), ("50", 8, "gp8"), ("f348ab", 8, "gp8"), ("668b00", 2, "gp2"),
+    ("f30f1000", 4, "sse4"), ("f20f1000", 8, "sse8"), ("0f1000", 16, "sse16"), ("f30f6f00", 16, "sse16"),
+    ("c5fa6f00", 16, "vex16"), ("c5fe6f00", 32, "vex32"), ("62f1fe486f00", 64, "vex64"),
+    ("d900", 4, "x87_4"), ("dd00", 8, "x87_8"), ("db28", 10, "x87_10"),
+])
+def test_ac_class(hexbytes: str, size: int, cls: str) -> None:
+    assert ac_class(size, insn(hexbytes)) == cls
+
+
+def test_ac_class_without_instruction() -> None:
+    assert [ac_class(n, None) for n in (2, 8, 10, 16, 32, 64)] == ["gp2", "gp8", "x87_10", "sse16", "vex32", "vex64"]
+
+
+def _probe_output(rule: dict[str, int], skip: tuple[str, ...] = ()) -> list[str]:
+    """What acprobe.c prints for a CPU that checks each class at `rule[class]` (1 = never)."""
+    offsets = {"gp2": (0, 1, 2), "gp8": (0, 4, 8), "sse16": (0, 1, 4, 8, 16), "vex32": (0, 1, 8, 16, 32),
+               "vex64": (0, 1, 8, 16, 32), "x87_10": (0, 2, 4, 8, 16)}
+    lines = []
+    for cls, offs in offsets.items():
+        for kind in ("load", "store"):
+            for off in offs:
+                result = "skip" if cls in skip else "ac" if off % rule[cls] else "ok"
+                lines.append(f"{cls} {kind} {off} {result}")
+    return lines
+
+
+def test_rules_from_probe_zen3_and_intel() -> None:
+    zen3 = rules_from_probe(_probe_output(dict(ZEN3_RULES.checks)), "amd", "src")
+    assert {k: zen3.checks[k] for k in ("gp2", "gp8", "sse16", "vex32", "vex64", "x87_10")} == \
+        {"gp2": 2, "gp8": 8, "sse16": 16, "vex32": 16, "vex64": 16, "x87_10": 8}
+    intel = rules_from_probe(_probe_output(dict(INTEL_RULES.checks)), "intel", "src")
+    assert {k: intel.checks[k] for k in ("gp2", "gp8", "sse16", "vex32", "vex64", "x87_10")} == \
+        {"gp2": 2, "gp8": 8, "sse16": 1, "vex32": 1, "vex64": 1, "x87_10": 8}
+    assert intel.cpu == "intel" and intel.source == "src"
+    # a CPU that checked 32-byte operands at 32 is told apart from one checking at 16
+    strict = rules_from_probe(_probe_output({**ZEN3_RULES.checks, "vex32": 32}), "x", "src")
+    assert strict.checks["vex32"] == 32
+    assert AcPolicy(strict).violates(acc(0x1010, 32), insn("c5fe6f00")) is True
+
+
+def test_rules_from_probe_leaves_out_what_it_could_not_measure() -> None:
+    lines = _probe_output(dict(ZEN3_RULES.checks), skip=("vex64",))
+    lines = [line.replace("vex32 store 8 ac", "vex32 store 8 gp") for line in lines]  # no rule fits a #GP
+    rules = rules_from_probe(lines, "cpu", "src")
+    assert "vex64" not in rules.checks and "vex32" not in rules.checks and rules.checks["sse16"] == 16
+    # a class the table lacks falls back to the size rule (Zen 3's)
+    assert AcPolicy(rules).violates(acc(0x1008, 64), insn("62f1fe486f00")) is True
+    # loads and stores that disagree fit no alignment either
+    mixed = [line.replace("sse16 store 8 ac", "sse16 store 8 ok") for line in _probe_output(dict(ZEN3_RULES.checks))]
+    assert "sse16" not in rules_from_probe(mixed, "cpu", "src").checks
+
+
+@pytest.mark.parametrize("bad", [["gp2 load x ok"], ["garbage"], []])
+def test_rules_from_probe_rejects_bad_output(bad: list[str]) -> None:
+    with pytest.raises(ProbeError):
+        rules_from_probe(bad, "cpu", "src")
+
+
+def test_cpu_identity_reads_the_first_cpu() -> None:
+    text = ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 167\n"
+            "model name\t: Intel(R) Xeon(R) Processor\nstepping\t: 8\nmicrocode\t: 0x1\n\n"
+            "processor\t: 1\nvendor_id\t: Other\n")
+    cpu = cpu_identity(text)
+    assert cpu == {"vendor": "GenuineIntel", "family": "6", "model": "167", "stepping": "8", "microcode": "0x1",
+                   "name": "Intel(R) Xeon(R) Processor"}
+    assert alignment._cpu_key(cpu) == "GenuineIntel_6_167_8_0x1"
+
+
+def test_no_compiler_falls_back_to_zen3_with_a_note(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setattr(alignment, "_RULES", None)
+    with pytest.raises(ProbeError, match="no C compiler"):
+        alignment.measure_ac_rules(tmp_path)
+    rules = alignment.ac_rules()
+    assert dict(rules.checks) == dict(ZEN3_RULES.checks)
+    assert "Zen 3" in rules.source and "no C compiler" in rules.source
+    assert alignment.ac_rules() is rules  # once per process
+    assert AcPolicy().violates(acc(0x1008, 16), insn("0f1000")) is True
+
+
+def test_rules_describe_where_they_come_from() -> None:
+    rules = rules_from_probe(_probe_output(dict(INTEL_RULES.checks)), "Xeon (GenuineIntel family 6)",
+                             "measured on this CPU", "/c/table.json")
+    assert rules.describe() == "measured on this CPU (Xeon (GenuineIntel family 6)); table /c/table.json"
+    assert ZEN3_RULES.describe() == "built-in rule measured on AMD Zen 3 (PLATFORM.md)"

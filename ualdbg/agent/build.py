@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent / "src"
@@ -25,12 +26,12 @@ class BuildError(Exception):
     """The agent cannot be built here: one line saying why."""
 
 
-def compiler() -> str:
+def compiler(what: str = "the agent") -> str:
     """The C compiler: $CC (its first word) or cc."""
     name = (os.environ.get("CC") or "cc").split()[0]
     path = shutil.which(name)
     if path is None:
-        raise BuildError(f"no C compiler ({name}) to build the agent; install one (Debian: apt-get install gcc)")
+        raise BuildError(f"no C compiler ({name}) to build {what}; install one (Debian: apt-get install gcc)")
     return path
 
 
@@ -40,23 +41,36 @@ def cache_root() -> Path:
 
 
 def source_hash(cc: str) -> str:
+    return _hash(cc, [SRC / n for n in SOURCES + HEADERS], CFLAGS + LIBS)
+
+
+def _hash(cc: str, files: Sequence[Path], args: Sequence[str]) -> str:
     h = hashlib.sha256()
-    for name in SOURCES + HEADERS:
-        h.update(name.encode() + b"\0" + (SRC / name).read_bytes() + b"\0")
+    for path in files:
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     st = os.stat(cc)
     h.update(f"{os.path.realpath(cc)}:{st.st_size}:{st.st_mtime_ns}".encode())
-    h.update(" ".join(CFLAGS + LIBS).encode())
+    h.update(" ".join(args).encode())
     return h.hexdigest()[:16]
 
 
 def build(dest_dir: Path | None = None) -> Path:
     """The path of the built agent, compiling it if this source version is not cached yet."""
-    cc = compiler()
-    key = source_hash(cc)
+    return cached_build("the agent", "agent", LIB_NAME, [SRC / s for s in SOURCES], [SRC / h for h in HEADERS],
+                        CFLAGS, LIBS, dest_dir)
+
+
+def cached_build(what: str, tag: str, out_name: str, sources: Sequence[Path], headers: Sequence[Path] = (),
+                 flags: Sequence[str] = (), libs: Sequence[str] = (), dest_dir: Path | None = None) -> Path:
+    """<cache>/<tag>-<hash>/<out_name> built from `sources` with the system compiler, compiled
+    only if this version (sources, headers, compiler, flags) is not cached yet. `what` names
+    the product in BuildError messages ("the agent")."""
+    cc = compiler(what)
+    key = _hash(cc, [*sources, *headers], [*flags, *libs])
     roots = [dest_dir] if dest_dir is not None else [cache_root(), Path(tempfile.gettempdir()) / f"ualdbg-{os.getuid()}"]
     last_error: OSError | None = None
     for root in roots:
-        target = root / f"agent-{key}" / LIB_NAME
+        target = root / f"{tag}-{key}" / out_name
         if target.exists():
             return target
         try:
@@ -64,25 +78,26 @@ def build(dest_dir: Path | None = None) -> Path:
         except OSError as exc:
             last_error = exc
             continue
-        _compile(cc, target)
+        _compile(what, cc, flags, sources, libs, target)
         return target
-    raise BuildError(f"no writable cache directory for the agent ({last_error})")
+    raise BuildError(f"no writable cache directory for {what} ({last_error})")
 
 
-def _compile(cc: str, target: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=target.parent)
+def _compile(what: str, cc: str, flags: Sequence[str], sources: Sequence[Path], libs: Sequence[str],
+             target: Path) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=target.suffix, dir=target.parent)
     os.close(fd)
-    cmd = [cc, *CFLAGS, "-o", tmp, *(str(SRC / s) for s in SOURCES), *LIBS]
+    cmd = [cc, *flags, "-o", tmp, *(str(s) for s in sources), *libs]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             lines = [line for line in proc.stderr.splitlines() if "error" in line] or proc.stderr.splitlines() or ["?"]
-            raise BuildError(f"the agent did not compile ({os.path.basename(cc)}): {lines[0].strip()}")
+            raise BuildError(f"{what} did not compile ({os.path.basename(cc)}): {lines[0].strip()}")
         os.replace(tmp, target)  # atomic: a concurrent run sees the old state or the whole library
     except OSError as exc:
-        raise BuildError(f"the agent did not compile: {exc}") from None
+        raise BuildError(f"{what} did not compile: {exc}") from None
     except subprocess.TimeoutExpired:
-        raise BuildError("the agent did not compile: the compiler took more than 300 s") from None
+        raise BuildError(f"{what} did not compile: the compiler took more than 300 s") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
