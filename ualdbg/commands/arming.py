@@ -7,7 +7,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..alignment import POLICY_NAMES
+from ..alignment import POLICY_NAMES, ac_rules
 from ..engines.scope import ScopeError
 from ..engines.step import ScopeRequest
 from ..settings import SETTINGS
@@ -159,7 +159,7 @@ def _status(p: Parser) -> Runner:
     def run(host: Host, args: argparse.Namespace) -> Output:
         s, e = host.session, host.session.engine
         mode = " and ".join(m for m, on in (("breaking", s.breaking), ("tracing", s.tracing)) if on) or "off"
-        lines = [f"ualdbg {s.version} in {s.debugger}: {mode}"]
+        lines = [f"ualdbg {s.version} in {s.debugger}: {mode}", f"  #AC rule: {ac_rules().describe()}"]
         if s.armed and s.step.enabled:
             lines.append(f"  engine: step; scope: {s.step.describe()}")
             lines.append(f"  steps: {s.step.stats.line()}" + (f"; {s.step.ended}" if s.step.ended else ""))
