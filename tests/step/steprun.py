@@ -28,12 +28,13 @@ class Run:
         return explain(self.proc)
 
 
-def ualdbg(*args: str, json_path: Path, stdin: str | None = None, timeout: float = 300) -> Run:
+def ualdbg(*args: str, json_path: Path, stdin: str | None = None, timeout: float = 300,
+           env: dict[str, str] | None = None) -> Run:
     cmd, rest = list(args), []
     if "--" in cmd:
         i = cmd.index("--")
         cmd, rest = cmd[:i], cmd[i:]
-    proc = run_cli(*cmd, "--json", str(json_path), *rest, stdin=stdin, timeout=timeout)
+    proc = run_cli(*cmd, "--json", str(json_path), *rest, stdin=stdin, timeout=timeout, env=env)
     doc = json.loads(json_path.read_text()) if json_path.exists() else None
     return Run(proc, doc)
 

@@ -291,3 +291,28 @@ def test_many_threads_through_one_entry_stay_exact(scope: str, threads: int, tmp
     assert got == want, run.explain()
     bump_pcs = {s["pc"] for s in run.doc["sites"] if s["function"] == "bump"}
     assert len({r["tid"] for r in run.doc["records"] if r["pc"] in bump_pcs}) == threads
+
+
+@pytest.mark.parametrize("no_dr", [False, True], ids=["int3-entries", "int3-everything"])
+def test_many_threads_through_int3_entries_stay_exact(no_dr: bool, tmp_path: Path) -> None:
+    """step_entries: 20 threads call f0..f3 400 times each, all at once, one misaligned read per
+    call. Four entries are more than the debug registers hold, so they are int3 bytes that every
+    thread runs through while others step over them (UALDBG_STEPPER_NO_DR=1: the return addresses
+    too). No call may run unstepped: the per-PC counts are the trap engine's, 8000 at each read.
+    (More than 16 threads: the stepper's thread table grows while threads are being held.)"""
+    require_tool("gdb")
+    exe = tmp_path / "step_entries"
+    subprocess.run(["gcc", "-g", "-O1", "-pthread", "-o", str(exe), "step_entries.c"], check=True, cwd=PROGRAMS)
+    env = {"UALDBG_STEPPER_NO_DR": "1"} if no_dr else {}
+    where = [a for f in ("f0", "f1", "f2", "f3") for a in ("--in", f)]
+    step = ualdbg("trace", "--engine", "step", *where, "--", str(exe), "20", "400", json_path=tmp_path / "step.json",
+                  env=env)
+    trap = ualdbg("trace", "--engine", "trap", "--", str(exe), "20", "400", json_path=tmp_path / "trap.json")
+    assert step.doc is not None and trap.doc is not None, step.explain() + trap.explain()
+    assert step.proc.returncode == 0, step.explain()
+    got: Counter[str] = Counter()
+    for s in step.doc["sites"]:
+        got[s["function"]] += s["count"]
+    assert got == Counter({f: 8000 for f in ("f0", "f1", "f2", "f3")}), step.explain()
+    assert per_pc(step.doc) == per_pc(trap.doc), step.explain() + trap.explain()
+    assert step.doc["step"]["scope_entries"] >= 4 * 8000, step.explain()

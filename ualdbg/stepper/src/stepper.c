@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/personality.h>
+#include <sys/syscall.h>
 #include <sys/ptrace.h>
 #include <sys/user.h>
 #include <sys/wait.h>
@@ -59,9 +60,13 @@ struct bp { uint64_t addr; uint8_t orig; int inserted; int lifted; };
 struct thread {
     pid_t tid;
     int used, stepping, pinned, seen;
+    /* running: resumed by us and not yet reported stopped (reported stops may wait in `evq`).
+       stopping: sent a SIGSTOP by stop_others and not yet reported; held: stopped by it, to be
+       resumed by resume_others; stop_pending: that SIGSTOP is still to come (the thread
+       reported something else first), and is swallowed when it does. */
+    int running, stopping, held, stop_pending;
     cpu_set_t saved;
     struct recipe *last;       /* the instruction just stepped */
-    uint64_t lifted_bp;        /* a breakpoint lifted to step over it, to put back */
     uint64_t resume_pc;        /* a handler runs before the instruction here: come back to it */
     uint64_t entered_ns;       /* when it last entered the scope */
     /* In-scope return addresses of calls that left the scope, innermost last: with debug
@@ -87,8 +92,9 @@ static int everywhere;
 static uint64_t step_ns;  /* thread-nanoseconds spent inside the scope (the bench's rate) */
 /* Debug registers: DR0-DR2 hold up to three scope entries in every thread, DR3 a thread's
    innermost pending return. A shared int3 must be lifted for one step whenever a thread steps
-   over it, and other threads running through it meanwhile are missed; a debug register is
-   per thread and changes no code. More entries than three: int3s for the entries. */
+   over it, and every other thread is stopped meanwhile (step_over), which costs a stop and a
+   resume of each; a debug register is per thread and changes no code. More entries than
+   three: int3s for the entries. */
 static int hw_ok;
 static uint64_t hw_entry[3];
 static int n_hw_entry;
@@ -103,6 +109,9 @@ static struct thread *threads; static size_t tcap;
 static struct site *sites; static size_t scap, scount;
 static struct record *ring; static uint64_t ring_cap, total, steps, entries, unmodelled, decode_misses;
 static pid_t early[1024]; static int nearly;  /* stops of new tasks seen before their creation event */
+/* Wait statuses reaped while every thread but one was held stopped (step_over), handled by the
+   main loop before it waits again, in the order they came. */
+static struct { pid_t tid; int st; } *evq; static size_t evq_head, evq_len, evq_cap;
 static int exit_status = -1, exit_signal = -1, armed, detached_exec;
 static char note[256];
 
@@ -428,7 +437,122 @@ static struct recipe *decode_remote(pid_t tid, uint64_t pc)
 static void resume(struct thread *t, int sig)
 {
     long req = t->stepping ? PTRACE_SINGLESTEP : PTRACE_CONT;
-    if (ptrace(req, t->tid, 0, (void *)(long)sig) < 0 && errno != ESRCH) die("ptrace resume");
+    if (ptrace(req, t->tid, 0, (void *)(long)sig) == 0) t->running = 1;
+    else if (errno != ESRCH) die("ptrace resume");
+}
+
+static void evq_push(pid_t tid, int st)
+{
+    if (evq_head + evq_len == evq_cap) {
+        if (evq_head) { memmove(evq, evq + evq_head, evq_len * sizeof *evq); evq_head = 0; }
+        else {
+            evq_cap = evq_cap ? evq_cap * 2 : 64;
+            evq = realloc(evq, evq_cap * sizeof *evq);
+            if (!evq) die("out of memory");
+        }
+    }
+    evq[evq_head + evq_len].tid = tid;
+    evq[evq_head + evq_len].st = st;
+    evq_len++;
+}
+
+/* Whether the thread-group leader has exited while other threads live: it never stops again,
+   and its exit is reported only with the last thread's. */
+static int leader_gone(void)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)child);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *close = strrchr(buf, ')');
+    return !close || close[1] != ' ' || close[2] == 'Z' || close[2] == 'X';
+}
+
+/* Reap one wait status while threads are being held. A SIGSTOP that stop_others asked for
+   marks its thread held and returns 1; anything else is queued for the main loop (a thread
+   that reported something else first still has that SIGSTOP coming) and returns 1 when it
+   answers such a SIGSTOP all the same. The tid in *tid. */
+static int reap_held(pid_t *tid)
+{
+    int st;
+    while ((*tid = waitpid(-1, &st, __WALL)) < 0)
+        if (errno != EINTR) die("waitpid");
+    struct thread *o = tfind(*tid, 0);
+    int answer = 0;
+    if (o) {
+        o->running = 0;
+        if (o->stopping) {
+            o->stopping = 0;
+            answer = 1;
+            if (WIFSTOPPED(st) && WSTOPSIG(st) == SIGSTOP && !(st >> 16)) {
+                o->held = 1;
+                o->stop_pending = 0;  /* a SIGSTOP still pending from before merged with it */
+                return 1;
+            }
+            if (WIFSTOPPED(st)) o->stop_pending = 1;
+        }
+    }
+    evq_push(*tid, st);
+    return answer;
+}
+
+/* Stop every other running thread of the program: none may run through a lifted int3. */
+static void stop_others(struct thread *t)
+{
+    size_t waiting = 0;
+    for (size_t i = 0; i < tcap; i++) {
+        struct thread *o = &threads[i];
+        if (!o->used || o == t || !o->running) continue;
+        if (o->tid == child && leader_gone()) continue;
+        if (syscall(SYS_tgkill, child, o->tid, SIGSTOP) < 0) continue;
+        o->stopping = 1;
+        waiting++;
+    }
+    pid_t tid;
+    while (waiting) waiting -= (size_t)reap_held(&tid);
+}
+
+static int caught(pid_t tid, int sig);
+
+/* Step `t` over our own int3 at b: the original byte for one step, with every other thread
+   of the program stopped meanwhile (a thread running through the lifted byte would run the
+   function unstepped). The step's own stop is queued for the main loop like any other. */
+static void step_over(struct thread *t, struct bp *b)
+{
+    uint64_t addr = b->addr;
+    stop_others(t);
+    b->lifted = 1;
+    poke_byte(t->tid, addr, b->orig, NULL);
+    resume(t, 0);
+    pid_t by = t->tid;
+    while (t->running) {
+        pid_t tid;
+        do reap_held(&tid); while (tid != t->tid);
+        int st = evq[evq_head + evq_len - 1].st;  /* its stop, queued last */
+        if (!WIFSTOPPED(st)) { by = 0; break; }
+        int sig = WSTOPSIG(st);
+        if (sig == SIGTRAP || (st >> 16)) break;  /* the step */
+        /* a signal before the instruction ran: one with a handler preempts it (the main loop
+           sees to that; the thread comes back here through the int3), our own SIGSTOP of an
+           earlier stop_others is dropped, and any other one is delivered now, the byte still
+           lifted, as it does not keep the instruction from running */
+        if (sig == SIGSTOP && t->stop_pending) { t->stop_pending = 0; sig = 0; }
+        else if (caught(t->tid, sig)) break;
+        evq_len--;
+        resume(t, sig);
+    }
+    /* the byte goes back through any stopped thread of the program (the stepper's may be gone) */
+    if (!by)
+        for (size_t i = 0; i < tcap && !by; i++)
+            if (threads[i].used && threads[i].held) by = threads[i].tid;
+    if (by) poke_byte(by, addr, 0xcc, NULL);
+    b = bpfind(addr);
+    if (b) b->lifted = 0;
+    for (size_t i = 0; i < tcap; i++)
+        if (threads[i].used && threads[i].held) { threads[i].held = 0; resume(&threads[i], 0); }
 }
 
 /* A stepping thread stands at in-scope `pc`: check the instruction and step it. */
@@ -439,23 +563,10 @@ static void step_at(struct thread *t, struct user_regs_struct *regs)
     if (!r) r = decode_remote(t->tid, pc);
     evaluate(t, r, regs);
     t->last = r;
-    struct bp *b = bpfind(pc);
-    if (b && b->inserted) {
-        /* stepping over our own int3: the original byte for one step (other threads that pass
-           here meanwhile are not stopped: the window is one step long) */
-        if (!b->lifted++) poke_byte(t->tid, pc, b->orig, NULL);
-        t->lifted_bp = pc;
-    }
     steps++;
-    resume(t, 0);
-}
-
-static void put_back(struct thread *t)
-{
-    if (!t->lifted_bp) return;
-    struct bp *b = bpfind(t->lifted_bp);
-    if (b && b->lifted && !--b->lifted) poke_byte(t->tid, b->addr, 0xcc, NULL);
-    t->lifted_bp = 0;
+    struct bp *b = bpfind(pc);
+    if (b && b->inserted) step_over(t, b);
+    else resume(t, 0);
 }
 
 static uint64_t now_ns(void)
@@ -546,7 +657,6 @@ static void on_trap(struct thread *t)
             record(t->tid, t->p_pc, t->p_va, t->p_size, t->p_kind);
             t->pending = 0;
         }
-        put_back(t);
         if (in_scope(regs.rip)) {
             if (regs.rip == t->resume_pc) t->resume_pc = 0;  /* back from the handler */
             step_at(t, &regs);
@@ -600,6 +710,12 @@ static void wait_new(pid_t tid)
 {
     for (int i = 0; i < nearly; i++)
         if (early[i] == tid) { early[i] = early[--nearly]; return; }
+    for (size_t i = 0; i < evq_len; i++)  /* reaped while threads were held */
+        if (evq[evq_head + i].tid == tid) {
+            memmove(evq + evq_head + i, evq + evq_head + i + 1, (evq_len - i - 1) * sizeof *evq);
+            evq_len--;
+            return;
+        }
     int st;
     while (waitpid(tid, &st, __WALL) < 0)
         if (errno != EINTR) return;
@@ -612,7 +728,9 @@ static void on_event(struct thread *t, int event)
     pid_t n = (pid_t)msg;
     if (event == PTRACE_EVENT_CLONE) {
         wait_new(n);
+        pid_t creator = t->tid;
         struct thread *nt = tfind(n, 1);
+        t = tfind(creator, 0);  /* the table may have grown (moved) to make room */
         nt->seen = 1;
         if (armed) hw_init(nt);  /* debug registers are per thread and not inherited */
         /* a thread started while its creator stepped inherited the pinned mask: give it the
@@ -748,11 +866,19 @@ int main(int argc, char **argv)
     resume(t0, 0);
 
     for (;;) {
-        pid_t tid = waitpid(-1, &st, __WALL);
-        if (tid < 0) {
-            if (errno == EINTR) continue;
-            if (errno == ECHILD) break;
-            die("waitpid");
+        pid_t tid;
+        if (evq_len) {
+            tid = evq[evq_head].tid;
+            st = evq[evq_head].st;
+            evq_head++;
+            if (!--evq_len) evq_head = 0;
+        } else {
+            tid = waitpid(-1, &st, __WALL);
+            if (tid < 0) {
+                if (errno == EINTR) continue;
+                if (errno == ECHILD) break;
+                die("waitpid");
+            }
         }
         if (WIFEXITED(st) || WIFSIGNALED(st)) {
             if (tid == child) {
@@ -772,6 +898,7 @@ int main(int argc, char **argv)
             if (nearly < 1024) early[nearly++] = tid;
             continue;
         }
+        t->running = 0;
         int sig = WSTOPSIG(st), event = st >> 16;
         if (sig == SIGTRAP && event) { on_event(t, event); continue; }
         if (sig == SIGTRAP && !armed && arm_at) {
@@ -804,6 +931,7 @@ int main(int argc, char **argv)
             continue;
         }
         if (sig == SIGSTOP && !t->seen) { t->seen = 1; resume(t, 0); continue; }
+        if (sig == SIGSTOP && t->stop_pending) { t->stop_pending = 0; resume(t, 0); continue; }  /* ours */
         if (t->stepping && caught(tid, sig)) {
             /* The instruction at the PC was checked but has not run: the handler runs first,
                and the instruction is checked again when the program comes back to it. (A
