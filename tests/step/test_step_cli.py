@@ -100,12 +100,14 @@ def step_signals(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_signal_handlers_interrupting_the_scope(step_signals: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("no_dr", [False, True], ids=["debug-registers", "int3s"])
+def test_signal_handlers_interrupting_the_scope(no_dr: bool, step_signals: Path, tmp_path: Path) -> None:
     """SIGALRM every 0.5 ms while `work` steps: the handler (in scope too) is counted once per run
     and the interrupted instruction once per execution, however often it was preempted. Stdin,
-    stdout and the exit status are the program's."""
+    stdout and the exit status are the program's. With UALDBG_STEPPER_NO_DR=1 the entries and
+    returns are int3s, stepped over while signals arrive."""
     run = ualdbg("trace", "--engine", "step", "--in", "work", "--in", "on_alarm", "--", str(step_signals), "20000", "3",
-                 json_path=tmp_path / "t.json", stdin="hello step\n")
+                 json_path=tmp_path / "t.json", stdin="hello step\n", env={"UALDBG_STEPPER_NO_DR": "1"} if no_dr else None)
     assert run.doc is not None, run.explain()
     assert run.proc.returncode == 3, run.explain()
     m = re.search(r"n=20000 alarms=(\d+) sum=0 input=hello step\n", run.proc.stdout)
