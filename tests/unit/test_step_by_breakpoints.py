@@ -4,11 +4,12 @@ natural is the default policy there; scopes it cannot do are one line. Fake targ
 from __future__ import annotations
 
 import pytest
+from stepfakes import FakeControl
+from stepfakes import FakeTarget as _FakeTarget
 
 from ualdbg.engines.scope import ScopeError
 from ualdbg.engines.step import ScopeRequest, StepDecision
 from ualdbg.session import Session
-from ualdbg.target import SigInfo
 
 # 0x1000: str w2, [x0]       (4-byte write)
 # 0x1004: str w3, [x0, #4]   (4-byte write)
@@ -17,58 +18,8 @@ from ualdbg.target import SigInfo
 CODE = {0x1000: bytes.fromhex("020000b9" "030400b9" "fe030094" "c0035fd6")}
 
 
-class FakeTarget:
-    debugger = "fake"
-
-    def __init__(self, regs: dict[str, int]) -> None:
-        self.regs = regs
-
-    def pid(self) -> int | None:
-        return None
-
-    def arch(self) -> str:
-        return "aarch64"
-
-    def current_tid(self) -> int:
-        return 7
-
-    def threads(self) -> list[int]:
-        return [7]
-
-    def read_register(self, name: str, tid: int | None = None) -> int:
-        return self.regs[name]
-
-    def write_register(self, name: str, value: int, tid: int | None = None) -> None:
-        raise AssertionError(f"no register is written on arm64 ({name})")
-
-    def read_memory(self, addr: int, size: int) -> bytes:
-        for base, code in CODE.items():
-            if base <= addr < base + len(code):
-                return code[addr - base:addr - base + size]
-        return b""
-
-    def siginfo(self) -> SigInfo | None:
-        return None
-
-    def maps_text(self) -> str | None:
-        return None
-
-
-class FakeControl:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, int]] = []
-
-    def step(self, target: FakeTarget, tid: int) -> None:
-        self.calls.append(("step", tid))
-
-    def unstep(self, target: FakeTarget, tid: int) -> None:
-        self.calls.append(("unstep", tid))
-
-    def break_at(self, addr: int) -> None:
-        self.calls.append(("break", addr))
-
-    def clear_breakpoints(self) -> None:
-        self.calls.append(("clear", 0))
+def FakeTarget(regs: dict[str, int]) -> _FakeTarget:
+    return _FakeTarget(regs, CODE, arch="aarch64", writable=False)
 
 
 def test_a_breakpoint_per_instruction_and_each_hit_checked() -> None:

@@ -2,9 +2,11 @@
 each instruction, calls out of the scope run to a return breakpoint, entries, break stops."""
 from __future__ import annotations
 
+from stepfakes import FakeControl
+from stepfakes import FakeTarget as _FakeTarget
+
 from ualdbg.engines.step import ScopeRequest, StepDecision
 from ualdbg.session import Session
-from ualdbg.target import SigInfo
 
 # 0x1000: mov rax, qword ptr [rdi]       (8-byte read)
 # 0x1003: call 0x2000                    (out of the scope)
@@ -13,58 +15,8 @@ from ualdbg.target import SigInfo
 CODE = {0x1000: bytes.fromhex("488b07" "e8f80f0000" "488304d701" "c3")}
 
 
-class FakeTarget:
-    debugger = "fake"
-
-    def __init__(self, regs: dict[str, int]) -> None:
-        self.regs = {"eflags": 0x202, **regs}
-
-    def pid(self) -> int | None:
-        return None
-
-    def arch(self) -> str:
-        return "x86_64"
-
-    def current_tid(self) -> int:
-        return 7
-
-    def threads(self) -> list[int]:
-        return [7]
-
-    def read_register(self, name: str, tid: int | None = None) -> int:
-        return self.regs[name]
-
-    def write_register(self, name: str, value: int, tid: int | None = None) -> None:
-        self.regs[name] = value
-
-    def read_memory(self, addr: int, size: int) -> bytes:
-        for base, code in CODE.items():
-            if base <= addr < base + len(code):
-                return code[addr - base:addr - base + size]
-        return b""
-
-    def siginfo(self) -> SigInfo | None:
-        return None
-
-    def maps_text(self) -> str | None:
-        return None
-
-
-class FakeControl:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, int]] = []
-
-    def step(self, target: FakeTarget, tid: int) -> None:
-        self.calls.append(("step", tid))
-
-    def unstep(self, target: FakeTarget, tid: int) -> None:
-        self.calls.append(("unstep", tid))
-
-    def break_at(self, addr: int) -> None:
-        self.calls.append(("break", addr))
-
-    def clear_breakpoints(self) -> None:
-        self.calls.append(("clear", 0))
+def FakeTarget(regs: dict[str, int]) -> _FakeTarget:
+    return _FakeTarget({"eflags": 0x202, **regs}, CODE)
 
 
 def _session(policy: str, breaking: bool = False) -> Session:
