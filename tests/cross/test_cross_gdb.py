@@ -57,3 +57,14 @@ def test_alpha_break_when_stopped_past_main_arms_by_an_inferior_call() -> None:
     assert len(reports) == 2, run.explain()  # v[0].a and v[0].b, then off: no more stops
     assert int(reports[1].group(1), 16) - int(reports[0].group(1), 16) == 4, run.explain()
     assert native_last_line("3", "2") in out and run.program_exit == (0, None), run.explain()
+
+
+def test_alpha_break_at_the_entry_says_it_arms_at_main() -> None:
+    # qemu's stub stops at the loader's entry, before libc (and its prctl) is mapped: arming
+    # there cannot be done now, and the command must not claim it was.
+    prog = build("alpha") / "memalign"
+    run = run_gdb_multiarch("alpha", [str(prog), "3", "2"], ["ualdbg break", "ualdbg status", "continue"])
+    out = run.output
+    assert "armed at main: libc's prctl is not loaded yet" in out and "armed now" not in out, run.explain()
+    assert "prctl(PR_SET_UNALIGN): off" in out and "#AC rule" not in out, run.explain()  # no x86 rule on Alpha
+    assert len([line for line in out.splitlines() if REPORT1.match(line)]) == 1, run.explain()

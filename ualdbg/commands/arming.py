@@ -101,6 +101,9 @@ def arm(host: Host) -> list[str]:
         return [f"armed at {host.session.at} of the next run"]
     host.session.engine.arm(target)
     e = host.session.engine
+    deferred = e.fixup.arming_deferred() if e.fixup is not None else None
+    if deferred:
+        return [f"armed at {host.session.at}: {deferred}"]
     return [f"armed now: {len(e.armed)} thread(s) with {e.mechanism}"
             + (f"; {len(e.sigbus_blocked)} kept disarmed (SIGBUS blocked)" if e.sigbus_blocked else "")]
 
@@ -159,7 +162,9 @@ def _status(p: Parser) -> Runner:
     def run(host: Host, args: argparse.Namespace) -> Output:
         s, e = host.session, host.session.engine
         mode = " and ".join(m for m, on in (("breaking", s.breaking), ("tracing", s.tracing)) if on) or "off"
-        lines = [f"ualdbg {s.version} in {s.debugger}: {mode}", f"  #AC rule: {ac_rules().describe()}"]
+        lines = [f"ualdbg {s.version} in {s.debugger}: {mode}"]
+        if e.fixup is None:  # x86: which accesses raise #AC here (a strict CPU has its own trap)
+            lines.append(f"  #AC rule: {ac_rules().describe()}")
         if s.armed and s.step.enabled:
             lines.append(f"  engine: step; scope: {s.step.describe()}")
             lines.append(f"  steps: {s.step.stats.line()}" + (f"; {s.step.ended}" if s.step.ended else ""))

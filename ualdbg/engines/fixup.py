@@ -340,6 +340,12 @@ class FixupEngine:
         # very PC, where the arm point stops again and `arm` is called back to finish.
         self._redirect(target, [archmod.PR_GET_UNALIGN, None], then=[archmod.PR_SET_UNALIGN, archmod.PR_UNALIGN_SIGBUS])
 
+    def arming_deferred(self) -> str | None:
+        """Why `arm` left the prctl to the arm point (None when it is armed, or needs none)."""
+        if self.arch.mechanism == archmod.MECH_PRCTL and self.prctl_state == "off":
+            return "libc's prctl is not loaded yet (the dynamic loader is still running)"
+        return None
+
     def disarm(self, target: Target) -> None:
         self.reported.clear()
         if self.arch.mechanism != archmod.MECH_PRCTL or self.prctl_state != "armed":
