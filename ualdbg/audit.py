@@ -12,7 +12,7 @@ from elftools.dwarf.die import DIE
 
 from .symbols.data import GlobalVar, ModuleData, module_data
 from .symbols.dwarfindex import DWARF_ERRORS
-from .symbols.elfindex import ElfIndex, elf_index
+from .symbols.elfindex import ElfIndex, elf_file_problem, elf_index
 from .symbols.layout import AGGREGATES, decl_pos, name_of, ref
 
 VIEW = 8  # the wide view a COMMON member is checked against (REAL*8, INTEGER*8, a pointer)
@@ -107,17 +107,9 @@ class AuditResult:
 
 
 def _load(path: str) -> ElfIndex:
-    if not os.path.exists(path):
-        raise AuditError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise AuditError(f"{path}: is a directory, not an ELF file")
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as exc:
-        raise AuditError(f"{path}: cannot read: {exc.strerror}") from None
-    if magic != b"\x7fELF":
-        raise AuditError(f"{path}: not an ELF file (ualdbg audits executables, shared libraries and objects)")
+    problem = elf_file_problem(path, path, not_elf="not an ELF file (ualdbg audits executables, shared libraries and objects)")
+    if problem:
+        raise AuditError(problem)
     index = elf_index(path)
     if index is None:
         raise AuditError(f"{path}: an ELF file pyelftools cannot read")

@@ -22,6 +22,7 @@ import ualdbg
 
 from .arch import ArchInfo
 from .progress import poll
+from .symbols.elfindex import elf_file_problem
 
 MIN_GDB = (12, 1)
 
@@ -62,17 +63,10 @@ class RunResult:
 
 def resolve_program(argv0: str) -> str:
     path = argv0 if "/" in argv0 else (shutil.which(argv0) or argv0)
-    if not os.path.exists(path):
-        raise ToolError(f"{argv0}: no such file")
-    if os.path.isdir(path):
-        raise ToolError(f"{argv0}: is a directory, not a program")
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as exc:
-        raise ToolError(f"{argv0}: cannot read: {exc.strerror}") from None
-    if magic != b"\x7fELF":
-        raise ToolError(f"{argv0}: not an ELF executable (ualdbg runs native programs; for a script, name its interpreter)")
+    problem = elf_file_problem(path, argv0, what="a program",
+                               not_elf="not an ELF executable (ualdbg runs native programs; for a script, name its interpreter)")
+    if problem:
+        raise ToolError(problem)
     if not os.access(path, os.X_OK):
         raise ToolError(f"{argv0}: not executable")
     return os.path.abspath(path)

@@ -23,6 +23,24 @@ from ualdbg.symbols.intervals import IntervalTable
 PAGE_SIZE = mmap.PAGESIZE
 _DEBUG_ROOT = "/usr/lib/debug"
 
+
+def elf_file_problem(path: str, shown: str, what: str = "an ELF file", not_elf: str = "not an ELF file") -> str | None:
+    """Why `path` is not a readable ELF file, in one line starting with `shown`; None when it is
+    one. `what` names the expected kind in the directory message, `not_elf` the non-ELF one."""
+    if not os.path.exists(path):
+        return f"{shown}: no such file"
+    if os.path.isdir(path):
+        return f"{shown}: is a directory, not {what}"
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        return f"{shown}: cannot read: {exc.strerror}"
+    if magic != b"\x7fELF":
+        return f"{shown}: {not_elf}"
+    return None
+
+
 _PT_LOAD = "PT_LOAD"
 _PF_X = 1
 _STT_FUNC, _STT_GNU_IFUNC = 2, 10
