@@ -84,6 +84,8 @@ def start(arch: ArchInfo, program: list[str], folder: str, timeout: float = 10.0
     qemu = find_qemu(arch)
     endpoint = os.path.join(folder, "gdb.sock")
     argv = [qemu, "-g", endpoint]
+    if arch.qemu_cpu and not os.environ.get("QEMU_CPU"):
+        argv += ["-cpu", arch.qemu_cpu]
     if arch.sysroot and os.path.isdir(arch.sysroot):
         argv += ["-L", arch.sysroot]  # the dynamic loader and libraries of a dynamic program
     proc = subprocess.Popen(argv + program, stdin=None, stdout=stdout, stderr=stdout)

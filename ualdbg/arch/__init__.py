@@ -45,6 +45,8 @@ class ArchInfo:
     si_addr: str = "data"  # what SIGBUS/BUS_ADRALN's si_addr is: "data", "pc" or "null"
     prctl_nr: int | None = None  # the prctl syscall's number
     qemu: str | None = None  # the qemu-user binary that runs its programs
+    # The CPU qemu-user emulates unless the user's QEMU_CPU says otherwise: None for qemu's own.
+    qemu_cpu: str | None = None
     triplet: str | None = None  # the GNU triplet of its cross toolchain (Debian package names)
     capstone: tuple[int, int] | None = None  # (CS_ARCH_*, CS_MODE_*) when capstone decodes it
     # The C calling convention, for calling prctl in the inferior by redirecting a thread.
@@ -67,6 +69,16 @@ class ArchInfo:
     def si_addr_is_data(self) -> bool:
         """Whether SIGBUS si_addr is the data address (x86 #AC gives NULL, riscv the PC)."""
         return self.si_addr == "data"
+
+    def host_signo(self, signo: int) -> int:
+        """A signal number as the target's siginfo has it (SIGBUS is 10 on SPARC, Alpha and
+        PA-RISC) in the numbering ualdbg compares with: SIGBUS -> 7, the target's own 7
+        (SIGEMT there) -> -7, the others (SIGSEGV, SIGTRAP, SIGILL, SIGFPE) unchanged."""
+        if self.native_sigbus == SIGBUS:
+            return signo
+        if signo == self.native_sigbus:
+            return SIGBUS
+        return -signo if signo == SIGBUS else signo
 
     @property
     def sysroot(self) -> str | None:

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 import gdb  # type: ignore[import-not-found]
 
+from ... import arch as archmod
 from ...ptrace import RegisterPoker
 from ...symbols.maps import read_maps
 from ...target import SigInfo
@@ -158,6 +159,10 @@ class GdbTarget:
         try:
             si = gdb.parse_and_eval("$_siginfo")
             signo = int(si["si_signo"])
+            try:
+                signo = archmod.arch_info(self.arch()).host_signo(signo)
+            except ValueError:
+                pass  # an architecture ualdbg does not know: its numbers as they are
             code = int(si["si_code"])
             addr = None
             if signo in (7, 11, 4, 8, 5):
