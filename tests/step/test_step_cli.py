@@ -318,3 +318,84 @@ def test_many_threads_through_int3_entries_stay_exact(no_dr: bool, tmp_path: Pat
     assert got == Counter({f: 8000 for f in ("f0", "f1", "f2", "f3")}), step.explain()
     assert per_pc(step.doc) == per_pc(trap.doc), step.explain() + trap.explain()
     assert step.doc["step"]["scope_entries"] >= 4 * 8000, step.explain()
+
+
+@pytest.fixture(scope="module")
+def step_outside(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("step-outside") / "step_outside"
+    subprocess.run(["gcc", "-g", "-O1", "-pthread", "-o", str(out), "step_outside.c"], check=True, cwd=PROGRAMS)
+    return out
+
+
+def _outside_run(exe: Path, functions: tuple[str, ...], tmp_path: Path, env: dict[str, str],
+                 trap_doc: dict | None = None) -> tuple[Counter[str], int, dict]:
+    """step_outside 8 1000 stepped in `functions`: per function counts (checked against the trap
+    engine's per-PC counts for those functions), the spinning thread's voluntary switches, and
+    the step object."""
+    where = [a for f in functions for a in ("--in", f)]
+    step = ualdbg("trace", "--engine", "step", *where, "--", str(exe), "8", "1000", json_path=tmp_path / "step.json",
+                  env=env)
+    assert step.doc is not None and step.proc.returncode == 0, step.explain()
+    alone = subprocess.run(["setarch", "-R", str(exe), "8", "1000"], capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL, timeout=60, env=scrubbed_env())
+    # the program's own output (the total sums pointers the program sees: no address moved)
+    assert step.proc.stdout.splitlines()[0] == alone.stdout.splitlines()[0], step.explain()
+    m = re.search(r"^spinner voluntary switches: (\d+)$", step.proc.stdout, re.M)
+    assert m, step.explain()
+    if trap_doc is not None:
+        want = Counter({s["pc"]: s["count"] for s in trap_doc["sites"] if s["function"] in functions})
+        assert per_pc(step.doc) == want, step.explain()
+    got: Counter[str] = Counter()
+    for s in step.doc["sites"]:
+        got[s["function"]] += s["count"]
+    return got, int(m.group(1)), step.doc["step"]
+
+
+@pytest.fixture(scope="module")
+def outside_trap(step_outside: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    require_tool("gdb")
+    trap = ualdbg("trace", "--engine", "trap", "--", str(step_outside), "8", "1000",
+                  json_path=tmp_path_factory.mktemp("outside-trap") / "trap.json")
+    assert trap.doc is not None, trap.explain()
+    return trap.doc
+
+
+@pytest.mark.parametrize("no_dr", [False, True], ids=["int3-entries", "int3-everything"])
+def test_int3_entries_do_not_stop_threads_outside_the_scope(no_dr: bool, step_outside: Path, outside_trap: dict,
+                                                            tmp_path: Path) -> None:
+    """step_outside: 8 threads call six functions 1000 times each (six entries: int3 bytes, more
+    than the debug registers hold; UALDBG_STEPPER_NO_DR=1: the returns from f3's and g_call's
+    calls out of the scope too) while a ninth thread spins outside the scope without a system
+    call. Every int3 is stepped over by running a copy of its instruction elsewhere (g_rip's
+    RIP-relative load re-aimed, g_call's relative call and the return address it pushes put
+    right), so no thread is ever stopped for another: the spinner's voluntary context switches
+    (a ptrace stop is one) stay near zero while the entries are hit 48000 times, and the per-PC
+    counts are the trap engine's."""
+    functions = ("f0", "f1", "f2", "f3", "g_rip", "g_call")
+    got, switches, step = _outside_run(step_outside, functions, tmp_path,
+                                       {"UALDBG_STEPPER_NO_DR": "1"} if no_dr else {}, outside_trap)
+    assert got == Counter({f: 8000 for f in functions})
+    # entries: six calls and two returns from the calls out of the scope per iteration; the
+    # returns come back through debug register 3 unless UALDBG_STEPPER_NO_DR is set
+    assert step["scope_entries"] == 8 * 8000, step
+    assert step["int3_steps_stopping_others"] == 0, step
+    assert step["int3_steps_displaced"] == (8 if no_dr else 6) * 8000, step
+    assert switches < 20, f"the thread outside the scope was stopped {switches} times"
+
+
+def test_entries_that_cannot_be_displaced_stop_the_others(step_outside: Path, outside_trap: dict,
+                                                          tmp_path: Path) -> None:
+    """g_jmp starts with a short jump (rel8, which a copy elsewhere cannot reach): that entry is
+    stepped over the old way, its int3 lifted with every other thread held, and the counts stay
+    exact. The spinner is then stopped about once per g_jmp call: what the test above measures
+    can fail. (UALDBG_STEPPER_NO_DISPLACE=1 turns displaced steps off for everything.)"""
+    functions = ("f0", "f1", "f2", "g_jmp")
+    got, switches, step = _outside_run(step_outside, functions, tmp_path, {}, outside_trap)
+    assert got == Counter({f: 8000 for f in functions})
+    assert step["int3_steps_stopping_others"] == 8000 and step["int3_steps_displaced"] == 3 * 8000, step
+    assert switches > 1000, switches
+    got, switches, step = _outside_run(step_outside, ("f0", "f1", "g_rip", "g_call"), tmp_path,
+                                       {"UALDBG_STEPPER_NO_DISPLACE": "1"}, outside_trap)
+    assert got == Counter({f: 8000 for f in ("f0", "f1", "g_rip", "g_call")})
+    assert step["int3_steps_stopping_others"] == 4 * 8000 and step["int3_steps_displaced"] == 0, step
+    assert switches > 1000, switches

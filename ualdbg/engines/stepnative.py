@@ -35,7 +35,7 @@ REG_INDEX = {name: i for i, name in enumerate(_USER_REGS)}
 EVT_EXEC, EVT_ARMED, EVT_DECODE, EVT_DONE, EVT_EXIT_EARLY = 1, 2, 3, 4, 5
 CMD_ARM, CMD_TABLE, CMD_RECIPE, CMD_KILL = 1, 2, 3, 4
 _FLOW = {"next": 0, "jump": 1, "call": 2, "ret": 3, "cond": 4, "other": 5}
-RF_REP, RF_REP_ADDR4, RF_UNMODELLED, RF_RETSITE = 1, 2, 4, 8
+RF_REP, RF_REP_ADDR4, RF_UNMODELLED, RF_RETSITE, RF_DISPLACE = 1, 2, 4, 8, 16
 MAX_OPS = 8
 NO_CHECK = 0xFFFF
 _KIND = {AccessKind.READ: 0, AccessKind.WRITE: 1, AccessKind.READ_WRITE: 2}
@@ -130,9 +130,10 @@ class Encoder:
             self.classes[key] = found
         return found
 
-    def recipe(self, pc: int, insn: Insn | None, retsite: bool = False) -> bytes:
+    def recipe(self, pc: int, insn: Insn | None, retsite: bool = False, breakpoint: bool = False) -> bytes:
         """`retsite`: a call in the scope returns here (the stepper trusts [rsp] to be a return
-        address only when it names one of these)."""
+        address only when it names one of these). `breakpoint`: the stepper may put an int3 here
+        (an entry, a return site), so it learns whether the instruction can be displaced."""
         if insn is None:
             return _RECIPE_HEAD.pack(pc, 0, _FLOW["other"], 0, RF_UNMODELLED, 0)
         flags = 0 if insn.exact and not insn.vsib else RF_UNMODELLED
@@ -151,7 +152,11 @@ class Encoder:
                 ops.append(packed)
         if len(ops) > MAX_OPS:
             ops, flags = ops[:MAX_OPS], flags | RF_UNMODELLED
-        return _RECIPE_HEAD.pack(pc, insn.size, _FLOW.get(insn.flow, 5), len(ops), flags, 0) + b"".join(ops)
+        disp_off = displacement(insn) if breakpoint or retsite else None
+        if disp_off is not None:
+            flags |= RF_DISPLACE
+        return (_RECIPE_HEAD.pack(pc, insn.size, _FLOW.get(insn.flow, 5), len(ops), flags, disp_off or 0)
+                + b"".join(ops))
 
     def _op(self, insn: Insn, op: MemOperand) -> bytes | None:
         if op.vsib is not None:
@@ -178,6 +183,41 @@ class Encoder:
         return _OP.pack(disp, base, base_shift, base_bits, index, index_shift, index_bits, op.scale,
                         _SEG.get(op.segment, 0), int(op.addr_size == 4), _KIND[op.kind], bit_reg, bit_bits,
                         bit_shift, 0, min(op.size, 0xFFFF), self.check_class(insn, op), 0, 0)
+
+
+_X86_64: Any = None
+
+
+def displacement(insn: Insn) -> int | None:
+    """Whether the instruction runs the same from another address (the stepper's displaced step
+    over its own int3, which also puts right the return address a call pushes): None when it
+    cannot (a system call, an interrupt, a branch with an 8-bit displacement), else the offset
+    of its 32-bit RIP-relative field (a memory operand's displacement or a branch's), for the
+    stepper to re-aim, or 0 when it has none."""
+    global _X86_64
+    if insn.arch != "x86_64" or insn.flow == "other" or not insn.raw:
+        return None
+    if _X86_64 is None:
+        import capstone
+
+        _X86_64 = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        _X86_64.detail = True
+    from capstone import x86
+
+    ci = next(_X86_64.disasm(insn.raw, insn.pc), None)
+    if ci is None or ci.size != insn.size:
+        return None
+    if insn.target is not None:  # jmp/jcc/call/xbegin rel32 (rel8 cannot reach from the copy)
+        if ci.imm_size != 4 or not 0 < ci.imm_offset <= insn.size - 4:
+            return None
+        return int(ci.imm_offset)
+    if insn.flow == "cond":  # loop, jrcxz: an 8-bit displacement without a decoded target
+        return None
+    if not any(op.type == x86.X86_OP_MEM and op.mem.base == x86.X86_REG_RIP for op in ci.operands):
+        return 0
+    if ci.disp_size != 4 or not 0 < ci.disp_offset <= insn.size - 4:
+        return None
+    return int(ci.disp_offset)
 
 
 def _frame(kind: int, payload: bytes) -> bytes:
@@ -252,7 +292,7 @@ class _Driver:
         try:
             with open(f"/proc/{self.pid}/mem", "rb", buffering=0) as mem:
                 for lo, hi in scope.ranges:
-                    recipes.extend(self._sweep(mem, lo, hi))
+                    recipes.extend(self._sweep(mem, lo, hi, set(scope.entries)))
         except OSError:
             pass  # each PC is then decoded when first stepped
         ranges = b"".join(struct.pack("<QQ", lo, hi) for lo, hi in scope.ranges)
@@ -262,7 +302,7 @@ class _Driver:
                            len(recipes))
         return head + ranges + entries + self.encoder.unsent() + b"".join(recipes)
 
-    def _sweep(self, mem: Any, lo: int, hi: int) -> Iterable[bytes]:
+    def _sweep(self, mem: Any, lo: int, hi: int, entries: set[int]) -> Iterable[bytes]:
         """Linear sweep of [lo, hi): compilers put no data between a function's instructions."""
         try:
             mem.seek(lo)
@@ -278,14 +318,14 @@ class _Driver:
             pc += insn.size if insn is not None else 1
         self.retsites.update(i.next_pc for _, i in found if i is not None and i.flow == "call")
         for pc, insn in found:
-            yield self.encoder.recipe(pc, insn, pc in self.retsites)
+            yield self.encoder.recipe(pc, insn, pc in self.retsites, pc in entries)
 
     def decode(self, payload: bytes) -> bytes:
         (pc,) = struct.unpack_from("<Q", payload)
         code = payload[8:24]
         insn = self.decoder.decode(code, pc)
         self.insns[pc] = insn
-        recipe = self.encoder.recipe(pc, insn)
+        recipe = self.encoder.recipe(pc, insn, breakpoint=True)
         return self.encoder.unsent() + recipe
 
 
@@ -367,7 +407,8 @@ def _serve(driver: _Driver, evt_r: int, cmd_w: int) -> None:
 def _result(run: StepRun, driver: _Driver, data: bytes, started: float, ended: float,
             on_progress: Callable[[int, int, float], None] | None) -> StepResult:
     head = _HEADER.unpack_from(data)
-    magic, total, steps, entries, unmodelled, misses, nsites, nrecs, status, signal_no, cpu, armed, detached, step_ns = head[:14]
+    (magic, total, steps, entries, unmodelled, misses, nsites, nrecs, status, signal_no, cpu, armed, detached, step_ns,
+     displaced, stopped_all) = head[:16]
     if magic != _MAGIC:
         raise StepUnavailable("the stepper wrote no result")
     note = head[16].split(b"\0", 1)[0].decode(errors="replace")
@@ -434,7 +475,10 @@ def _result(run: StepRun, driver: _Driver, data: bytes, started: float, ended: f
     doc = build_document(session, engine=NAME)
     doc["scope"] = f"{scope.describe()}; policy {driver.policy.name}"
     stats = {"instructions_stepped": steps, "scope_entries": entries, "unmodelled_executions": unmodelled,
-             "decoded_on_demand": misses}
+             "decoded_on_demand": misses,
+             # steps over the stepper's own int3s (entries past three, returns without debug
+             # registers): run from a copy elsewhere, or with every other thread held stopped
+             "int3_steps_displaced": displaced, "int3_steps_stopping_others": stopped_all}
     doc["step"] = {
         "scope": {"kind": scope.kind, "label": scope.label,
                   "ranges": [[f"{lo:#x}", f"{hi:#x}"] for lo, hi in scope.ranges],

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/personality.h>
 #include <sys/syscall.h>
 #include <sys/ptrace.h>
@@ -34,7 +35,10 @@
 enum { EVT_EXEC = 1, EVT_ARMED = 2, EVT_DECODE = 3, EVT_DONE = 4, EVT_EXIT_EARLY = 5 };
 enum { CMD_ARM = 1, CMD_TABLE = 2, CMD_RECIPE = 3, CMD_KILL = 4 };
 enum { FLOW_NEXT, FLOW_JUMP, FLOW_CALL, FLOW_RET, FLOW_COND, FLOW_OTHER };
-enum { RF_REP = 1, RF_REP_ADDR4 = 2, RF_UNMODELLED = 4, RF_RETSITE = 8 };
+/* RF_DISPLACE: the instruction runs the same from another address once its 32-bit RIP-relative
+   field (a memory displacement, a branch's rel32), at offset `disp_off` (0: none), is re-aimed
+   and, for a call, the return address it pushed is put right. */
+enum { RF_REP = 1, RF_REP_ADDR4 = 2, RF_UNMODELLED = 4, RF_RETSITE = 8, RF_DISPLACE = 16 };
 #define MAX_RETS 64
 #define MAX_OPS 8
 #define NO_CHECK 0xffff
@@ -51,11 +55,13 @@ struct op { /* 32 bytes on the wire */
 
 struct recipe {
     uint64_t pc;
-    uint8_t len, flow, nops, flags;
+    uint8_t len, flow, nops, flags, disp_off;
     struct op ops[MAX_OPS];
 };
 
-struct bp { uint64_t addr; uint8_t orig; int inserted; int lifted; };
+/* slot: where the original instruction is copied for displaced steps (1 + its index in the
+   scratch area), 0 not yet, -1 it cannot be displaced (stepped over with the others stopped) */
+struct bp { uint64_t addr; uint8_t orig; int inserted; int lifted; int slot; };
 
 struct thread {
     pid_t tid;
@@ -68,6 +74,10 @@ struct thread {
     cpu_set_t saved;
     struct recipe *last;       /* the instruction just stepped */
     uint64_t resume_pc;        /* a handler runs before the instruction here: come back to it */
+    /* A displaced step under way: the instruction at disp_from, disp_len bytes long, runs from
+       its copy at disp_slot. */
+    uint64_t disp_from, disp_slot;
+    uint8_t disp_len, disp_call;
     uint64_t entered_ns;       /* when it last entered the scope */
     /* In-scope return addresses of calls that left the scope, innermost last: with debug
        registers the innermost one is this thread's own DR3 breakpoint (no shared int3 to lift
@@ -91,10 +101,10 @@ static int cpu = -1;
 static int everywhere;
 static uint64_t step_ns;  /* thread-nanoseconds spent inside the scope (the bench's rate) */
 /* Debug registers: DR0-DR2 hold up to three scope entries in every thread, DR3 a thread's
-   innermost pending return. A shared int3 must be lifted for one step whenever a thread steps
-   over it, and every other thread is stopped meanwhile (step_over), which costs a stop and a
-   resume of each; a debug register is per thread and changes no code. More entries than
-   three: int3s for the entries. */
+   innermost pending return. A debug register is per thread and changes no code. More entries
+   than three: int3s for the entries, stepped over by running a copy of the instruction
+   (displace), or where that cannot be, with the byte lifted for one step and every other thread
+   stopped meanwhile (step_over). */
 static int hw_ok;
 static uint64_t hw_entry[3];
 static int n_hw_entry;
@@ -113,6 +123,16 @@ static pid_t early[1024]; static int nearly;  /* stops of new tasks seen before 
    main loop before it waits again, in the order they came. */
 static struct { pid_t tid; int st; } *evq; static size_t evq_head, evq_len, evq_cap;
 static int exit_status = -1, exit_signal = -1, armed, detached_exec;
+/* Displaced stepping: a private page range mapped into the program at its exec stop, holding a
+   copy of the instruction at each int3 of ours (one 16-byte slot per breakpoint, written once);
+   a thread steps over our int3 by running the copy, so the byte is never lifted and no other
+   thread is ever stopped. Placed just below the executable's lowest mapping, so a RIP-relative
+   operand of the program's code can be re-aimed from the copy (a 32-bit displacement). */
+#define SCRATCH_SIZE (64 * 1024)
+#define SLOT_SIZE 16
+static uint64_t scratch;
+static int nslots;
+static uint64_t displaced, stopped_all;  /* steps over int3s either way */
 static char note[256];
 
 static void die(const char *what)
@@ -204,6 +224,7 @@ static const char *parse_recipe(const char *p, struct recipe *r)
 {
     memcpy(&r->pc, p, 8);
     r->len = (uint8_t)p[8]; r->flow = (uint8_t)p[9]; r->nops = (uint8_t)p[10]; r->flags = (uint8_t)p[11];
+    r->disp_off = (uint8_t)p[12];
     p += 16;
     if (r->nops > MAX_OPS) r->nops = MAX_OPS;
     memcpy(r->ops, p, r->nops * sizeof(struct op));
@@ -523,6 +544,7 @@ static int caught(pid_t tid, int sig);
 static void step_over(struct thread *t, struct bp *b)
 {
     uint64_t addr = b->addr;
+    stopped_all++;
     stop_others(t);
     b->lifted = 1;
     poke_byte(t->tid, addr, b->orig, NULL);
@@ -555,6 +577,80 @@ static void step_over(struct thread *t, struct bp *b)
         if (threads[i].used && threads[i].held) { threads[i].held = 0; resume(&threads[i], 0); }
 }
 
+/* The slot holding a copy of the instruction `r` at our int3 `b`, written on first use; 0 when
+   it cannot run elsewhere (a relative branch or a call, a RIP-relative operand too far from the
+   scratch area, no scratch area, no free slot). */
+static uint64_t slot_for(pid_t tid, struct bp *b, const struct recipe *r)
+{
+    if (b->slot > 0) return scratch + (uint64_t)(b->slot - 1) * SLOT_SIZE;
+    if (b->slot < 0) return 0;
+    b->slot = -1;
+    if (!scratch || !(r->flags & RF_DISPLACE) || !r->len || r->len > 15
+        || nslots >= SCRATCH_SIZE / SLOT_SIZE) return 0;
+    uint64_t at = scratch + (uint64_t)nslots * SLOT_SIZE;
+    uint8_t code[16];
+    read_code(tid, b->addr, code);  /* the original bytes, our int3s taken out */
+    if (r->disp_off) {
+        /* rel32 is relative to the next instruction: the copy's is (at + len), not (addr + len) */
+        if (r->disp_off + 4 > r->len) return 0;
+        int32_t d;
+        memcpy(&d, code + r->disp_off, 4);
+        int64_t nd = (int64_t)d + (int64_t)(b->addr - at);
+        if (nd < INT32_MIN || nd > INT32_MAX) return 0;
+        d = (int32_t)nd;
+        memcpy(code + r->disp_off, &d, 4);
+    }
+    memset(code + r->len, 0xcc, 16 - r->len);
+    for (int i = 0; i < 16; i += 8) {
+        long word;
+        memcpy(&word, code + i, 8);
+        if (ptrace(PTRACE_POKEDATA, tid, (void *)(at + (uint64_t)i), (void *)word) < 0) return 0;
+    }
+    b->slot = ++nslots;
+    return at;
+}
+
+/* Step `t` over our own int3 at b without lifting it: the thread runs the copy of the
+   instruction in its slot, and its next stop is moved back to the program's code (undisplace).
+   Nothing else stops. 0: not possible, step_over must. */
+static int displace(struct thread *t, struct bp *b, const struct recipe *r, struct user_regs_struct *regs)
+{
+    uint64_t at = slot_for(t->tid, b, r);
+    if (!at) return 0;
+    uint64_t pc = regs->rip;
+    regs->rip = at;
+    int ok = ptrace(PTRACE_SETREGS, t->tid, 0, regs) == 0;
+    regs->rip = pc;
+    if (!ok) return 0;
+    t->disp_from = pc;
+    t->disp_slot = at;
+    t->disp_len = r->len;
+    t->disp_call = r->flow == FLOW_CALL;
+    displaced++;
+    resume(t, 0);
+    return 1;
+}
+
+/* A thread that ran (or was about to run) a displaced copy has stopped: its PC back in the
+   program's code, as if it had run the original. `regs` are its registers, set again if moved.
+   A PC the instruction itself chose (ret, an indirect jump) stays. */
+static void undisplace(struct thread *t, struct user_regs_struct *regs)
+{
+    uint64_t from = t->disp_from, at = t->disp_slot;
+    t->disp_slot = 0;
+    if (t->disp_call && regs->rip != at) {
+        /* the call ran and pushed the copy's return address: the program's instead */
+        errno = 0;
+        uint64_t ret = (uint64_t)ptrace(PTRACE_PEEKDATA, t->tid, (void *)regs->rsp, 0);
+        if (!errno && ret == at + t->disp_len)
+            ptrace(PTRACE_POKEDATA, t->tid, (void *)regs->rsp, (void *)(from + t->disp_len));
+    }
+    if (regs->rip == at + t->disp_len) regs->rip = from + t->disp_len;
+    else if (regs->rip == at) regs->rip = from;
+    else return;
+    if (ptrace(PTRACE_SETREGS, t->tid, 0, regs) < 0 && errno != ESRCH) die("PTRACE_SETREGS");
+}
+
 /* A stepping thread stands at in-scope `pc`: check the instruction and step it. */
 static void step_at(struct thread *t, struct user_regs_struct *regs)
 {
@@ -565,7 +661,7 @@ static void step_at(struct thread *t, struct user_regs_struct *regs)
     t->last = r;
     steps++;
     struct bp *b = bpfind(pc);
-    if (b && b->inserted) step_over(t, b);
+    if (b && b->inserted) { if (!displace(t, b, r, regs)) step_over(t, b); }
     else resume(t, 0);
 }
 
@@ -652,6 +748,7 @@ static void on_trap(struct thread *t)
 {
     struct user_regs_struct regs;
     if (ptrace(PTRACE_GETREGS, t->tid, 0, &regs) < 0) { if (errno == ESRCH) return; die("PTRACE_GETREGS"); }
+    if (t->disp_slot) undisplace(t, &regs);
     if (t->stepping) {
         if (t->pending) {
             record(t->tid, t->p_pc, t->p_va, t->p_size, t->p_kind);
@@ -770,13 +867,77 @@ static void write_out(const char *path)
     uint64_t kept = total < ring_cap ? total : ring_cap;
     uint64_t hdr[16] = {0x31706574736c6175ULL, total, steps, entries, unmodelled, decode_misses, scount, kept,
                         (uint64_t)(int64_t)exit_status, (uint64_t)(int64_t)exit_signal, (uint64_t)cpu,
-                        (uint64_t)armed, (uint64_t)detached_exec, step_ns, 0, 0};
+                        (uint64_t)armed, (uint64_t)detached_exec, step_ns, displaced, stopped_all};
     fwrite(hdr, sizeof hdr, 1, f);
     fwrite(note, sizeof note, 1, f);
     for (size_t i = 0; i < scap; i++)
         if (sites[i].pc) fwrite(&sites[i], sizeof sites[i], 1, f);
     for (uint64_t k = total - kept; k < total; k++) fwrite(&ring[k % ring_cap], sizeof(struct record), 1, f);
     if (fclose(f)) die(path);
+}
+
+/* The lowest address the program has mapped (its executable, at the exec stop). */
+static uint64_t lowest_mapping(pid_t pid)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    uint64_t lo = 0;
+    if (fgets(line, sizeof line, f)) lo = strtoull(line, NULL, 16);
+    fclose(f);
+    return lo;
+}
+
+/* At the exec stop, the only thread standing at the dynamic loader's first instruction: make the
+   program run one mmap system call (the `syscall` instruction put at its PC for that one step,
+   its registers and code back as they were after) for the displaced-stepping slots, read and
+   execute only, at a fixed place below the executable: the mappings the program makes itself
+   come out where they would without us. A signal that arrives meanwhile is kept in *sig for the
+   program. Without it (no room there) every int3 is stepped over with the other threads held. */
+static void map_scratch(pid_t pid, int *sig)
+{
+    struct user_regs_struct saved, regs;
+    if (ptrace(PTRACE_GETREGS, pid, 0, &saved) < 0) return;
+    uint64_t lo = lowest_mapping(pid);
+    uint64_t want = (lo & ~0xfffULL) - SCRATCH_SIZE - 0x100000;
+    if (lo < 0x1000000 + SCRATCH_SIZE && lo >= 0x400000) want = 0x200000;  /* a non-PIE at 0x400000 */
+    if (!lo || want > lo || want < 0x100000) return;
+    errno = 0;
+    long word = ptrace(PTRACE_PEEKDATA, pid, (void *)saved.rip, 0);
+    if (errno) return;
+    if (ptrace(PTRACE_POKEDATA, pid, (void *)saved.rip, (void *)((word & ~0xffffL) | 0x050f)) < 0) return;
+    regs = saved;
+    regs.orig_rax = (unsigned long long)-1;
+    regs.rax = SYS_mmap;
+    regs.rdi = want;
+    regs.rsi = SCRATCH_SIZE;
+    regs.rdx = PROT_READ | PROT_EXEC;
+    regs.r10 = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
+    regs.r8 = (unsigned long long)-1;
+    regs.r9 = 0;
+    uint64_t got = 0;
+    for (int tries = 0; tries < 8 && ptrace(PTRACE_SETREGS, pid, 0, &regs) == 0; tries++) {
+        int st;
+        if (ptrace(PTRACE_SINGLESTEP, pid, 0, 0) < 0) break;
+        while (waitpid(pid, &st, __WALL) < 0)
+            if (errno != EINTR) die("waitpid");
+        if (!WIFSTOPPED(st)) { child = 0; _exit(3); }  /* killed from outside: nothing to trace */
+        if (WSTOPSIG(st) != SIGTRAP) { *sig = WSTOPSIG(st); continue; }  /* before the syscall ran */
+        struct user_regs_struct after;
+        if (ptrace(PTRACE_GETREGS, pid, 0, &after) < 0) break;
+        if (after.rip == saved.rip + 2 && after.rax == want) got = after.rax;
+        else if (after.rip == saved.rip + 2 && after.rax < (uint64_t)-4096) {
+            /* an old kernel takes MAP_FIXED_NOREPLACE as a hint: keep it only if it is there */
+            regs.rax = SYS_munmap; regs.rdi = after.rax; regs.r10 = 0;
+            if (ptrace(PTRACE_SETREGS, pid, 0, &regs) == 0 && ptrace(PTRACE_SINGLESTEP, pid, 0, 0) == 0)
+                while (waitpid(pid, &st, __WALL) < 0 && errno == EINTR) {}
+        }
+        break;
+    }
+    ptrace(PTRACE_POKEDATA, pid, (void *)saved.rip, (void *)word);
+    if (ptrace(PTRACE_SETREGS, pid, 0, &saved) < 0) die("PTRACE_SETREGS");
+    scratch = got;
 }
 
 static void load_table(const char *p, uint32_t len)
@@ -862,8 +1023,10 @@ int main(int argc, char **argv)
     if (type == CMD_KILL) { kill(child, SIGKILL); waitpid(child, &st, 0); return 4; }
     if (type == CMD_ARM && len >= 8) memcpy(&arm_at, payload, 8);
     free(payload);
+    int first_sig = 0;
+    if (arm_at && !getenv("UALDBG_STEPPER_NO_DISPLACE")) map_scratch(child, &first_sig);
     if (arm_at) insert_bp(child, arm_at);
-    resume(t0, 0);
+    resume(t0, first_sig);
 
     for (;;) {
         pid_t tid;
@@ -938,6 +1101,9 @@ int main(int argc, char **argv)
                signal ignored or fatal does not preempt it: its check stands.) */
             struct user_regs_struct regs;
             if (ptrace(PTRACE_GETREGS, tid, 0, &regs) == 0) {
+                /* a displaced instruction not run yet: the handler must see (and return to) the
+                   program's own PC, not the copy's */
+                if (t->disp_slot) undisplace(t, &regs);
                 /* the handler returns here, through sigreturn: a pending return like a call's
                    (handlers interrupted by handlers stack up) */
                 t->resume_pc = regs.rip;
