@@ -190,6 +190,9 @@ def _status(p: Parser) -> Runner:
                          "disarmed: SIGBUS blocked" if tid in e.sigbus_blocked else
                          "in clone/fork" if tid in e.in_clone else "not armed")
                 table.add_row(Text(str(tid)), Text("set" if ac else "clear"), Text(state))
+            live = getattr(target, "live_threads", target.threads)()
+            for tid in sorted(set(live) - set(target.threads())):  # gdb's non-stop mode
+                table.add_row(Text(str(tid)), Text("?"), Text("running (non-stop): registers unreadable"))
             lines.append(f"  process {target.pid()}:")
             out = ["\n".join(lines), table]
         else:

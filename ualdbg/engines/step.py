@@ -392,7 +392,8 @@ class StepEngine:
         """At a user-visible stop: a thread we step that the user moved with the debugger's own
         stepi/next is checked where it is now (its next instruction has not run)."""
         decision = StepDecision.RUN
-        live = set(target.threads())
+        # threads() leaves out the threads running in gdb's non-stop mode: alive all the same.
+        live = set(getattr(target, "live_threads", target.threads)())
         for tid in list(self.threads):
             if tid not in live:
                 self.thread_exited(tid)

@@ -8,6 +8,8 @@ import re
 import shlex
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import gdb  # type: ignore[import-not-found]
@@ -18,6 +20,7 @@ from ...render.console import to_text
 from ...render.report import last_fault_report
 from ...session import Session
 from ...target import SigInfo
+from ...threadhold import SI_TKILL, ThreadHolder
 from .stepping import GdbStepControl
 from .target import GdbTarget
 
@@ -39,6 +42,16 @@ def _x86_64() -> bool:
     except (gdb.error, AttributeError):
         return True
     return name.startswith("i386:x86-64")
+
+
+def _target_non_stop() -> bool:
+    """Whether gdb drives the process non-stop underneath (set non-stop on, or gdb's own
+    all-stop-on-non-stop: `maint show target-non-stop`)."""
+    if gdb.parameter("non-stop"):
+        return True
+    text = gdb.execute("maint show target-non-stop", to_string=True)
+    m = re.search(r"is (?:auto \(currently (on|off)\)|(on|off))", text)
+    return m is not None and "on" in (m.group(1), m.group(2))
 
 
 def read_handle(sig: str) -> tuple[bool, bool, bool]:
@@ -99,6 +112,10 @@ class GdbHooks:
         self.seen_pid: int | None = None
         self.loader_armed = False
         self.step_control = GdbStepControl(self)  # the step engine's primitives (stepping.py)
+        # Non-stop mode: SIGTRAPs ualdbg sent to hold running threads (threadhold.py) that gdb
+        # has yet to report, per thread: the SIGTRAP catchpoint swallows them, even after `off`.
+        self.kicks: dict[int, int] = {}
+        self.warned_all_stop = False
         _SignalFunction(self)
         _SyscallFunction(self)
         gdb.events.stop.connect(self.on_stop)
@@ -109,6 +126,8 @@ class GdbHooks:
         self._define_detach_hook()
         gdb.events.new_objfile.connect(self.on_new_objfile)
         gdb.events.thread_exited.connect(self.on_thread_exit) if hasattr(gdb.events, "thread_exited") else None
+        gdb.events.new_thread.connect(self.on_new_thread)
+        gdb.events.before_prompt.connect(self.on_prompt)
 
     # -- the Host side ---------------------------------------------------------------------
     def target(self) -> GdbTarget | None:
@@ -116,9 +135,66 @@ class GdbHooks:
         if not inf.pid:
             return None
         thread = gdb.selected_thread()
-        if thread is None or thread.is_running() or thread.is_exited():
+        if thread is None or thread.is_exited():
+            return None
+        if thread.is_running() and int(thread.ptid[1]) not in self.target_.held:
             return None
         return self.target_
+
+    def touched_threads(self) -> set[int]:
+        """The threads whose flags ualdbg may have set (what `off` and a detach must clear)."""
+        e = self.session.engine
+        return set(e.armed) | set(e.pending) | set(e.tf_suspect) | set(self.session.step.threads)
+
+    @contextmanager
+    def hold_running(self, only: set[int] | None = None) -> Iterator[None]:
+        """Non-stop mode: hold every running thread stopped for the length of one command
+        (`off`, `break`, `trace start|stop`, a detach), so the engines reach every thread's
+        flags at once, as in all-stop mode; the threads go on when gdb collects the stops
+        (threadhold.py). Nothing to do in all-stop mode, where a command runs with every
+        thread stopped."""
+        inf = gdb.selected_inferior()
+        running = [int(t.ptid[1]) for t in inf.threads() if t.is_valid() and t.is_running()] if inf.pid else []
+        running = [tid for tid in running if only is None or tid in only]
+        holder = ThreadHolder(inf.pid) if running else None
+        if holder is not None and (self.target_.remote() or not holder.usable()):
+            gdb.write(f"ualdbg: {len(running)} running thread(s) cannot be reached here (not a native x86-64 "
+                      "process): `interrupt -a` first\n", gdb.STDERR)
+            holder = None
+        held = self.target_.held
+        try:
+            if holder is not None:
+                for tid in running:
+                    if holder.kick(tid) and holder.wait_stopped(tid):
+                        info = holder.stop_info(tid)
+                        if (info is not None and info.is_kick()) or holder.trap_pending(tid):
+                            self.kicks[tid] = self.kicks.get(tid, 0) + 1
+                        held[tid] = holder
+                    elif holder.state(tid) is not None:
+                        _warn(f"thread {tid} did not stop for ualdbg (uninterruptible?): its flags are unchanged")
+            yield
+        finally:
+            if held:
+                held.clear()
+                gdb.execute("maint flush register-cache", to_string=True)
+
+    def _is_kick(self) -> bool:
+        """The current SIGTRAP is one ualdbg sent to hold the thread (tgkill from gdb)."""
+        try:
+            si = gdb.parse_and_eval("$_siginfo")
+            return (int(si["si_code"]) == SI_TKILL
+                    and int(si["_sifields"]["_kill"]["si_pid"]) == os.getpid())
+        except gdb.error:
+            return False
+
+    def _swallow_kick(self, tid: int) -> int:
+        left = self.kicks.get(tid, 1) - 1
+        if left > 0:
+            self.kicks[tid] = left
+        else:
+            self.kicks.pop(tid, None)
+        self._set_pass(SIGTRAP, False)
+        return 0
 
     def install(self) -> None:
         self.fix_environment()
@@ -184,6 +260,12 @@ class GdbHooks:
             for t in gdb.selected_inferior().threads():
                 if t == cur or not t.is_valid():
                     continue
+                held = self.target_.held.get(int(t.ptid[1]))
+                if held is not None:  # non-stop: a running thread ualdbg holds stopped
+                    stop = held.stop_info(int(t.ptid[1]))
+                    if stop is not None and stop.signo == SIGBUS and stop.code == BUS_ADRALN:
+                        found.add(int(t.ptid[1]))
+                    continue
                 t.switch()
                 try:
                     si = gdb.parse_and_eval("$_siginfo")
@@ -199,17 +281,30 @@ class GdbHooks:
         if not self.installed:
             return
         self.draining = self._unreported_alignment_faults()
+        # The SIGBUS catchpoint swallows those faults first, the SIGTRAP one the stops of the
+        # threads held in non-stop mode (finish_drain); the syscall catchpoint goes.
+        keep = self.catchpoints[:2] if self.kicks else self.catchpoints[:1] if self.draining else []
         for num in self.catchpoints:
-            if self.draining and num == self.catchpoints[0]:
-                continue  # the SIGBUS catchpoint swallows those faults first (finish_drain)
-            gdb.execute(f"delete {num}", to_string=True)
-        self.catchpoints = self.catchpoints[:1] if self.draining else []
+            if num not in keep:
+                gdb.execute(f"delete {num}", to_string=True)
+        self.catchpoints = keep
         self.installed = False
         if self.arm_point is not None and self.arm_point.is_valid():
             self.arm_point.delete()
         self.arm_point = None
-        if not self.draining:
+        if not keep:
             self._restore_handles()
+
+    def drained(self) -> bool:
+        """After `off`: every pending fault and every stop of a held thread was collected."""
+        if not self.draining and not self.kicks:
+            return True
+        if self.target() is None and not gdb.selected_inferior().pid:
+            return True
+        running = {int(t.ptid[1]) for t in gdb.selected_inferior().threads() if t.is_valid() and t.is_running()}
+        # A thread still running in non-stop mode may yet report its fault: keep it.
+        self.draining &= self._unreported_alignment_faults() | running
+        return not self.draining and not self.kicks
 
     def finish_drain(self) -> None:
         """The pending faults are swallowed (or their threads moved on): now let go of SIGBUS."""
@@ -220,6 +315,7 @@ class GdbHooks:
                 pass
         self.catchpoints = []
         self.draining = set()
+        self.kicks.clear()
         self._restore_handles()
 
     def _restore_handles(self) -> None:
@@ -248,10 +344,13 @@ class GdbHooks:
 
     def before_detach(self) -> None:
         try:
-            target = self.target()
-            if target is not None and (self.session.engine.armed or self.session.engine.pending):
-                self.session.engine.disarm(target)
-                self.session.engine.active = False
+            with self.hold_running(self.touched_threads()):
+                target = self.target() or (self.target_ if self.target_.held else None)
+                if target is not None and (self.session.engine.armed or self.session.engine.pending):
+                    self.session.engine.disarm(target)
+                    self.session.engine.active = False
+                if target is not None and self.session.step.threads:
+                    self.session.step.disarm(target)
         except Exception as exc:
             _warn(f"disarming before detach: {exc}")
 
@@ -306,6 +405,8 @@ class GdbHooks:
     def on_signal(self, signo: int) -> int:
         s = self.session
         with self.target_.event():
+            if signo == SIGTRAP and self.kicks and self.target_.current_tid() in self.kicks and self._is_kick():
+                return self._swallow_kick(self.target_.current_tid())
             if not self.installed:
                 return self._drain(signo)
             if signo == SIGTRAP and s.step.enabled:
@@ -344,6 +445,8 @@ class GdbHooks:
     def _as_user_would(self, info: Any) -> int:
         """A signal ualdbg has no business with: behave as the user's `handle` says."""
         name = SIGNAL_NAMES.get(info.signo)
+        if info.signo == SIGTRAP and info.code == SI_TKILL and self._is_kick():
+            return self._swallow_kick(self.target_.current_tid())  # one ualdbg did not count on
         if info.signo == SIGTRAP and info.code > 0:
             if not self._program_breakpoint(info):
                 self._set_pass(SIGTRAP, False)
@@ -384,10 +487,8 @@ class GdbHooks:
     # -- gdb events --------------------------------------------------------------------------
     def on_stop(self, event: Any) -> None:
         try:
-            if not self.installed and self.catchpoints:
-                self.draining &= self._unreported_alignment_faults()
-                if not self.draining:
-                    self.finish_drain()
+            if not self.installed and self.catchpoints and self.drained():
+                self.finish_drain()
             if self.report_pending:
                 gdb.write(to_text(self.report_pending, color=sys.stdout.isatty() and "NO_COLOR" not in os.environ))
                 self.report_pending = None
@@ -408,6 +509,13 @@ class GdbHooks:
         except Exception as exc:
             _warn(f"stop handler: {exc}")
 
+    def on_prompt(self) -> None:
+        try:
+            if not self.installed and self.catchpoints and self.drained():
+                self.finish_drain()
+        except Exception as exc:
+            _warn(f"prompt: {exc}")
+
     def on_exit(self, event: Any) -> None:
         if not self.installed and self.catchpoints:
             self.finish_drain()
@@ -418,8 +526,29 @@ class GdbHooks:
             self.step_control.process_gone()
         self.session.buffer.stopped_at = self.session.buffer.started_at + self.session.buffer.now()
 
+    def on_new_thread(self, event: Any) -> None:
+        try:
+            self.hint_all_stop()
+        except Exception as exc:
+            _warn(f"new thread: {exc}")
+
+    def hint_all_stop(self) -> None:
+        """Once: the step engine stepping a program of several threads on a target that is not
+        non-stop, where gdb stops every thread at each trap of a stepped thread (measured in
+        tests/step_debugger/test_step_nonstop.py). gdb 13 runs native processes non-stop
+        underneath all-stop mode (`maint show target-non-stop`: auto, currently on): no line."""
+        step = self.session.step
+        if self.warned_all_stop or not (step.enabled and step.armed) or not gdb.selected_inferior().pid:
+            return
+        if len(self.target_.live_threads()) < 2 or _target_non_stop():
+            return
+        self.warned_all_stop = True
+        gdb.write("ualdbg: all-stop mode: threads outside the step scope stop at each step event; "
+                  "`set non-stop on` before `run` keeps them running\n")
+
     def on_thread_exit(self, event: Any) -> None:
         try:
+            self.kicks.pop(int(event.inferior_thread.ptid[1]), None)
             self.session.engine.thread_exited(int(event.inferior_thread.ptid[1]))
             self.session.step.thread_exited(int(event.inferior_thread.ptid[1]))
         except Exception:

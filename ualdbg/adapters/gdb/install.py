@@ -16,6 +16,9 @@ from ...settings import SETTINGS
 from .hooks import GdbHooks
 
 _STATE: dict[str, Any] = {}
+# Commands that set or clear flags in every thread: in non-stop mode the running threads are
+# held stopped while they run (hooks.hold_running).
+_HOLDING = {("break",), ("off",), ("trace", "start"), ("trace", "stop")}
 
 
 def _color() -> bool:
@@ -94,7 +97,13 @@ def launch_info() -> tuple[str, list[str], tuple[str, ...], str]:
 def _run(spec: CommandSpec, argv: str) -> None:
     host = _STATE["host"]
     try:
-        _emit(spec.invoke(host, argv))
+        if spec.path in _HOLDING:
+            disarming = spec.path in (("off",), ("trace", "stop"))
+            with host.hooks.hold_running(host.hooks.touched_threads() if disarming else None):
+                _emit(spec.invoke(host, argv))
+            host.hooks.hint_all_stop()
+        else:
+            _emit(spec.invoke(host, argv))
     except HelpShown as shown:
         gdb.write(shown.text)
     except UsageError as exc:

@@ -128,6 +128,7 @@ class GdbStepControl:
 
     def arm(self, tid: int | None = None) -> None:
         self.hooks.session.step.arm(self.hooks.target_, self, tid)
+        self.hooks.hint_all_stop()
 
     def warn_unentered(self, write: Any = gdb.write) -> None:
         msg = self.hooks.session.step.never_entered_message()

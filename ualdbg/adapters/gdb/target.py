@@ -11,6 +11,7 @@ from ... import arch as archmod
 from ...ptrace import RegisterPoker
 from ...symbols.maps import read_maps
 from ...target import SigInfo
+from ...threadhold import ThreadHolder
 
 MASK64 = (1 << 64) - 1
 
@@ -29,6 +30,9 @@ class GdbTarget:
         self._poker = RegisterPoker()
         # (pid, True when gdb ptraces it natively): a remote stub's process is no tracee of ours
         self._native: tuple[int, bool] | None = None
+        # Non-stop mode: threads gdb sees running, held stopped by ualdbg for one command
+        # (threadhold.py); their registers go by ptrace.
+        self.held: dict[int, ThreadHolder] = {}
 
     @contextmanager
     def event(self) -> Iterator[None]:
@@ -49,7 +53,10 @@ class GdbTarget:
 
     def arch(self) -> str:
         if self._arch is None:
-            self._arch = gdb.newest_frame().architecture().name()
+            try:
+                self._arch = gdb.newest_frame().architecture().name()
+            except gdb.error:  # non-stop: the selected thread is running
+                self._arch = gdb.selected_inferior().architecture().name()
         return self._arch
 
     def current_tid(self) -> int:
@@ -58,7 +65,27 @@ class GdbTarget:
         return int(gdb.selected_thread().ptid[1])
 
     def threads(self) -> list[int]:
+        """The threads whose registers can be read now: in non-stop mode not those running,
+        unless ualdbg holds them (hooks.hold_running). The thread whose event a condition or a
+        breakpoint's stop() decides counts as stopped: gdb calls it running until the stop is
+        final."""
+        event = self._event_tid
+        if event is None and self.in_stop_callback:
+            event = int(gdb.selected_thread().ptid[1])
+        return sorted(int(t.ptid[1]) for t in gdb.selected_inferior().threads()
+                      if t.is_valid() and (not t.is_running() or int(t.ptid[1]) in self.held
+                                           or int(t.ptid[1]) == event))
+
+    def live_threads(self) -> list[int]:
+        """Every thread of the process, running or not (non-stop mode)."""
         return sorted(int(t.ptid[1]) for t in gdb.selected_inferior().threads() if t.is_valid())
+
+    def _holder(self, tid: int | None) -> tuple[ThreadHolder, int] | None:
+        if not self.held:
+            return None
+        t = tid if tid is not None else self.current_tid()
+        holder = self.held.get(t)
+        return (holder, t) if holder is not None else None
 
     @contextmanager
     def _on_thread(self, tid: int | None) -> Iterator[None]:
@@ -98,6 +125,9 @@ class GdbTarget:
                 # (it computes the frame's id, running the unwinder sniffers).
                 value = self._regs[name] = int(gdb.parse_and_eval(f"${name}")) & MASK64
             return value
+        held = self._holder(tid)
+        if held is not None:
+            return held[0].read(held[1], name)
         with self._on_thread(tid):
             return int(gdb.newest_frame().read_register(name)) & MASK64
 
@@ -122,6 +152,10 @@ class GdbTarget:
                 gdb.parse_and_eval(f"${name} = {value:#x}")
             self._regs[name] = value
             return
+        held = self._holder(tid)
+        if held is not None:
+            held[0].write(held[1], {name: value})
+            return
         with self._on_thread(tid):
             newest = gdb.newest_frame()
             if gdb.selected_frame() != newest:
@@ -138,6 +172,10 @@ class GdbTarget:
             if not self._poke(values):
                 gdb.parse_and_eval(expr)
             self._regs.update(values)
+            return
+        held = self._holder(tid)
+        if held is not None:
+            held[0].write(held[1], values)
             return
         with self._on_thread(tid):
             newest = gdb.newest_frame()
