@@ -106,11 +106,27 @@ def test_detach_in_non_stop_leaves_no_flag_in_running_threads(engine: str, test_
     assert "nonstop_busy: n=40 sum=" in run.stdout and _spin_flags(run) == (0, 0), run.explain()
 
 
-def test_trap_trace_of_threads_in_non_stop_is_exact(tmp_path: Path) -> None:
+@pytest.mark.parametrize("start", ["ualdbg trace start",
+                                   "ualdbg trace start --engine step --in worker_a --in worker_b --in worker_c"])
+def test_trace_of_threads_in_non_stop_is_exact(start: str, tmp_path: Path) -> None:
+    """The trap engine (the default), and the step engine with three threads stepping at once."""
     rows = expected_by_program()[("threads", ("10",))]
     out = tmp_path / "t.json"
-    run = run_gdb([str(BUILD / "threads"), "10"], ["set non-stop on", "ualdbg trace start", "run",
-                                                    f"ualdbg trace save {out}"])
+    run = run_gdb([str(BUILD / "threads"), "10"], ["set non-stop on", start, "run", f"ualdbg trace save {out}"])
     doc = json.loads(out.read_text())
     assert dict(by_location(doc)) == {r.location: r.count for r in rows if r.count}, run.explain()
     assert doc["program"]["exit_status"] == 0 and run.stdout.count("threads: thread ") == 3, run.explain()
+
+
+def test_arming_now_in_non_stop_reaches_the_running_thread(test_programs: Path, tmp_path: Path) -> None:
+    """`trace start` typed while the main thread is stopped at `walk` and the other one runs:
+    both are armed at once (the running one ends with AC set, as it would in all-stop)."""
+    out = tmp_path / "t.json"
+    run = run_gdb([str(test_programs / "nonstop_busy"), "7"], [
+        "set non-stop on", "break walk", "run", "ualdbg trace start", "info threads", "continue",
+        f"ualdbg trace save {out}"])
+    assert "armed now: 2 thread(s) with EFLAGS.AC" in run.stdout, run.explain()
+    assert re.search(r"^\s+2\s+Thread .*\(running\)$", run.stdout, re.M), run.explain()
+    doc = json.loads(out.read_text())
+    assert dict(by_location(doc)) == {WALK_LINE: 7}, run.explain()
+    assert _spin_flags(run) == (1, 0) and "exited normally" in run.stdout, run.explain()
