@@ -349,8 +349,15 @@ class GdbHooks:
                 if target is not None and (self.session.engine.armed or self.session.engine.pending):
                     self.session.engine.disarm(target)
                     self.session.engine.active = False
-                if target is not None and self.session.step.threads:
-                    self.session.step.disarm(target)
+                step = self.session.step
+                if target is not None and step.threads:
+                    # A stepped thread keeps TF: detached, its next instruction would kill it.
+                    # The scope stays chosen: an `attach` arms it again (on_stop).
+                    live = set(target.threads())
+                    for tid in [t for t in step.threads if t in live]:
+                        self.step_control.unstep(target, tid)
+                    self.step_control.clear_breakpoints()
+                    step.forget_threads()
         except Exception as exc:
             _warn(f"disarming before detach: {exc}")
 
