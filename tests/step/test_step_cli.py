@@ -363,33 +363,34 @@ def outside_trap(step_outside: Path, tmp_path_factory: pytest.TempPathFactory) -
 @pytest.mark.parametrize("no_dr", [False, True], ids=["int3-entries", "int3-everything"])
 def test_int3_entries_do_not_stop_threads_outside_the_scope(no_dr: bool, step_outside: Path, outside_trap: dict,
                                                             tmp_path: Path) -> None:
-    """step_outside: 8 threads call six functions 1000 times each (six entries: int3 bytes, more
-    than the debug registers hold; UALDBG_STEPPER_NO_DR=1: the returns from f3's and g_call's
-    calls out of the scope too) while a ninth thread spins outside the scope without a system
-    call. Every int3 is stepped over by running a copy of its instruction elsewhere (g_rip's
-    RIP-relative load re-aimed, g_call's relative call and the return address it pushes put
-    right), so no thread is ever stopped for another: the spinner's voluntary context switches
-    (a ptrace stop is one) stay near zero while the entries are hit 48000 times, and the per-PC
-    counts are the trap engine's."""
-    functions = ("f0", "f1", "f2", "f3", "g_rip", "g_call")
+    """step_outside: 8 threads call seven functions 1000 times each (seven entries: int3 bytes,
+    more than the debug registers hold; UALDBG_STEPPER_NO_DR=1: the returns from f3's and
+    g_call's calls out of the scope too) while a ninth thread spins outside the scope without a
+    system call. Every int3 is stepped over by running a copy of its instruction elsewhere
+    (g_rip's RIP-relative load re-aimed, g_call's relative call and the return address it pushes
+    put right, g_jmp's short jump widened), so no thread is ever stopped for another: the
+    spinner's voluntary context switches (a ptrace stop is one) stay near zero while the entries
+    are hit 56000 times, and the per-PC counts are the trap engine's."""
+    functions = ("f0", "f1", "f2", "f3", "g_rip", "g_call", "g_jmp")
     got, switches, step = _outside_run(step_outside, functions, tmp_path,
                                        {"UALDBG_STEPPER_NO_DR": "1"} if no_dr else {}, outside_trap)
     assert got == Counter({f: 8000 for f in functions})
-    # entries: six calls and two returns from the calls out of the scope per iteration; the
+    # entries: seven calls and two returns from the calls out of the scope per iteration; the
     # returns come back through debug register 3 unless UALDBG_STEPPER_NO_DR is set
-    assert step["scope_entries"] == 8 * 8000, step
+    assert step["scope_entries"] == 9 * 8000, step
     assert step["int3_steps_stopping_others"] == 0, step
-    assert step["int3_steps_displaced"] == (8 if no_dr else 6) * 8000, step
+    assert step["int3_steps_displaced"] == (9 if no_dr else 7) * 8000, step
     assert switches < 20, f"the thread outside the scope was stopped {switches} times"
 
 
 def test_entries_that_cannot_be_displaced_stop_the_others(step_outside: Path, outside_trap: dict,
                                                           tmp_path: Path) -> None:
-    """g_jmp starts with a short jump (rel8, which a copy elsewhere cannot reach): that entry is
-    stepped over the old way, its int3 lifted with every other thread held, and the counts stay
-    exact. The spinner is then stopped about once per g_jmp call: what the test above measures
-    can fail. (UALDBG_STEPPER_NO_DISPLACE=1 turns displaced steps off for everything.)"""
-    functions = ("f0", "f1", "f2", "g_jmp")
+    """g_jrcxz starts with a jrcxz (rel8, which a copy elsewhere cannot reach, and unlike a jmp or
+    jcc has no rel32 form to widen it to): that entry is stepped over the old way, its int3
+    lifted with every other thread held, and the counts stay exact. The spinner is then stopped
+    about once per g_jrcxz call: what the test above measures can fail.
+    (UALDBG_STEPPER_NO_DISPLACE=1 turns displaced steps off for everything.)"""
+    functions = ("f0", "f1", "f2", "g_jrcxz")
     got, switches, step = _outside_run(step_outside, functions, tmp_path, {}, outside_trap)
     assert got == Counter({f: 8000 for f in functions})
     assert step["int3_steps_stopping_others"] == 8000 and step["int3_steps_displaced"] == 3 * 8000, step

@@ -35,7 +35,7 @@ REG_INDEX = {name: i for i, name in enumerate(_USER_REGS)}
 EVT_EXEC, EVT_ARMED, EVT_DECODE, EVT_DONE, EVT_EXIT_EARLY = 1, 2, 3, 4, 5
 CMD_ARM, CMD_TABLE, CMD_RECIPE, CMD_KILL = 1, 2, 3, 4
 _FLOW = {"next": 0, "jump": 1, "call": 2, "ret": 3, "cond": 4, "other": 5}
-RF_REP, RF_REP_ADDR4, RF_UNMODELLED, RF_RETSITE, RF_DISPLACE = 1, 2, 4, 8, 16
+RF_REP, RF_REP_ADDR4, RF_UNMODELLED, RF_RETSITE, RF_DISPLACE, RF_DISPLACE_KNOWN = 1, 2, 4, 8, 16, 32
 MAX_OPS = 8
 NO_CHECK = 0xFFFF
 _KIND = {AccessKind.READ: 0, AccessKind.WRITE: 1, AccessKind.READ_WRITE: 2}
@@ -152,7 +152,12 @@ class Encoder:
                 ops.append(packed)
         if len(ops) > MAX_OPS:
             ops, flags = ops[:MAX_OPS], flags | RF_UNMODELLED
-        disp_off = displacement(insn) if breakpoint or retsite else None
+        # worked out where the stepper will likely put an int3; elsewhere it asks (EVT_DECODE)
+        # if it needs to (a signal handler's return point without debug registers)
+        disp_off = None
+        if breakpoint or retsite:
+            flags |= RF_DISPLACE_KNOWN
+            disp_off = displacement(insn)
         if disp_off is not None:
             flags |= RF_DISPLACE
         return (_RECIPE_HEAD.pack(pc, insn.size, _FLOW.get(insn.flow, 5), len(ops), flags, disp_off or 0)
@@ -188,12 +193,16 @@ class Encoder:
 _X86_64: Any = None
 
 
+SHORT_BRANCH = 0x80  # with the offset of a jmp/jcc's rel8: the stepper widens it to rel32
+
+
 def displacement(insn: Insn) -> int | None:
     """Whether the instruction runs the same from another address (the stepper's displaced step
     over its own int3, which also puts right the return address a call pushes): None when it
-    cannot (a system call, an interrupt, a branch with an 8-bit displacement), else the offset
-    of its 32-bit RIP-relative field (a memory operand's displacement or a branch's), for the
-    stepper to re-aim, or 0 when it has none."""
+    cannot (a system call, an interrupt), else the offset of its 32-bit RIP-relative field (a
+    memory operand's displacement or a branch's), for the stepper to re-aim, or 0 when it has
+    none; a branch with an 8-bit displacement gives SHORT_BRANCH | its offset (the stepper
+    copies a `jmp`/`jcc` rel8 as rel32 and lets `loop`/`jrcxz` fall back)."""
     global _X86_64
     if insn.arch != "x86_64" or insn.flow == "other" or not insn.raw:
         return None
@@ -207,7 +216,9 @@ def displacement(insn: Insn) -> int | None:
     ci = next(_X86_64.disasm(insn.raw, insn.pc), None)
     if ci is None or ci.size != insn.size:
         return None
-    if insn.target is not None:  # jmp/jcc/call/xbegin rel32 (rel8 cannot reach from the copy)
+    if insn.target is not None:  # jmp/jcc/call/xbegin/loop/jrcxz rel32 or rel8
+        if ci.imm_size == 1 and 0 < ci.imm_offset == insn.size - 1:
+            return SHORT_BRANCH | int(ci.imm_offset)
         if ci.imm_size != 4 or not 0 < ci.imm_offset <= insn.size - 4:
             return None
         return int(ci.imm_offset)
@@ -325,7 +336,7 @@ class _Driver:
         code = payload[8:24]
         insn = self.decoder.decode(code, pc)
         self.insns[pc] = insn
-        recipe = self.encoder.recipe(pc, insn, breakpoint=True)
+        recipe = self.encoder.recipe(pc, insn, pc in self.retsites, breakpoint=True)
         return self.encoder.unsent() + recipe
 
 

@@ -1,9 +1,9 @@
-/* step_outside.c - THREADS threads call f0..f3, g_rip, g_call and g_jmp N times each, all at once, while one
+/* step_outside.c - THREADS threads call f0..f3, g_rip, g_call, g_jmp and g_jrcxz N times each, all at once, while one
  * more thread spins OUTSIDE every scope and never makes a system call. Each call makes exactly one
  * misaligned 8-byte read. f3 calls `outside` (never in scope), so a call leaves the scope and
  * comes back to a return site. g_rip starts with a RIP-relative load, g_call with a call (rel32)
- * out of every scope, g_jmp with a short jump (rel8) (hand-written, so the entry instruction is
- * known). At the end main prints how many times the
+ * out of every scope, g_jmp with a short jump (rel8), g_jrcxz with a jrcxz (rel8, no longer
+ * form) (hand-written, so the entry instruction is known). At the end main prints how many times the
  * spinning thread was switched out voluntarily (a ptrace stop is one): with the step engine it
  * must stay near zero whatever the scope, as the program alone.
  * Expected: THREADS * N at the misaligned read of each function.
@@ -26,6 +26,7 @@ static volatile pid_t spinner_tid;
 uint64_t g_rip(unsigned char *p);
 uint64_t g_jmp(unsigned char *p);
 uint64_t g_call(unsigned char *p);
+uint64_t g_jrcxz(unsigned char *p);
 uint64_t rip_data = 7;
 __asm__(".text\n"
         ".globl g_rip\n.type g_rip, @function\n"
@@ -50,7 +51,13 @@ __asm__(".text\n"
         "g_leaf:\n"
         "    movq %rdi, %rax\n"
         "    ret\n"
-        ".size g_leaf, .-g_leaf\n");
+        ".size g_leaf, .-g_leaf\n"
+        ".globl g_jrcxz\n.type g_jrcxz, @function\n"
+        "g_jrcxz:\n"
+        "    jrcxz 1f\n"                  /* the entry: taken or not, on to the next line */
+        "1:  movq 6(%rdi), %rax\n"        /* misaligned 8-byte read */
+        "    ret\n"
+        ".size g_jrcxz, .-g_jrcxz\n");
 
 __attribute__((noipa)) uint64_t outside(uint64_t x) { return x * 3 + 1; }
 __attribute__((noipa)) uint64_t f0(unsigned char *p) { return *(volatile uint64_t *)(p + 1); }
@@ -63,7 +70,7 @@ static void *worker(void *arg)
     unsigned char *mine = slots[(uintptr_t)arg];
     uint64_t sum = 0;
     for (int i = 0; i < n; i++)
-        sum += f0(mine) + f1(mine) + f2(mine) + f3(mine) + g_rip(mine) + g_call(mine) + g_jmp(mine);
+        sum += f0(mine) + f1(mine) + f2(mine) + f3(mine) + g_rip(mine) + g_call(mine) + g_jmp(mine) + g_jrcxz(mine);
     return (void *)(uintptr_t)sum;
 }
 

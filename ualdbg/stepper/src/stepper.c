@@ -37,8 +37,11 @@ enum { CMD_ARM = 1, CMD_TABLE = 2, CMD_RECIPE = 3, CMD_KILL = 4 };
 enum { FLOW_NEXT, FLOW_JUMP, FLOW_CALL, FLOW_RET, FLOW_COND, FLOW_OTHER };
 /* RF_DISPLACE: the instruction runs the same from another address once its 32-bit RIP-relative
    field (a memory displacement, a branch's rel32), at offset `disp_off` (0: none), is re-aimed
-   and, for a call, the return address it pushed is put right. */
-enum { RF_REP = 1, RF_REP_ADDR4 = 2, RF_UNMODELLED = 4, RF_RETSITE = 8, RF_DISPLACE = 16 };
+   and, for a call, the return address it pushed is put right; disp_off with SHORT_BRANCH set: a
+   branch's rel8 there, which a 2-byte jmp/jcc copied as its rel32 form can reach. Python works that out for the
+   entries and return sites (RF_DISPLACE_KNOWN); for another PC the stepper asks. */
+enum { RF_REP = 1, RF_REP_ADDR4 = 2, RF_UNMODELLED = 4, RF_RETSITE = 8, RF_DISPLACE = 16, RF_DISPLACE_KNOWN = 32 };
+#define SHORT_BRANCH 0x80
 #define MAX_RETS 64
 #define MAX_OPS 8
 #define NO_CHECK 0xffff
@@ -60,8 +63,9 @@ struct recipe {
 };
 
 /* slot: where the original instruction is copied for displaced steps (1 + its index in the
-   scratch area), 0 not yet, -1 it cannot be displaced (stepped over with the others stopped) */
-struct bp { uint64_t addr; uint8_t orig; int inserted; int lifted; int slot; };
+   scratch area), 0 not yet, -1 it cannot be displaced (stepped over with the others stopped);
+   copy_len: the copy's length (a short branch's is longer) */
+struct bp { uint64_t addr; uint8_t orig; int inserted; int lifted; int slot; uint8_t copy_len; };
 
 struct thread {
     pid_t tid;
@@ -77,7 +81,7 @@ struct thread {
     /* A displaced step under way: the instruction at disp_from, disp_len bytes long, runs from
        its copy at disp_slot. */
     uint64_t disp_from, disp_slot;
-    uint8_t disp_len, disp_call;
+    uint8_t disp_len, disp_copy_len, disp_call;
     uint64_t entered_ns;       /* when it last entered the scope */
     /* In-scope return addresses of calls that left the scope, innermost last: with debug
        registers the innermost one is this thread's own DR3 breakpoint (no shared int3 to lift
@@ -435,7 +439,7 @@ static const char *add_checks(const char *p)
     return p + n * sizeof *checks;
 }
 
-static struct recipe *decode_remote(pid_t tid, uint64_t pc)
+static struct recipe *decode_remote(pid_t tid, uint64_t pc, int miss)
 {
     uint8_t msg[24];
     memcpy(msg, &pc, 8);
@@ -449,7 +453,7 @@ static struct recipe *decode_remote(pid_t tid, uint64_t pc)
     free(payload);
     r->pc = pc;
     rput(r);
-    decode_misses++;
+    decode_misses += (uint64_t)miss;
     return r;
 }
 
@@ -585,12 +589,25 @@ static uint64_t slot_for(pid_t tid, struct bp *b, const struct recipe *r)
     if (b->slot > 0) return scratch + (uint64_t)(b->slot - 1) * SLOT_SIZE;
     if (b->slot < 0) return 0;
     b->slot = -1;
+    if (scratch && !(r->flags & RF_DISPLACE_KNOWN)) r = decode_remote(tid, b->addr, 0);
     if (!scratch || !(r->flags & RF_DISPLACE) || !r->len || r->len > 15
         || nslots >= SCRATCH_SIZE / SLOT_SIZE) return 0;
     uint64_t at = scratch + (uint64_t)nslots * SLOT_SIZE;
     uint8_t code[16];
     read_code(tid, b->addr, code);  /* the original bytes, our int3s taken out */
-    if (r->disp_off) {
+    uint8_t len = r->len;
+    if (r->disp_off & SHORT_BRANCH) {
+        /* jmp rel8 (eb) -> jmp rel32 (e9), jcc rel8 (7x) -> jcc rel32 (0f 8x): same target */
+        if (len != 2 || (r->disp_off & ~SHORT_BRANCH) != 1) return 0;
+        int64_t target = (int64_t)(b->addr + 2) + (int8_t)code[1];
+        if (code[0] == 0xeb) { code[0] = 0xe9; len = 5; }
+        else if (code[0] >= 0x70 && code[0] <= 0x7f) { code[1] = (uint8_t)(0x80 + (code[0] & 0xf)); code[0] = 0x0f; len = 6; }
+        else return 0;  /* loop, jrcxz: no rel32 form */
+        int64_t rel = target - (int64_t)(at + len);
+        if (rel < INT32_MIN || rel > INT32_MAX) return 0;
+        int32_t rel32 = (int32_t)rel;
+        memcpy(code + len - 4, &rel32, 4);
+    } else if (r->disp_off) {
         /* rel32 is relative to the next instruction: the copy's is (at + len), not (addr + len) */
         if (r->disp_off + 4 > r->len) return 0;
         int32_t d;
@@ -600,13 +617,14 @@ static uint64_t slot_for(pid_t tid, struct bp *b, const struct recipe *r)
         d = (int32_t)nd;
         memcpy(code + r->disp_off, &d, 4);
     }
-    memset(code + r->len, 0xcc, 16 - r->len);
+    memset(code + len, 0xcc, 16 - len);
     for (int i = 0; i < 16; i += 8) {
         long word;
         memcpy(&word, code + i, 8);
         if (ptrace(PTRACE_POKEDATA, tid, (void *)(at + (uint64_t)i), (void *)word) < 0) return 0;
     }
     b->slot = ++nslots;
+    b->copy_len = len;
     return at;
 }
 
@@ -625,6 +643,7 @@ static int displace(struct thread *t, struct bp *b, const struct recipe *r, stru
     t->disp_from = pc;
     t->disp_slot = at;
     t->disp_len = r->len;
+    t->disp_copy_len = b->copy_len;
     t->disp_call = r->flow == FLOW_CALL;
     displaced++;
     resume(t, 0);
@@ -642,10 +661,10 @@ static void undisplace(struct thread *t, struct user_regs_struct *regs)
         /* the call ran and pushed the copy's return address: the program's instead */
         errno = 0;
         uint64_t ret = (uint64_t)ptrace(PTRACE_PEEKDATA, t->tid, (void *)regs->rsp, 0);
-        if (!errno && ret == at + t->disp_len)
+        if (!errno && ret == at + t->disp_copy_len)
             ptrace(PTRACE_POKEDATA, t->tid, (void *)regs->rsp, (void *)(from + t->disp_len));
     }
-    if (regs->rip == at + t->disp_len) regs->rip = from + t->disp_len;
+    if (regs->rip == at + t->disp_copy_len) regs->rip = from + t->disp_len;
     else if (regs->rip == at) regs->rip = from;
     else return;
     if (ptrace(PTRACE_SETREGS, t->tid, 0, regs) < 0 && errno != ESRCH) die("PTRACE_SETREGS");
@@ -656,7 +675,7 @@ static void step_at(struct thread *t, struct user_regs_struct *regs)
 {
     uint64_t pc = regs->rip;
     struct recipe *r = rfind(pc);
-    if (!r) r = decode_remote(t->tid, pc);
+    if (!r) r = decode_remote(t->tid, pc, 1);
     evaluate(t, r, regs);
     t->last = r;
     steps++;
