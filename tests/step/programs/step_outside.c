@@ -5,7 +5,9 @@
  * out of every scope, g_jmp with a short jump (rel8), g_jrcxz with a jrcxz (rel8, no longer
  * form) (hand-written, so the entry instruction is known). At the end main prints how many times the
  * spinning thread was switched out voluntarily (a ptrace stop is one): with the step engine it
- * must stay near zero whatever the scope, as the program alone.
+ * must stay near zero whatever the scope, as the program alone. It also prints where a block
+ * malloc gets from mmap landed: where it does without the step engine (which maps its own
+ * page out of the way).
  * Expected: THREADS * N at the misaligned read of each function.
  * Usage: step_outside THREADS N */
 #define _GNU_SOURCE
@@ -120,7 +122,9 @@ int main(int argc, char **argv)
     long after = voluntary_switches(spinner_tid);
     stop_spinning = 1;
     pthread_join(spin, NULL);
-    printf("step_outside: threads=%d n=%d total=%llu\n", threads, n, (unsigned long long)total);
+    void *block = malloc(1 << 20);
+    printf("step_outside: threads=%d n=%d total=%llu block=%p\n", threads, n, (unsigned long long)total, block);
+    free(block);
     printf("spinner voluntary switches: %ld\n", after - before);
     return 0;
 }
