@@ -142,7 +142,6 @@ class _Unit:
         self._owner = owner
         self._cu = cu
         self._top = cu.get_top_DIE()
-        self._v5 = cu.header["version"] >= 5
         attrs = self._top.attributes
         self.comp_dir = _text(attrs["DW_AT_comp_dir"].value) if "DW_AT_comp_dir" in attrs else None
         language = attrs["DW_AT_language"].value if "DW_AT_language" in attrs else None
@@ -166,19 +165,22 @@ class _Unit:
         if program is not None:
             files = program["file_entry"]
             dirs = program["include_directory"]
+            # The line table has its own version: a DWARF 5 unit can carry a version 4 table
+            # (the assembler's, e.g. hppa's gas), which numbers from 1.
+            v5 = program.header["version"] >= 5
             comp_dir = self.comp_dir
-            if comp_dir is None and self._v5 and dirs:
+            if comp_dir is None and v5 and dirs:
                 comp_dir = _text(dirs[0])
             # DWARF 5 numbers files and directories from 0; before it from 1, 0 meaning
             # "unknown file" and "the compilation directory" respectively.
-            slot = index if self._v5 else index - 1
+            slot = index if v5 else index - 1
             if 0 <= slot < len(files):
                 entry = files[slot]
                 name = _text(entry.name)
                 if os.path.isabs(name):
                     path = name
                 else:
-                    d = entry.dir_index if self._v5 else entry.dir_index - 1
+                    d = entry.dir_index if v5 else entry.dir_index - 1
                     sub = _text(dirs[d]) if 0 <= d < len(dirs) else None
                     if sub and os.path.isabs(sub):
                         path = os.path.join(sub, name)
@@ -207,7 +209,7 @@ class _Unit:
         program = self._program
         if program is None:
             return IntervalTable(())
-        initial_file = 0 if self._v5 else 1
+        initial_file = 0 if program.header["version"] >= 5 else 1
         found: list[tuple[int, int, int, _Sequence]] = []
         addrs: list[int] = []
         rows: list[tuple[int, int]] = []
