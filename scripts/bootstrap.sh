@@ -18,22 +18,34 @@ command -v lldb-19 >/dev/null || need+=(lldb-19)
 [ -e /usr/lib/gcc/x86_64-linux-gnu/12/32/libgcc.a ] || need+=(gcc-multilib)
 # Strict-alignment CPUs (tests/cross, README: architectures): qemu-user runs their programs,
 # gdb-multiarch debugs them through qemu's stub, the cross compilers build the examples.
-command -v qemu-sparc64 >/dev/null || need+=(qemu-user)
+# qemu-user 9 or newer: its gdb stub serves the signal's siginfo ($_siginfo: si_addr, si_code),
+# which Debian 12's qemu 7.2 lacks; Debian's bookworm-backports has qemu 10 (static binaries).
+qemu_new=0
+if command -v qemu-sparc64 >/dev/null; then
+  major=$(qemu-sparc64 --version | sed -n '1s/.*version \([0-9]*\).*/\1/p')
+  [ "${major:-0}" -ge 9 ] && qemu_new=1
+fi
 command -v gdb-multiarch >/dev/null || need+=(gdb-multiarch)
-for triplet in sparc64 alpha aarch64; do
+for triplet in sparc64 alpha hppa aarch64; do
   command -v $triplet-linux-gnu-gcc >/dev/null || need+=(gcc-$triplet-linux-gnu)
 done
 [ -e /usr/sparc64-linux-gnu/lib/libc.a ] || need+=(libc6-dev-sparc64-cross)
 [ -e /usr/alpha-linux-gnu/lib/libc.so.6.1 ] || need+=(libc6-dev-alpha-cross)
+[ -e /usr/hppa-linux-gnu/lib/libc.so.6 ] || need+=(libc6-dev-hppa-cross)
 [ -e /usr/aarch64-linux-gnu/lib/libc.a ] || need+=(libc6-dev-arm64-cross)
-if [ ${#need[@]} -gt 0 ]; then
+if [ ${#need[@]} -gt 0 ] || [ $qemu_new = 0 ]; then
   if [ "$(id -u)" = 0 ]; then
-    echo "bootstrap: installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
+    if [ $qemu_new = 0 ] && ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d; then
+      printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        > /etc/apt/sources.list.d/bookworm-backports.sources
+    fi
+    echo "bootstrap: installing ${need[*]}$([ $qemu_new = 0 ] && echo ' qemu-user (bookworm-backports)')"
     apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    [ ${#need[@]} -eq 0 ] || apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    [ $qemu_new = 1 ] || apt-get install -y -qq --no-install-recommends -t bookworm-backports qemu-user >/dev/null
   else
-    echo "bootstrap: missing ${need[*]}; install them (sudo apt-get install ${need[*]}) and run again" >&2
+    echo "bootstrap: missing ${need[*]}$([ $qemu_new = 0 ] && echo ' qemu-user>=9 (bookworm-backports)'); install them as root and run again" >&2
     exit 2
   fi
 fi
@@ -44,4 +56,4 @@ if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt .venv/.installed ]; then
   touch .venv/.installed
 fi
 make -s -C examples >/dev/null
-for arch in sparc64 alpha; do make -s -C examples cross ARCH=$arch >/dev/null; done
+for arch in sparc64 alpha hppa; do make -s -C examples cross ARCH=$arch >/dev/null; done

@@ -68,3 +68,21 @@ def test_alpha_break_at_the_entry_says_it_arms_at_main() -> None:
     assert "armed at main: libc's prctl is not loaded yet" in out and "armed now" not in out, run.explain()
     assert "prctl(PR_SET_UNALIGN): off" in out and "#AC rule" not in out, run.explain()  # no x86 rule on Alpha
     assert len([line for line in out.splitlines() if REPORT1.match(line)]) == 1, run.explain()
+
+
+def test_hppa_break_stops_at_each_fault_then_off_gives_the_setting_back() -> None:
+    # PA-RISC: prctl arming through the PC queue and an upward-growing stack; the VA decoded
+    # from `stw` is the one the program printed.
+    prog = build("hppa") / "memalign"
+    run = run_gdb_multiarch("hppa", [str(prog), "3", "2"],
+                            ["ualdbg break", "continue", "x/i $pc", "continue", "ualdbg status", "ualdbg off", "continue"])
+    out = run.output
+    reports = [m for m in map(REPORT1.match, out.splitlines()) if m]
+    assert len(reports) == 2, run.explain()  # v[0].a, v[0].b, then off: qemu fixes up silently
+    v = int(re.search(r"memalign: v=(0x[0-9a-f]+)", out).group(1), 16)  # type: ignore[union-attr]
+    assert int(reports[0].group(1), 16) == v and int(reports[1].group(1), 16) == v + 4, run.explain()
+    assert re.search(r"=> 0x[0-9a-f]+ <fill\+\d+>:\s+stw\s", out), run.explain()
+    assert "memalign.c:31" in out and "/usr/hppa-linux-gnu/include" not in out, run.explain()  # DWARF 3 line table
+    assert "prctl(PR_SET_UNALIGN): armed" in out, run.explain()
+    assert "ualdbg: off; the program's own PR_SET_UNALIGN setting is back" in out, run.explain()
+    assert native_last_line("3", "2") in out and run.program_exit == (0, None), run.explain()

@@ -245,3 +245,89 @@ def test_sparc_lddf_goes_through_the_debuggers_float_move() -> None:
     t.code[TEXT + 4] = sparc(0x27, 1, G1, simm=8)  # std %f32, [%g1 + 8]
     s.engine.on_signal(t, NO_SIGINFO)
     assert moves[-1] == ("f32", DATA + 9, 8, True)
+
+
+# PA-RISC 1.1 words as GNU as (hppa-linux-gnu-as 2.40) assembles them; None: not decoded
+# (bytes cannot be misaligned; ,ma/,mb/ldwm update the base register).
+HPPA_WORDS = [
+    (0x0F48109C, "ldw 4(r26),ret0", 4, ("r26",), 4),
+    (0x0FD11093, "ldw -8(sp),r19", 4, ("sp",), -8),
+    (0x0F591280, "stw r25,0(r26)", 4, ("r26",), 0),
+    (0x0E93125D, "sth r19,-2(r20)", 2, ("r20",), -2),
+    (0x0C6C1044, "ldh 6(r3),r4", 2, ("r3",), 6),
+    (0x0ED50097, "ldw r21(r22),r23", 4, ("r22", "r21"), 0),
+    (0x0ED52097, "ldw,s r21(r22),r23", 4, ("r22", "r21", "r21", "r21", "r21"), 0),
+    (0x4B5C00C8, "ldw 100(r26),ret0", 4, ("r26",), 100),
+    (0x6A933E71, "stw r19,-200(r20)", 4, ("r20",), -200),
+    (0x446407D0, "ldh 1000(r3),r4", 2, ("r3",), 1000),
+    (0x0F4810BC, None, 0, (), 0),
+    (0x0F42101C, None, 0, (), 0),
+    (0x4FC30080, None, 0, (), 0),
+]
+
+
+@pytest.mark.parametrize(("word", "text", "size", "addr", "disp"), HPPA_WORDS)
+def test_hppa_decodes_the_loads_and_stores_that_can_be_misaligned(word: int, text: str | None, size: int,
+                                                                  addr: tuple[str, ...], disp: int) -> None:
+    from ualdbg.engines.fixup import DECODERS
+
+    op = DECODERS["hppa"](word)
+    if text is None:
+        assert op is None
+        return
+    assert op is not None
+    assert (op.text, op.size, op.addr_regs, op.disp, op.endian) == (text, size, addr, disp, "big")
+
+
+def hppa_target(insn: int, regs: dict[str, int]) -> FakeTarget:
+    """gdb's `pc` on PA-RISC is the PC queue's head without its privilege bits (3 in user mode);
+    only pcoqh/pcoqt can be written."""
+    t = FakeTarget("hppa1.1", insn.to_bytes(4, "big"), {"pcoqh": TEXT | 3, "pcoqt": (TEXT + 4) | 3, **regs})
+    del t.regs["npc"]
+    t.mem = bytearray(0x1000)
+    return t
+
+
+def test_hppa_ldw_in_a_delay_slot_loads_big_endian_and_moves_the_pc_queue() -> None:
+    t = hppa_target(0x0F48109C, {"r26": DATA + 1, "pcoqt": 0x2000 | 3})  # ldw 4(r26),ret0; next: 0x2000
+    t.mem[5:9] = (0x80000001).to_bytes(4, "big")
+    s = Session("fake")  # not armed through prctl here: the redirect test below does that
+    s.tracing = True
+    assert s.engine.on_signal(t, SigInfo(SIGBUS, BUS_ADRALN, DATA + 5)) is Decision.RESUME
+    assert t.regs["ret0"] == 0x80000001  # PA-RISC loads zero-extend
+    assert (t.regs["pcoqh"], t.regs["pcoqt"]) == (0x2003, 0x2007)
+    f = s.buffer.records[-1]
+    assert (f.va, f.size, f.insn) == (DATA + 5, 4, "ldw 4(r26),ret0")
+
+
+def test_hppa_sth_writes_big_endian() -> None:
+    t = hppa_target(0x0E93125D, {"r20": DATA + 5, "r19": 0x12345678})  # sth r19,-2(r20)
+    s = Session("fake")  # not armed through prctl here: the redirect test below does that
+    s.tracing = True
+    assert s.engine.on_signal(t, SigInfo(SIGBUS, BUS_ADRALN, DATA + 3)) is Decision.RESUME
+    assert t.writes == [(DATA + 3, b"\x56\x78")]
+    assert (t.regs["pcoqh"], t.regs["pcoqt"]) == ((TEXT + 4) | 3, (TEXT + 8) | 3)
+
+
+def test_hppa_redirect_into_prctl_uses_the_stack_above_sp_and_the_pc_queue() -> None:
+    """PA-RISC's stack grows up: the live frames are below sp, the free space above it."""
+    prctl = 0x40100000
+    t = hppa_target(0, {"sp": DATA + 0x40, "r26": 3, "r25": 0x999, "rp": 0x1234})
+    t.symbols["prctl"] = prctl
+    before = dict(t.regs)
+    s = Session("fake")
+    s.tracing = True
+    s.engine.arm(t)
+    assert (t.regs["pcoqh"], t.regs["pcoqt"]) == (prctl | 3, (prctl + 4) | 3)
+    assert t.regs["rp"] == TEXT | 3 and t.regs["r26"] == PR_GET_UNALIGN
+    scratch = t.regs["r25"]
+    assert before["sp"] < scratch < t.regs["sp"] and t.regs["sp"] % 64 == 0
+    t.mem[scratch - DATA:scratch - DATA + 4] = (1).to_bytes(4, "big")
+    t.regs.update(pc=TEXT, pcoqh=TEXT | 3, ret0=0)
+    s.engine.arm(t)
+    assert (t.regs["r26"], t.regs["r25"]) == (PR_SET_UNALIGN, PR_UNALIGN_SIGBUS)
+    t.regs.update(pc=TEXT, pcoqh=TEXT | 3, ret0=0)
+    s.engine.arm(t)
+    fix = s.engine.fixup
+    assert fix is not None and fix.prctl_state == "armed" and fix.saved_unalign == 1
+    assert {k: t.regs[k] for k in before} == before

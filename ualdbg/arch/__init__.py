@@ -39,6 +39,9 @@ class ArchInfo:
     endian: str = "little"
     gprs: tuple[str, ...] = ()  # general registers by number, as gdb names them
     npc: str | None = None  # SPARC: the next PC (delayed branches), advanced with the PC
+    # The register the PC is written through when gdb's `pc` is read-only (PA-RISC: the PC
+    # queue's head, whose low bits are the privilege level and are kept as read).
+    pc_write: str | None = None
     insn_size: int | None = 4  # fixed instruction size; None when variable
     mechanism: str = MECH_NATIVE
     native_sigbus: int = 7
@@ -55,6 +58,7 @@ class ArchInfo:
     return_address: str = ""  # the register a call leaves its return address in
     call_target: str | None = None  # a register that must hold the callee's address (Alpha pv)
     stack_align: int = 16
+    stack_grows_up: bool = False  # PA-RISC: the free stack is above sp, the live frames below
     # x86 only: the trap engine's flag bits and the syscalls it follows.
     flags: str = ""
     ac_bit: int = 0  # EFLAGS.AC: alignment check (PLATFORM.md)
@@ -69,6 +73,10 @@ class ArchInfo:
     def si_addr_is_data(self) -> bool:
         """Whether SIGBUS si_addr is the data address (x86 #AC gives NULL, riscv the PC)."""
         return self.si_addr == "data"
+
+    @property
+    def pc_writable(self) -> str:
+        return self.pc_write or self.pc
 
     def host_signo(self, signo: int) -> int:
         """A signal number as the target's siginfo has it (SIGBUS is 10 on SPARC, Alpha and

@@ -17,7 +17,7 @@ import capstone
 from capstone import arm64
 
 from .. import arch as archmod
-from ..arch import alpha, sparc64
+from ..arch import alpha, hppa, sparc64
 from ..decode import Insn
 from ..model import Access, AccessKind
 from ..target import SigInfo, Target
@@ -103,6 +103,15 @@ def _alpha(word: int) -> MemOp | None:
                  float_reg=reg if m.float_reg else None)
 
 
+def _hppa(word: int) -> MemOp | None:
+    m = hppa.decode(word)
+    if m is None:
+        return None
+    # base + index * size for the scaled indexed form: the index summed `size` times
+    addr = (hppa.GPRS[m.base],) + ((hppa.GPRS[m.index],) * (m.size if m.scaled else 1) if m.index is not None else ())
+    return MemOp(m.text, m.size, m.kind, False, (hppa.GPRS[m.reg],), False, addr, m.disp, "big")
+
+
 _A64: Any = None
 _A64_EXCLUSIVE = ("ldxr", "ldaxr", "stxr", "stlxr", "ldxp", "ldaxp", "stxp", "stlxp")
 _A64_ATOMICS = ("cas", "swp", "ldadd", "ldclr", "ldeor", "ldset", "ldsmax", "ldsmin", "ldumax", "ldumin",
@@ -154,7 +163,8 @@ def _aarch64(word: int) -> MemOp | None:
 
 
 # Per architecture: how to decode one instruction word into a MemOp.
-DECODERS: dict[str, Callable[[int], MemOp | None]] = {"sparc64": _sparc, "alpha": _alpha, "aarch64": _aarch64}
+DECODERS: dict[str, Callable[[int], MemOp | None]] = {"sparc64": _sparc, "alpha": _alpha, "hppa": _hppa,
+                                                      "aarch64": _aarch64}
 # Registers that read as zero and ignore writes.
 ZERO_REGS = frozenset({"g0", "zero", "r0", "xzr", "wzr"})
 
@@ -309,7 +319,7 @@ class FixupEngine:
         step = a.insn_size or 4
         if a.npc is not None:
             npc = target.read_register(a.npc, tid)
-            return {a.pc: npc, a.npc: (npc + step) & MASK64}
+            return {a.pc_writable: npc, a.npc: (npc + step) & MASK64}
         return {a.pc: (target.read_register(a.pc, tid) + step) & MASK64}
 
     # -- arming (prctl architectures) -----------------------------------------------------------
@@ -385,7 +395,15 @@ class FixupEngine:
 
     def _scratch(self, target: Target) -> int:
         """Four bytes of stack below the live frames, for PR_GET_UNALIGN's answer."""
-        return (target.read_register(self.arch.sp) - 256) & ~(self.arch.stack_align - 1)
+        return self._free_stack(target.read_register(self.arch.sp), 256)
+
+    def _free_stack(self, sp: int, distance: int) -> int:
+        """An aligned address `distance` bytes into the unused stack (below sp, or above it
+        where the stack grows up)."""
+        align = self.arch.stack_align
+        if self.arch.stack_grows_up:
+            return (sp + distance + align - 1) & ~(align - 1)
+        return (sp - distance) & ~(align - 1)
 
     def _check(self, result: int) -> None:
         if result != 0:
@@ -401,11 +419,16 @@ class FixupEngine:
                                "lacks the target's libraries: set sysroot): cannot ask for SIGBUS")
         a = self.arch
         tid = target.current_tid()
-        saved = {r: target.read_register(r, tid) for r in (*a.gprs, a.pc, *([a.npc] if a.npc else []))
+        pc = a.pc_writable
+        saved = {r: target.read_register(r, tid) for r in (*a.gprs, pc, *([a.npc] if a.npc else []))
                  if r not in ZERO_REGS}
         sp = saved[a.sp]
-        scratch = (sp - 256) & ~(a.stack_align - 1)
-        regs = {a.sp: (sp - 1024) & ~(a.stack_align - 1), a.pc: func, a.return_address: saved[a.pc]}
+        scratch = self._free_stack(sp, 256)
+        # the PC as written keeps what its register holds beside the address (PA-RISC's privilege)
+        entry = func | (saved[pc] - target.read_register(a.pc, tid))
+        regs = {a.sp: self._free_stack(sp, 1024), pc: entry, a.return_address: saved[pc]}
+        if a.npc:
+            regs[a.npc] = entry + (a.insn_size or 4)
         if a.call_target:
             regs[a.call_target] = func
         for reg, value in zip(a.call_args, args):
