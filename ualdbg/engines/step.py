@@ -363,12 +363,33 @@ class StepEngine:
         flags = target.read_register(a.flags, tid)
         if not flags & a.tf_bit:
             return None
-        pc = target.read_register(a.pc, tid)
-        if self.scope is not None and self.scope.kind == "everywhere" and self._contains(pc):
-            st = self.threads[tid] = _Thread()
-            return self._check(target, tid, st, pc)
+        if self._adopts_new_threads():
+            return self._adopt(target, tid)  # its TF is already set: no control.step
         target.write_register(a.flags, flags & ~a.tf_bit, tid)
         return StepDecision.RUN
+
+    def on_thread_start(self, target: Target, tid: int) -> StepDecision:
+        """A thread at the return of a task-creating syscall that the engine does not step
+        (lldb: the clone/clone3 exit breakpoint). Where the syscall returned 0 it is the new
+        thread's first stop: with --everywhere it is stepped from here on. gdb needs no such
+        call: a new thread inherits TF and its first trap adopts it (on_unknown_trace); lldb
+        steps by its own thread plans, which a new thread does not inherit."""
+        if (tid in self.threads or self.control is None or not self.armed or self.by_breakpoints
+                or not self._adopts_new_threads()):
+            return StepDecision.RUN
+        if target.read_register(self._arch(target).syscall_ret, tid) != 0:
+            return StepDecision.RUN  # the creating thread (it got the new thread's id), or a failure
+        self.control.step(target, tid)
+        return self._adopt(target, tid)
+
+    def _adopts_new_threads(self) -> bool:
+        return self.scope is not None and self.scope.kind == "everywhere"
+
+    def _adopt(self, target: Target, tid: int) -> StepDecision:
+        """Step a thread born after arming (--everywhere) from its current instruction, which
+        has not run yet."""
+        st = self.threads[tid] = _Thread()
+        return self._check(target, tid, st, target.read_register(self._arch(target).pc, tid))
 
     def before_task_creation(self, target: Target, tid: int, new_thread: bool = False) -> None:
         """clone/fork/vfork entry in a stepped thread: a new process must not start with TF (a

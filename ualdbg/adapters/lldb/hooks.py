@@ -249,7 +249,7 @@ def site_hit(frame: lldb.SBFrame, bp_loc: lldb.SBBreakpointLocation, extra_args:
     hooks = _hooks_of_thread(thread)
     if hooks is not None:
         try:
-            hooks.on_site(thread, extra_args.GetValueForKey("kind").GetStringValue(16))
+            return hooks.on_site(thread, extra_args.GetValueForKey("kind").GetStringValue(16))
         except Exception as exc:
             _warn(None, f"while following a syscall: {exc}")
     return False
@@ -631,22 +631,30 @@ class LldbHooks:
         elif self.session.armed:
             self.session.engine.arm(LldbTarget(process, thread, step_over=self.queue_fault_step))
 
-    def on_site(self, thread: lldb.SBThread, kind: str) -> None:
+    def on_site(self, thread: lldb.SBThread, kind: str) -> bool:
+        """A syscall site breakpoint's callback: True stops there (the step engine's break)."""
+        if self.session.step.enabled:
+            # The step engine's new threads: their first stop is the exit of the clone that
+            # made them (lldb's thread plans, unlike gdb's TF, are not inherited).
+            if kind == "exit" and _site_nr(thread, thread.GetFrameAtIndex(0).GetPC()) in _TASK:
+                return self.step_control.on_thread_start(thread)
+            return False
         e = self.session.engine
         if not e.active:
-            return
+            return False
         target = LldbTarget(thread.GetProcess(), thread, step_over=self.queue_fault_step)
         tid = int(thread.GetThreadID())
         pc = thread.GetFrameAtIndex(0).GetPC()
         if kind == "entry":
             e.before_task_creation(target, tid)
-            return
+            return False
         # An exit site: which syscall returned is known by the site (rax holds the result).
         nr = _site_nr(thread, pc)
         if nr in _TASK:
             e.after_task_creation(target, tid)
         elif nr == X86_64.sigprocmask_syscall:
             e.after_mask_change(target, tid)
+        return False
 
     def on_exit_call(self, status: int) -> None:
         self.exit_time = time.monotonic()

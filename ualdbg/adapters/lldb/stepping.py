@@ -153,6 +153,17 @@ class LldbStepControl:
         finally:
             self.in_callback = False
 
+    def on_thread_start(self, thread: lldb.SBThread) -> bool:
+        """At the exit breakpoint of clone/clone3 (a site callback): a new thread is stepped
+        from there with --everywhere. True stops there (break, a violation ahead)."""
+        self.in_callback = True
+        try:
+            step = self.hooks.session.step
+            decision = step.on_thread_start(self._target(thread), int(thread.GetThreadID()))
+            return self._decide(thread, decision) is StepDecision.STOP
+        finally:
+            self.in_callback = False
+
     def stepping(self, thread: lldb.SBThread) -> bool:
         return int(thread.GetThreadID()) in self.planned
 
