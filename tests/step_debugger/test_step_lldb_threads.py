@@ -8,7 +8,8 @@ lldb 19 single-steps a function that gcc split into a hot and a cold part (libc'
 and start_thread, with libc6-dbg's DWARF loaded) at a few steps per second: its unwinder takes
 the function's whole span for one function, and re-profiles it at every stop (llvm-project pull
 request 111409, in lldb 20). The `--everywhere` runs turn lldb's search for separate debug files
-off (docs/STEP.md); gdb and the counts are unaffected."""
+off (docs/STEP.md); gdb and the counts are unaffected. ualdbg says so in one line when it arms
+--everywhere in such an lldb."""
 from __future__ import annotations
 
 import json
@@ -111,3 +112,41 @@ def test_thread_outside_the_scope_stops_at_every_step_lldb(test_programs: Path, 
     assert steps > 10 * n, run.explain()
     assert steps <= int(m.group(1)) <= steps + 50, (steps, m.group(1))
     assert "nonstop_busy: spin AC=0 TF=0" in out, out
+
+
+def _has_separate_debug_file(path: str) -> bool:
+    """Whether a build-id debug file (libc6-dbg's) exists for this ELF file."""
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import NoteSection
+
+    with open(path, "rb") as f:
+        for section in ELFFile(f).iter_sections():
+            if isinstance(section, NoteSection):
+                for note in section.iter_notes():
+                    if note["n_type"] == "NT_GNU_BUILD_ID":
+                        bid = str(note["n_desc"])
+                        return Path(f"/usr/lib/debug/.build-id/{bid[:2]}/{bid[2:]}.debug").is_file()
+    return False
+
+
+def test_everywhere_says_once_when_lldb_19_meets_split_functions(tmp_path: Path) -> None:
+    """The line comes when libc (or the loader) has a separate debug file lldb loads, and not
+    when lldb is told not to look for one."""
+    cmd = [str(BUILD / "not_aligned"), "3"]
+    start = "ualdbg trace start --engine step --everywhere --policy ac"
+    import subprocess
+
+    from lldbrun import lldb_path  # on sys.path once stepdbgrun is imported
+
+    version = subprocess.run([lldb_path(), "--version"], capture_output=True, text=True).stdout
+    major = int(re.search(r"lldb version (\d+)", version).group(1))  # type: ignore[union-attr]
+    hint = re.compile(rf"^ualdbg: lldb {major} single-steps a function split into hot and cold parts .*"
+                      r"`settings set symbols\.enable-external-lookup false`", re.M)
+    libs = [p for p in ("/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2") if Path(p).exists()]
+    expected = major < 20 and any(_has_separate_debug_file(p) for p in libs)
+    doc, run = trace("lldb", cmd, start, tmp_path / "t.json", tmp_path)
+    assert doc is not None and dict(by_location(doc)) == {"not_aligned.c:38": 3}, run.explain()
+    assert len(hint.findall(run.stdout)) == (1 if expected else 0), run.explain()
+    doc, run = _trace_lldb(cmd, start, tmp_path / "u.json", tmp_path)
+    assert doc is not None and dict(by_location(doc)) == {"not_aligned.c:38": 3}, run.explain()
+    assert not hint.search(run.stdout), run.explain()

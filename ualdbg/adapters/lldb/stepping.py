@@ -6,6 +6,7 @@ callback wrappers break when one is made inside another callback, and the arm po
 decided by the stop hook, which auto-continues them unless the engine stops there (break)."""
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import lldb  # type: ignore[import-not-found]
@@ -27,6 +28,27 @@ def _control_of(thread: lldb.SBThread) -> LldbStepControl | None:
 
     hooks = hooks_of(thread.GetProcess().GetTarget().GetDebugger())
     return hooks.step_control if hooks is not None else None
+
+
+def split_function_warning(target: lldb.SBTarget) -> str | None:
+    """lldb 19 takes a function gcc split into a hot and a cold part (libc's pthread_create and
+    start_thread) for one function spanning both, and profiles all of that span again at every
+    stop inside it (llvm-project pull request 111409, in lldb 20): a few steps per second there.
+    The span comes from DWARF, so it happens with a separate debug file (libc6-dbg); one line
+    when --everywhere meets one."""
+    m = re.search(r"lldb version (\d+)", lldb.SBDebugger.GetVersionString() or "")
+    if m is None or int(m.group(1)) >= 20:
+        return None
+    split = [module.GetFileSpec().GetFilename() for module in target.module_iter()
+             if module.GetSymbolFileSpec().IsValid() and module.GetFileSpec().IsValid()
+             and module.GetSymbolFileSpec().fullpath != module.GetFileSpec().fullpath
+             and module.GetSymbolFileSpec().fullpath.endswith(".debug")]
+    if not split:
+        return None
+    return (f"ualdbg: lldb {m.group(1)} single-steps a function split into hot and cold parts (libc's "
+            "pthread_create, start_thread) at a few steps per second when its DWARF comes from a separate "
+            f"debug file, as here for {', '.join(split)}; `settings set symbols.enable-external-lookup false` "
+            "before the first `process launch` avoids it (docs/STEP.md)")
 
 
 class ScopeStep:
@@ -87,6 +109,7 @@ class LldbStepControl:
         self.reports: dict[int, list[str]] = {}  # tid -> the break report its stop shows
         self.in_callback = False
         self.eager_returns = True  # see the module docstring
+        self.warned_split = False  # split_function_warning said once
 
     def _target(self, thread: lldb.SBThread) -> LldbTarget:
         return LldbTarget(thread.GetProcess(), thread)
@@ -172,7 +195,15 @@ class LldbStepControl:
         return self.reports.pop(int(thread.GetThreadID()), None)
 
     def arm(self, process: lldb.SBProcess, thread: lldb.SBThread | None, tid: int | None = None) -> None:
-        self.hooks.session.step.arm(LldbTarget(process, thread), self, tid)
+        step = self.hooks.session.step
+        step.arm(LldbTarget(process, thread), self, tid)
+        if step.scope is not None and step.scope.kind == "everywhere" and not self.warned_split:
+            said = split_function_warning(process.GetTarget())
+            if said:
+                self.warned_split = True
+                import sys
+
+                sys.stdout.write(said + "\n")
 
     def process_gone(self) -> str | None:
         msg = self.hooks.session.step.never_entered_message()
