@@ -4,8 +4,8 @@ store, record it, then perform the access as an operating system's fix-up handle
 or write the bytes through the debugger in the target's byte order, set the destination
 register(s), advance the PC (and SPARC's nPC) — and resume with the signal suppressed.
 
-Under qemu-user's gdb stub there is no `$_siginfo`: the address comes from the decoded
-instruction and the registers, never from si_addr. All threads are stopped while the engine
+The address comes from the decoded instruction and the registers, never from si_addr (qemu
+7.2's gdb stub has no `$_siginfo`; qemu 9+'s does, with the target's own signal numbers). All threads are stopped while the engine
 runs (all-stop), so emulating swap/cas here is as atomic for the program as the instruction."""
 from __future__ import annotations
 
