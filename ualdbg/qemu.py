@@ -1,6 +1,7 @@
 """Programs of other architectures under qemu-user: starting `qemu-ARCH -g` on a private
-endpoint for the CLI, and the module map of such a program (its /proc/PID/maps is qemu's own,
-so the map is made from the ELF's loadable segments and the load bias the debugger knows)."""
+endpoint for the CLI, and the module map of such a program under qemu 7.2 (its /proc/PID/maps
+is qemu's own, so the map is made from the ELF's loadable segments and the load bias the
+debugger knows; qemu 9+'s stub serves the guest's mappings to gdb's `info proc mappings`)."""
 from __future__ import annotations
 
 import os

@@ -509,16 +509,44 @@ def test_system_paths() -> None:
         "/opt/glibc/lib/ld-linux-x86-64.so.2",
         "[vdso]",
         "/usr/lib/../lib/libc.so.6",
+        "/usr/hppa-linux-gnu/lib/libc.so.6",  # Debian's cross sysroots, for programs under qemu-user
+        "/usr/sparc64-linux-gnu/lib64/libm.so.6",
     ]
     user = [
         "/home/u/prog",
         "/usr/local/lib/libmine.so",
+        "/usr/hppa-linux-gnu/include/x.so",
+        "/usr/src/hppa-linux-gnu/lib/y.so",
         "/usr/bin/git",
         "/opt/lib64x/libfoo.so",
         "/library/x.so",
     ]
     assert all(is_system_path(p) for p in system)
     assert not any(is_system_path(p) for p in user)
+
+
+def test_gdb_info_proc_mappings_table_becomes_maps_text() -> None:
+    """qemu 9+'s stub serves the guest's mappings to `info proc mappings` (gdb 13's table)."""
+    from ualdbg.symbols.maps import mappings_from_gdb_table
+
+    table = (
+        "process 1518\nMapped address spaces:\n\n"
+        "\tStart Addr   End Addr       Size     Offset  Perms   objfile\n"
+        "\t   0x10000    0x11000     0x1000        0x0  r-xp   /work/x/memalign\n"
+        "\t   0x12000    0x33000    0x21000        0x0  rw-p   [heap]\n"
+        "\t0x45038000 0x451f4000   0x1bc000        0x0  r-xp   /usr/hppa-linux-gnu/lib/libc.so.6\n"
+        "\t0x45205000 0x45209000     0x4000        0x0  rw-p   \n"
+    )
+    text = mappings_from_gdb_table(table)
+    assert text is not None
+    maps = parse_maps(text)
+    assert [(m.start, m.end, m.perms, m.path) for m in maps] == [
+        (0x10000, 0x11000, "r-xp", "/work/x/memalign"),
+        (0x12000, 0x33000, "rw-p", "[heap]"),
+        (0x45038000, 0x451F4000, "r-xp", "/usr/hppa-linux-gnu/lib/libc.so.6"),
+        (0x45205000, 0x45209000, "rw-p", ""),
+    ]
+    assert mappings_from_gdb_table("No current process: you must name one.\n") is None
 
 
 def test_tiny_image_and_second_copy_grouping() -> None:

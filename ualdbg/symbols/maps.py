@@ -81,13 +81,35 @@ def is_loader_path(path: str) -> bool:
     return bool(_LOADER_NAME.match(os.path.basename(path)))
 
 
+# Debian's cross sysroots (/usr/sparc64-linux-gnu/lib/libc.so.6): a qemu-user program's system.
+_CROSS_SYSROOT = re.compile(r"/usr/[a-z0-9_]+-linux-gnu[a-z0-9_]*/lib(32|64)?/")
+
+
+def mappings_from_gdb_table(text: str) -> str | None:
+    """/proc/PID/maps text from gdb's `info proc mappings` table (Start, End, Size, Offset,
+    Perms, objfile), which qemu 9+'s stub serves from the guest's own mappings; None when the
+    table has no rows."""
+    lines = []
+    for row in text.splitlines():
+        parts = row.split(None, 5)
+        if len(parts) < 5 or not parts[0].startswith("0x") or not parts[1].startswith("0x"):
+            continue
+        try:
+            lo, hi, offset = int(parts[0], 16), int(parts[1], 16), int(parts[3], 16)
+        except ValueError:
+            continue
+        path = parts[5].strip() if len(parts) > 5 else ""
+        lines.append(f"{lo:x}-{hi:x} {parts[4]} {offset:08x} 00:00 0 {path}".rstrip())
+    return "\n".join(lines) + "\n" if lines else None
+
+
 def is_system_path(path: str) -> bool:
     """Whether a module path belongs to the system: the dynamic loader, anything under the
     library directories, or a kernel pseudo-mapping."""
     if path in PSEUDO_MODULES or path.startswith("["):
         return True
-    path = path.removesuffix(_DELETED)
-    return is_loader_path(path) or os.path.normpath(path).startswith(SYSTEM_DIRS)
+    path = os.path.normpath(path.removesuffix(_DELETED))
+    return is_loader_path(path) or path.startswith(SYSTEM_DIRS) or bool(_CROSS_SYSROOT.match(path))
 
 
 def group_modules(

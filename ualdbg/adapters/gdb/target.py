@@ -255,10 +255,18 @@ class GdbTarget:
 
 
 def remote_maps_text() -> str | None:
-    """The main program's mappings under qemu-user, from its ELF and the load bias gdb applied
-    (the relocated entry point `info files` shows, less the ELF's e_entry)."""
+    """The program's mappings under qemu-user: qemu 9+'s stub serves the guest's own (libraries,
+    heap, stack); qemu 7.2's does not, and then the main program's come from its ELF and the
+    load bias gdb applied (the relocated entry point `info files` shows, less e_entry)."""
     from ...qemu import elf_entry, maps_from_elf
+    from ...symbols.maps import mappings_from_gdb_table
 
+    try:
+        text = mappings_from_gdb_table(gdb.execute("info proc mappings", to_string=True))
+        if text:
+            return text
+    except gdb.error:
+        pass
     path = gdb.current_progspace().filename
     if not path:
         return None
