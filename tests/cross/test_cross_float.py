@@ -1,4 +1,4 @@
-"""Floating-point loads and stores (SPARC lddf/stdf, Alpha ldt/stt) on misaligned doubles:
+"""Floating-point loads and stores (SPARC lddf/stdf, Alpha ldt/stt, PA-RISC fldd/fstd) on misaligned doubles:
 caught, reported with their size and direction, and performed bit-exactly by the debugger, so
 the program's sum equals the native x86-64 program's."""
 from __future__ import annotations
@@ -26,7 +26,8 @@ def native(tmp_path: Path, offset: str) -> str:
 # (arch, offset, faults): a word-aligned double (offset 4) traps on Alpha; on SPARC the kernel,
 # and so qemu, performs a word-aligned lddf/stdf without a signal (arch/sparc/kernel/unaligned_64.c,
 # handle_lddfmna), so only the byte-misaligned case (offset 1) reaches ualdbg there.
-CASES = [("sparc64", "1", 3 * N), ("sparc64", "4", 0), ("alpha", "1", 3 * N), ("alpha", "4", 3 * N)]
+CASES = [("sparc64", "1", 3 * N), ("sparc64", "4", 0), ("alpha", "1", 3 * N), ("alpha", "4", 3 * N),
+         ("hppa", "1", 3 * N), ("hppa", "4", 3 * N)]
 
 
 @pytest.mark.parametrize("arch, offset, faults", CASES, ids=[f"{a}-offset{o}" for a, o, _ in CASES])

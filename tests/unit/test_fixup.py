@@ -260,6 +260,12 @@ HPPA_WORDS = [
     (0x4B5C00C8, "ldw 100(r26),ret0", 4, ("r26",), 100),
     (0x6A933E71, "stw r19,-200(r20)", 4, ("r20",), -200),
     (0x446407D0, "ldh 1000(r3),r4", 2, ("r3",), 1000),
+    (0x27401044, "fldw 0(r26),fr4R", 4, ("r26",), 0),
+    (0x27501245, "fstw fr5R,8(r26)", 4, ("r26",), 8),
+    (0x2F501006, "fldd 8(r26),fr6", 8, ("r26",), 8),
+    (0x27481004, "fldw 4(r26),fr4", 4, ("r26",), 4),
+    (0x27430004, "fldw r3(r26),fr4", 4, ("r26", "r3"), 0),
+    (0x2F501026, None, 0, (), 0),  # fldd,ma
     (0x0F4810BC, None, 0, (), 0),
     (0x0F42101C, None, 0, (), 0),
     (0x4FC30080, None, 0, (), 0),
@@ -331,3 +337,18 @@ def test_hppa_redirect_into_prctl_uses_the_stack_above_sp_and_the_pc_queue() -> 
     fix = s.engine.fixup
     assert fix is not None and fix.prctl_state == "armed" and fix.saved_unalign == 1
     assert {k: t.regs[k] for k in before} == before
+
+
+def test_hppa_fldd_moves_both_halves_as_floats() -> None:
+    """gdb holds PA-RISC's double fr6 as two 32-bit registers, fr6 (the high word, first in
+    memory) and fr6R: each is copied as one C float."""
+    t = hppa_target(0x2F501006, {"r26": DATA + 1})  # fldd 8(r26),fr6
+    moves: list[tuple[str, int, int, bool]] = []
+    t.move_float = lambda reg, addr, size, store, tid=None: moves.append((reg, addr, size, store))  # type: ignore[attr-defined]
+    s = Session("fake")
+    s.tracing = True
+    assert s.engine.on_signal(t, SigInfo(SIGBUS, BUS_ADRALN, DATA + 9)) is Decision.RESUME
+    assert moves == [("fr6", DATA + 9, 4, False), ("fr6R", DATA + 13, 4, False)]
+    assert (t.regs["pcoqh"], t.regs["pcoqt"]) == ((TEXT + 4) | 3, (TEXT + 8) | 3)
+    f = s.buffer.records[-1]
+    assert (f.va, f.size, f.insn) == (DATA + 9, 8, "fldd 8(r26),fr6")

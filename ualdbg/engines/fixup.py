@@ -50,6 +50,9 @@ class MemOp:
     status: str | None = None  # arm64 stxr: the register that gets 0 (the store succeeded)
     exclusive: bool = False  # arm64 ldxr/stxr: a load/store-exclusive pair
     float_reg: str | None = None  # the one floating-point register as gdb names it (d8, f32)
+    # A float access gdb holds as several 4-byte registers, in address order (PA-RISC's
+    # double frN: halves frN and frNR), each moved as one C float.
+    float_parts: tuple[str, ...] = ()
 
     @property
     def access(self) -> AccessKind:
@@ -109,7 +112,10 @@ def _hppa(word: int) -> MemOp | None:
         return None
     # base + index * size for the scaled indexed form: the index summed `size` times
     addr = (hppa.GPRS[m.base],) + ((hppa.GPRS[m.index],) * (m.size if m.scaled else 1) if m.index is not None else ())
-    return MemOp(m.text, m.size, m.kind, False, (hppa.GPRS[m.reg],), False, addr, m.disp, "big")
+    regs = m.reg_names
+    return MemOp(m.text, m.size, m.kind, False, regs, m.float_reg, addr, m.disp, "big",
+                 float_reg=regs[0] if m.float_reg and len(regs) == 1 else None,
+                 float_parts=regs if m.float_reg and len(regs) > 1 else ())
 
 
 _A64: Any = None
@@ -288,23 +294,24 @@ class FixupEngine:
         for name in [r for r in regs if r in ZERO_REGS]:
             del regs[name]
         regs.update(self.advance(target, tid))
-        write_registers = getattr(target, "write_registers", None)
-        if write_registers is not None:
-            write_registers(regs, tid)
-        else:
-            for name, value in regs.items():
-                target.write_register(name, value, tid)
+        self._write_regs(target, regs, tid)
 
     def _perform_float(self, target: Target, tid: int, op: MemOp, va: int) -> None:
         """A float register's bits cannot go through an int: the debugger copies them between
         the register and memory itself, as the same C type on both sides (bit-exact)."""
         mover = getattr(target, "move_float", None)
-        if mover is None or op.float_reg is None or op.size not in (4, 8) or op.endian not in ("big", "little"):
+        parts = op.float_parts or ((op.float_reg,) if op.float_reg else ())
+        if mover is None or not parts or op.size not in (4, 8) or op.endian not in ("big", "little"):
             raise NotEmulated(f"{op.text}: this floating-point access is not emulated")
         if op.endian != self.arch.endian:
             raise NotEmulated(f"{op.text}: a byte-swapping floating-point access is not emulated")
-        mover(op.float_reg, va, op.size, op.kind == "store", tid)
-        regs = self.advance(target, tid)
+        part = op.size // len(parts)
+        for k, reg in enumerate(parts):
+            mover(reg, va + k * part, part, op.kind == "store", tid)
+        self._write_regs(target, self.advance(target, tid), tid)
+
+    @staticmethod
+    def _write_regs(target: Target, regs: dict[str, int], tid: int) -> None:
         write_registers = getattr(target, "write_registers", None)
         if write_registers is not None:
             write_registers(regs, tid)
@@ -434,12 +441,7 @@ class FixupEngine:
         for reg, value in zip(a.call_args, args):
             regs[reg] = scratch if value is None else value
         self.redirect = {"saved": saved, "scratch": scratch, "then": then, "tid": tid}
-        write_registers = getattr(target, "write_registers", None)
-        if write_registers is not None:
-            write_registers(regs, tid)
-        else:
-            for name, value in regs.items():
-                target.write_register(name, value, tid)
+        self._write_regs(target, regs, tid)
 
     def _redirect_returned(self, target: Target) -> None:
         """Back at the arm point from a redirected prctl: take its result, restore the thread."""
@@ -458,9 +460,4 @@ class FixupEngine:
         self._check(result)
 
     def _restore(self, target: Target, call: dict) -> None:  # type: ignore[type-arg]
-        write_registers = getattr(target, "write_registers", None)
-        if write_registers is not None:
-            write_registers(call["saved"], call["tid"])
-        else:
-            for name, value in call["saved"].items():
-                target.write_register(name, value, call["tid"])
+        self._write_regs(target, call["saved"], call["tid"])
