@@ -11,6 +11,8 @@ command -v gcc >/dev/null || need+=(gcc)
 command -v make >/dev/null || need+=(make)
 command -v gfortran >/dev/null || need+=(gfortran)
 command -v sqlite3 >/dev/null || need+=(sqlite3)  # a real program the agent tests run
+command -v curl >/dev/null || need+=(curl)
+command -v xz >/dev/null || need+=(xz-utils)  # Debian 13's sh4 glibc, below
 command -v lldb-19 >/dev/null || need+=(lldb-19)
 [ -e /usr/lib/llvm-19/lib/python3/dist-packages/lldb ] || [ -e /usr/lib/python3/dist-packages/lldb ] || need+=(python3-lldb-19)
 [ -e /usr/lib/llvm-19/lib/liblldb.so ] || need+=(liblldb-19-dev)
@@ -26,12 +28,13 @@ if command -v qemu-sparc64 >/dev/null; then
   [ "${major:-0}" -ge 9 ] && qemu_new=1
 fi
 command -v gdb-multiarch >/dev/null || need+=(gdb-multiarch)
-for triplet in sparc64 alpha hppa aarch64; do
+for triplet in sparc64 alpha hppa sh4 aarch64; do
   command -v $triplet-linux-gnu-gcc >/dev/null || need+=(gcc-$triplet-linux-gnu)
 done
 [ -e /usr/sparc64-linux-gnu/lib/libc.a ] || need+=(libc6-dev-sparc64-cross)
 [ -e /usr/alpha-linux-gnu/lib/libc.so.6.1 ] || need+=(libc6-dev-alpha-cross)
 [ -e /usr/hppa-linux-gnu/lib/libc.so.6 ] || need+=(libc6-dev-hppa-cross)
+[ -e /usr/sh4-linux-gnu/lib/libc.so.6 ] || need+=(libc6-dev-sh4-cross)
 [ -e /usr/aarch64-linux-gnu/lib/libc.a ] || need+=(libc6-dev-arm64-cross)
 if [ ${#need[@]} -gt 0 ] || [ $qemu_new = 0 ]; then
   if [ "$(id -u)" = 0 ]; then
@@ -50,10 +53,32 @@ if [ ${#need[@]} -gt 0 ] || [ $qemu_new = 0 ]; then
   fi
 fi
 
+# SH4: Debian 12's sh4 glibc (2.36-8cross1) cannot start a program: a static one loops forever
+# in __libc_start_main (a `bf.s` to itself), a dynamic one's loader dies of SIGSEGV, under
+# qemu-sh4 7.2 and 10 alike. Debian 13's (2.41) works: its three cross packages (architecture
+# `all`, no other dependencies) replace them, from Debian's own archive.
+sh4_libc=$(dpkg-query -W -f='${Version}' libc6-sh4-cross 2>/dev/null || true)
+case "$sh4_libc" in
+  2.36-*)
+    if [ "$(id -u)" = 0 ]; then
+      echo "bootstrap: replacing Debian 12's sh4 glibc $sh4_libc (it cannot start programs) with Debian 13's"
+      tmp=$(mktemp -d)
+      curl -sSfL http://deb.debian.org/debian/dists/trixie/main/binary-all/Packages.xz | xz -dc \
+        | awk '/^Package: (libc6|libc6-dev|linux-libc-dev)-sh4-cross$/{p=1} p&&/^Filename:/{print $2; p=0}' \
+        | while read -r f; do curl -sSfL -o "$tmp/$(basename "$f")" "http://deb.debian.org/debian/$f"; done
+      dpkg -i "$tmp"/*.deb >/dev/null
+      rm -rf "$tmp"
+    else
+      echo "bootstrap: Debian 12's sh4 glibc $sh4_libc cannot start programs; run as root to replace it with Debian 13's" >&2
+      exit 2
+    fi
+    ;;
+esac
+
 if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt .venv/.installed ]; then
   /usr/bin/python3 -m venv .venv
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
   touch .venv/.installed
 fi
 make -s -C examples >/dev/null
-for arch in sparc64 alpha hppa; do make -s -C examples cross ARCH=$arch >/dev/null; done
+for arch in sparc64 alpha hppa sh4; do make -s -C examples cross ARCH=$arch >/dev/null; done

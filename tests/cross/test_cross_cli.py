@@ -17,9 +17,9 @@ ROWS = cross_rows()
 
 
 def test_table_covers_both_mechanisms() -> None:
-    # The README table is the test's input: it must name sparc64 (native trap), alpha and
-    # hppa (prctl, one little- and one big-endian, one with a PC queue).
-    assert {arch for arch, _, _ in ROWS} == {"sparc64", "alpha", "hppa"}
+    # The README table is the test's input: it must name sparc64 (native trap), alpha, hppa
+    # and sh4 (prctl: little- and big-endian, a PC queue, delay slots).
+    assert {arch for arch, _, _ in ROWS} == {"sparc64", "alpha", "hppa", "sh4"}
     assert len(ROWS) >= 18
 
 
@@ -49,7 +49,7 @@ def test_counts_per_line(key: tuple[str, str, tuple[str, ...]], tmp_path: Path) 
     assert all(int(rec["va"], 16) % rec["size"] for rec in doc["records"])
 
 
-@pytest.mark.parametrize("arch", ["sparc64", "alpha", "hppa"])
+@pytest.mark.parametrize("arch", ["sparc64", "alpha", "hppa", "sh4"])
 def test_program_output_and_results_unchanged(arch: str, tmp_path: Path) -> None:
     """memalign's sum is computed from the values ualdbg wrote and read on the program's
     behalf: it must equal the native x86-64 program's."""
@@ -87,12 +87,12 @@ def test_arch_mismatch_is_one_line(tmp_path: Path) -> None:
 
 
 def test_architectures_without_an_engine_are_refused_in_one_line(tmp_path: Path) -> None:
-    # An SH ELF header (e_machine 42, little-endian, 32-bit): no tool needed to refuse it.
-    exe = tmp_path / "sh4_prog"
-    exe.write_bytes(b"\x7fELF\x01\x01\x01" + bytes(9) + (2).to_bytes(2, "little") + (42).to_bytes(2, "little") + bytes(64))
+    # A RISC-V ELF header (e_machine 243, little-endian, 64-bit): no tool needed to refuse it.
+    exe = tmp_path / "riscv_prog"
+    exe.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(9) + (2).to_bytes(2, "little") + (243).to_bytes(2, "little") + bytes(64))
     exe.chmod(0o755)
     p = run_cli("trace", "--", str(exe))
     assert p.returncode == 2, explain(p)
-    assert p.stderr.strip().splitlines() == ["ualdbg: sh4 programs: ualdbg has no engine for them yet (see README: architectures)"]
+    assert p.stderr.strip().splitlines() == ["ualdbg: riscv64 programs: ualdbg has no engine for them yet (see README: architectures)"]
     q = run_cli("check", "--arch", "sparc64", "--", "/bin/true")
     assert q.returncode == 2 and q.stderr.strip() == "ualdbg: /bin/true is a x86_64 program, not sparc64", explain(q)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ualdbg.arch import BUS_ADRALN, PR_GET_UNALIGN, PR_SET_UNALIGN, PR_UNALIGN_SIGBUS, SIGBUS, SIGTRAP
+from ualdbg.arch import BUS_ADRALN, PR_GET_UNALIGN, PR_SET_UNALIGN, PR_UNALIGN_SIGBUS, SH4, SIGBUS, SIGTRAP, sh4
 from ualdbg.engines.trap import Decision
 from ualdbg.model import AccessKind
 from ualdbg.session import Session
@@ -352,3 +352,78 @@ def test_hppa_fldd_moves_both_halves_as_floats() -> None:
     assert (t.regs["pcoqh"], t.regs["pcoqt"]) == ((TEXT + 4) | 3, (TEXT + 8) | 3)
     f = s.buffer.records[-1]
     assert (f.va, f.size, f.insn) == (DATA + 9, 8, "fldd 8(r26),fr6")
+
+
+# -- SH-4 ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("word, text, size, kind, disp, update", [
+    (0x6042, "mov.l @r4,r0", 4, "load", 0, 0),
+    (0x6146, "mov.l @r4+,r1", 4, "load", 0, 4),
+    (0x2146, "mov.l r4,@-r1", 4, "store", -4, -4),
+    (0x2141, "mov.w r4,@r1", 2, "store", 0, 0),
+    (0x04DE, "mov.l @(r0,r13),r4", 4, "load", 0, 0),
+    (0x1F23, "mov.l r2,@(12,r15)", 4, "store", 12, 0),
+    (0x8513, "mov.w @(6,r1),r0", 2, "load", 6, 0),
+    (0xC605, "mov.l @(20,gbr),r0", 4, "load", 20, 0),
+    (0xF41B, "fmov.s fr1,@-r4", 4, "store", -4, -4),
+])
+def test_sh4_decodes_the_moves_that_can_be_misaligned(word: int, text: str, size: int, kind: str, disp: int,
+                                                      update: int) -> None:
+    m = sh4.decode(word)
+    assert m is not None and (m.text, m.size, m.kind, m.disp, m.update) == (text, size, kind, disp, update)
+
+
+def test_sh4_leaves_bytes_pc_relative_loads_and_branches_alone() -> None:
+    # mov.b (cannot be misaligned), mov.l @(disp,PC) (aligned by construction), rts, nop
+    assert [sh4.decode(w) for w in (0x6040, 0xD104, 0x000B, 0x0009)] == [None] * 4
+
+
+def test_sh4_delayed_branches_and_where_they_go() -> None:
+    regs = {"sr": 1, "pr": 0x1000, "r1": 0x40}
+    read = regs.__getitem__
+    at = 0x400600
+    assert all(sh4.is_delayed_branch(w) for w in (0x000B, 0xA001, 0xB001, 0x8D01, 0x8F01, 0x0123, 0x0103, 0x412B, 0x410B))
+    assert not any(sh4.is_delayed_branch(w) for w in (0x8901, 0x8B01, 0x0009, 0x6042))  # bt/bf have no slot
+    assert sh4.branch_continuation(0x000B, at, read) == 0x1000  # rts
+    assert sh4.branch_continuation(0xAFFE, at, read) == at  # bra .-0: pc + 4 - 4
+    assert sh4.branch_continuation(0x8D02, at, read) == at + 8  # bt/s, T set: taken
+    assert sh4.branch_continuation(0x8F02, at, read) == at + 4  # bf/s, T set: falls through past the slot
+    assert sh4.branch_continuation(0x0123, at, read) == at + 4 + 0x40  # braf r1
+    assert sh4.branch_continuation(0x412B, at, read) == 0x40  # jmp @r1
+
+
+class _Regs:
+    """Registers and memory of a fake little-endian SH target."""
+
+    def __init__(self, regs: dict[str, int], mem: dict[int, int]) -> None:
+        self.regs, self.mem = regs, mem
+
+    def read_register(self, name: str, tid: int | None = None) -> int:
+        return self.regs[name]
+
+    def read_memory(self, addr: int, size: int) -> bytes:
+        return bytes(self.mem.get(addr + k, 0) for k in range(size))
+
+    def write_memory(self, addr: int, data: bytes) -> None:
+        for k, b in enumerate(data):
+            self.mem[addr + k] = b
+
+    def write_registers(self, regs: dict[str, int], tid: int | None = None) -> None:
+        self.regs.update(regs)
+
+
+def test_sh4_post_increment_moves_the_base_unless_it_is_the_destination() -> None:
+    from ualdbg.engines.fixup import FixupEngine, _sh4
+
+    eng = FixupEngine.__new__(FixupEngine)
+    eng.arch, eng.zero_regs, eng.mask = SH4, frozenset(), 0xFFFFFFFF
+    mem = {0x1001 + k: b for k, b in enumerate((0x80, 0xFF, 0x00, 0x00))}
+    t = _Regs({"r4": 0x1001, "r1": 0, "pc": 0x400000}, dict(mem))
+    op = _sh4(0x6145)  # mov.w @r4+,r1: sign-extended, r4 += 2
+    assert op is not None
+    eng.perform(t, 1, op, 0x1001)  # type: ignore[arg-type]
+    assert t.regs == {"r4": 0x1003, "r1": 0xFFFFFF80, "pc": 0x400002}
+    t = _Regs({"r4": 0x1001, "pc": 0x400000}, dict(mem))
+    op = _sh4(0x6446)  # mov.l @r4+,r4: the loaded value wins
+    assert op is not None
+    eng.perform(t, 1, op, 0x1001)  # type: ignore[arg-type]
+    assert t.regs == {"r4": 0x0000FF80, "pc": 0x400002}

@@ -38,6 +38,7 @@ class ArchInfo:
     elf_class: int = 64
     endian: str = "little"
     gprs: tuple[str, ...] = ()  # general registers by number, as gdb names them
+    zero_regs: tuple[str, ...] = ()  # registers that read as zero and ignore writes
     npc: str | None = None  # SPARC: the next PC (delayed branches), advanced with the PC
     # The register the PC is written through when gdb's `pc` is read-only (PA-RISC: the PC
     # queue's head, whose low bits are the privilege level and are kept as read).

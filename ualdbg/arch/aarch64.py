@@ -15,6 +15,7 @@ AARCH64 = ArchInfo(
     gdb_names=("aarch64", "arm64"),
     e_machine=183,  # EM_AARCH64
     gprs=tuple(f"x{n}" for n in range(31)),
+    zero_regs=("xzr", "wzr"),
     mechanism=MECH_STEP,
     native_sigbus=7,
     si_addr="data",

@@ -18,6 +18,7 @@ ALPHA = ArchInfo(
     gdb_names=("alpha",),
     e_machine=0x9026,  # EM_ALPHA (the unofficial number Linux uses)
     gprs=GPRS,
+    zero_regs=("zero",),
     mechanism=MECH_PRCTL,
     native_sigbus=10,
     si_addr="data",

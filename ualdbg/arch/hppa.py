@@ -23,6 +23,7 @@ HPPA = ArchInfo(
     elf_class=32,
     endian="big",
     gprs=GPRS,
+    zero_regs=("r0",),
     npc="pcoqt",
     pc_write="pcoqh",  # the PC queue: head and tail, both advanced (like SPARC's nPC)
     mechanism=MECH_PRCTL,

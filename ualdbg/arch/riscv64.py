@@ -12,6 +12,7 @@ RISCV64 = ArchInfo(
     sp="sp",
     gdb_names=("riscv:rv64", "riscv"),
     e_machine=243,  # EM_RISCV
+    zero_regs=("zero",),
     gprs=("zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2", "fp", "s1", "a0", "a1", "a2", "a3", "a4",
           "a5", "a6", "a7", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "t3", "t4",
           "t5", "t6"),

@@ -24,6 +24,7 @@ SPARC64 = ArchInfo(
     e_machine=43,  # EM_SPARCV9
     endian="big",
     gprs=GPRS,
+    zero_regs=("g0",),
     npc="npc",
     insn_size=4,
     mechanism=MECH_NATIVE,

@@ -10,14 +10,14 @@ runs (all-stop), so emulating swap/cas here is as atomic for the program as the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import capstone
 from capstone import arm64
 
 from .. import arch as archmod
-from ..arch import alpha, hppa, sparc64
+from ..arch import alpha, hppa, sh4, sparc64
 from ..decode import Insn
 from ..model import Access, AccessKind
 from ..target import SigInfo, Target
@@ -53,6 +53,9 @@ class MemOp:
     # A float access gdb holds as several 4-byte registers, in address order (PA-RISC's
     # double frN: halves frN and frNR), each moved as one C float.
     float_parts: tuple[str, ...] = ()
+    # A base register the instruction moves by this many bytes (SH's @Rm+ and @-Rn), unless the
+    # instruction also loads into it (the loaded value wins).
+    update: tuple[str, int] | None = None
 
     @property
     def access(self) -> AccessKind:
@@ -118,6 +121,15 @@ def _hppa(word: int) -> MemOp | None:
                  float_parts=regs if m.float_reg and len(regs) > 1 else ())
 
 
+def _sh4(word: int) -> MemOp | None:
+    m = sh4.decode(word)
+    if m is None:
+        return None
+    addr = (m.base,) + ((m.index,) if m.index else ())
+    return MemOp(m.text, m.size, m.kind, m.signed, (m.reg,), m.float_reg, addr, m.disp, "little",
+                 float_reg=m.reg if m.float_reg else None, update=(m.base, m.update) if m.update else None)
+
+
 _A64: Any = None
 _A64_EXCLUSIVE = ("ldxr", "ldaxr", "stxr", "stlxr", "ldxp", "ldaxp", "stxp", "stlxp")
 _A64_ATOMICS = ("cas", "swp", "ldadd", "ldclr", "ldeor", "ldset", "ldsmax", "ldsmin", "ldumax", "ldumin",
@@ -170,9 +182,10 @@ def _aarch64(word: int) -> MemOp | None:
 
 # Per architecture: how to decode one instruction word into a MemOp.
 DECODERS: dict[str, Callable[[int], MemOp | None]] = {"sparc64": _sparc, "alpha": _alpha, "hppa": _hppa,
-                                                      "aarch64": _aarch64}
-# Registers that read as zero and ignore writes.
-ZERO_REGS = frozenset({"g0", "zero", "r0", "xzr", "wzr"})
+                                                      "sh4": _sh4, "aarch64": _aarch64}
+# Per architecture with delay slots whose faults qemu reports at the slot: is this instruction
+# word a delayed branch (so the faulting instruction after it is its slot)?
+DELAYED_BRANCH: dict[str, Callable[[int], bool]] = {"sh4": sh4.is_delayed_branch}
 
 
 class FixupEngine:
@@ -182,6 +195,11 @@ class FixupEngine:
         self.session = session
         self.arch = arch
         self.decode_word = DECODERS.get(arch.name)
+        self.zero_regs = frozenset(arch.zero_regs)
+        self.mask = MASK64 if arch.elf_class == 64 else 0xFFFFFFFF
+        self.delayed_branch = DELAYED_BRANCH.get(arch.name)
+        self.slot_nop: int | None = None  # SH: a `nop` in the program's code (resuming from a slot)
+        self.slot_resume: dict[int, int] = {}  # tid -> where its delayed branch goes (after one step)
         self.reported: dict[int, int] = {}  # tid -> PC of the fault the user was stopped at
         self.not_emulated: dict[int, str] = {}  # PC -> why ualdbg let the program have its SIGBUS
         # prctl architectures: "off" -> "armed" (or "failed", "no prctl"); the old setting.
@@ -207,8 +225,8 @@ class FixupEngine:
     def address(self, target: Target, tid: int, op: MemOp) -> int:
         ea = op.disp
         for reg in op.addr_regs:
-            ea += 0 if reg in ZERO_REGS else target.read_register(reg, tid)
-        return ea & (MASK64 if self.arch.elf_class == 64 else 0xFFFFFFFF)
+            ea += 0 if reg in self.zero_regs else target.read_register(reg, tid)
+        return ea & self.mask
 
     # -- events --------------------------------------------------------------------------------
     def on_signal(self, target: Target, info: SigInfo) -> Decision:
@@ -224,6 +242,7 @@ class FixupEngine:
             # si_addr, size unknown; the program gets its SIGBUS (nothing to emulate with).
             self.session.record_fault(target, tid, info, decoded=(None, None, None))
             return Decision.NOT_OURS
+        op = self._refine(target, tid, op)
         va = self.address(target, tid, op)
         if va % op.size == 0:
             return Decision.NOT_OURS  # an aligned access that raised SIGBUS: not an alignment trap
@@ -235,11 +254,60 @@ class FixupEngine:
                 self.reported[tid] = pc
                 return Decision.STOP
         try:
-            self.perform(target, tid, op, va)
+            branch_to = self._slot_continuation(target, tid, pc)  # before the slot's own effect
+            self.perform(target, tid, op, va, None if branch_to is None else self._nop(target, pc))
         except NotEmulated as exc:
             self.not_emulated[pc] = str(exc)  # `ualdbg status` says why the program got SIGBUS
             return Decision.NOT_OURS
+        if branch_to is not None:
+            self.slot_resume[tid] = branch_to
+            return Decision.STEP_THEN_RESUME
         return Decision.RESUME
+
+    def _slot_continuation(self, target: Target, tid: int, pc: int) -> int | None:
+        """For a fault in a delay slot as qemu-sh4 reports it (the PC at the slot, qemu still
+        "in the slot of a branch"): where the branch goes. The PC is then pointed at a `nop`,
+        which one single step runs as the slot (ending qemu's slot state; the branch target it
+        then takes may be stale, as qemu keeps constant targets in the translated code only),
+        and `finish_slot` puts the PC where the branch really goes."""
+        if self.delayed_branch is None:
+            return None
+        size = self.arch.insn_size or 4
+        try:
+            prev = target.read_memory(pc - size, size)
+        except Exception:
+            return None
+        if len(prev) != size:
+            return None
+        word = int.from_bytes(prev, self.arch.endian)  # type: ignore[arg-type]
+        if not self.delayed_branch(word):
+            return None
+        to = sh4.branch_continuation(word, pc - size, lambda reg: target.read_register(reg, tid))
+        if to is None:
+            raise NotEmulated("a fault in the delay slot of rte is not emulated")
+        return to
+
+    def finish_slot(self, target: Target, tid: int) -> bool:
+        """After the single step of STEP_THEN_RESUME: the PC where the branch goes."""
+        to = self.slot_resume.pop(tid, None)
+        if to is None:
+            return False
+        self._write_regs(target, {self.arch.pc: to}, tid)
+        return True
+
+    def _refine(self, target: Target, tid: int, op: MemOp) -> MemOp:
+        """What the instruction word alone does not say: SH's fmov moves 8 bytes (a register
+        pair) while FPSCR.SZ is set."""
+        if self.arch.name == "sh4" and op.float_regs:
+            try:
+                sz = target.read_register("fpscr", tid) & sh4.FPSCR_SZ
+            except Exception:
+                sz = 0  # gdb's plain `sh` has no FPU registers: the ELF is no SH-4 FPU program
+            if sz:
+                return replace(op, size=8, text=op.text.replace("fmov.s", "fmov"), float_reg=None,
+                               update=(op.update[0], op.update[1] * 2) if op.update else None,
+                               disp=op.disp * 2)
+        return op
 
     # -- the fix-up ---------------------------------------------------------------------------
     def _endian(self, target: Target, tid: int, op: MemOp) -> str:
@@ -252,10 +320,10 @@ class FixupEngine:
             return "little"
         raise NotEmulated(f"{op.text}: address space {asi:#x} is not plain memory")
 
-    def perform(self, target: Target, tid: int, op: MemOp, va: int) -> None:
-        """Do what the instruction would have done, then step the PC past it."""
+    def perform(self, target: Target, tid: int, op: MemOp, va: int, next_pc: int | None = None) -> None:
+        """Do what the instruction would have done, then step the PC past it (or to next_pc)."""
         if op.float_regs:
-            self._perform_float(target, tid, op, va)
+            self._perform_float(target, tid, op, va, next_pc)
             return
         if op.kind == "atomic":
             raise NotEmulated(f"{op.text}: an atomic read-modify-write is not emulated")
@@ -275,7 +343,7 @@ class FixupEngine:
             data = target.read_memory(va, op.size)
             for k, reg in enumerate(op.regs):
                 value = int.from_bytes(data[k * word:(k + 1) * word], order, signed=op.signed)  # type: ignore[arg-type]
-                regs[reg] = value & MASK64
+                regs[reg] = value & self.mask
         elif op.kind == "store":
             data = b"".join((target.read_register(r, tid) & ((1 << 8 * word) - 1)).to_bytes(word, order)  # type: ignore[arg-type]
                             for r in op.regs)
@@ -291,12 +359,20 @@ class FixupEngine:
                                      int.from_bytes(old, order) == target.read_register(op.cas_compare, tid) & mask):  # type: ignore[arg-type]
                 writer(va, new.to_bytes(op.size, order))  # type: ignore[arg-type]
             regs[reg] = int.from_bytes(old, order)  # type: ignore[arg-type]
-        for name in [r for r in regs if r in ZERO_REGS]:
+        for name in [r for r in regs if r in self.zero_regs]:
             del regs[name]
-        regs.update(self.advance(target, tid))
+        regs.update(self._update(target, tid, op, regs))
+        regs.update(self.advance(target, tid) if next_pc is None else {self.arch.pc: next_pc})
         self._write_regs(target, regs, tid)
 
-    def _perform_float(self, target: Target, tid: int, op: MemOp, va: int) -> None:
+    def _update(self, target: Target, tid: int, op: MemOp, loaded: dict[str, int]) -> dict[str, int]:
+        """The base register's post-increment or pre-decrement, unless the load wrote it."""
+        if op.update is None or op.update[0] in loaded:
+            return {}
+        reg, delta = op.update
+        return {reg: (target.read_register(reg, tid) + delta) & self.mask}
+
+    def _perform_float(self, target: Target, tid: int, op: MemOp, va: int, next_pc: int | None = None) -> None:
         """A float register's bits cannot go through an int: the debugger copies them between
         the register and memory itself, as the same C type on both sides (bit-exact)."""
         mover = getattr(target, "move_float", None)
@@ -308,7 +384,8 @@ class FixupEngine:
         part = op.size // len(parts)
         for k, reg in enumerate(parts):
             mover(reg, va + k * part, part, op.kind == "store", tid)
-        self._write_regs(target, self.advance(target, tid), tid)
+        after = self.advance(target, tid) if next_pc is None else {self.arch.pc: next_pc}
+        self._write_regs(target, {**self._update(target, tid, op, {}), **after}, tid)
 
     @staticmethod
     def _write_regs(target: Target, regs: dict[str, int], tid: int) -> None:
@@ -328,6 +405,22 @@ class FixupEngine:
             npc = target.read_register(a.npc, tid)
             return {a.pc_writable: npc, a.npc: (npc + step) & MASK64}
         return {a.pc: (target.read_register(a.pc, tid) + step) & MASK64}
+
+    def _nop(self, target: Target, pc: int) -> int:
+        """The address of a `nop` in the program's code near `pc` (found once per process)."""
+        if self.slot_nop is not None:
+            return self.slot_nop
+        chunk = 512
+        for start in range(pc & ~1, (pc & ~1) + 64 * 1024, chunk):
+            try:
+                data = target.read_memory(start, chunk)
+            except Exception:
+                break
+            for k in range(0, len(data) - 1, 2):
+                if int.from_bytes(data[k:k + 2], self.arch.endian) == sh4.NOP:  # type: ignore[arg-type]
+                    self.slot_nop = start + k
+                    return self.slot_nop
+        raise NotEmulated("a fault in a branch's delay slot: no `nop` found in the program's code to resume through")
 
     # -- arming (prctl architectures) -----------------------------------------------------------
     def arm(self, target: Target) -> None:
@@ -395,6 +488,8 @@ class FixupEngine:
         self.reported.clear()
         self.prctl_state = "off"
         self.redirect = None
+        self.slot_nop = None
+        self.slot_resume.clear()
 
     def _prctl_address(self, target: Target) -> int | None:
         finder = getattr(target, "symbol_address", None)
@@ -428,7 +523,7 @@ class FixupEngine:
         tid = target.current_tid()
         pc = a.pc_writable
         saved = {r: target.read_register(r, tid) for r in (*a.gprs, pc, *([a.npc] if a.npc else []))
-                 if r not in ZERO_REGS}
+                 if r not in self.zero_regs}
         sp = saved[a.sp]
         scratch = self._free_stack(sp, 256)
         # the PC as written keeps what its register holds beside the address (PA-RISC's privilege)

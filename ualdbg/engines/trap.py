@@ -22,6 +22,9 @@ class Decision(Enum):
     STOP = "stop"  # an unaligned access the user asked to stop at
     RESUME = "resume"  # ours and handled: resume without delivering the signal
     NOT_OURS = "not-ours"  # behave exactly as the debugger would without ualdbg
+    # Performed, but the thread must take one single step (through a `nop`) before it resumes
+    # at the PC the engine keeps: a fault in SH's delay slot under qemu (engines/fixup.py).
+    STEP_THEN_RESUME = "step-then-resume"
 
 
 class TrapEngine:

@@ -18,6 +18,7 @@ def main(config_json: str) -> None:
     host, hooks = installed()
     progress = ProgressFile(cfg.get("progress"))
     hooks.on_fault_recorded = lambda: progress.tick(session)
+    hooks.driver = True  # this loop takes the steps after delay-slot faults (hooks.finish_slot)
     args = ["--buffer", str(cfg["buffer"]), "--at", cfg["at"]]
     if cfg.get("all_modules"):
         args.append("--all-modules")
@@ -45,6 +46,7 @@ def main(config_json: str) -> None:
         # The program stopped without exiting: a signal of its own (SIGSEGV, SIGABRT...) that
         # gdb stops at by default. Deliver it as it would be without a debugger.
         while gdb.selected_inferior().pid:
+            hooks.finish_slot()
             gdb.execute("continue", to_string=False)
     except gdb.error as exc:
         status["error"] = str(exc)

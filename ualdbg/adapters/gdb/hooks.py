@@ -116,6 +116,13 @@ class GdbHooks:
         # has yet to report, per thread: the SIGTRAP catchpoint swallows them, even after `off`.
         self.kicks: dict[int, int] = {}
         self.warned_all_stop = False
+        # A fault performed in SH's delay slot (engines/fixup.py): the thread stops silently,
+        # takes one `stepi`, and resumes where its branch goes (finish_slot). The batch driver
+        # calls finish_slot itself; at the prompt the stop event does, then continues.
+        self.slot_pending = False
+        self.finishing_slot = False
+        self.users_cli_notifications = False
+        self.driver = False
         _SignalFunction(self)
         _SyscallFunction(self)
         gdb.events.stop.connect(self.on_stop)
@@ -431,6 +438,12 @@ class GdbHooks:
             if decision is Decision.NOT_OURS:
                 return self._as_user_would(info)
             self._set_pass(info.signo, False)
+            if decision is Decision.STEP_THEN_RESUME:
+                self.slot_pending = True
+                self._silence_catchpoints(True)
+                if self.on_fault_recorded is not None:
+                    self.on_fault_recorded()
+                return 1
             if info.signo == SIGBUS:
                 if self.on_fault_recorded is not None:
                     self.on_fault_recorded()
@@ -491,8 +504,52 @@ class GdbHooks:
                 return self.step_control.on_syscall()
         return 0
 
+    def _silence_catchpoints(self, silent: bool) -> None:
+        for bp in gdb.breakpoints():
+            if bp.number in self.catchpoints:
+                bp.silent = silent
+        try:  # the stop's location line too (gdb 12+), the user's own setting kept
+            if silent:
+                self.users_cli_notifications = gdb.parameter("suppress-cli-notifications")
+            gdb.execute(f"set suppress-cli-notifications {'on' if silent or self.users_cli_notifications else 'off'}",
+                        to_string=True)
+        except (gdb.error, RuntimeError):
+            pass
+
+    def finish_slot(self) -> bool:
+        """The step and the PC a STEP_THEN_RESUME decision asked for; False when none is due."""
+        if not self.slot_pending:
+            return False
+        self.slot_pending = False
+        try:
+            gdb.execute("stepi", to_string=True)
+            fixup = self.session.engine.fixup
+            if fixup is not None and gdb.selected_inferior().pid:
+                with self.target_.event():
+                    fixup.finish_slot(self.target_, self.target_.current_tid())
+        finally:
+            self._silence_catchpoints(False)
+        return True
+
+    def _finish_slot_and_continue(self) -> None:
+        """At the prompt (from the stop event: gdb runs the step and the resume from there): a
+        loop, not a recursion, over consecutive delay-slot faults."""
+        if self.finishing_slot:
+            return  # a stop inside the loop below: the loop takes it
+        self.finishing_slot = True
+        try:
+            while self.finish_slot():
+                gdb.execute("continue")
+        except gdb.error as exc:
+            _warn(f"after a fault in a delay slot: {exc}")
+        finally:
+            self.finishing_slot = False
+
     # -- gdb events --------------------------------------------------------------------------
     def on_stop(self, event: Any) -> None:
+        if self.slot_pending and not self.driver:
+            self._finish_slot_and_continue()
+            return
         try:
             if not self.installed and self.catchpoints and self.drained():
                 self.finish_drain()
