@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from clirun import explain, run_cli
-from crossrun import require_cross, run_gdb_multiarch
+from crossrun import build, require_cross, run_gdb_multiarch
 from gdbrun import REPORT1
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -80,3 +80,15 @@ def test_break_and_trace_typed_in_gdb(tmp_path: Path) -> None:
     assert f"{40 * sum(PER_ROUND.values())} in scope" in trace.output, trace.explain()
     # The silent stops and steps after slot faults print nothing at the prompt.
     assert "Catchpoint" not in trace.output and " in ld_bts ()" not in trace.output, trace.explain()
+
+
+def test_break_then_off_gives_the_programs_setting_back() -> None:
+    prog = build("sh4") / "memalign"
+    run = run_gdb_multiarch("sh4", [str(prog), "3", "2"], ["ualdbg break", "continue", "ualdbg status", "ualdbg off", "continue"])
+    out = run.output
+    reports = [m for m in map(REPORT1.match, out.splitlines()) if m]
+    assert len(reports) == 1 and "memalign.c:31" in out and "instruction: mov.l r1,@r4" in out, run.explain()
+    assert "prctl(PR_SET_UNALIGN): armed (the program's own setting: 0x1)" in out, run.explain()
+    assert "ualdbg: off; the program's own PR_SET_UNALIGN setting is back" in out, run.explain()
+    # after `off` qemu-sh4 fixes the accesses up silently again: the native sum, no more stops
+    assert "memalign: count=3 reps=2 sum=18" in out and run.program_exit == (0, None), run.explain()
