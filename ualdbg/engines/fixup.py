@@ -184,8 +184,10 @@ def _aarch64(word: int) -> MemOp | None:
 DECODERS: dict[str, Callable[[int], MemOp | None]] = {"sparc64": _sparc, "alpha": _alpha, "hppa": _hppa,
                                                       "sh4": _sh4, "aarch64": _aarch64}
 # Per architecture with delay slots whose faults qemu reports at the slot: is this instruction
-# word a delayed branch (so the faulting instruction after it is its slot)?
-DELAYED_BRANCH: dict[str, Callable[[int], bool]] = {"sh4": sh4.is_delayed_branch}
+# word a delayed branch (so the faulting instruction after it is its slot), and where does it go
+# (from the word, its address and a register reader)?
+DELAY_SLOTS: dict[str, tuple[Callable[[int], bool], Callable[[int, int, Callable[[str], int]], int | None]]] = {
+    "sh4": (sh4.is_delayed_branch, sh4.branch_continuation)}
 
 
 class FixupEngine:
@@ -197,7 +199,8 @@ class FixupEngine:
         self.decode_word = DECODERS.get(arch.name)
         self.zero_regs = frozenset(arch.zero_regs)
         self.mask = MASK64 if arch.elf_class == 64 else 0xFFFFFFFF
-        self.delayed_branch = DELAYED_BRANCH.get(arch.name)
+        self.delay_slots = DELAY_SLOTS.get(arch.name)
+        self.slot_branch: dict[int, int | None] = {}  # faulting PC -> the delayed branch before it
         self.slot_nop: int | None = None  # SH: a `nop` in the program's code (resuming from a slot)
         self.slot_resume: dict[int, int] = {}  # tid -> where its delayed branch goes (after one step)
         self.reported: dict[int, int] = {}  # tid -> PC of the fault the user was stopped at
@@ -270,19 +273,21 @@ class FixupEngine:
         which one single step runs as the slot (ending qemu's slot state; the branch target it
         then takes may be stale, as qemu keeps constant targets in the translated code only),
         and `finish_slot` puts the PC where the branch really goes."""
-        if self.delayed_branch is None:
+        if self.delay_slots is None:
             return None
+        is_branch, continuation = self.delay_slots
         size = self.arch.insn_size or 4
-        try:
-            prev = target.read_memory(pc - size, size)
-        except Exception:
+        if pc not in self.slot_branch:  # the code does not change: read once per faulting PC
+            try:
+                prev = target.read_memory(pc - size, size)
+            except Exception:
+                prev = b""
+            word = int.from_bytes(prev, self.arch.endian) if len(prev) == size else None  # type: ignore[arg-type]
+            self.slot_branch[pc] = word if word is not None and is_branch(word) else None
+        word = self.slot_branch[pc]
+        if word is None:
             return None
-        if len(prev) != size:
-            return None
-        word = int.from_bytes(prev, self.arch.endian)  # type: ignore[arg-type]
-        if not self.delayed_branch(word):
-            return None
-        to = sh4.branch_continuation(word, pc - size, lambda reg: target.read_register(reg, tid))
+        to = continuation(word, pc - size, lambda reg: target.read_register(reg, tid))
         if to is None:
             raise NotEmulated("a fault in the delay slot of rte is not emulated")
         return to
@@ -429,8 +434,8 @@ class FixupEngine:
         if self.arch.mechanism != archmod.MECH_PRCTL or self.prctl_state == "armed":
             return
         if self.decode_word is None:
-            # PA-RISC, SH: no decoder here, and qemu's stub gives no si_addr: a fault could be
-            # neither located nor performed (README: architectures).
+            # riscv64: no decoder here, so a fault could be neither located exactly nor
+            # performed (README: architectures).
             raise RuntimeError(f"signal mode on {self.arch.name} is not supported: no decoder for its loads and stores")
         if self.redirect is not None:
             self._redirect_returned(target)
@@ -489,6 +494,7 @@ class FixupEngine:
         self.prctl_state = "off"
         self.redirect = None
         self.slot_nop = None
+        self.slot_branch.clear()
         self.slot_resume.clear()
 
     def _prctl_address(self, target: Target) -> int | None:

@@ -7,6 +7,7 @@ decided by the stop hook, which auto-continues them unless the engine stops ther
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import lldb  # type: ignore[import-not-found]
@@ -168,21 +169,18 @@ class LldbStepControl:
             self.in_callback = False
 
     def on_breakpoint(self, thread: lldb.SBThread) -> bool:
-        self.in_callback = True
-        try:
-            step = self.hooks.session.step
-            decision = step.on_breakpoint(self._target(thread), int(thread.GetThreadID()))
-            return self._decide(thread, decision) is StepDecision.STOP
-        finally:
-            self.in_callback = False
+        return self._site_callback(thread, self.hooks.session.step.on_breakpoint)
 
     def on_thread_start(self, thread: lldb.SBThread) -> bool:
         """At the exit breakpoint of clone/clone3 (a site callback): a new thread is stepped
         from there with --everywhere. True stops there (break, a violation ahead)."""
+        return self._site_callback(thread, self.hooks.session.step.on_thread_start)
+
+    def _site_callback(self, thread: lldb.SBThread, event: Callable[[Target, int], StepDecision]) -> bool:
+        """A breakpoint site's callback: the step engine's `event(target, tid)` decides."""
         self.in_callback = True
         try:
-            step = self.hooks.session.step
-            decision = step.on_thread_start(self._target(thread), int(thread.GetThreadID()))
+            decision = event(self._target(thread), int(thread.GetThreadID()))
             return self._decide(thread, decision) is StepDecision.STOP
         finally:
             self.in_callback = False
