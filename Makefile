@@ -1,10 +1,17 @@
-# Two entry points on a fresh machine: `make demo` (the main job on a bundled example) and
-# `make test` (the test suite). Both do all set-up first (scripts/bootstrap.sh).
-.PHONY: setup demo test lint bench clean
+# Two entry points on a fresh machine: `make demo` (the main job on a bundled example; installs
+# only gdb, gcc and the venv) and `make test` (the test suite; installs everything it needs).
+.PHONY: setup setup-demo check-packages demo test lint bench clean
 setup:
 	@scripts/bootstrap.sh
 
-demo: setup
+setup-demo:
+	@scripts/bootstrap.sh --demo
+
+# Prove the whole Debian package list installable together (CI runs it on every run).
+check-packages:
+	@scripts/bootstrap.sh --check-packages
+
+demo: setup-demo
 	@scripts/demo.sh
 
 test: setup lint
