@@ -1,29 +1,21 @@
-"""What an lldb user imports: `command script import /path/to/lldb/ualdbg.py` (from any folder,
-as often as they like). lldb imports this file as a module named `ualdbg`, shadowing the package
-(PLATFORM.md): it puts the repository and its virtualenv on sys.path, takes itself out of
-sys.modules and imports the real package in its place, so lldb's `import ualdbg` gets the package,
-whose `__lldb_init_module` installs the commands."""
-import glob
+"""What an lldb user imports from a clone: `command script import /path/to/lldb/ualdbg.py` (from
+any folder, as often as they like; `ualdbg lldb` and the line `ualdbg lldbinit` prints use
+ualdbg/loaders/ualdbg_lldb.py instead). lldb imports this file as a module named `ualdbg`,
+shadowing the package (PLATFORM.md): it puts the clone and its venv on sys.path (the loaders'
+paths.py), takes itself out of sys.modules and imports the real package in its place, so lldb's
+`import ualdbg` gets the package, whose `__lldb_init_module` installs the commands."""
+import importlib.util
 import os
 import sys
 
-
-def _paths() -> str:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(os.path.expanduser(__file__))))
-    venv = os.environ.get("UALDBG_VENV") or os.path.join(root, ".venv")
-    pyver = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    # lldb's Python is the system /usr/bin/python3; the venv was made from it (PLATFORM.md).
-    for site in glob.glob(os.path.join(venv, "lib", pyver, "site-packages")):
-        if site not in sys.path:
-            sys.path.insert(0, site)
-    if root in sys.path:
-        sys.path.remove(root)
-    sys.path.insert(0, root)  # ahead of this file's folder, which lldb put on sys.path
-    return root
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(os.path.expanduser(__file__))))
 
 
 def _replace_self() -> None:
-    _paths()
+    spec = importlib.util.spec_from_file_location("_ualdbg_loader_paths", os.path.join(_ROOT, "ualdbg", "loaders", "paths.py"))
+    paths = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(paths)
+    paths.add_paths(_ROOT)  # ahead of this file's folder, which lldb put on sys.path
     me = sys.modules.pop(__name__, None)
     try:
         import ualdbg  # noqa: F401  (the package, now that this module is out of the way)
