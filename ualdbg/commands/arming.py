@@ -7,20 +7,12 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..alignment import POLICY_NAMES, ac_rules
+from ..alignment import ac_rules
 from ..engines.scope import ScopeError
 from ..engines.step import ScopeRequest
 from ..settings import SETTINGS
+from .options import DEBUGGER_ENGINES, add_engine_arg, add_scope_args, add_step_args, step_wanted
 from .registry import Host, Output, Parser, Runner, UsageError, command
-
-
-def add_scope_args(p: Parser) -> None:
-    p.add_argument("--at", choices=("main", "start"), default=None,
-                   help="where a run is armed (default: main; the loader and libc start-up are unaligned by design)")
-    p.add_argument("--all-modules", action="store_true", default=None,
-                   help="include the dynamic loader and system libraries")
-    p.add_argument("--module", action="append", default=[], metavar="NAME",
-                   help="also include this module (file name or path); repeatable")
 
 
 def apply_scope(host: Host, args: argparse.Namespace) -> None:
@@ -31,36 +23,9 @@ def apply_scope(host: Host, args: argparse.Namespace) -> None:
         s.scope.modules = tuple(dict.fromkeys(s.scope.modules + tuple(args.module)))
 
 
-ENGINES = ("trap", "step")
-ENGINE_HELP = ("trap: EFLAGS.AC signal mode (default); step: single-step the scope given by "
-               "--in/--range/--until-return/--everywhere and check every access against --policy")
-
-
-def add_step_args(p: Parser) -> None:
-    """The step engine's scope and policy (engines/step.py, engines/scope.py)."""
-    g = p.add_argument_group("step engine (--engine step)")
-    g.add_argument("--in", dest="in_", action="append", default=[], metavar="FUNC",
-                   help="step this function, every instance of it (gcc clones too); repeatable")
-    g.add_argument("--range", action="append", default=[], metavar="LO,HI",
-                   help="step the addresses [LO, HI); repeatable")
-    g.add_argument("--until-return", action="store_true",
-                   help="step the current function of the stopped thread until it returns")
-    g.add_argument("--everywhere", action="store_true",
-                   help="step every instruction of the program from the arm point (slow: a few thousand "
-                        "instructions/s in gdb, under a thousand in lldb; docs/PERFORMANCE.md)")
-    g.add_argument("--policy", choices=POLICY_NAMES, default=None,
-                   help="what counts as unaligned: ac (x86 #AC rules; default on x86), natural "
-                        "(size-aligned up to 16; default elsewhere), cacheline (crosses 64 bytes), "
-                        "page (crosses 4 KiB)")
-
-
-def _step_wanted(args: argparse.Namespace) -> bool:
-    return bool(args.in_ or args.range or args.until_return or args.everywhere or args.policy)
-
-
 def check_engine_args(host: Host, args: argparse.Namespace, verb: str) -> None:
     """Step options only with --engine step; one engine at a time."""
-    if args.engine != "step" and _step_wanted(args):
+    if args.engine != "step" and step_wanted(args):
         raise UsageError(f"ualdbg {verb}: --in, --range, --until-return, --everywhere and --policy need --engine step")
     if args.engine != "step" and host.session.step.enabled:
         raise UsageError(f"ualdbg {verb}: the step engine is armed; add --engine step, or `ualdbg off` first")
@@ -121,9 +86,9 @@ examples:
   ualdbg break --engine step --range 0x401000,0x401200 --policy natural
 """)
 def _break(p: Parser) -> Runner:
-    p.add_argument("--engine", choices=ENGINES, default="trap", help=ENGINE_HELP)
+    add_engine_arg(p, DEBUGGER_ENGINES, "trap")
     add_scope_args(p)
-    add_step_args(p)
+    add_step_args(p, until_return=True)
 
     def run(host: Host, args: argparse.Namespace) -> Output:
         check_engine_args(host, args, "break")
@@ -141,7 +106,8 @@ def _break(p: Parser) -> Runner:
     return run
 
 
-@command("off", description="Disarm everything: clear AC in every thread, restore signal settings.")
+@command("off", description="Disarm everything: clear AC in every thread, restore signal settings.",
+         examples=["ualdbg off                       after `ualdbg break` or `trace start`; the program goes on unchecked"])
 def _off(p: Parser) -> Runner:
     def run(host: Host, args: argparse.Namespace) -> Output:
         s = host.session
@@ -157,7 +123,8 @@ def _off(p: Parser) -> Runner:
     return run
 
 
-@command("status", description="Say what is armed, in which threads, by which mechanism.")
+@command("status", description="Say what is armed, in which threads, by which mechanism.",
+         examples=["ualdbg status                    mode, engine, scope, each thread's AC flag, the trace buffer's counts"])
 def _status(p: Parser) -> Runner:
     def run(host: Host, args: argparse.Namespace) -> Output:
         s, e = host.session, host.session.engine
@@ -206,7 +173,10 @@ def _status(p: Parser) -> Runner:
 
 
 @command("config", description="Show or change a setting: `ualdbg config NAME VALUE` (gdb: also `set ualdbg NAME VALUE`).",
-         epilog="settings:\n" + "\n".join(f"  {s.name:<12} {s.doc} (default {s.default})" for s in SETTINGS.values()))
+         epilog="settings:\n" + "\n".join(f"  {s.name:<12} {s.doc} (default {s.default})" for s in SETTINGS.values()),
+         examples=["ualdbg config                    every setting and its value",
+                   "ualdbg config buffer 1000        keep 1000 records (counts stay exact)",
+                   "ualdbg config at start           arm at the first instruction (gdb: set ualdbg at start)"])
 def _config(p: Parser) -> Runner:
     p.add_argument("name", nargs="?")
     p.add_argument("value", nargs="?")

@@ -82,13 +82,36 @@ class CommandSpec:
         return self.run(host, self.parser.parse_args(args))
 
 
+def examples_text(lines: Sequence[str]) -> str:
+    """The `examples:` block every command's help ends with (as GEF's do): the invocations a user
+    actually types, each optionally followed by two spaces and what it does."""
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
 COMMANDS: dict[tuple[str, ...], CommandSpec] = {}
-GROUPS: dict[tuple[str, ...], str] = {(): "Find unaligned memory accesses (ualdbg).", ("trace",): "FLT-style trace buffer of unaligned accesses: start, stop, show, clear, save."}
+GROUPS: dict[tuple[str, ...], str] = {
+    (): "Find unaligned memory accesses (ualdbg).\n\n" + examples_text([
+        "ualdbg break            stop at each unaligned access (then `run` or `continue`)",
+        "ualdbg trace start      record without stopping; `ualdbg trace show --summary`",
+        "ualdbg status           what is armed, in which threads",
+        "ualdbg off              disarm; no thread keeps AC",
+        "help ualdbg break       every command's help ends with examples"]),
+    ("trace",): "FLT-style trace buffer of unaligned accesses: start, stop, show, clear, save.\n\n" + examples_text([
+        "ualdbg trace start",
+        "ualdbg trace show --summary --by line",
+        "ualdbg trace save run.json",
+        "ualdbg trace stop"]),
+}
 
 
-def command(*path: str, description: str, epilog: str = "") -> Callable[[Callable[[Parser], Runner]], Callable[[Parser], Runner]]:
+def command(*path: str, description: str, epilog: str = "",
+            examples: Sequence[str] = ()) -> Callable[[Callable[[Parser], Runner]], Callable[[Parser], Runner]]:
     """Declare `ualdbg PATH...`: the decorated function adds its arguments and returns the
-    runner. Help, usage and docs all come from the one parser."""
+    runner. Help, usage and docs all come from the one parser; every command shows examples."""
+    if examples:
+        epilog = (epilog.rstrip() + "\n\n" if epilog else "") + examples_text(examples)
+    if "examples:" not in epilog:
+        raise ValueError(f"ualdbg {' '.join(path)}: declare its examples (help shows them)")
 
     def wrap(build: Callable[[Parser], Runner]) -> Callable[[Parser], Runner]:
         parser = Parser(prog="ualdbg " + " ".join(path), description=description, epilog=epilog)

@@ -6,7 +6,8 @@ import argparse
 from ..render.jsondoc import GROUPS, build_document, dump
 from ..render.tables import header, records_table, summary_table
 from .argtypes import positive
-from .arming import ENGINE_HELP, ENGINES, add_scope_args, add_step_args, apply_scope, arm, arm_step, check_engine_args
+from .arming import apply_scope, arm, arm_step, check_engine_args
+from .options import DEBUGGER_ENGINES, add_buffer_arg, add_engine_arg, add_scope_args, add_step_args
 from .registry import Host, Output, Parser, Runner, UsageError, command
 
 
@@ -14,10 +15,10 @@ from .registry import Host, Output, Parser, Runner, UsageError, command
          epilog="examples:\n  ualdbg trace start\n  ualdbg trace start --buffer 1000 --all-modules\n"
                 "  ualdbg trace start --engine step --in main --policy cacheline")
 def _start(p: Parser) -> Runner:
-    p.add_argument("--buffer", type=positive, default=None, help="records the ring keeps (counts stay exact)")
-    p.add_argument("--engine", choices=ENGINES, default="trap", help=ENGINE_HELP)
+    add_buffer_arg(p, None)
+    add_engine_arg(p, DEBUGGER_ENGINES, "trap")
     add_scope_args(p)
-    add_step_args(p)
+    add_step_args(p, until_return=True)
 
     def run(host: Host, args: argparse.Namespace) -> Output:
         s = host.session
@@ -41,7 +42,8 @@ def _start(p: Parser) -> Runner:
     return run
 
 
-@command("trace", "stop", description="Stop recording (a `ualdbg break` stays armed).")
+@command("trace", "stop", description="Stop recording (a `ualdbg break` stays armed).",
+         examples=["ualdbg trace stop                then `ualdbg trace show --summary`"])
 def _stop(p: Parser) -> Runner:
     def run(host: Host, args: argparse.Namespace) -> Output:
         s = host.session
@@ -56,7 +58,8 @@ def _stop(p: Parser) -> Runner:
     return run
 
 
-@command("trace", "clear", description="Empty the trace buffer and zero its counters.")
+@command("trace", "clear", description="Empty the trace buffer and zero its counters.",
+         examples=["ualdbg trace clear               start counting afresh (tracing goes on if it was on)"])
 def _clear(p: Parser) -> Runner:
     def run(host: Host, args: argparse.Namespace) -> Output:
         host.session.buffer.clear()
@@ -88,7 +91,8 @@ def _show(p: Parser) -> Runner:
     return run
 
 
-@command("trace", "save", description="Write the trace as versioned JSON (the CLI's format).")
+@command("trace", "save", description="Write the trace as versioned JSON (the CLI's format).",
+         examples=["ualdbg trace save run.json       then, from the shell: ualdbg report run.json --summary"])
 def _save(p: Parser) -> Runner:
     p.add_argument("file")
 

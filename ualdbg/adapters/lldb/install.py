@@ -124,7 +124,8 @@ def _run(debugger: lldb.SBDebugger, line: str) -> None:
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    # Newlines stay real: lldb keeps them inside a quoted argument, and prints `\n` as typed.
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def install(debugger: lldb.SBDebugger) -> Session:
@@ -136,7 +137,9 @@ def install(debugger: lldb.SBDebugger) -> Session:
     for path in containers:
         doc = GROUPS[path]
         words = " ".join(("ualdbg",) + path)
-        _run(debugger, f"command container add -o -h {_quote(doc.splitlines()[0])} -H {_quote(doc)} {words}")
+        # lldb prints a container's long help after "Syntax: ": start it with the syntax.
+        long_help = f"{words} <subcommand> [options]\n\n" + doc.partition("\n\n")[2]
+        _run(debugger, f"command container add -o -h {_quote(doc.splitlines()[0])} -H {_quote(long_help)} {words}")
     for path in COMMANDS:
         words = " ".join(("ualdbg",) + path)
         _run(debugger, f"command script add -o -c {__name__}.{_class_name(path)} {words}")

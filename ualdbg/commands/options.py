@@ -1,0 +1,60 @@
+"""Options shared by the debugger commands and the shell command, declared once: where to arm,
+which modules are in scope, the ring's size, the engine, and the step engine's scope and policy."""
+from __future__ import annotations
+
+import argparse
+
+from ..alignment import POLICY_NAMES
+from .argtypes import positive
+
+
+def add_scope_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--at", choices=("main", "start"), default=None,
+                   help="where a run is armed (default: main; the loader and libc start-up are unaligned by design)")
+    p.add_argument("--all-modules", action="store_true", default=None,
+                   help="include the dynamic loader and system libraries")
+    p.add_argument("--module", action="append", default=[], metavar="NAME",
+                   help="also include this module (file name or path); repeatable")
+
+
+def add_buffer_arg(p: argparse.ArgumentParser, default: int | None) -> None:
+    p.add_argument("--buffer", type=positive, default=default, metavar="N",
+                   help="records the ring keeps (counts stay exact when it wraps)")
+
+
+DEBUGGER_ENGINES = ("trap", "step")
+SHELL_ENGINES = ("agent", "trap", "step")
+ENGINE_HELP = {
+    "agent": "agent (default where it works): in-process, one signal per fault",
+    "trap": "trap: EFLAGS.AC signal mode under a debugger",
+    "step": "step: single-step a scope (--in/--range/--everywhere) and check every access against --policy",
+}
+
+
+def add_engine_arg(p: argparse.ArgumentParser, engines: tuple[str, ...], default: str | None) -> None:
+    p.add_argument("--engine", choices=engines, default=default,
+                   help="; ".join(ENGINE_HELP[e] + (" (default)" if e == default else "") for e in engines))
+
+
+def add_step_args(p: argparse.ArgumentParser, *, until_return: bool) -> None:
+    """The step engine's scope and policy (engines/step.py, engines/scope.py). `until_return`
+    needs a stopped thread: debugger commands only."""
+    g = p.add_argument_group("step engine (--engine step)")
+    g.add_argument("--in", dest="in_", action="append", default=[], metavar="FUNC",
+                   help="step this function, every instance of it (gcc clones too); repeatable")
+    g.add_argument("--range", action="append", default=[], metavar="LO,HI",
+                   help="step the addresses [LO, HI); repeatable")
+    if until_return:
+        g.add_argument("--until-return", action="store_true",
+                       help="step the current function of the stopped thread until it returns")
+    g.add_argument("--everywhere", action="store_true",
+                   help="step every instruction of the program from the arm point (slow in a debugger: a few thousand "
+                        "instructions/s in gdb, under a thousand in lldb; tens of thousands from the shell)")
+    g.add_argument("--policy", choices=POLICY_NAMES, default=None,
+                   help="what counts as unaligned: ac (x86 #AC rules; default on x86), natural "
+                        "(size-aligned up to 16; default elsewhere), cacheline (crosses 64 bytes), "
+                        "page (crosses 4 KiB)")
+
+
+def step_wanted(args: argparse.Namespace) -> bool:
+    return bool(args.in_ or args.range or getattr(args, "until_return", False) or args.everywhere or args.policy)
