@@ -12,9 +12,10 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(os.path.expanduser(__fil
 
 
 def _replace_self() -> None:
+    # paths.py by file: `import ualdbg...` would find this very module, which lldb named ualdbg.
     spec = importlib.util.spec_from_file_location("_ualdbg_loader_paths", os.path.join(_ROOT, "ualdbg", "loaders", "paths.py"))
     paths = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(paths)
+    spec.loader.exec_module(paths)  # type: ignore[union-attr]
     paths.add_paths(_ROOT)  # ahead of this file's folder, which lldb put on sys.path
     me = sys.modules.pop(__name__, None)
     try:

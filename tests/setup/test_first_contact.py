@@ -97,31 +97,28 @@ def _debugger_paths() -> list[str]:
     return ["", *sorted(paths)]
 
 
-def test_every_gdb_command_help_has_examples() -> None:
-    gdb = require_tool("gdb")
-    cmd = [gdb, "-q", "-nx", "-batch", "-x", str(ROOT / "gdb" / "ualdbg.py")]
-    for path in _debugger_paths():
-        cmd += ["-ex", f"echo ==== {path}\\n", "-ex", f"help ualdbg {path}".strip()]
-    r = run(cmd)
-    sections = r.stdout.split("==== ")[1:]
-    assert len(sections) == len(_debugger_paths()), r.explain()
-    for section in sections:
-        path, _, text = section.partition("\n")
-        assert _has_examples(text, ("ualdbg", "help")), f"gdb `help ualdbg {path}` shows no example\n{r.explain()}"  # type: ignore[arg-type]
-
-
-def test_every_lldb_command_help_has_examples() -> None:
-    lldb = lldb_path()
-    cmd = [lldb, "--no-lldbinit", "--batch", "-o", f"command script import {ROOT / 'lldb' / 'ualdbg.py'}"]
-    for path in _debugger_paths():
+def _debugger_help(kind: str) -> tuple[Run, list[str]]:
+    """`help ualdbg PATH` for every command and group, in one real gdb or lldb; its sections."""
+    if kind == "gdb":
+        cmd = [require_tool("gdb"), "-q", "-nx", "-batch", "-x", str(ROOT / "gdb" / "ualdbg.py")]
+        option, marker = "-ex", "echo #### {}\\n"
+    else:
+        cmd = [lldb_path(), "--no-lldbinit", "--batch", "-o", f"command script import {ROOT / 'lldb' / 'ualdbg.py'}"]
         # lldb echoes each command: the marker is computed, so only its output matches.
-        cmd += ["-o", f"script print(chr(35) * 4 + ' {path}')", "-o", f"help ualdbg {path}".strip()]
+        option, marker = "-o", "script print(chr(35) * 4 + ' {}')"
+    for path in _debugger_paths():
+        cmd += [option, marker.format(path), option, f"help ualdbg {path}".strip()]
     r = run(cmd)
-    sections = r.stdout.split("\n#### ")[1:]
+    return r, ("\n" + r.stdout).split("\n#### ")[1:]
+
+
+@pytest.mark.parametrize("kind", ["gdb", "lldb"])
+def test_every_debugger_command_help_has_examples(kind: str) -> None:
+    r, sections = _debugger_help(kind)
     assert len(sections) == len(_debugger_paths()), r.explain()
     for section in sections:
         path, _, text = section.partition("\n")
-        assert _has_examples(text, ("ualdbg", "help")), f"lldb `help ualdbg {path}` shows no example\n{r.explain()}"  # type: ignore[arg-type]
+        assert _has_examples(text, ("ualdbg", "help")), f"{kind} `help ualdbg {path}` shows no example\n{r.explain()}"  # type: ignore[arg-type]
 
 
 # --- the launchers ------------------------------------------------------------------------------

@@ -13,12 +13,6 @@ ENV_PATH = "UALDBG_SYS_PATH"
 REQUIRED = (("capstone", "capstone"), ("elftools", "pyelftools"), ("rich", "rich"))
 
 
-def package_root(loader_file: str) -> str:
-    """The folder holding the `ualdbg` package: site-packages after `pip install`, or a clone."""
-    here = os.path.dirname(os.path.abspath(os.path.expanduser(loader_file)))
-    return os.path.dirname(os.path.dirname(here))
-
-
 def candidate_paths(root: str) -> list[str]:
     """sys.path entries, first wins: the package root, the launcher's paths, and a clone's venv
     (scripts/bootstrap.sh makes `.venv` from /usr/bin/python3, the Python gdb and lldb embed)."""
