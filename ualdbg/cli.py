@@ -1,6 +1,6 @@
 """The `ualdbg` shell command (also `python -m ualdbg`): trace, check, stackcheck, audit, report.
-Exit statuses: `trace` passes the program's through; `check` 0 clean, 1 too many faults,
-2 usage or tool error; `stackcheck` 0 clean, 1 misaligned/unaligned/too spread, 2 error;
+Exit statuses: `trace` passes the program's through; `check`: the program's own when it fails,
+else 0 clean, 1 (--error-exitcode) too many faults or new sites, 2 usage or tool error (ci/gate.py); `stackcheck` 0 clean, 1 misaligned/unaligned/too spread, 2 error;
 `audit` 0 no finding (or none hit), 1 findings (hit), 2 error."""
 from __future__ import annotations
 
@@ -9,16 +9,18 @@ import sys
 from typing import Any
 
 from . import __version__
+from .ci import baseline
+from .ci.gate import CONTRACT, EXIT_CLEAN, EXIT_ERROR, EXIT_FOUND, Verdict, decide
+from .ci.merge import merge
+from .ci.outputs import OutputError, check_writable, write_json
 from .commands.argtypes import nonnegative, positive
 from .commands.options import SHELL_ENGINES, add_buffer_arg, add_engine_arg, add_scope_args, add_step_args
 from .commands.registry import examples_text
 from .render.console import make_console
-from .render.jsondoc import GROUPS, dump, load_document
+from .render.jsondoc import GROUPS, load_document
 from .render.sarif import build_sarif
 from .render.tables import header, records_table, summary_table
 from .runner import RunRequest, ToolError, pass_exit_status, run_traced
-
-EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,7 +39,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-follow", action="store_true", help="agent: trace only the program, not the processes it starts")
     p.add_argument("--arch", default=None, metavar="ARCH",
                    help="the program's architecture (default: its ELF header); sparc64, alpha... run under qemu-user and gdb-multiarch")
-    p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS")
+    p.add_argument("--log-file", metavar="FILE", default=None,
+                   help="write ualdbg's report there instead of stderr (the program's stdout and stderr stay its own)")
+    p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS (a native program, or a #! script: "
+                   "the agent then traces the programs it runs)")
 
 
 def _examples(*lines: str) -> dict[str, Any]:
@@ -62,15 +67,25 @@ def build_parser() -> argparse.ArgumentParser:
                                    "ualdbg trace --engine step --in parse --policy natural -- ./prog   what a strict CPU would trap"))
     _run_options(t)
     t.add_argument("--by", choices=GROUPS, default="pc", help="group the summary")
-    c = sub.add_parser("check", help="CI gate: exit 1 when PROG makes more than N unaligned accesses",
-                       description="Run PROG and fail (exit 1) when it makes more than --max-faults unaligned accesses in scope; "
-                                   "0 otherwise; 2 on usage or tool errors. The program's exit status goes into the JSON.",
-                       **_examples("ualdbg check -- ./prog args",
-                                   "ualdbg check --max-faults 10 --json r.json --sarif r.sarif -- ./prog",
-                                   "ualdbg check --engine trap --debugger lldb -- ./prog"))
+    c = sub.add_parser("check", help="CI gate: fail when PROG fails or makes more than N unaligned accesses",
+                       description="Run PROG and fail when it fails, or when it makes more than --max-faults unaligned "
+                                   "accesses in scope (with --baseline: at sites the baseline does not have). "
+                                   "Outputs are checked as writable before PROG starts.",
+                       epilog=CONTRACT + "\n\n" + examples_text([
+                           "ualdbg check -- ./prog args",
+                           "ualdbg check --max-faults 10 --json r.json --sarif r.sarif -- ./prog",
+                           "ualdbg check --update-baseline --baseline ualdbg-baseline.json -- make test   accept today's sites",
+                           "ualdbg check --baseline ualdbg-baseline.json -- make test                     fail on new ones only",
+                           "ualdbg check --engine trap --debugger lldb -- ./prog"]),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _run_options(c)
-    c.add_argument("--max-faults", type=nonnegative, default=0, metavar="N")
+    c.add_argument("--max-faults", type=nonnegative, default=0, metavar="N", help="unaligned accesses allowed (default 0)")
+    c.add_argument("--error-exitcode", type=nonnegative, default=EXIT_FOUND, metavar="N",
+                   help="the status when the accesses exceed the limit or the baseline (default 1)")
     c.add_argument("--sarif", metavar="FILE", help="write SARIF 2.1.0 for code scanning")
+    c.add_argument("--baseline", metavar="FILE", help="fail only on sites not in FILE (module, function and line of each)")
+    c.add_argument("--update-baseline", action="store_true", help="write this run's sites to --baseline FILE and pass "
+                   "(unless the program fails)")
     from .commands.stackcheck import EPILOG as _SC_EPILOG
     from .commands.stackcheck import add_arguments as _sc_arguments
 
@@ -88,11 +103,17 @@ def build_parser() -> argparse.ArgumentParser:
                         description=_AU_DESCRIPTION, epilog=_AU_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _au_arguments(au)
     au.add_argument("elf", help="the executable, shared library or object file")
-    r = sub.add_parser("report", help="re-render a saved JSON trace", description="Re-render a JSON trace saved by trace/check/`trace save`.",
+    r = sub.add_parser("report", help="re-render a saved JSON trace, or merge several",
+                       description="Re-render a JSON trace saved by trace/check/`trace save`; with --merge, sum several "
+                                   "(the processes of a test suite, many CI jobs) into one.",
                        **_examples("ualdbg report t.json                 the records",
                                    "ualdbg report t.json --summary       counts per PC, hottest first",
-                                   "ualdbg report t.json --by line       counts per source line"))
-    r.add_argument("file")
+                                   "ualdbg report t.json --by line       counts per source line",
+                                   "ualdbg report --merge a.json b.json --json all.json --sarif all.sarif"))
+    r.add_argument("file", nargs="*", help="the JSON trace (several with --merge)")
+    r.add_argument("--merge", action="store_true", help="sum the documents: per-site counts added, each run's figures kept")
+    r.add_argument("--json", metavar="FILE", default=None, help="write the (merged) document to FILE (- for stdout)")
+    r.add_argument("--sarif", metavar="FILE", default=None, help="write SARIF 2.1.0 for the (merged) document")
     r.add_argument("--summary", action="store_true")
     r.add_argument("--by", choices=GROUPS, default="pc")
     r.add_argument("--limit", type=positive, default=None)
@@ -147,6 +168,22 @@ def _program(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[
     return prog
 
 
+def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(path, what) of every file this command writes, to check before the program runs."""
+    out = [(args.json, "the JSON output"), (getattr(args, "sarif", None), "the SARIF output"),
+           (args.log_file, "the log file")]
+    if getattr(args, "update_baseline", False):
+        out.append((args.baseline, "the baseline"))
+    return [(path, what) for path, what in out if path]
+
+
+def _report_console(args: argparse.Namespace) -> Any:
+    """Where ualdbg's own report goes: stderr or --log-file, never the program's stdout."""
+    if args.log_file:
+        return make_console(open(args.log_file, "w"))
+    return make_console(sys.stderr)
+
+
 def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[dict[str, Any], Any]:
     engine = args.engine or ("trap" if args.debugger else "auto")
     stepping = bool(args.in_ or args.range or args.everywhere or args.policy)
@@ -154,11 +191,25 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
         raise ToolError("--in, --range, --everywhere and --policy belong to --engine step")
     if engine == "step" and args.debugger:
         raise ToolError("--engine step runs the native stepper; --debugger chooses the trap engine's debugger")
-    req = RunRequest(_program(args, parser), debugger=args.debugger or "gdb", at=args.at or "main", all_modules=bool(args.all_modules),
+    if getattr(args, "update_baseline", False) and not args.baseline:
+        raise ToolError("--update-baseline needs --baseline FILE (where to write it)")
+    known = None
+    if getattr(args, "baseline", None) and not args.update_baseline:
+        try:
+            known = baseline.load(args.baseline)
+        except baseline.BaselineError as exc:
+            raise ToolError(str(exc)) from None
+    try:  # nothing runs unless every output can be written (issue 17: nothing lost)
+        for path, what in _outputs(args):
+            check_writable(path, what)
+    except OutputError as exc:
+        raise ToolError(str(exc)) from None
+    program = _program(args, parser)
+    req = RunRequest(program, debugger=args.debugger or "gdb", at=args.at or "main", all_modules=bool(args.all_modules),
                      modules=args.module, buffer=args.buffer, engine=engine, follow=not args.no_follow,
                      step_functions=list(args.in_), step_ranges=list(args.range), everywhere=args.everywhere,
                      policy=args.policy, arch=args.arch)
-    show_progress = sys.stdout.isatty() and sys.stderr.isatty() and args.json != "-"
+    show_progress = sys.stderr.isatty() and not args.log_file
     if show_progress:
         from rich.live import Live
 
@@ -172,13 +223,77 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
         result = run_traced(req)
     doc = result.doc
     if args.json:
-        dump(doc, args.json)
-    if args.json != "-":
-        out = make_console(sys.stdout)
-        out.print(header(doc))
-        if doc["sites"]:
-            out.print(summary_table(doc, getattr(args, "by", "pc")))
+        write_json(doc, args.json, "the JSON output")
+    out = _report_console(args)
+    out.print(header(doc))
+    if doc["sites"]:
+        out.print(summary_table(doc, getattr(args, "by", "pc")))
+    programs = _per_program(doc)
+    if programs:
+        out.print(programs)
+    if known is not None:
+        args.new_sites = baseline.new_sites(doc, known)
     return doc, result
+
+
+def _per_program(doc: dict[str, Any]) -> str | None:
+    """Several programs (a script, a test suite): the faults of each, by program."""
+    procs = [p for p in doc.get("processes") or [] if p.get("path")]
+    if len({p["path"] for p in procs}) < 2:
+        return None
+    by: dict[str, list[int]] = {}
+    for p in procs:
+        counts = by.setdefault(p["path"], [0, 0, 0])
+        counts[0] += 1
+        counts[1] += p.get("faults_total") or 0
+        counts[2] += p.get("faults_ignored") or 0
+    lines = ["per program (processes: unaligned accesses in scope, ignored):"]
+    for path, (n, total, ignored) in sorted(by.items(), key=lambda kv: (-kv[1][1], kv[0])):
+        lines.append(f"  {total:>9,}  {path}  ({n} process{'es' if n != 1 else ''}, {ignored:,} ignored)")
+    return "\n".join(lines)
+
+
+def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    doc, _result = _trace(args, parser)
+    partial = bool(doc.get("partial"))
+    if args.sarif:
+        write_json(build_sarif(doc), args.sarif, "the SARIF output")
+    if args.update_baseline:
+        write_json(baseline.build(doc), args.baseline, "the baseline")
+    verdict = decide(doc, max_faults=args.max_faults, error_exitcode=args.error_exitcode,
+                     new_sites=getattr(args, "new_sites", None), partial=partial)
+    if args.update_baseline and verdict.status == args.error_exitcode and not doc["program"].get("exit_signal") \
+            and not doc["program"].get("exit_status"):
+        verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(baseline.keys_of(doc))} sites written to {args.baseline}")
+    _report_console(args).print(verdict.line) if args.log_file else print(verdict.line, file=sys.stderr)
+    return verdict.status
+
+
+def _report(args: argparse.Namespace) -> int:
+    if not args.file:
+        raise ToolError("ualdbg report: name a JSON trace, e.g. ualdbg report t.json")
+    if len(args.file) > 1 and not args.merge:
+        raise ToolError("ualdbg report: several files need --merge")
+    for path, what in ((args.json, "the JSON output"), (args.sarif, "the SARIF output")):
+        try:
+            check_writable(path, what)
+        except OutputError as exc:
+            raise ToolError(str(exc)) from None
+    docs = [(path, load_document(path)) for path in args.file]
+    doc = merge(docs) if args.merge else docs[0][1]
+    if args.json:
+        write_json(doc, args.json, "the JSON output")
+    if args.sarif:
+        write_json(build_sarif(doc), args.sarif, "the SARIF output")
+    if args.json == "-":
+        return EXIT_CLEAN
+    out = make_console(sys.stdout)
+    out.print(header(doc))
+    if args.summary or args.by != "pc" or args.merge:
+        out.print(summary_table(doc, args.by))
+    else:
+        out.print(records_table(doc, args.limit))
+    return EXIT_CLEAN
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,15 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             _doc, result = _trace(args, parser)
             return pass_exit_status(result.exit_status, result.exit_signal)
         if args.cmd == "check":
-            doc, _result = _trace(args, parser)
-            if args.sarif:
-                dump(build_sarif(doc), args.sarif)
-            n = doc["faults_total"]
-            verdict = EXIT_FOUND if n > args.max_faults else EXIT_CLEAN
-            if args.json != "-":
-                word = "FAIL" if verdict else "ok"
-                print(f"ualdbg check: {word}: {n} unaligned access{'es' if n != 1 else ''} in scope (allowed {args.max_faults})")
-            return verdict
+            return _check(args, parser)
         if args.cmd == "stackcheck":
             from .commands.stackcheck import run_cli
 
@@ -218,16 +325,12 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(init_lines(args.cmd[:-4])))
             return EXIT_CLEAN
         if args.cmd == "report":
-            doc = load_document(args.file)
-            out = make_console(sys.stdout)
-            out.print(header(doc))
-            if args.summary or args.by != "pc":
-                out.print(summary_table(doc, args.by))
-            else:
-                out.print(records_table(doc, args.limit))
-            return EXIT_CLEAN
+            return _report(args)
     except (ToolError, ValueError) as exc:
         print(f"ualdbg: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as exc:  # an unreadable or unwritable file that no check above foresaw
+        print(f"ualdbg: {exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("ualdbg: interrupted", file=sys.stderr)

@@ -22,7 +22,7 @@ import ualdbg
 
 from .arch import ArchInfo
 from .progress import poll
-from .symbols.elfindex import elf_file_problem
+from .symbols.elfindex import elf_file_problem, script_interpreter
 
 MIN_GDB = (12, 1)
 
@@ -61,15 +61,48 @@ class RunResult:
     log: str
 
 
-def resolve_program(argv0: str) -> str:
+def resolve_program(argv0: str, *, scripts: bool = False) -> str:
+    """The program's path; a `#!` script only where the engine can run it (`scripts`: the agent,
+    which follows the interpreter's exec of the programs the script starts)."""
     path = argv0 if "/" in argv0 else (shutil.which(argv0) or argv0)
+    interp = script_interpreter(path) if os.path.isfile(path) else None
+    if interp is not None:
+        if not os.access(path, os.X_OK):
+            raise ToolError(f"{argv0}: not executable")
+        if not scripts:
+            raise ToolError(f"{argv0}: a script run by {interp}; this engine needs a native program "
+                            f"(name one after --, or use the agent engine, the default, which traces the programs the script runs)")
+        return os.path.abspath(path)
     problem = elf_file_problem(path, argv0, what="a program",
-                               not_elf="not an ELF executable (ualdbg runs native programs; for a script, name its interpreter)")
+                               not_elf="not an ELF executable, nor a #! script (ualdbg runs native programs and the scripts that start them)")
     if problem:
         raise ToolError(problem)
+    problem = _elf_structure_problem(path)
+    if problem:
+        raise ToolError(f"{argv0}: {problem}")
     if not os.access(path, os.X_OK):
         raise ToolError(f"{argv0}: not executable")
     return os.path.abspath(path)
+
+
+def _elf_structure_problem(path: str) -> str | None:
+    """Why an ELF file cannot be run (truncated or corrupt headers), before any engine reads it."""
+    from elftools.common.exceptions import ELFError
+
+    try:
+        with open(path, "rb") as f:
+            from elftools.elf.elffile import ELFFile
+
+            elf = ELFFile(f)
+            if elf["e_type"] not in ("ET_EXEC", "ET_DYN"):
+                return f"not an executable ELF file ({elf['e_type']})"
+            for _seg in elf.iter_segments():
+                pass
+    except (ELFError, OSError, ValueError, EOFError, KeyError, AssertionError) as exc:
+        return f"a truncated or corrupt ELF file ({type(exc).__name__}: {str(exc)[:80]})"
+    except Exception as exc:  # pyelftools raises many kinds on hostile input (construct's errors among them)
+        return f"a truncated or corrupt ELF file ({type(exc).__name__})"
+    return None
 
 
 def _pkg_roots() -> list[str]:
@@ -235,19 +268,35 @@ def _run_qemu(req: RunRequest, arch: ArchInfo, cfg: dict[str, Any], log: str,
     return returncode, status, sig
 
 
-def _run_agent(req: RunRequest, on_progress: Callable[[int, int, float], None] | None) -> RunResult | None:
+def _run_agent(req: RunRequest, on_progress: Callable[[int, int, float], None] | None,
+               exclude: tuple[str, ...] = ()) -> RunResult | None:
     """The agent engine (ualdbg.engines.agent); None, after one line on stderr saying why, when it
     cannot work for this program and the trap engine must."""
     from .engines.agent import AgentRun, AgentUnavailable, run_agent
 
     run = AgentRun(list(req.program), at=req.at, all_modules=req.all_modules, modules=list(req.modules),
-                   buffer=req.buffer, follow=req.follow, aslr=req.aslr)
+                   buffer=req.buffer, follow=req.follow, aslr=req.aslr, exclude=exclude)
     try:
         res = run_agent(run, on_progress)
     except AgentUnavailable as exc:
+        if exclude:  # a script: the trap engine cannot run it
+            raise ToolError(f"{exc}; the trap and step engines need a native program, not a script") from None
         print(f"ualdbg: {exc}; using the trap engine", file=sys.stderr, flush=True)
         return None
     return RunResult(res.doc, res.exit_status, res.exit_signal, res.log)
+
+
+def _run_script(req: RunRequest, on_progress: Callable[[int, int, float], None] | None) -> RunResult | None:
+    """A `#!` script runs as the kernel runs it, under the agent, which follows its exec of the
+    programs it starts; the interpreter itself is out of scope. None: not a script."""
+    interp = script_interpreter(req.program[0])
+    if interp is None:
+        return None
+    if req.follow is False:
+        raise ToolError(f"{req.program[0]} is a script run by {interp}: --no-follow would trace nothing but the interpreter")
+    print(f"ualdbg: {os.path.basename(req.program[0])} is a script run by {interp}: tracing the programs it runs, "
+          f"not {os.path.basename(interp)} itself", file=sys.stderr, flush=True)
+    return _run_agent(req, on_progress, exclude=(os.path.realpath(interp),))
 
 
 def _run_step(req: RunRequest, on_progress: Callable[[int, int, float], None] | None) -> RunResult:
@@ -308,7 +357,10 @@ def _step_args(req: RunRequest, arch: ArchInfo) -> list[str]:
 def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] | None = None) -> RunResult:
     if req.engine == "step" and not _cross_step(req):
         return _run_step(req, on_progress)
-    req.program[0] = resolve_program(req.program[0])
+    req.program[0] = resolve_program(req.program[0], scripts=req.engine in ("auto", "agent"))
+    script = _run_script(req, on_progress)
+    if script is not None:
+        return script
     cross = _cross_arch(req)
     if cross is None and req.engine == "step":
         raise ToolError(f"{req.program[0]} is a native program: --engine step runs the native stepper without --arch")

@@ -46,14 +46,15 @@ class Traced:
     stdout: str
     stderr: str
     doc: dict[str, Any] | None
+    report: str = ""  # ualdbg's own report (--log-file): never in the program's streams
 
     def explain(self) -> str:
         return f"command: {' '.join(self.cmd)}\nexit {self.returncode}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
 
     @property
     def program_stdout(self) -> str:
-        """What the program wrote: everything before ualdbg's own summary."""
-        return self.stdout.split("Unaligned accesses in ")[0]
+        """What the program wrote: ualdbg's report goes to stderr or --log-file, never stdout."""
+        return self.stdout
 
 
 def ualdbg(*args: str, json_path: Path | None = None, stdin: str | None = None, env: dict[str, str] | None = None,
@@ -66,8 +67,12 @@ def ualdbg(*args: str, json_path: Path | None = None, stdin: str | None = None, 
 
 
 def trace(program: list[str], tmp_path: Path, *options: str, engine: str = "agent", **kw: Any) -> Traced:
-    out = tmp_path / f"{engine}-{len(list(tmp_path.iterdir()))}.json"
-    return ualdbg("trace", "--engine", engine, *options, "--json", str(out), "--", *program, json_path=out, **kw)
+    n = len(list(tmp_path.iterdir()))
+    out, log = tmp_path / f"{engine}-{n}.json", tmp_path / f"{engine}-{n}.log"
+    run = ualdbg("trace", "--engine", engine, *options, "--json", str(out), "--log-file", str(log), "--", *program,
+                 json_path=out, **kw)
+    run.report = log.read_text() if log.exists() else ""
+    return run
 
 
 def by_function(doc: dict[str, Any]) -> Counter[str]:

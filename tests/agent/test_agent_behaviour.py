@@ -187,7 +187,7 @@ def test_debugger_option_means_the_trap_engine(tmp_path: Path) -> None:
     assert run.doc is not None and run.doc["engine"] == "trap", run.explain()
     run = ualdbg("check", "--json", str(out), "--", str(BUILD / "not_aligned"), "5", json_path=out)
     assert run.returncode == 1 and run.doc is not None and run.doc["engine"] == "agent", run.explain()
-    assert "FAIL: 5 unaligned accesses" in run.stdout
+    assert "FAIL: 5 unaligned accesses" in run.stderr and "FAIL" not in run.stdout
 
 
 def test_live_progress_reads_the_shared_buffer() -> None:

@@ -102,7 +102,7 @@ def test_summary_and_sarif_carry_data_and_advice(tmp_path: Path) -> None:
     p = run_cli("check", "--sarif", str(sarif), "--", str(BUILD / "packed_header"), "20")
     assert p.returncode == 1 and sarif.exists(), explain(p)
     # table cells wrap: look for words that fit in one line of a cell
-    assert "data and advice per site" in p.stdout and "memcpy: app->seq+0" in p.stdout, explain(p)
+    assert "data and advice per site" in p.stderr and "memcpy: app->seq+0" in p.stderr, explain(p)
     results = json.loads(sarif.read_text())["runs"][0]["results"]
     assert len(results) == 5
     for r in results:

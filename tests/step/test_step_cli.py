@@ -155,7 +155,7 @@ def test_module_bias_is_the_kernels(tmp_path: Path) -> None:
 def test_check_exit_statuses(tmp_path: Path) -> None:
     found = ualdbg("check", "--engine", "step", "--in", "bump", "--", str(BUILD / "not_aligned"), "7",
                    json_path=tmp_path / "a.json")
-    assert found.proc.returncode == 1 and "7 unaligned accesses" in found.proc.stdout, found.explain()
+    assert found.proc.returncode == 1 and "7 unaligned accesses" in found.proc.stderr, found.explain()
     clean = ualdbg("check", "--engine", "step", "--policy", "cacheline", "--in", "bump", "--",
                    str(BUILD / "not_aligned"), "7", json_path=tmp_path / "b.json")
     # p is one byte past malloc: 8-byte elements at 1 mod 8 split a line once in 8

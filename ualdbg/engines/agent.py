@@ -49,6 +49,11 @@ class AgentRun:
     follow: bool = True
     skip_out_of_scope: bool = True  # False: trap at every out-of-scope access (exact faults_ignored)
     aslr: bool = False  # like gdb, run with address randomisation off unless asked
+    # Programs out of scope whatever they run (realpaths): a script's interpreter, so that the
+    # programs a script starts are traced, not the shell itself (issue 17).
+    exclude: tuple[str, ...] = ()
+    # Seconds the program gets to end after ualdbg forwarded it SIGTERM/SIGINT/SIGHUP, before SIGKILL.
+    grace: float = 10.0
 
 
 @dataclass
@@ -79,12 +84,21 @@ def _elf_facts(path: str) -> tuple[int, int, bool]:
         phentsize, phnum = struct.unpack_from("<HH", ident, 54)
         f.seek(phoff)
         table = f.read(phentsize * phnum)
+    # A truncated or hostile header: fewer bytes than it promises, or entries too small to read.
+    if phentsize < 4 or len(table) < phentsize * phnum:
+        raise AgentUnavailable(f"{path}: its program header table is truncated or corrupt")
     interp = any(struct.unpack_from("<I", table, i * phentsize)[0] == 3 for i in range(phnum))
     return cls, machine, interp
 
 
 def preflight(path: str) -> None:
-    """Raise AgentUnavailable when LD_PRELOAD cannot put the agent into this program."""
+    """Raise AgentUnavailable when LD_PRELOAD cannot put the agent into this program (for a
+    `#!` script: into its interpreter, which the kernel runs)."""
+    from ..symbols.elfindex import script_interpreter
+
+    script_interp = script_interpreter(path)
+    if script_interp is not None:
+        path = script_interp
     host = platform.machine()
     if host not in ("x86_64", "amd64"):
         raise AgentUnavailable(f"the agent runs on x86-64 hosts, not {host}")
@@ -139,6 +153,75 @@ def _no_aslr() -> None:
     current = libc.personality(0xFFFFFFFF)
     if current != -1:
         libc.personality(current | 0x0040000)
+
+
+class _SignalGuard:
+    """While the program runs: SIGTERM, SIGHUP and SIGINT sent to ualdbg reach the program as they
+    would without ualdbg, and ualdbg waits for it to end: a second signal, or `grace` seconds,
+    and the program gets SIGKILL (never an orphan with the agent in it). A Ctrl-C typed at the
+    terminal already reached the program (same foreground process group): not sent twice."""
+
+    SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT")
+
+    def __init__(self, proc: subprocess.Popen[bytes], grace: float) -> None:
+        import signal
+
+        self.proc, self.grace = proc, grace
+        self.received: list[str] = []
+        self.deadline: float | None = None
+        self._old: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        for name in self.SIGNALS:
+            signo = getattr(signal, name)
+            self._old[signo] = signal.signal(signo, self._handle)
+
+    @staticmethod
+    def _typed_at_terminal() -> bool:
+        """Whether a SIGINT may come from the terminal to our whole foreground process group."""
+        try:
+            fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+        except OSError:
+            return False
+        try:
+            return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
+    def _handle(self, signo: int, _frame: Any) -> None:
+        import signal
+
+        name = signal.Signals(signo).name
+        self.received.append(name)
+        if self.proc.poll() is not None:
+            return
+        if len(self.received) > 1:
+            self.proc.kill()
+            return
+        self.deadline = time.monotonic() + self.grace
+        if signo == signal.SIGINT and self._typed_at_terminal():
+            return
+        try:
+            self.proc.send_signal(signo)
+        except OSError:
+            pass
+
+    def wait(self) -> int:
+        while True:
+            timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+            try:
+                return self.proc.wait(timeout=timeout if timeout is None else min(timeout, 0.5))
+            except subprocess.TimeoutExpired:
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    self.proc.kill()
+
+    def restore(self) -> None:
+        import signal
+
+        for signo, old in self._old.items():
+            signal.signal(signo, old)
 
 
 def _shm_dir() -> str | None:
@@ -197,16 +280,11 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
                     on_progress(total, ignored, time.monotonic() - started)
             poller = threading.Thread(target=poll, daemon=True)
             poller.start()
+        guard = _SignalGuard(proc, run.grace)
         try:
-            while True:
-                try:
-                    returncode = proc.wait()
-                    break
-                except KeyboardInterrupt:
-                    # The program got the same SIGINT (same process group): let it decide.
-                    if proc.poll() is not None:
-                        raise
+            returncode = guard.wait()
         finally:
+            guard.restore()
             ended = time.monotonic()
             done.set()
             if poller is not None:
@@ -226,6 +304,12 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
             raise AgentUnavailable(f"{os.path.basename(path)} removes LD_PRELOAD before it runs "
                                    f"{last.header.note.split(': ', 1)[-1]}")
         doc = document(run, images, proc.pid, started, ended, exit_status, exit_signal, added, lib)
+        if guard.received:
+            # What was recorded up to then is kept: the agent's buffers are shared memory, so even
+            # a program killed by SIGKILL leaves the records it had written.
+            doc["partial"] = True
+            doc["interrupted_by"] = guard.received[0]
+            doc.setdefault("notes", []).append(f"interrupted by {guard.received[0]}: the trace is partial")
         return AgentResult(doc, exit_status, exit_signal, "")
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -347,9 +431,12 @@ def image_session(run: AgentRun, image: Image, started: float, lib: str = "") ->
     session.program = ProgramInfo(path=h.exe, args=list(h.argv[1:]), pid=h.pid, exit_status=h.exit_status)
 
     agent_lib = os.path.realpath(lib) if lib else ""
+    excluded = bool(h.exe) and os.path.realpath(h.exe) in run.exclude
 
     def in_scope(pc: int) -> tuple[bool, str | None]:
         hit = symbolizer.module(pc)
+        if excluded:
+            return False, hit[1].name if hit is not None else None
         if hit is None:
             return session.scope.includes(None, False), None
         mm, module = hit

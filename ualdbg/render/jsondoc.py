@@ -102,11 +102,73 @@ def load_document(path: str) -> dict[str, Any]:
         raise ValueError(f"cannot read {path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not a ualdbg JSON trace ({exc.msg} at line {exc.lineno})") from None
+    except (UnicodeDecodeError, RecursionError, ValueError) as exc:
+        raise ValueError(f"{path} is not a ualdbg JSON trace ({type(exc).__name__})") from None
     if not isinstance(doc, dict) or doc.get("tool") != "ualdbg":
         raise ValueError(f"{path} is not a ualdbg JSON trace")
     if doc.get("schema") != SCHEMA:
         raise ValueError(f"{path} has schema {doc.get('schema')!r}; this ualdbg reads schema {SCHEMA}")
+    problem = shape_problem(doc)
+    if problem:
+        raise ValueError(f"{path} is not a well-formed ualdbg JSON trace: {problem}")
     return doc
+
+
+_SITE_TYPES: dict[str, tuple[type, ...]] = {
+    "pc": (str,), "module": (str, type(None)), "offset": (str, type(None)), "function": (str, type(None)),
+    "function_offset": (str, type(None)), "file": (str, type(None)), "line": (int, type(None)), "count": (int,),
+    "sizes": (list,), "access": (str, type(None)), "inlined_from": (list,),
+}
+_RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    "seq": (int,), "time": (int, float), "pc": (str,), "va": (str, type(None)), "size": (int, type(None)),
+    "access": (str, type(None)), "tid": (int, type(None)), "pid": (int, type(None)), "cpu": (int, type(None)),
+}
+
+
+def _hex_ok(v: Any) -> bool:
+    if v is None:
+        return True
+    try:
+        int(v, 16)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def shape_problem(doc: dict[str, Any]) -> str | None:
+    """What is wrong with a schema-1 document's shape (None: renderers and merges can trust it)."""
+    if not isinstance(doc.get("program"), dict):
+        return "no program object"
+    for key in ("faults_total", "faults_ignored"):
+        if not isinstance(doc.get(key), int) or isinstance(doc.get(key), bool) or doc[key] < 0:
+            return f"{key} is not a count"
+    for key, types in (("sites", _SITE_TYPES), ("records", _RECORD_TYPES)):
+        items = doc.get(key)
+        if not isinstance(items, list):
+            return f"{key} is not a list"
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                return f"{key}[{i}] is not an object"
+            for name, allowed in types.items():
+                if name in item and (not isinstance(item[name], allowed) or isinstance(item[name], bool)):
+                    return f"{key}[{i}].{name} has the wrong type"
+            for name in ("pc", "offset", "function_offset", "va"):
+                if name in item and not _hex_ok(item[name]):
+                    return f"{key}[{i}].{name} is not a hex address"
+            if key == "sites":
+                if "pc" not in item or "count" not in item:
+                    return f"sites[{i}] has no pc or count"
+                if not all(isinstance(x, int) and not isinstance(x, bool) for x in item.get("sizes", [])):
+                    return f"sites[{i}].sizes are not sizes"
+                if not all(isinstance(f, dict) for f in item.get("inlined_from", [])):
+                    return f"sites[{i}].inlined_from is not a list of frames"
+                if "data" in item and not isinstance(item["data"], dict):
+                    return f"sites[{i}].data is not an object"
+            elif "pc" not in item:
+                return f"records[{i}] has no pc"
+    if "records_dropped" in doc and not isinstance(doc["records_dropped"], int):
+        return "records_dropped is not a count"
+    return None
 
 
 def dump(doc: dict[str, Any], path: str) -> None:

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from ..advice import advice_by_pc
+from ..ci.baseline import fingerprint, module_paths, site_key
 
 RULE_ID = "ualdbg/unaligned-access"
 
@@ -14,6 +15,7 @@ def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None) -> dict[str,
     root = os.path.abspath(srcroot or os.getcwd())
     results = []
     advice = advice_by_pc(doc)
+    paths, arch = module_paths(doc), str(doc.get("arch") or "x86_64")
     for s in doc["sites"]:
         va = next((r["va"] for r in doc["records"] if r["pc"] == s["pc"] and r["va"]), None)
         sizes = "/".join(str(x) for x in s["sizes"]) or "?"
@@ -30,6 +32,9 @@ def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None) -> dict[str,
             "ruleId": RULE_ID,
             "level": "warning",
             "message": {"text": text},
+            # The baseline's key (module, function, line; or the instruction's bytes): stable across
+            # rebuilds and runs, so code scanning tracks one site as one alert.
+            "partialFingerprints": {"ualdbgSite/v1": fingerprint(site_key(s, paths, arch))},
             "properties": {"count": s["count"], "pc": s["pc"], "module": s["module"], "offset": s["offset"],
                            **({"data": s["data"]} if s.get("data") else {}), **({"advice": fix.to_json()} if fix else {})},
         }

@@ -49,6 +49,10 @@ def header(doc: dict[str, Any]) -> str:
         status = f", killed by signal {prog['exit_signal']}"
     elif prog.get("exit_status") is not None:
         status = f", exit status {prog['exit_status']}"
+    if doc.get("partial"):
+        status += f"; PARTIAL: interrupted by {doc.get('interrupted_by') or 'a signal'}"
+    if doc.get("merged"):
+        status += f"; {doc['merged']} runs merged"
     return (
         f"Unaligned accesses in {prog.get('path') or 'the program'}{status}\n"
         f"  {total} in scope ({doc.get('scope', '')}), {ignored} ignored elsewhere\n"

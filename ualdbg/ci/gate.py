@@ -1,0 +1,64 @@
+"""The exit contract of `ualdbg check`, as valgrind's --error-exitcode and the sanitizers have it:
+a program that fails fails the gate with its own status; otherwise the gate fails with a status
+of its own when unaligned accesses exceed the limit (or are new against a baseline)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+EXIT_CLEAN = 0
+EXIT_FOUND = 1  # the default of --error-exitcode
+EXIT_ERROR = 2  # usage or tool error: one line on stderr
+
+CONTRACT = """exit status:
+  the program's own  when the program fails: its non-zero exit status, or 128+N when signal N killed it
+  0                  the program succeeded and made at most --max-faults unaligned accesses in scope
+                     (with --baseline: no site that is not in the baseline)
+  1                  too many unaligned accesses, or new sites (--error-exitcode N chooses another status)
+  2                  usage or tool error (one line on stderr; the program may not have run)"""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: int
+    line: str  # one line for stderr: what the gate decided and why
+
+
+def program_status(exit_status: int | None, exit_signal: int | None) -> int:
+    """The program's end as a shell reports it: its status, or 128+N for a death by signal N."""
+    if exit_signal is not None:
+        return 128 + exit_signal
+    return exit_status or 0
+
+
+def _plural(n: int) -> str:
+    return f"{n:,} unaligned access{'es' if n != 1 else ''}"
+
+
+def decide(doc: dict[str, Any], *, max_faults: int, error_exitcode: int = EXIT_FOUND,
+           new_sites: list[dict[str, Any]] | None = None, partial: bool = False) -> Verdict:
+    """The gate's verdict on one run. `new_sites`: with a baseline, the sites it does not know."""
+    n = int(doc.get("faults_total") or 0)
+    prog = doc.get("program") or {}
+    failed = program_status(prog.get("exit_status"), prog.get("exit_signal"))
+    how = f"killed by signal {prog['exit_signal']}" if prog.get("exit_signal") else f"exit status {prog.get('exit_status')}"
+    cut = " (interrupted: the trace is partial)" if partial else ""
+    if failed:
+        return Verdict(failed, f"ualdbg check: FAIL: the program failed ({how}); {_plural(n)} in scope{cut}")
+    if new_sites is not None:
+        if new_sites:
+            lines = ", ".join(baseline_where(s) for s in new_sites[:5]) + (" ..." if len(new_sites) > 5 else "")
+            return Verdict(error_exitcode, f"ualdbg check: FAIL: {len(new_sites)} site{'s' if len(new_sites) != 1 else ''} "
+                                           f"not in the baseline ({lines}); {_plural(n)} in scope{cut}")
+        return Verdict(EXIT_CLEAN, f"ualdbg check: ok: {_plural(n)} in scope, all at sites in the baseline{cut}")
+    if n > max_faults:
+        return Verdict(error_exitcode, f"ualdbg check: FAIL: {_plural(n)} in scope (allowed {max_faults}){cut}")
+    return Verdict(EXIT_CLEAN, f"ualdbg check: ok: {_plural(n)} in scope (allowed {max_faults}){cut}")
+
+
+def baseline_where(site: dict[str, Any]) -> str:
+    if site.get("file") and site.get("line"):
+        return f"{site['file']}:{site['line']}"
+    if site.get("function"):
+        return f"{site['function']}+{site.get('function_offset')}"
+    return f"{site.get('module')}+{site.get('offset')}"
