@@ -231,6 +231,8 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
     programs = _per_program(doc)
     if programs:
         out.print(programs)
+    for note in doc.get("notes") or []:
+        out.print(f"note: {note}")
     if known is not None:
         args.new_sites = baseline.new_sites(doc, known)
     return doc, result

@@ -416,7 +416,31 @@ def _explain(session: Session, pc: int, code: bytes, regs: Mapping[str, int]) ->
     return insn, (found[0] if found else None)
 
 
-def image_session(run: AgentRun, image: Image, started: float, lib: str = "") -> Session:
+# Programs of the system (build tools, shells, coreutils) that a traced program starts: out of the
+# default scope, as system libraries are, so that `check -- make test` gates the tests, not make.
+SYSTEM_PROGRAM_DIRS = ("/usr/bin/", "/bin/", "/usr/sbin/", "/sbin/", "/usr/libexec/", "/usr/lib/", "/lib/")
+
+
+def out_of_scope_program(run: AgentRun, exe: str, is_root: bool) -> bool:
+    """Whether a process image's faults are all out of scope: a script's interpreter, or (by
+    default) a system program started by the traced one. The program named on the command line
+    is always in scope."""
+    real = os.path.realpath(exe) if exe else ""
+    if real and real in run.exclude:
+        return True
+    if is_root or run.all_modules or not real:
+        return False
+    if any(os.path.basename(real) == m or real == os.path.realpath(m) for m in run.modules):
+        return False
+    return real.startswith(SYSTEM_PROGRAM_DIRS)
+
+
+def user_program_path(run: AgentRun, exe: str) -> bool:
+    """Whether `exe` is a program of the user's rather than of the system."""
+    return bool(exe) and not out_of_scope_program(run, exe, False)
+
+
+def image_session(run: AgentRun, image: Image, started: float, lib: str = "", is_root: bool = True) -> Session:
     """A Session holding what the trap engine would have recorded for this image. The agent's
     own library is never in scope."""
     h = image.header
@@ -431,7 +455,7 @@ def image_session(run: AgentRun, image: Image, started: float, lib: str = "") ->
     session.program = ProgramInfo(path=h.exe, args=list(h.argv[1:]), pid=h.pid, exit_status=h.exit_status)
 
     agent_lib = os.path.realpath(lib) if lib else ""
-    excluded = bool(h.exe) and os.path.realpath(h.exe) in run.exclude
+    excluded = out_of_scope_program(run, h.exe, is_root)
 
     def in_scope(pc: int) -> tuple[bool, str | None]:
         hit = symbolizer.module(pc)
@@ -489,8 +513,15 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
              exit_status: int | None, exit_signal: int | None, env_added: dict[str, str], lib: str) -> dict[str, Any]:
     """The JSON document of a run: the trap engine's, per process image, joined by PID."""
     docs = []
+    # A system program named on the command line (make, a shell, env) that ran programs of the
+    # user's is a driver, like a script's interpreter: those programs are traced, not it.
+    def user_program(im: Image) -> bool:
+        return bool(im.header.exe) and not out_of_scope_program(run, im.header.exe, False)
+    root_exe = next((im.header.exe for im in images if im.header.pid == root_pid), "")
+    driver = (not run.all_modules and not user_program_path(run, root_exe)
+              and any(im.header.pid != root_pid and user_program(im) for im in images))
     for image in images:
-        session = image_session(run, image, started, lib)
+        session = image_session(run, image, started, lib, is_root=image.header.pid == root_pid and not driver)
         doc = build_document(session, engine=NAME)
         docs.append((image, doc))
     root = next((d for im, d in docs if im.header.pid == root_pid), docs[0][1])
@@ -522,6 +553,12 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     }
     notes = [f"{im.header.exe} (pid {im.header.pid}): {im.header.note}" for im in images
              if im.header.note and im.header.note.startswith("exec without")]
+    system = sorted({os.path.basename(im.header.exe) for im in images
+                     if (im.header.pid != root_pid or driver) and out_of_scope_program(run, im.header.exe, False)
+                     and os.path.realpath(im.header.exe) not in run.exclude})
+    if system:
+        notes.append(f"system programs it started ({', '.join(system)}) are out of scope, as system libraries are: "
+                     "--all-modules (or --module NAME) includes them")
     if any(not im.header.armed for im in images):
         notes.append("some processes never reached their arming point (main): nothing was traced in them")
     dropped = sum(im.header.dropped_sites for im in images)
