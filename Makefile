@@ -1,6 +1,6 @@
 # Two entry points on a fresh machine: `make demo` (the main job on a bundled example; installs
 # only gdb, gcc and the venv) and `make test` (the test suite; installs everything it needs).
-.PHONY: setup setup-demo check-packages demo test lint bench clean
+.PHONY: setup setup-demo check-packages demo test lint bench fuzz clean
 setup:
 	@scripts/bootstrap.sh
 
@@ -27,3 +27,8 @@ bench: setup
 clean:
 	$(MAKE) -C examples clean
 	rm -rf .venv .pytest_cache
+
+# The long fuzz run (issue 17): 10,000 mutated inputs per parser, random seeds; `make test` runs
+# the seed corpus and a few hundred derandomized inputs per parser.
+fuzz: setup
+	UALDBG_FUZZ_EXAMPLES=10000 UALDBG_FUZZ_RANDOM=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/fuzz

@@ -117,8 +117,16 @@ def _load(path: str) -> ElfIndex:
 
 
 def audit(path: str) -> AuditResult:
-    """Audit one ELF file; raises AuditError on files that cannot be audited."""
+    """Audit one ELF file; raises AuditError on files that cannot be audited, among them
+    truncated or hostile ones whose headers or DWARF pyelftools cannot parse (one line)."""
     index = _load(path)
+    try:
+        return _audit(path, index)
+    except DWARF_ERRORS as exc:
+        raise AuditError(f"{path}: a corrupt ELF or DWARF file ({type(exc).__name__}: {str(exc)[:100]})") from None
+
+
+def _audit(path: str, index: ElfIndex) -> AuditResult:
     md = module_data(index)
     has_dwarf = index.dwarf is not None
     findings: list[Finding] = []

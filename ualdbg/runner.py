@@ -69,6 +69,8 @@ def resolve_program(argv0: str, *, scripts: bool = False) -> str:
     if interp is not None:
         if not os.access(path, os.X_OK):
             raise ToolError(f"{argv0}: not executable")
+        if not os.path.isfile(interp):
+            raise ToolError(f"{argv0}: a script whose interpreter {interp} does not exist")
         if not scripts:
             raise ToolError(f"{argv0}: a script run by {interp}; this engine needs a native program "
                             f"(name one after --, or use the agent engine, the default, which traces the programs the script runs)")

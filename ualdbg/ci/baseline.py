@@ -98,8 +98,8 @@ def load(path: str) -> set[str]:
             data = json.load(f)
     except OSError as exc:
         raise BaselineError(f"cannot read the baseline {path}: {exc.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BaselineError(f"{path} is not a ualdbg baseline ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise BaselineError(f"{path} is not a ualdbg baseline ({type(exc).__name__})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise BaselineError(f"{path} is not a ualdbg baseline (write one with --update-baseline)")
     if data.get("version") != VERSION:

@@ -72,7 +72,11 @@ def _elf_facts(path: str) -> tuple[int, int, bool]:
     """(ELF class, machine, has PT_INTERP) of an executable."""
     import struct
 
-    with open(path, "rb") as f:
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise AgentUnavailable(f"cannot read {path}: {exc.strerror}") from None
+    with f:
         ident = f.read(64)
         if len(ident) < 64 or ident[:4] != b"\x7fELF":
             raise AgentUnavailable(f"{path} is not an ELF executable")

@@ -108,10 +108,45 @@ def load_document(path: str) -> dict[str, Any]:
         raise ValueError(f"{path} is not a ualdbg JSON trace")
     if doc.get("schema") != SCHEMA:
         raise ValueError(f"{path} has schema {doc.get('schema')!r}; this ualdbg reads schema {SCHEMA}")
-    problem = shape_problem(doc)
+    problem = shape_problem(doc) or _data_problem(doc)
     if problem:
         raise ValueError(f"{path} is not a well-formed ualdbg JSON trace: {problem}")
     return doc
+
+
+_DATA_STR = ("text", "kind", "path", "name", "type", "element_type", "container", "mapping", "member", "struct", "function")
+_VIA_STR = ("path", "type", "pointer", "function", "struct", "member")
+
+
+def _data_problem(doc: dict[str, Any]) -> str | None:
+    """The optional `data` of each site (what the faulting address is): the fields the renderers
+    and the fix advice read must have their types; the advice itself must be computable."""
+    from ..advice import advise
+
+    for i, site in enumerate(doc["sites"]):
+        data = site.get("data")
+        if data is None:
+            continue
+        via = data.get("via")
+        if via is not None and not isinstance(via, dict):
+            return f"sites[{i}].data.via is not an object"
+        for obj, keys, where in ((data, _DATA_STR, "data"), (via or {}, _VIA_STR, "data.via")):
+            for key in keys:
+                if key in obj and not isinstance(obj[key], (str, type(None))):
+                    return f"sites[{i}].{where}.{key} is not text"
+            for key in ("size", "element_size", "target_align", "mapping_offset"):
+                if key in obj and obj[key] is not None and (not isinstance(obj[key], int) or isinstance(obj[key], bool)):
+                    return f"sites[{i}].{where}.{key} is not a number"
+            for key in ("va", "start"):
+                if key in obj and not (obj[key] is None or (isinstance(obj[key], str) and _hex_ok(obj[key]))):
+                    return f"sites[{i}].{where}.{key} is not a hex address"
+        if via and not all(isinstance(via.get(k), str) for k in ("path", "type", "pointer", "function")):
+            return f"sites[{i}].data.via lacks its path, type, pointer or function"
+        try:
+            advise(site)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError):
+            return f"sites[{i}].data has fields the fix advice cannot read"
+    return None
 
 
 _SITE_TYPES: dict[str, tuple[type, ...]] = {
@@ -135,10 +170,46 @@ def _hex_ok(v: Any) -> bool:
         return False
 
 
+_TOP_TYPES: dict[str, tuple[type, ...]] = {
+    "version": (str,), "engine": (str, type(None)), "debugger": (str, type(None)), "arch": (str, type(None)),
+    "scope": (str, type(None)), "duration_s": (int, float, type(None)), "records_dropped": (int,),
+    "ignored_by_module": (dict,), "buffer": (dict,), "processes": (list,), "notes": (list,), "merged": (int,),
+    "partial": (bool,), "interrupted_by": (str, type(None)), "runs": (list,), "step": (dict, type(None)),
+    "agent": (dict, type(None)),
+}
+_PROGRAM_TYPES: dict[str, tuple[type, ...]] = {
+    "path": (str, type(None)), "args": (list,), "pid": (int, type(None)), "exit_status": (int, type(None)),
+    "exit_signal": (int, type(None)),
+}
+
+
+def _typed(where: str, obj: dict[str, Any], types: dict[str, tuple[type, ...]]) -> str | None:
+    for name, allowed in types.items():
+        if name in obj:
+            value = obj[name]
+            if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+                return f"{where}{name} has the wrong type"
+    return None
+
+
 def shape_problem(doc: dict[str, Any]) -> str | None:
     """What is wrong with a schema-1 document's shape (None: renderers and merges can trust it)."""
     if not isinstance(doc.get("program"), dict):
         return "no program object"
+    problem = _typed("", doc, _TOP_TYPES) or _typed("program.", doc["program"], _PROGRAM_TYPES)
+    if problem:
+        return problem
+    if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+               for k, v in doc.get("ignored_by_module", {}).items()):
+        return "ignored_by_module is not a table of counts"
+    if not all(isinstance(p, dict) for p in doc.get("processes", [])) or not all(isinstance(n, str) for n in doc.get("notes", [])):
+        return "processes or notes have the wrong shape"
+    for i, p in enumerate(doc.get("processes", [])):
+        problem = _typed(f"processes[{i}].", p, {**_PROGRAM_TYPES, "faults_total": (int,), "faults_ignored": (int,)})
+        if problem:
+            return problem
+    if not all(isinstance(a, str) for a in doc["program"].get("args", [])):
+        return "program.args are not strings"
     for key in ("faults_total", "faults_ignored"):
         if not isinstance(doc.get(key), int) or isinstance(doc.get(key), bool) or doc[key] < 0:
             return f"{key} is not a count"

@@ -37,6 +37,12 @@ DWARF_ERRORS: tuple[type[BaseException], ...] = (
     TypeError,
     AttributeError,
     NotImplementedError,
+    # Found by fuzzing (tests/fuzz): huge sizes or offsets in hostile headers, cyclic references.
+    OverflowError,
+    RecursionError,
+    EOFError,
+    ZeroDivisionError,
+    MemoryError,
 )
 
 _SCOPE_CONTAINERS = frozenset({"DW_TAG_lexical_block", "DW_TAG_try_block", "DW_TAG_catch_block"})

@@ -184,7 +184,13 @@ class ElfIndex:
     @cached_property
     def symbols(self) -> IntervalTable[Symbol]:
         """Function symbols of .symtab and .dynsym (and of a debug file's .symtab): a stripped
-        file falls back to what is left, a file with none gives an empty table."""
+        file falls back to what is left, a file with none (or unreadable ones) an empty table."""
+        try:
+            return self._read_symbols()
+        except _DWARF_LOAD_ERRORS:  # a corrupt symbol table costs the names, not the run
+            return IntervalTable([])
+
+    def _read_symbols(self) -> IntervalTable[Symbol]:
         best: dict[int, tuple[tuple[int, int, int, int, str], str, int, int]] = {}
         sections: dict[int, tuple[int, int]] = {}
         for elf in self._symbol_sources():
@@ -231,30 +237,37 @@ class ElfIndex:
     def function_symbols(self) -> Iterator[Symbol]:
         """Every defined function symbol, aliases and duplicates included (`symbols` keeps one
         name per address); a symbol without a size gets the one `symbols` infers for it."""
-        for elf in self._symbol_sources():
-            for name, value, size, _info, _shndx in _function_symbols(elf):
-                if size == 0:
-                    hit = self.symbols.find_interval(value)
-                    size = hit[1] - value if hit is not None and hit[0] == value else 1
-                yield Symbol(name, value, size)
+        try:
+            found = [entry for elf in self._symbol_sources() for entry in _function_symbols(elf)]
+        except _DWARF_LOAD_ERRORS:
+            return
+        for name, value, size, _info, _shndx in found:
+            if size == 0:
+                hit = self.symbols.find_interval(value)
+                size = hit[1] - value if hit is not None and hit[0] == value else 1
+            yield Symbol(name, value, size)
 
     # -- DWARF -------------------------------------------------------------------------------
 
     @cached_property
     def _debug_elf(self) -> ELFFile | None:
         """The ELF that holds this file's DWARF: itself, or a separate debug file found by
-        build-id or .gnu_debuglink under the usual directories (as gdb looks for them)."""
-        if _has_debug_info(self._elf):
-            return self._elf
-        for candidate in self._debug_candidates():
-            if not os.path.isfile(candidate):
-                continue
-            try:
-                elf = self._open(candidate)
-            except (ELFError, OSError):
-                continue
-            if _has_debug_info(elf):
-                return elf
+        build-id or .gnu_debuglink under the usual directories (as gdb looks for them). None
+        also when the headers that say so cannot be parsed (a truncated or hostile file)."""
+        try:
+            if _has_debug_info(self._elf):
+                return self._elf
+            for candidate in list(self._debug_candidates()):
+                if not os.path.isfile(candidate):
+                    continue
+                try:
+                    elf = self._open(candidate)
+                except _DWARF_LOAD_ERRORS:
+                    continue
+                if _has_debug_info(elf):
+                    return elf
+        except _DWARF_LOAD_ERRORS:
+            return None
         return None
 
     def _debug_candidates(self) -> Iterator[str]:
@@ -282,10 +295,10 @@ class ElfIndex:
             return None
         try:
             info = elf.get_dwarf_info(follow_links=False)
+            is_code = self._is_code if any(s.executable for s in self.segments) else None
+            return DwarfIndex(info, is_code, self._symbol_name_at)
         except _DWARF_LOAD_ERRORS:
             return None
-        is_code = self._is_code if any(s.executable for s in self.segments) else None
-        return DwarfIndex(info, is_code, self._symbol_name_at)
 
     def _symbol_name_at(self, addr: int) -> str | None:
         symbol = self.symbol_at(addr)
@@ -297,7 +310,10 @@ class ElfIndex:
 
     def line_at(self, addr: int) -> SourcePos | None:
         dwarf = self.dwarf
-        return None if dwarf is None else dwarf.line_at(addr)
+        try:
+            return None if dwarf is None else dwarf.line_at(addr)
+        except _DWARF_LOAD_ERRORS:
+            return None
 
     # -- the combined answer ----------------------------------------------------------------
 
@@ -305,8 +321,11 @@ class ElfIndex:
         """Function, line and inline chain of a link-time address: DWARF first, then symbols,
         then nothing (the caller still has module+offset)."""
         dwarf = self.dwarf
-        frames = dwarf.frames_at(addr) if dwarf is not None else ()
-        pos = dwarf.line_at(addr) if dwarf is not None else None
+        try:
+            frames = dwarf.frames_at(addr) if dwarf is not None else ()
+            pos = dwarf.line_at(addr) if dwarf is not None else None
+        except _DWARF_LOAD_ERRORS:  # DWARF that parses in part: what symbols say instead
+            frames, pos = (), None
         if frames:
             callers = tuple(
                 CallerFrame(frames[i + 1].function, frames[i].call) for i in range(len(frames) - 1)
@@ -374,7 +393,7 @@ def elf_index(path: str) -> ElfIndex | None:
         cached[1].close()
     try:
         index: ElfIndex | None = ElfIndex(path)
-    except (ELFError, OSError, struct.error):
+    except _DWARF_LOAD_ERRORS:  # any parse error of a truncated or hostile file: not readable
         index = None
     _CACHE[path] = (key, index)
     return index
