@@ -5,6 +5,7 @@ else 0 clean, 1 (--error-exitcode) too many faults or new sites, 2 usage or tool
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -337,6 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ualdbg: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug: still one line and status 2 (UALDBG_DEBUG=1 shows the traceback)
+        if os.environ.get("UALDBG_DEBUG"):
+            raise
+        print(f"ualdbg: internal error ({type(exc).__name__}: {exc}); UALDBG_DEBUG=1 shows where", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_ERROR
 
 
