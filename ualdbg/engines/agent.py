@@ -76,18 +76,21 @@ def _elf_facts(path: str) -> tuple[int, int, bool]:
         f = open(path, "rb")
     except OSError as exc:
         raise AgentUnavailable(f"cannot read {path}: {exc.strerror}") from None
-    with f:
-        ident = f.read(64)
-        if len(ident) < 64 or ident[:4] != b"\x7fELF":
-            raise AgentUnavailable(f"{path} is not an ELF executable")
-        cls = ident[4]
-        if cls != 2:
-            return cls, 0, False
-        (machine,) = struct.unpack_from("<H", ident, 18)
-        phoff, = struct.unpack_from("<Q", ident, 32)
-        phentsize, phnum = struct.unpack_from("<HH", ident, 54)
-        f.seek(phoff)
-        table = f.read(phentsize * phnum)
+    try:
+        with f:
+            ident = f.read(64)
+            if len(ident) < 64 or ident[:4] != b"\x7fELF":
+                raise AgentUnavailable(f"{path} is not an ELF executable")
+            cls = ident[4]
+            if cls != 2:
+                return cls, 0, False
+            (machine,) = struct.unpack_from("<H", ident, 18)
+            phoff, = struct.unpack_from("<Q", ident, 32)
+            phentsize, phnum = struct.unpack_from("<HH", ident, 54)
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError as exc:  # an offset past the end, or negative: a hostile header
+        raise AgentUnavailable(f"{path}: cannot read its headers ({exc.strerror})") from None
     # A truncated or hostile header: fewer bytes than it promises, or entries too small to read.
     if phentsize < 4 or len(table) < phentsize * phnum:
         raise AgentUnavailable(f"{path}: its program header table is truncated or corrupt")

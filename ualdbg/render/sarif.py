@@ -25,7 +25,7 @@ def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None) -> dict[str,
                 + (f", e.g. virtual address {va}" if va else ""))
         data, fix = s.get("data"), advice.get(s["pc"])
         if data:  # what the data is and the fix that fits (issue 9)
-            text += f". Data: {data['text']}" + (f", via {data['via']['path']}" if data.get("via") else "")
+            text += f". Data: {data.get('text') or 'unknown'}" + (f", via {data['via'].get('path')}" if data.get("via") else "")
         if fix:
             text += f". Fix ({fix.remedy}): {fix.text}"
         result: dict[str, Any] = {

@@ -56,7 +56,7 @@ def header(doc: dict[str, Any]) -> str:
     return (
         f"Unaligned accesses in {prog.get('path') or 'the program'}{status}\n"
         f"  {total} in scope ({doc.get('scope', '')}), {ignored} ignored elsewhere\n"
-        f"  {dur:.3f} s, {rate:,.0f}/s; engine {doc['engine']} {via}; {ring}"
+        f"  {dur:.3f} s, {rate:,.0f}/s; engine {doc.get('engine')} {via}; {ring}"
     )
 
 
