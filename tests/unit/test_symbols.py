@@ -146,6 +146,27 @@ def addr2line(elf: Path, addrs: Sequence[int]) -> dict[int, list[Frame]]:
     return result
 
 
+_GDB_LINE = re.compile(r'^Line (\d+) of "([^"]+)"')
+
+
+def gdb_lines(elf: Path, addrs: Sequence[int]) -> dict[int, tuple[str, int] | None]:
+    """gdb's `info line *ADDR` per address: (file name, line), the oracle for the innermost line.
+    gdb and addr2line disagree where DWARF 5 sequences start before a DW_LNS_set_file (the file
+    register starts at 1: DWARF 5, 6.2.2) and at several rows for one address (gdb keeps the last
+    is_stmt one); ualdbg follows gdb, where the user looks (issue 18)."""
+    gdb = require_tool("gdb")
+    script = elf.with_suffix(".lines.gdb")
+    script.write_text("".join(f"info line *{a:#x}\n" for a in addrs))
+    out = run([gdb, "-q", "-nx", "-batch", "-x", str(script), str(elf)])
+    answers = [line for line in out.splitlines() if line.startswith(("Line ", "No line number"))]
+    assert len(answers) == len(addrs), out[-2000:]
+    result: dict[int, tuple[str, int] | None] = {}
+    for addr, answer in zip(addrs, answers):
+        m = _GDB_LINE.match(answer)
+        result[addr] = (os.path.basename(m.group(2)), int(m.group(1))) if m else None
+    return result
+
+
 def frame(function: str | None, pos: SourcePos | None) -> Frame:
     return Frame(function, None, None) if pos is None else Frame(function, pos.path, pos.line)
 
@@ -162,13 +183,18 @@ def compare_with_addr2line(elf: Path) -> tuple[int, int]:
     spans = function_symbols(elf)
     addrs = [a for a in text_addresses(elf) if any(lo <= a < hi for lo, hi, _ in spans)]
     reference = addr2line(elf, addrs)
+    lines = gdb_lines(elf, addrs)
     mismatches = []
     inlined = 0
     for addr in addrs:
         ours = our_frames(index, addr)
         inlined += len(ours) > 1
-        if ours != reference[addr]:
-            mismatches.append(f"{addr:#x}\n  ours:      {ours}\n  addr2line: {reference[addr]}")
+        # The innermost line is gdb's; functions and the inlining callers' call sites are
+        # addr2line's (they come from DW_AT_call_line, not from the line table).
+        innermost = (os.path.basename(ours[0].path), ours[0].line) if ours[0].path and ours[0].line else None
+        want = reference[addr]
+        if innermost != lines[addr] or [f.function for f in ours] != [f.function for f in want] or ours[1:] != want[1:]:
+            mismatches.append(f"{addr:#x}\n  ours:      {ours}\n  addr2line: {want}\n  gdb line:  {lines[addr]}")
     assert not mismatches, f"{elf.name}: {len(mismatches)}/{len(addrs)} differ\n" + "\n".join(
         mismatches[:10]
     )

@@ -50,7 +50,6 @@ _SCOPE_CONTAINERS = frozenset({"DW_TAG_lexical_block", "DW_TAG_try_block", "DW_T
 # not entered: their subtrees are large and gcc puts member-function bodies at top level.
 _DEFINITION_CONTAINERS = frozenset({"DW_TAG_namespace", "DW_TAG_module"})
 
-_DW_LNS_SET_FILE = 4  # standard opcode number, same in every DWARF version
 
 # Languages whose DW_AT_name is the symbol name (binutils' mangle_style() == 0): C, Cobol,
 # Fortran 77, Pascal, PL/I, UPC, assembler. For the others (C++, Fortran 90+, Ada, ...) a
@@ -215,18 +214,15 @@ class _Unit:
         program = self._program
         if program is None:
             return IntervalTable(())
-        initial_file = 0 if program.header["version"] >= 5 else 1
         found: list[tuple[int, int, int, _Sequence]] = []
         addrs: list[int] = []
         rows: list[tuple[int, int]] = []
-        file_set = False
+        stmt: list[bool] = []
         try:
             entries = program.get_entries()
         except DWARF_ERRORS:
             entries = []  # an undecodable program: no lines for this unit, but no retries
         for entry in entries:
-            if entry.command == _DW_LNS_SET_FILE and not entry.is_extended:
-                file_set = True
             state = entry.state
             if state is None:
                 continue
@@ -237,16 +233,22 @@ class _Unit:
                     found.append(
                         (min(addrs[:-1]), state.address, len(found), self._sorted(addrs, rows))
                     )
-                addrs, rows, file_set = [], [], False
+                addrs, rows, stmt = [], [], []
                 continue
-            # binutils starts every sequence on file 0 (DWARF 5) or 1 until a set_file.
-            row = (state.file if file_set else initial_file, state.line)
-            # Of several rows at one address binutils keeps the last (PR ld/4986).
+            # The file register starts at 1 in every sequence, in every DWARF version (DWARF 5,
+            # 6.2.2, table 6.4), as gdb and objdump's decoded table have it; binutils' addr2line
+            # starts DWARF 5 sequences on file 0, which names the unit's own file for the rows
+            # of a header before the first DW_LNS_set_file (issue 18).
+            row = (state.file, state.line)
+            # Of several rows at one address (an inlined call starts at its caller's statement,
+            # DWARF 5 views) gdb keeps the last is_stmt one (find_pc_sect_line), else the last.
             if addrs and addrs[-1] == state.address:
-                rows[-1] = row
+                if state.is_stmt or not stmt[-1]:
+                    rows[-1], stmt[-1] = row, bool(state.is_stmt)
             else:
                 addrs.append(state.address)
                 rows.append(row)
+                stmt.append(bool(state.is_stmt))
         return IntervalTable(self._trim(found))
 
     @staticmethod
