@@ -161,14 +161,12 @@ def test_fuzz_structured_traces(tmp_path_factory: pytest.TempPathFactory) -> Non
             if not (isinstance(d.get("sites"), list) and isinstance(d.get("records"), list) and isinstance(d.get("program"), dict)
                     and all(isinstance(x, dict) for x in d["sites"][:1] + d["records"][:1])):
                 break  # an earlier change broke the shape this harness walks: the document goes as it is
-            keys = {"top": list(d), "site": list(d["sites"][0]) if d["sites"] else [],
-                    "record": list(d["records"][0]) if d["records"] else [], "program": list(d["program"]),
-                    "data": list(d["sites"][0].get("data") or {}) if d["sites"] else []}[where]
-            name = keys[sum(map(ord, key)) % len(keys)] if keys and key else key
+            data = d["sites"][0].get("data") if d["sites"] else None
             target = {"top": d, "site": d["sites"][0] if d["sites"] else d, "record": d["records"][0] if d["records"] else d,
-                      "program": d["program"], "data": (d["sites"][0].get("data") or d) if d["sites"] else d}[where]
-            if isinstance(target, dict):
-                target[name] = value
+                      "program": d["program"], "data": data if isinstance(data, dict) else d}[where]
+            keys = list(target)
+            name = keys[sum(map(ord, key)) % len(keys)] if keys and key else key
+            target[name] = value
         json_target(json.dumps(d).encode(), folder)
 
     run()
