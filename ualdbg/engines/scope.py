@@ -99,16 +99,21 @@ def _name_pattern(name: str) -> re.Pattern[str]:
     return re.compile(re.escape(name) + _CLONE_SUFFIX)
 
 
+_INSTANCE_TAGS = ("DW_TAG_subprogram", "DW_TAG_inlined_subroutine")
+
+
 def _dwarf_ranges(index: ElfIndex, name: str) -> Iterator[tuple[int, int]]:
-    """Out-of-line instances of `name` in DWARF (DW_TAG_subprogram with code), for files whose
-    symbol tables lack it: walks every unit, so only used when the symbols found nothing."""
+    """Every instance of `name` in DWARF with code: out-of-line ones (DW_TAG_subprogram, for
+    files whose symbol tables lack them) and inlined ones (DW_TAG_inlined_subroutine, each
+    inlined copy's ranges), as gdb's `break NAME` finds them. Walks every unit: used for the
+    user's own modules only."""
     dwarf = index.dwarf
     if dwarf is None:
         return
     try:
         for cu in dwarf.dwarfinfo.iter_CUs():
             for die in cu.iter_DIEs():
-                if die.tag != "DW_TAG_subprogram":
+                if die.tag not in _INSTANCE_TAGS:
                     continue
                 found, _ = dwarf.name_of(die)
                 if found == name:
@@ -147,11 +152,38 @@ def function_ranges(path: str, name: str, load_bias: int = 0, *, dwarf: bool = T
         raise ScopeError(f"{path}: not a readable ELF file")
     pattern = _name_pattern(name)
     found = [(s.start, s.start + s.size) for s in index.function_symbols() if pattern.fullmatch(s.name)]
-    if not found and dwarf:
-        found = list(_dwarf_ranges(index, name))
+    if dwarf:  # out-of-line instances the symbols lack, and every inlined instance
+        found += list(_dwarf_ranges(index, name))
     if not found:
         raise ScopeError(f"no function named {name} in {os.path.basename(path)}")
     return [(lo + load_bias, hi + load_bias) for lo, hi in _merge(found)]
+
+
+def _close_names(files: list[Module], name: str) -> list[str]:
+    """The function names of the user's modules closest to a name that matched nothing."""
+    import difflib
+
+    names: set[str] = set()
+    for module in files:
+        if is_system_path(module.path):
+            continue
+        index = elf_index(module.path)
+        if index is None:
+            continue
+        names.update(s.name for s in index.function_symbols())
+        dwarf = index.dwarf
+        if dwarf is None:
+            continue
+        try:  # inlined functions have no symbol: their names are in DWARF
+            for cu in dwarf.dwarfinfo.iter_CUs():
+                for die in cu.iter_DIEs():
+                    if die.tag in _INSTANCE_TAGS:
+                        found, _ = dwarf.name_of(die)
+                        if found:
+                            names.add(found)
+        except DWARF_ERRORS:
+            pass
+    return difflib.get_close_matches(name, sorted(names), n=4, cutoff=0.6)
 
 
 def _file_modules(modules: ModuleMap | Iterable[Module]) -> tuple[list[Module], Module | None]:
@@ -204,21 +236,18 @@ def resolve_scope(
         if not name:
             raise ScopeError("--in: empty function name")
         hits: list[tuple[int, int]] = []
-        # symbol tables everywhere first; DWARF only of the user's own modules, and only when
-        # no symbol table has the name
-        for pass_dwarf in (False, True):
-            for module in files:
-                if pass_dwarf and is_system_path(module.path):
-                    continue
-                try:
-                    hits.extend(function_ranges(module.path, name, module.base, dwarf=pass_dwarf))
-                except ScopeError:
-                    continue
-            if hits:
-                break
+        # Symbol tables everywhere; DWARF (inlined instances too) of the user's own modules only:
+        # walking a large system library's DWARF takes a minute.
+        for module in files:
+            try:
+                hits.extend(function_ranges(module.path, name, module.base, dwarf=not is_system_path(module.path)))
+            except ScopeError:
+                continue
         if not hits:
             where = os.path.basename(main.path) if main is not None else "the program"
-            raise ScopeError(f"no function named {name} in {where} or its libraries")
+            close = _close_names(files, name)
+            raise ScopeError(f"no function named {name} in {where} or its libraries"
+                             + (f"; did you mean {', '.join(close)}?" if close else ""))
         ranges.extend(hits)
         entries.update(lo for lo, _ in hits)
     labels = names + [t.strip() for t in texts]
