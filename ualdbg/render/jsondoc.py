@@ -226,17 +226,16 @@ def shape_problem(doc: dict[str, Any]) -> str | None:
             for name in ("pc", "offset", "function_offset", "va"):
                 if name in item and not _hex_ok(item[name]):
                     return f"{key}[{i}].{name} is not a hex address"
+            missing = [name for name in types if name not in item]
+            if missing:  # schema 1 has every one of them (ARCHITECTURE.md)
+                return f"{key}[{i}] has no {', '.join(missing)}"
             if key == "sites":
-                if "pc" not in item or "count" not in item:
-                    return f"sites[{i}] has no pc or count"
                 if not all(isinstance(x, int) and not isinstance(x, bool) for x in item.get("sizes", [])):
                     return f"sites[{i}].sizes are not sizes"
                 if not all(isinstance(f, dict) for f in item.get("inlined_from", [])):
                     return f"sites[{i}].inlined_from is not a list of frames"
                 if "data" in item and not isinstance(item["data"], dict):
                     return f"sites[{i}].data is not an object"
-            elif "pc" not in item:
-                return f"records[{i}] has no pc"
     if "records_dropped" in doc and not isinstance(doc["records_dropped"], int):
         return "records_dropped is not a count"
     return None
