@@ -219,11 +219,37 @@ def _run_lldb(cfg: dict[str, Any], log: str, forked: Callable[[], None] | None,
         os.waitpid(pid, 0)
         raise
     os.close(release)  # lldb holds the other copy: if it dies, the program reads EOF and exits
-    returncode = proc.wait()
+    returncode, cfg["interrupted"] = _wait_guarded(proc, lambda: [pid])
     _, wstatus = os.waitpid(pid, 0)
     if os.WIFSIGNALED(wstatus):
         return returncode, None, os.WTERMSIG(wstatus)
     return returncode, os.WEXITSTATUS(wstatus), None
+
+
+def _children(pid: int) -> list[int]:
+    """The processes `pid` started (the debugger's inferior), from /proc."""
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def _wait_guarded(proc: subprocess.Popen[Any], program: Callable[[], list[int]]) -> tuple[int, str | None]:
+    """Wait for the debugger while SIGTERM/SIGHUP/SIGINT sent to ualdbg go to the program it
+    runs, as with the agent (engines/agent.SignalGuard): the debugger then writes the trace of a
+    program that ended. Returns the debugger's status and the first signal received, if any."""
+    from .engines.agent import SignalGuard
+
+    guard = SignalGuard(proc, 10.0, program)
+    try:
+        returncode = guard.wait()
+    finally:
+        guard.restore()
+    return returncode, guard.received[0] if guard.received else None
 
 
 def _cross_arch(req: RunRequest) -> ArchInfo | None:
@@ -388,6 +414,7 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
         }
         log = os.path.join(tmp, "debugger.log")
         waited: tuple[int | None, int | None] | None = None
+        interrupted: str | None = None
         finished = threading.Event()
         poller = None
         if on_progress is not None:
@@ -397,6 +424,7 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
                 # The poller starts after the fork: a forked child gets only the forking thread.
                 returncode, *program_end = _run_lldb(cfg, log, poller.start if poller is not None else None, req.aslr)
                 waited = (program_end[0], program_end[1])
+                interrupted = cfg.get("interrupted")
             else:
                 if poller is not None:
                     poller.start()
@@ -404,8 +432,8 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
                     returncode, *program_end = _run_qemu(req, cross, cfg, log, tmp)
                     waited = (program_end[0], program_end[1])
                 else:
-                    returncode = subprocess.run(gdb_command(req, cfg, log), stdin=None, stdout=None, stderr=None,
-                                                check=False).returncode
+                    gdb_proc = subprocess.Popen(gdb_command(req, cfg, log), stdin=None, stdout=None, stderr=None)
+                    returncode, interrupted = _wait_guarded(gdb_proc, lambda: _children(gdb_proc.pid))
         finally:
             finished.set()
             if poller is not None and poller.is_alive():
@@ -424,6 +452,8 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
         doc = json.load(open(cfg["json"]))
         if waited is not None:
             doc["program"]["exit_status"], doc["program"]["exit_signal"] = waited
+        if interrupted:
+            doc["partial"], doc["interrupted_by"] = True, interrupted
         step = doc.get("step") if cfg.get("step") else None
         if step is not None and not step.get("steps") and not step.get("entries"):
             raise ToolError(f"the program never entered the scope {step.get('scope')}: nothing was stepped")

@@ -131,9 +131,11 @@ def test_a_write_that_fails_after_the_run_keeps_the_trace(gate: Path, tmp_path: 
     assert json.loads(fallback.read_text())["faults_total"] == 3, r.explain()
 
 
-def test_sigterm_reaches_the_program_and_the_partial_trace_is_written(gate: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["agent", "trap-gdb", "trap-lldb"])
+def test_sigterm_reaches_the_program_and_the_partial_trace_is_written(engine: str, gate: Path, tmp_path: Path) -> None:
+    _need(engine)
     out = tmp_path / "t.json"
-    cmd = [sys.executable, "-m", "ualdbg", "trace", "--json", str(out), "--", str(gate), "0", "term"]
+    cmd = [sys.executable, "-m", "ualdbg", "trace", *ENGINES[engine], "--json", str(out), "--", str(gate), "0", "term"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=scrubbed_env(), cwd=ROOT,
                             stdin=subprocess.DEVNULL)
     assert proc.stdout is not None

@@ -162,7 +162,7 @@ def _no_aslr() -> None:
         libc.personality(current | 0x0040000)
 
 
-class _SignalGuard:
+class SignalGuard:
     """While the program runs: SIGTERM, SIGHUP and SIGINT sent to ualdbg reach the program as they
     would without ualdbg, and ualdbg waits for it to end: a second signal, or `grace` seconds,
     and the program gets SIGKILL (never an orphan with the agent in it). A Ctrl-C typed at the
@@ -170,10 +170,14 @@ class _SignalGuard:
 
     SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT")
 
-    def __init__(self, proc: subprocess.Popen[bytes], grace: float) -> None:
+    def __init__(self, proc: subprocess.Popen[Any], grace: float,
+                 targets: Callable[[], list[int]] | None = None) -> None:
+        """`proc` is what ualdbg waits for; `targets` the processes that get the signals (the
+        program, when `proc` is a debugger running it; default: `proc` itself)."""
         import signal
 
         self.proc, self.grace = proc, grace
+        self.targets = targets or (lambda: [proc.pid])
         self.received: list[str] = []
         self.deadline: float | None = None
         self._old: dict[int, Any] = {}
@@ -205,15 +209,19 @@ class _SignalGuard:
         if self.proc.poll() is not None:
             return
         if len(self.received) > 1:
-            self.proc.kill()
+            self._send(signal.SIGKILL)
             return
         self.deadline = time.monotonic() + self.grace
         if signo == signal.SIGINT and self._typed_at_terminal():
             return
-        try:
-            self.proc.send_signal(signo)
-        except OSError:
-            pass
+        self._send(signo)
+
+    def _send(self, signo: int) -> None:
+        for pid in self.targets():
+            try:
+                os.kill(pid, signo)
+            except OSError:
+                pass
 
     def wait(self) -> int:
         while True:
@@ -222,7 +230,12 @@ class _SignalGuard:
                 return self.proc.wait(timeout=timeout if timeout is None else min(timeout, 0.5))
             except subprocess.TimeoutExpired:
                 if self.deadline is not None and time.monotonic() >= self.deadline:
-                    self.proc.kill()
+                    import signal
+
+                    self._send(signal.SIGKILL)
+                    self.deadline = time.monotonic() + self.grace  # then the debugger, if it is stuck
+                    if self.targets() != [self.proc.pid]:
+                        self.targets = lambda: [self.proc.pid]
 
     def restore(self) -> None:
         import signal
@@ -287,7 +300,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
                     on_progress(total, ignored, time.monotonic() - started)
             poller = threading.Thread(target=poll, daemon=True)
             poller.start()
-        guard = _SignalGuard(proc, run.grace)
+        guard = SignalGuard(proc, run.grace)
         try:
             returncode = guard.wait()
         finally:
