@@ -24,7 +24,8 @@ def inlined(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def trace(*args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
-    out = Path(args[-1]).parent / f"t{len(list(Path(args[-1]).parent.iterdir()))}.json"
+    folder = Path(args[-2]).parent  # the program's (temporary) folder
+    out = folder / f"t{len(list(folder.iterdir()))}.json"
     cmd = [sys.executable, "-m", "ualdbg", "trace", "--json", str(out), *args]
     p = subprocess.run(cmd, capture_output=True, text=True, env=scrubbed_env(), cwd=ROOT, timeout=300, stdin=subprocess.DEVNULL)
     assert p.returncode == 0, p.stderr
