@@ -4,6 +4,7 @@ Zero uncaught exceptions. The normal run tries a seed corpus and a few hundred i
 parser; the long run is `make fuzz` (UALDBG_FUZZ_EXAMPLES=10000 per parser)."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -166,7 +167,7 @@ def test_fuzz_structured_traces(tmp_path_factory: pytest.TempPathFactory) -> Non
                       "program": d["program"], "data": data if isinstance(data, dict) else d}[where]
             keys = list(target)
             name = keys[sum(map(ord, key)) % len(keys)] if keys and key else key
-            target[name] = value
+            target[name] = copy.deepcopy(value)  # st.just({}) is one object: never share it
         json_target(json.dumps(d).encode(), folder)
 
     run()
