@@ -7,19 +7,16 @@ import os
 import sys
 from typing import Any
 
-DEPENDENCIES = (("capstone", "capstone"), ("elftools", "pyelftools"), ("rich", "rich"))
+from ...loaders.paths import add_paths, missing_dependencies
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def problem() -> str | None:
     """One line saying why ualdbg cannot run in this lldb, or None."""
-    missing = []
-    for module, package in DEPENDENCIES:
-        try:
-            __import__(module)
-        except ImportError:
-            missing.append(package)
+    missing = missing_dependencies()
     if missing:
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        root = _ROOT
         venv = os.environ.get("UALDBG_VENV") or os.path.join(root, ".venv")
         mine = f"python{sys.version_info[0]}.{sys.version_info[1]}"
         made_for = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(venv, "lib", "python*", "site-packages")))
@@ -34,14 +31,9 @@ def problem() -> str | None:
 
 
 def add_venv() -> None:
-    """The project's virtualenv on sys.path, as lldb/ualdbg.py does: needed here too when lldb
-    found the package without running that file (it was importable already)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    venv = os.environ.get("UALDBG_VENV") or os.path.join(root, ".venv")
-    pyver = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    for site in glob.glob(os.path.join(venv, "lib", pyver, "site-packages")):
-        if site not in sys.path:
-            sys.path.insert(0, site)
+    """The clone's virtualenv (and ualdbg gdb|lldb's paths) on sys.path, as the loaders do:
+    needed here too when lldb found the package without running a loader."""
+    add_paths(_ROOT)
 
 
 def init(debugger: Any, internal_dict: dict[str, Any] | None = None) -> None:
