@@ -4,10 +4,11 @@ inlined) that contain it. Addresses are link-time addresses."""
 
 from __future__ import annotations
 
+import heapq
 import os
 import struct
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,6 +22,7 @@ from elftools.dwarf.dwarfinfo import DWARFInfo
 from elftools.dwarf.lineprogram import LineProgram
 from elftools.dwarf.ranges import BaseAddressEntry, RangeEntry
 
+from ualdbg.symbols.demangle import frame_name
 from ualdbg.symbols.intervals import IntervalTable
 
 # pyelftools raises these (and plain asserts/struct errors) on DWARF it does not understand.
@@ -45,7 +47,14 @@ DWARF_ERRORS: tuple[type[BaseException], ...] = (
     MemoryError,
 )
 
+_DW_LNE_set_address = 2
+_MINUS_1 = 0xFFFFFFFFFFFFFFFF
+_MINUS_2 = 0xFFFFFFFFFFFFFFFE
+
 _SCOPE_CONTAINERS = frozenset({"DW_TAG_lexical_block", "DW_TAG_try_block", "DW_TAG_catch_block"})
+# Types declared inside a function hold the bodies of their member functions: a lambda's
+# operator() sits in its closure class, in the function that defines the lambda.
+_LOCAL_TYPES = frozenset({"DW_TAG_class_type", "DW_TAG_structure_type", "DW_TAG_union_type"})
 # Places where out-of-line definitions can sit besides the unit's top level. Type DIEs are
 # not entered: their subtrees are large and gcc puts member-function bodies at top level.
 _DEFINITION_CONTAINERS = frozenset({"DW_TAG_namespace", "DW_TAG_module"})
@@ -58,6 +67,19 @@ _DEFINITION_CONTAINERS = frozenset({"DW_TAG_namespace", "DW_TAG_module"})
 _PLAIN_LANGUAGES = frozenset(
     {0x01, 0x02, 0x05, 0x06, 0x07, 0x09, 0x0C, 0x0F, 0x12, 0x1D, 0x2C, 0x8001}
 )
+# gdb names functions of these languages differently from binutils (issue 18: follow gdb).
+# C++ (C++, 03, 11, 14): the linkage name demangled, without its parameter list; without a
+# linkage name, DW_AT_name qualified by the enclosing namespaces and classes (dwarf2_physname,
+# dwarf2_compute_name). Fortran (77, 90, 95, 2003, 2008): DW_AT_name, qualified `module::`.
+_CPLUS_LANGUAGES = frozenset({0x04, 0x19, 0x1A, 0x21})
+_FORTRAN_LANGUAGES = frozenset({0x07, 0x08, 0x0E, 0x22, 0x23})
+_PREFIX_TAGS = {
+    "DW_TAG_namespace": "(anonymous namespace)",
+    "DW_TAG_class_type": None,
+    "DW_TAG_structure_type": None,
+    "DW_TAG_union_type": None,
+    "DW_TAG_module": None,
+}
 
 
 @dataclass(frozen=True)
@@ -84,23 +106,6 @@ class _Node:
     ranges: tuple[tuple[int, int], ...]
     parent: int | None  # index of the enclosing function instance in the unit's node list
     call: SourcePos | None
-
-
-class _Sequence:
-    """One line-table sequence: rows sorted by address, the last row closing the sequence."""
-
-    __slots__ = ("addrs", "rows")
-
-    def __init__(self, addrs: list[int], rows: list[tuple[int, int]]) -> None:
-        self.addrs = addrs
-        self.rows = rows  # (file index, line), parallel to addrs; the end row included
-
-    def row_at(self, addr: int) -> tuple[int, int] | None:
-        i = bisect_right(self.addrs, addr) - 1
-        # The last row is the end_sequence marker: it closes the range, it describes nothing.
-        if i < 0 or i >= len(self.addrs) - 1:
-            return None
-        return self.rows[i]
 
 
 def _text(value: Any) -> str:
@@ -140,6 +145,44 @@ def die_name(die: DIE) -> tuple[str | None, bool]:
     return name, False
 
 
+def _declaration_chain(die: DIE) -> list[DIE]:
+    """The DIE, then along DW_AT_abstract_origin / DW_AT_specification to the declaration."""
+    chain = [die]
+    for _ in range(8):  # chains are 1-3 long; the bound guards against reference cycles
+        attrs = chain[-1].attributes
+        ref = next((k for k in ("DW_AT_abstract_origin", "DW_AT_specification") if k in attrs), None)
+        if ref is None:
+            break
+        chain.append(chain[-1].get_DIE_from_attribute(ref))
+    return chain
+
+
+def _gdb_name(die: DIE, *, fortran: bool) -> str | None:
+    chain = _declaration_chain(die)
+    if not fortran:
+        for d in chain:
+            for key in ("DW_AT_linkage_name", "DW_AT_MIPS_linkage_name"):
+                if key in d.attributes:
+                    linkage = _text(d.attributes[key].value)
+                    shown = frame_name(linkage)
+                    if shown != linkage:
+                        return shown
+    named = next((d for d in chain if "DW_AT_name" in d.attributes), None)
+    if named is None:
+        return None
+    parts = [_text(named.attributes["DW_AT_name"].value)]
+    parent = named.get_parent()
+    while parent is not None and parent.tag in _PREFIX_TAGS:
+        if "DW_AT_name" in parent.attributes:
+            parts.append(_text(parent.attributes["DW_AT_name"].value))
+        elif _PREFIX_TAGS[parent.tag] is not None:
+            parts.append(str(_PREFIX_TAGS[parent.tag]))
+        else:
+            break
+        parent = parent.get_parent()
+    return "::".join(reversed(parts))
+
+
 class _Unit:
     """Everything one compile unit says about addresses, parsed on first use."""
 
@@ -151,6 +194,8 @@ class _Unit:
         self.comp_dir = _text(attrs["DW_AT_comp_dir"].value) if "DW_AT_comp_dir" in attrs else None
         language = attrs["DW_AT_language"].value if "DW_AT_language" in attrs else None
         self._plain_names = language in _PLAIN_LANGUAGES
+        self._cplus = language in _CPLUS_LANGUAGES
+        self._fortran = language in _FORTRAN_LANGUAGES
         self._files: dict[int, tuple[str, str] | None] = {}
         self._pos_cache: dict[tuple[int, int], SourcePos | None] = {}
 
@@ -210,79 +255,177 @@ class _Unit:
         return self._pos_cache[key]
 
     @cached_property
-    def sequences(self) -> IntervalTable[_Sequence]:
+    def _lines(self) -> tuple[list[int], list[tuple[int, int] | None]]:
+        """The unit's line table as gdb 13 reads it (dwarf2/read.c lnp_state_machine, buildsym.c
+        record_line, symtab.c find_pc_sect_line), flattened: sorted change addresses, and the
+        (file index, line) shown from each of them on (None: no line).
+
+        Where gdb and binutils differ, gdb wins (issue 18), and the DWARF standard with it:
+        - the file register starts at 1 in every sequence, in every DWARF version (DWARF 5,
+          6.2.2, table 6.4); binutils' addr2line starts DWARF 5 sequences on file 0;
+        - several rows at one address: the last is_stmt one;
+        - consecutive rows of one line are coalesced when the line has a non-zero discriminator
+          (gdb PR 17276): the first row's line holds until the line changes;
+        - a file switch ends the previous file's range at that address (its rows there are
+          dropped), unless the new row is not a statement and one was seen at that address."""
         program = self._program
         if program is None:
-            return IntervalTable(())
-        found: list[tuple[int, int, int, _Sequence]] = []
-        addrs: list[int] = []
-        rows: list[tuple[int, int]] = []
-        stmt: list[bool] = []
+            return [], []
         try:
             entries = program.get_entries()
+            default_stmt = bool(program.header["default_is_stmt"])
         except DWARF_ERRORS:
-            entries = []  # an undecodable program: no lines for this unit, but no retries
+            return [], []  # an undecodable program: no lines for this unit, but no retries
+        low_pc = self._low_pc
+        # Per subfile (a source file, by path), its entries in recording order:
+        # [address, line, is_stmt, order]
+        tables: dict[object, list[list[int]]] = {}
+        order = 0
+
+        def record(subfile: object, line: int, addr: int, is_stmt: bool) -> None:
+            nonlocal order
+            table = tables.setdefault(subfile, [])
+            if line == 0:
+                last_line: int | None = None
+                while table:
+                    last_line = table[-1][1]
+                    if table[-1][0] != addr:
+                        break
+                    table.pop()
+                if last_line is None or last_line == 0:
+                    return
+            order += 1
+            table.append([addr, line, int(is_stmt), order])
+
+        fresh = True
         for entry in entries:
+            if fresh:
+                last_subfile: object = None
+                last_line = 0
+                has_disc = False
+                last_address = 0
+                stmt_at_address = False
+                recording = True
+                line_reg = file_reg = 1
+                fresh = False
+            command = entry.command
             state = entry.state
+            if entry.is_extended and command == _DW_LNE_set_address:
+                address = entry.args[0]
+                # gdb ignores sequences of functions the linker dropped (PR gdb/12528).
+                if (address == 0 and low_pc > 0) or address in (_MINUS_1, _MINUS_2):
+                    recording = False
+                continue
             if state is None:
                 continue
-            if state.end_sequence:
-                if addrs:
-                    addrs.append(state.address)
-                    rows.append((0, 0))
-                    found.append(
-                        (min(addrs[:-1]), state.address, len(found), self._sorted(addrs, rows))
-                    )
-                addrs, rows, stmt = [], [], []
-                continue
-            # The file register starts at 1 in every sequence, in every DWARF version (DWARF 5,
-            # 6.2.2, table 6.4), as gdb and objdump's decoded table have it; binutils' addr2line
-            # starts DWARF 5 sequences on file 0, which names the unit's own file for the rows
-            # of a header before the first DW_LNS_set_file (issue 18).
-            row = (state.file, state.line)
-            # Of several rows at one address (an inlined call starts at its caller's statement,
-            # DWARF 5 views) gdb keeps the last is_stmt one (find_pc_sect_line), else the last.
-            if addrs and addrs[-1] == state.address:
-                if state.is_stmt or not stmt[-1]:
-                    rows[-1], stmt[-1] = row, bool(state.is_stmt)
-            else:
-                addrs.append(state.address)
-                rows.append(row)
-                stmt.append(bool(state.is_stmt))
-        return IntervalTable(self._trim(found))
+            # pyelftools yields rows, not every opcode: a line or file change since the last
+            # row is seen here, with the discriminator in force at this row (gdb's advance_line
+            # and set_file take the discriminator set before them, the same one for gcc's code).
+            if state.line != line_reg or state.file != file_reg:
+                has_disc = bool(state.discriminator)
+            line_reg, file_reg = state.line, state.file
+            end = bool(state.end_sequence)
+            addr = state.address
+            is_stmt = bool(state.is_stmt) if state.is_stmt is not None else default_stmt
+            names = self._file(state.file)
+            subfile: object = names[1] if names is not None else ("?", state.file)
+            changed = last_subfile != subfile
+            ignore = (changed and not end and last_address == addr and not is_stmt and stmt_at_address) or (
+                not end and state.line == 0
+            )
+            if recording:
+                if ((changed and not ignore) or end) and last_subfile is not None:
+                    record(last_subfile, 0, addr, True)
+                if not end and not ignore and (changed or state.line != last_line or not has_disc):
+                    last_subfile = subfile
+                    record(subfile, state.line, addr, is_stmt)
+                    last_line = state.line
+            elif not end and not ignore and (changed or state.line != last_line or not has_disc):
+                last_subfile, last_line = subfile, state.line
+            if last_address != addr:
+                stmt_at_address = False
+                last_address = addr
+            stmt_at_address |= is_stmt
+            if end:
+                fresh = True
+        return self._sweep(tables)
 
-    @staticmethod
-    def _sorted(addrs: list[int], rows: list[tuple[int, int]]) -> _Sequence:
-        body = list(zip(addrs[:-1], rows[:-1]))
-        if any(body[i][0] > body[i + 1][0] for i in range(len(body) - 1)):
-            body.sort(key=lambda r: r[0])
-        return _Sequence([a for a, _ in body] + [addrs[-1]], [r for _, r in body] + [rows[-1]])
+    def _sweep(
+        self, tables: dict[object, list[list[int]]]
+    ) -> tuple[list[int], list[tuple[int, int] | None]]:
+        # find_pc_sect_line: per file, the last entry at or below the PC (entries sorted by
+        # address, end markers first at one address); a non-statement entry gives way to a
+        # statement entry at its address; an end marker (line 0) is no candidate. Of the files'
+        # candidates the one at the highest address wins (here: the later recorded on a tie).
+        events: list[tuple[int, int, list[int], object]] = []
+        for subfile, table in tables.items():
+            table.sort(key=lambda e: (e[0], e[1] != 0))
+            for i, e in enumerate(table):
+                events.append((e[0], i, e, subfile))
+        events.sort(key=lambda ev: ev[0])
+        addrs: list[int] = []
+        shown: list[tuple[int, int] | None] = []
+        current: dict[object, list[int] | None] = {}
+        heap: list[tuple[int, int, object]] = []
+        index_of = {subfile: table for subfile, table in tables.items()}
+        i = 0
+        while i < len(events):
+            addr = events[i][0]
+            touched: dict[object, int] = {}
+            while i < len(events) and events[i][0] == addr:
+                touched[events[i][3]] = events[i][1]
+                i += 1
+            for subfile, last in touched.items():
+                table = index_of[subfile]
+                best = table[last]
+                if best[1] and not best[2]:
+                    k = last
+                    while k > 0 and table[k - 1][0] == table[k][0] and table[k - 1][1] != 0 and not table[k][2]:
+                        k -= 1
+                    if table[k][2]:
+                        best = table[k]
+                current[subfile] = best if best[1] else None
+                if best[1]:
+                    heapq.heappush(heap, (-best[0], -best[3], subfile))
+            while heap:
+                _, neg_order, subfile = heap[0]
+                entry = current.get(subfile)
+                if entry is not None and entry[3] == -neg_order:
+                    break
+                heapq.heappop(heap)
+            answer: tuple[int, int] | None = None
+            if heap:
+                entry = current[heap[0][2]]
+                assert entry is not None
+                answer = (self._index_of_subfile(heap[0][2]), entry[1])
+            if not shown or shown[-1] != answer:
+                addrs.append(addr)
+                shown.append(answer)
+        return addrs, shown
 
-    @staticmethod
-    def _trim(
-        found: list[tuple[int, int, int, _Sequence]],
-    ) -> Iterator[tuple[int, int, _Sequence]]:
-        # binutils sorts sequences by start (longest first), drops the ones nested in an
-        # earlier one and starts an overlapping one where the previous ends; lookups then
-        # agree with addr2line when the linker left overlapping sequences (gc'd sections).
-        found.sort(key=lambda s: (s[0], -s[1], s[2]))
-        high = -1
-        for low, end, _, seq in found:
-            if low < high:
-                if end <= high:
-                    continue
-                low = high
-            high = end
-            yield low, end, seq
+    def _index_of_subfile(self, subfile: object) -> int:
+        if isinstance(subfile, tuple):
+            return int(subfile[1])
+        for index, names in self._files.items():
+            if names is not None and names[1] == subfile:
+                return index
+        return -1
+
+    @cached_property
+    def _low_pc(self) -> int:
+        try:
+            ranges = self._owner.die_ranges(self._top, self._cu)
+        except DWARF_ERRORS:
+            return 0
+        return min((lo for lo, _ in ranges), default=0)
 
     def line_at(self, addr: int) -> SourcePos | None:
-        seq = self.sequences.find(addr)
-        if seq is None:
+        addrs, shown = self._lines
+        i = bisect_right(addrs, addr) - 1
+        if i < 0 or shown[i] is None:
             return None
-        row = seq.row_at(addr)
-        if row is None:
-            return None
-        return self.pos(row[0], row[1])
+        file_index, line = shown[i]  # type: ignore[misc]
+        return self.pos(file_index, line)
 
     @cached_property
     def _scopes(self) -> tuple[list[_Node], IntervalTable[int]]:
@@ -291,7 +434,7 @@ class _Unit:
         # On a DIE pyelftools cannot read, keep the functions read before it: the unit is
         # walked once, never again per lookup.
         with suppress(*DWARF_ERRORS):
-            self._walk(self._top, None, 0, nodes, intervals)
+            self._walk(self._top, None, 0, nodes, intervals, False)
         return nodes, IntervalTable(self._segments(intervals))
 
     def _walk(
@@ -301,6 +444,7 @@ class _Unit:
         depth: int,
         nodes: list[_Node],
         intervals: list[tuple[int, int, int, int]],
+        in_function: bool,
     ) -> None:
         for child in die.iter_children():
             tag = child.tag
@@ -309,7 +453,11 @@ class _Unit:
             ):
                 ranges = self._owner.die_ranges(child, self._cu)
                 if not ranges:
-                    continue  # abstract instance or declaration: no code of its own
+                    # Abstract instance or declaration: no code of its own, but the types
+                    # declared in it may have (a lambda's operator(), a local class's methods).
+                    if tag == "DW_TAG_subprogram" and child.has_children:
+                        self._walk(child, None, 0, nodes, intervals, True)
+                    continue
                 inlined = tag == "DW_TAG_inlined_subroutine"
                 call = None
                 if inlined:
@@ -321,6 +469,9 @@ class _Unit:
                     if call_file is not None:
                         call = self.pos(call_file, call_line)
                 name, linkage = self._owner.name_of(child)
+                if self._cplus or self._fortran:
+                    name = self._owner.gdb_name_of(child, fortran=self._fortran) or name
+                    linkage = True  # a name gdb shows: no symbol for it
                 if not inlined and (name is None or (not linkage and not self._plain_names)):
                     # Only out-of-line instances: binutils renames inlined ones too, but
                     # statefully (it depends on which addresses were looked up before), and
@@ -339,9 +490,11 @@ class _Unit:
                 )
                 level = depth + 1 if inlined else 0
                 intervals.extend((lo, hi, level, node) for lo, hi in ranges)
-                self._walk(child, node, level, nodes, intervals)
-            elif (tag in _SCOPE_CONTAINERS and parent is not None) or tag in _DEFINITION_CONTAINERS:
-                self._walk(child, parent, depth, nodes, intervals)
+                self._walk(child, node, level, nodes, intervals, True)
+            elif (
+                (tag in _SCOPE_CONTAINERS or tag in _LOCAL_TYPES) and (parent is not None or in_function)
+            ) or tag in _DEFINITION_CONTAINERS:
+                self._walk(child, parent, depth, nodes, intervals, in_function)
 
     @staticmethod
     def _segments(intervals: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int]]:
@@ -401,6 +554,7 @@ class DwarfIndex:
         self._is_code = is_code or (lambda addr: addr != 0)
         self._units: dict[int, _Unit | None] = {}
         self._names: dict[int, tuple[str | None, bool]] = {}
+        self._gdb_names: dict[int, str | None] = {}
         self._rest: IntervalTable[int] | None = None
 
     # -- ranges and names shared by the units ---------------------------------------------
@@ -455,6 +609,19 @@ class DwarfIndex:
         if key not in self._names:
             self._names[key] = die_name(die)
         return self._names[key]
+
+    def gdb_name_of(self, die: DIE, *, fortran: bool) -> str | None:
+        """The function name gdb's `frame` shows for a C++ or Fortran function instance."""
+        attrs = die.attributes
+        origin = attrs.get("DW_AT_abstract_origin")
+        cacheable = origin is not None and origin.form.startswith("DW_FORM_ref") and origin.form != "DW_FORM_ref_addr"
+        key = -1 - (origin.value + die.cu.cu_offset) if cacheable and origin is not None else None
+        if key is not None and key in self._gdb_names:
+            return self._gdb_names[key]
+        name = _gdb_name(die, fortran=fortran)
+        if key is not None:
+            self._gdb_names[key] = name
+        return name
 
     # -- unit lookup ---------------------------------------------------------------------
 

@@ -24,6 +24,13 @@ PAGE_SIZE = mmap.PAGESIZE
 _DEBUG_ROOT = "/usr/lib/debug"
 
 
+def debug_file_directories() -> list[str]:
+    """Where separate debug files are looked for, as gdb's `debug-file-directory` (a
+    colon-separated list, /usr/lib/debug by default): UALDBG_DEBUG_FILE_DIRECTORY sets it."""
+    value = os.environ.get("UALDBG_DEBUG_FILE_DIRECTORY", "")
+    return [d for d in value.split(os.pathsep) if d] or [_DEBUG_ROOT]
+
+
 def elf_file_problem(path: str, shown: str, what: str = "an ELF file", not_elf: str = "not an ELF file") -> str | None:
     """Why `path` is not a readable ELF file, in one line starting with `shown`; None when it is
     one. `what` names the expected kind in the directory message, `not_elf` the non-ELF one."""
@@ -277,16 +284,18 @@ class ElfIndex:
             for note in section.iter_notes():
                 if note["n_type"] == "NT_GNU_BUILD_ID":
                     build_id = str(note["n_desc"])
-                    yield os.path.join(
-                        _DEBUG_ROOT, ".build-id", build_id[:2], build_id[2:] + ".debug"
-                    )
+                    for root in debug_file_directories():
+                        yield os.path.join(
+                            root, ".build-id", build_id[:2], build_id[2:] + ".debug"
+                        )
         link = self._elf.get_section_by_name(".gnu_debuglink")
         if link is not None:
             name = os.fsdecode(link.data().split(b"\0", 1)[0])
             directory = os.path.dirname(os.path.realpath(self.path))
             yield os.path.join(directory, name)
             yield os.path.join(directory, ".debug", name)
-            yield os.path.join(_DEBUG_ROOT, directory.lstrip("/"), name)
+            for root in debug_file_directories():
+                yield os.path.join(root, directory.lstrip("/"), name)
 
     @cached_property
     def dwarf(self) -> DwarfIndex | None:
