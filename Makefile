@@ -1,6 +1,6 @@
 # Two entry points on a fresh machine: `make demo` (the main job on a bundled example; installs
 # only gdb, gcc and the venv) and `make test` (the test suite; installs everything it needs).
-.PHONY: setup setup-demo check-packages demo test lint bench fuzz clean
+.PHONY: setup setup-demo check-packages demo test lint bench fuzz corpus clean
 setup:
 	@scripts/bootstrap.sh
 
@@ -32,3 +32,8 @@ clean:
 # the seed corpus and a few hundred derandomized inputs per parser.
 fuzz: setup
 	UALDBG_FUZZ_EXAMPLES=10000 UALDBG_FUZZ_RANDOM=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/fuzz
+
+# The resolver against gdb on the whole corpus (issue 18): every memory-access instruction of
+# 13 builds of Debian's xxHash, LZ4, fmtlib and MINPACK sources; `make test` checks a sample.
+corpus: setup
+	.venv/bin/python tests/symbols/differential.py

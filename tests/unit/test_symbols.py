@@ -146,27 +146,6 @@ def addr2line(elf: Path, addrs: Sequence[int]) -> dict[int, list[Frame]]:
     return result
 
 
-_GDB_LINE = re.compile(r'^Line (\d+) of "([^"]+)"')
-
-
-def gdb_lines(elf: Path, addrs: Sequence[int]) -> dict[int, tuple[str, int] | None]:
-    """gdb's `info line *ADDR` per address: (file name, line), the oracle for the innermost line.
-    gdb and addr2line disagree where DWARF 5 sequences start before a DW_LNS_set_file (the file
-    register starts at 1: DWARF 5, 6.2.2) and at several rows for one address (gdb keeps the last
-    is_stmt one); ualdbg follows gdb, where the user looks (issue 18)."""
-    gdb = require_tool("gdb")
-    script = elf.with_suffix(".lines.gdb")
-    script.write_text("".join(f"info line *{a:#x}\n" for a in addrs))
-    out = run([gdb, "-q", "-nx", "-batch", "-x", str(script), str(elf)])
-    answers = [line for line in out.splitlines() if line.startswith(("Line ", "No line number"))]
-    assert len(answers) == len(addrs), out[-2000:]
-    result: dict[int, tuple[str, int] | None] = {}
-    for addr, answer in zip(addrs, answers):
-        m = _GDB_LINE.match(answer)
-        result[addr] = (os.path.basename(m.group(2)), int(m.group(1))) if m else None
-    return result
-
-
 def frame(function: str | None, pos: SourcePos | None) -> Frame:
     return Frame(function, None, None) if pos is None else Frame(function, pos.path, pos.line)
 
@@ -176,32 +155,23 @@ def our_frames(index: ElfIndex, addr: int) -> list[Frame]:
     return [frame(info.function, info.pos)] + [frame(c.function, c.pos) for c in info.inlined_from]
 
 
-def compare_with_addr2line(elf: Path) -> tuple[int, int]:
-    """Resolve every .text instruction inside a function; return (compared, inlined)."""
-    index = elf_index(str(elf))
-    assert index is not None
+def compare_with_gdb(elf: Path) -> tuple[int, int]:
+    """Resolve every .text instruction inside a function and compare file:line, the function
+    chain and the callers' lines with gdb's own frames at that PC (tests/symbols/gdb_oracle.py);
+    return (compared, inlined)."""
+    from symbols.differential import compare, ours
+
     spans = function_symbols(elf)
     addrs = [a for a in text_addresses(elf) if any(lo <= a < hi for lo, hi, _ in spans)]
-    reference = addr2line(elf, addrs)
-    lines = gdb_lines(elf, addrs)
-    mismatches = []
-    inlined = 0
-    for addr in addrs:
-        ours = our_frames(index, addr)
-        inlined += len(ours) > 1
-        # The innermost line is gdb's; functions and the inlining callers' call sites are
-        # addr2line's (they come from DW_AT_call_line, not from the line table).
-        innermost = (os.path.basename(ours[0].path), ours[0].line) if ours[0].path and ours[0].line else None
-        want = reference[addr]
-        if innermost != lines[addr] or [f.function for f in ours] != [f.function for f in want] or ours[1:] != want[1:]:
-            mismatches.append(f"{addr:#x}\n  ours:      {ours}\n  addr2line: {want}\n  gdb line:  {lines[addr]}")
-    assert not mismatches, f"{elf.name}: {len(mismatches)}/{len(addrs)} differ\n" + "\n".join(
-        mismatches[:10]
+    outcome = compare(elf.name, elf, elf.parent, pcs=addrs)
+    assert not outcome.mismatches, f"{elf.name}: {len(outcome.mismatches)}/{len(addrs)} differ\n" + "\n".join(
+        outcome.mismatches[:10]
     )
+    inlined = sum(len(a.functions) > 1 for a in ours(elf, addrs).values())
     return len(addrs), inlined
 
 
-# -- DWARF lookups against addr2line ---------------------------------------------------------
+# -- DWARF lookups against gdb ---------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -215,11 +185,11 @@ def compare_with_addr2line(elf: Path) -> tuple[int, int]:
         ("pie_o0", ("-g", "-O0"), 5),
     ],
 )
-def test_c_matches_addr2line(
+def test_c_matches_gdb(
     builds: Builds, name: str, flags: tuple[str, ...], version: int
 ) -> None:
     elf = builds.gcc(name, *flags)
-    compared, inlined = compare_with_addr2line(elf)
+    compared, inlined = compare_with_gdb(elf)
     assert compared > 60
     if "-O0" not in flags:
         assert inlined > 0, "the static inline helpers should have been inlined"
@@ -233,15 +203,16 @@ def test_c_matches_addr2line(
     ("name", "flags"),
     [("fortran_o1", ("-g", "-O1")), ("fortran_o2_dwarf4", ("-g", "-gdwarf-4", "-O2"))],
 )
-def test_fortran_matches_addr2line(builds: Builds, name: str, flags: tuple[str, ...]) -> None:
+def test_fortran_matches_gdb(builds: Builds, name: str, flags: tuple[str, ...]) -> None:
     elf = builds.gfortran(name, *flags)
-    compared, _ = compare_with_addr2line(elf)
+    compared, _ = compare_with_gdb(elf)
     assert compared > 30
     index = elf_index(str(elf))
     assert index is not None
     main_program = next(s for s in function_symbols(elf) if s[2] == "MAIN__")
-    # DWARF calls the main program `fdemo`; addr2line (and so ualdbg) shows its symbol.
-    assert index.lookup(main_program[0]).function == "MAIN__"
+    # DWARF calls the main program `fdemo`: gdb shows that name (addr2line shows the symbol
+    # MAIN__), and so does ualdbg.
+    assert index.lookup(main_program[0]).function == "fdemo"
 
 
 def test_inline_chain_goes_outward(builds: Builds) -> None:
@@ -304,7 +275,7 @@ def test_separate_debug_file_via_debuglink(builds: Builds) -> None:
     run(["objcopy", "--add-gnu-debuglink=linked.debug", "linked"], cwd=builds.root)
     index = elf_index(str(linked))
     assert index is not None and index.dwarf is not None
-    compared, inlined = compare_with_addr2line(linked)
+    compared, inlined = compare_with_gdb(linked)
     assert compared > 60 and inlined > 0
 
 
