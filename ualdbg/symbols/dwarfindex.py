@@ -429,12 +429,22 @@ class _Unit:
 
     @cached_property
     def _scopes(self) -> tuple[list[_Node], IntervalTable[int]]:
+        return self._read_scopes(deep=False)
+
+    @cached_property
+    def _deep_scopes(self) -> tuple[list[_Node], IntervalTable[int]]:
+        """Also the functions defined in types inside abstract instances (a lambda's
+        operator() in a template or inline function): read only when a PC falls in none of
+        the others, since it parses every abstract instance's subtree."""
+        return self._read_scopes(deep=True)
+
+    def _read_scopes(self, *, deep: bool) -> tuple[list[_Node], IntervalTable[int]]:
         nodes: list[_Node] = []
         intervals: list[tuple[int, int, int, int]] = []
         # On a DIE pyelftools cannot read, keep the functions read before it: the unit is
         # walked once, never again per lookup.
         with suppress(*DWARF_ERRORS):
-            self._walk(self._top, None, 0, nodes, intervals, False)
+            self._walk(self._top, None, 0, nodes, intervals, False, deep)
         return nodes, IntervalTable(self._segments(intervals))
 
     def _walk(
@@ -445,6 +455,7 @@ class _Unit:
         nodes: list[_Node],
         intervals: list[tuple[int, int, int, int]],
         in_function: bool,
+        deep: bool,
     ) -> None:
         for child in die.iter_children():
             tag = child.tag
@@ -455,8 +466,8 @@ class _Unit:
                 if not ranges:
                     # Abstract instance or declaration: no code of its own, but the types
                     # declared in it may have (a lambda's operator(), a local class's methods).
-                    if tag == "DW_TAG_subprogram" and child.has_children:
-                        self._walk(child, None, 0, nodes, intervals, True)
+                    if deep and tag == "DW_TAG_subprogram" and child.has_children:
+                        self._walk(child, None, 0, nodes, intervals, True, deep)
                     continue
                 inlined = tag == "DW_TAG_inlined_subroutine"
                 call = None
@@ -490,11 +501,11 @@ class _Unit:
                 )
                 level = depth + 1 if inlined else 0
                 intervals.extend((lo, hi, level, node) for lo, hi in ranges)
-                self._walk(child, node, level, nodes, intervals, True)
+                self._walk(child, node, level, nodes, intervals, True, deep)
             elif (
                 (tag in _SCOPE_CONTAINERS or tag in _LOCAL_TYPES) and (parent is not None or in_function)
             ) or tag in _DEFINITION_CONTAINERS:
-                self._walk(child, parent, depth, nodes, intervals, in_function)
+                self._walk(child, parent, depth, nodes, intervals, in_function, deep)
 
     @staticmethod
     def _segments(intervals: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int]]:
@@ -527,6 +538,9 @@ class _Unit:
     def frames_at(self, addr: int) -> tuple[ScopeFrame, ...]:
         nodes, table = self._scopes
         index = table.find(addr)
+        if index is None and self._cplus:
+            nodes, table = self._deep_scopes
+            index = table.find(addr)
         frames: list[ScopeFrame] = []
         while index is not None:
             node = nodes[index]

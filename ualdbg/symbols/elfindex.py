@@ -17,6 +17,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import NoteSection
 from elftools.elf.segments import InterpSegment
 
+from ualdbg.symbols.demangle import frame_name
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, SourcePos
 from ualdbg.symbols.intervals import IntervalTable
 
@@ -343,7 +344,8 @@ class ElfIndex:
         symbol = self.symbol_at(addr)
         if symbol is None:
             return AddrInfo(pos=pos)
-        return AddrInfo(symbol.name, symbol.start, pos)
+        # gdb shows a minimal symbol demangled (DMGL_PARAMS | DMGL_ANSI), params removed.
+        return AddrInfo(frame_name(symbol.name, symbol=True), symbol.start, pos)
 
 
 def _has_debug_info(elf: ELFFile) -> bool:
