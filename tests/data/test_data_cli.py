@@ -156,7 +156,7 @@ def test_trace_records_name_their_element(tmp_path: Path) -> None:
     from ualdbg.render.advice import record_data
 
     doc, log = cli_trace("common_block", "5", tmp_path=tmp_path)
-    fill = next(s for s in doc["sites"] if s["function"] == "fill_")
+    fill = next(s for s in doc["sites"] if s["function"] == "fill")
     d = fill["data"]
     assert d["size"] == 4000 and int(d["start"], 16) == int(d["va"], 16), log  # r2[0] is where r2 starts
     vas = [r["va"] for r in doc["records"] if r["pc"] == fill["pc"]]

@@ -24,7 +24,7 @@ def test_gdb_break_report_common_block() -> None:
     lines = data_lines(run.stdout)
     # first stop: x(1) in fill = r2[0]; second: x(2) = r2 elements 2 and 3, so r2[2]+0
     assert lines[0] == f"data: r2[0]+0 in COMMON /data/, declared at common_block.f90:{line}", run.explain()
-    assert lines[1].startswith("via: x[0]+0 (real(kind=8)[] x in fill_)"), run.explain()
+    assert lines[1].startswith("via: x[0]+0 (real(kind=8)[] x in fill)"), run.explain()
     assert lines[2] == f"data: r2[2]+0 in COMMON /data/, declared at common_block.f90:{line}", run.explain()
     assert lines[3].startswith("via: x[1]+0 "), run.explain()
 

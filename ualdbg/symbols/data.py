@@ -301,12 +301,11 @@ class ModuleData:
                 if nxt is None:
                     break
                 if nxt.tag == "DW_TAG_subprogram":
-                    # The name the site's PC is shown with: the ELF symbol at its entry (fill_
-                    # for Fortran's fill), as dwarfindex names out-of-line functions.
+                    # The name the site's PC is shown with, as dwarfindex (and gdb) names it.
                     ranges = dwarf.die_ranges(nxt, cu)
-                    func_name = (dwarf.symbol_name_at(ranges[0][0]) if ranges else None) or name_of(origin(nxt)) or func_name
+                    func_name = dwarf.shown_name(nxt, cu, ranges, inlined=False) or name_of(origin(nxt)) or func_name
                 elif nxt.tag == "DW_TAG_inlined_subroutine":
-                    func_name = name_of(origin(nxt)) or func_name
+                    func_name = dwarf.shown_name(nxt, cu, [], inlined=True) or name_of(origin(nxt)) or func_name
                 if nxt.tag not in ("DW_TAG_namespace", "DW_TAG_module"):
                     out.append((func_name, nxt, [c for c in nxt.iter_children() if c.tag in _VARS]))
                 level = nxt

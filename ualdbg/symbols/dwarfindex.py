@@ -479,15 +479,7 @@ class _Unit:
                     call_line = attrs["DW_AT_call_line"].value if "DW_AT_call_line" in attrs else 0
                     if call_file is not None:
                         call = self.pos(call_file, call_line)
-                name, linkage = self._owner.name_of(child)
-                if self._cplus or self._fortran:
-                    name = self._owner.gdb_name_of(child, fortran=self._fortran) or name
-                    linkage = True  # a name gdb shows: no symbol for it
-                if not inlined and (name is None or (not linkage and not self._plain_names)):
-                    # Only out-of-line instances: binutils renames inlined ones too, but
-                    # statefully (it depends on which addresses were looked up before), and
-                    # an inlined Fortran `inner` shown as its caller's symbol misleads.
-                    name = self._owner.symbol_name_at(ranges[0][0]) or name
+                name = self._owner.shown_name(child, self._cu, ranges, inlined=inlined)
                 node = len(nodes)
                 nodes.append(
                     _Node(
@@ -569,6 +561,7 @@ class DwarfIndex:
         self._units: dict[int, _Unit | None] = {}
         self._names: dict[int, tuple[str | None, bool]] = {}
         self._gdb_names: dict[int, str | None] = {}
+        self._languages: dict[int, int | None] = {}
         self._rest: IntervalTable[int] | None = None
 
     # -- ranges and names shared by the units ---------------------------------------------
@@ -623,6 +616,26 @@ class DwarfIndex:
         if key not in self._names:
             self._names[key] = die_name(die)
         return self._names[key]
+
+    def shown_name(self, die: DIE, cu: CompileUnit, ranges: list[tuple[int, int]], *, inlined: bool) -> str | None:
+        """The name a function instance is shown with, as gdb's frames show it: C++ and
+        Fortran by gdb's rules (gdb_name_of); C by DW_AT_name; another language's out-of-line
+        function without a linkage name by the ELF symbol at its entry."""
+        language = self._language(cu)
+        name, linkage = self.name_of(die)
+        if language in _CPLUS_LANGUAGES or language in _FORTRAN_LANGUAGES:
+            name = self.gdb_name_of(die, fortran=language in _FORTRAN_LANGUAGES) or name
+            linkage = True  # a name gdb shows: no symbol for it
+        if not inlined and ranges and (name is None or (not linkage and language not in _PLAIN_LANGUAGES)):
+            name = self.symbol_name_at(ranges[0][0]) or name
+        return name
+
+    def _language(self, cu: CompileUnit) -> int | None:
+        key = cu.cu_offset
+        if key not in self._languages:
+            top = cu.get_top_DIE().attributes
+            self._languages[key] = top["DW_AT_language"].value if "DW_AT_language" in top else None
+        return self._languages[key]
 
     def gdb_name_of(self, die: DIE, *, fortran: bool) -> str | None:
         """The function name gdb's `frame` shows for a C++ or Fortran function instance."""
