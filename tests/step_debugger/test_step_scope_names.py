@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import gdbrun
 import pytest
 from gdbrun import Run
 from stepdbgrun import DEBUGGERS, trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "step"))  # the program builder next door
+import lldbrun  # noqa: E402  (tests/lldb, which stepdbgrun put on sys.path)
 from steprun import build_program  # noqa: E402
 
 SPAN = re.compile(r"(0x[0-9a-f]+)-(0x[0-9a-f]+)")
@@ -78,3 +80,59 @@ def test_inlined_static_function_counts_exactly(debugger: str, inlined: Path, tm
     located = debugger_locations(debugger, run)
     assert located, run.explain()
     assert all(any(lo <= a < hi for lo, hi in spans) for a in located), (located, spans, run.explain())
+
+
+# C++ names (tests/step/programs/scope_names.cpp): the program's count keys each name covers,
+# one function instance per key.
+CXX_NAMES = {
+    "ns::Klass::method": ("method",),
+    "Klass::small": ("small",),  # a method inlined into main: no symbol
+    "ns::twice<int>": ("twice_int",),
+    "twice": ("twice_int", "twice_long"),
+    "func": ("func", "other_func"),  # ns::func and other::func
+}
+
+
+@pytest.fixture(scope="module")
+def scope_names(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = build_program("scope_names.cpp", tmp_path_factory.mktemp("scope_names"))
+    nm = subprocess.run(["nm", "-C", str(out)], capture_output=True, text=True, check=True).stdout
+    assert "ns::Klass::method(int) const" in nm and "Klass::small" not in nm, nm
+    return out
+
+
+@pytest.mark.parametrize("name", CXX_NAMES)
+@pytest.mark.parametrize("debugger", DEBUGGERS)
+def test_cxx_names_count_exactly(debugger: str, name: str, scope_names: Path, tmp_path: Path) -> None:
+    n = 30
+    doc, run = trace(debugger, [str(scope_names), str(n)], f"ualdbg trace start --engine step --in {name}",
+                     tmp_path / "t.json", tmp_path, after=break_locations(debugger, name), sigbus_stops=True)
+    assert doc is not None, run.explain()
+    m = re.search(r"^misaligned reads: (.*)$", program_output(debugger, run, tmp_path), re.M)
+    assert m, run.explain()
+    counts = {k: int(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
+    want = sum(counts[k] for k in CXX_NAMES[name])
+    assert doc["program"]["exit_status"] == 0, run.explain()
+    assert doc["faults_total"] == want and doc["faults_ignored"] == 0, run.explain()
+    assert doc["step"]["scope"].startswith(f"{name} (0x") and doc["step"]["steps"] > want, doc["step"]
+    # The debugger's own breakpoint on the name: one location per instance, each in the scope.
+    spans, located = scope_spans(doc), debugger_locations(debugger, run)
+    assert len(located) == len(CXX_NAMES[name]), run.explain()
+    assert all(any(lo <= a < hi for lo, hi in spans) for a in located), (located, spans, run.explain())
+
+
+@pytest.mark.parametrize("debugger", DEBUGGERS)
+def test_break_stops_before_each_read_of_the_inlined_function(debugger: str, inlined: Path, tmp_path: Path) -> None:
+    """`ualdbg break --engine step --in sum_pairs`: one stop, with its report, before each of
+    the misaligned reads the program counts, and none for main's own misaligned store."""
+    program, opts = [str(inlined), "10"], "--engine step --in sum_pairs"
+    if debugger == "gdb":
+        run, reports, status = gdbrun.break_through(program, tmp_path, opts, before=["handle SIGBUS stop print nopass"])
+    else:
+        run, reports, status = lldbrun.break_through(program, opts, stops=40,
+                                                     before=["process handle -s true -n true -p false SIGBUS"])
+    m = re.search(r"^misaligned reads in sum_pairs: (\d+)$", run.stdout, re.M)
+    assert m and status == 0, run.explain()
+    assert len(reports) == int(m.group(1)) >= 10, run.explain()
+    assert {r.size for r in reports} == {2, 4} and all(r.va is not None and r.va % r.size for r in reports), run.explain()
+    assert all(r.file and Path(r.file).name in ("byteswap.h", "inlined_rd.h", "inlined.c") for r in reports), run.explain()
