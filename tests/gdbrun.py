@@ -84,6 +84,8 @@ def parse_reports(text: str) -> list[Report]:
 
 BREAK_THROUGH = """
 import gdb
+for command in {before!r}:
+    gdb.execute(command)
 gdb.execute("ualdbg break {opts}")
 gdb.execute("run")
 while gdb.selected_inferior().pid:
@@ -93,9 +95,11 @@ print("EXIT-STATUS", None if code is None else int(code))
 """
 
 
-def break_through(program: list[str], tmp_path: Path, opts: str = "", **kw: object) -> tuple[Run, list[Report], int | None]:
-    """`ualdbg break`, run, and `continue` at every stop until the program exits."""
-    run = run_gdb_script(program, BREAK_THROUGH.format(opts=opts), tmp_path, **kw)
+def break_through(program: list[str], tmp_path: Path, opts: str = "", *, before: list[str] = (),  # type: ignore[assignment]
+                  **kw: object) -> tuple[Run, list[Report], int | None]:
+    """`before` (gdb commands), `ualdbg break`, run, and `continue` at every stop until the
+    program exits."""
+    run = run_gdb_script(program, BREAK_THROUGH.format(opts=opts, before=list(before)), tmp_path, **kw)
     m = re.search(r"^EXIT-STATUS (\S+)$", run.stdout, re.M)
     status = int(m.group(1)) if m and m.group(1) != "None" else None
     return run, parse_reports(run.stdout), status

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from clirun import explain, run_cli
-from conftest import BUILD
+from conftest import BUILD, require_tool
 
 from ualdbg.symbols.elfindex import elf_index
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 # Where the kernel maps a PIE with address randomisation off (ELF_ET_DYN_BASE on x86-64): the
 # stepper, like gdb, runs programs that way. test_module_bias_is_the_kernels checks it.
@@ -52,3 +54,13 @@ def code_range(prog: str | Path) -> str:
 
 def per_pc(doc: dict[str, Any]) -> Counter[str]:
     return Counter({s["pc"]: s["count"] for s in doc["sites"]})
+
+
+def build_program(source: str, out_dir: Path, *flags: str) -> Path:
+    """tests/step/programs/SOURCE compiled into out_dir (g++ for .cpp, gcc otherwise) at -g -O2
+    plus `flags`, from its folder with the bare file name, so DWARF names the file SOURCE."""
+    compiler = "g++" if source.endswith(".cpp") else "gcc"
+    require_tool(compiler)
+    out = out_dir / Path(source).stem
+    subprocess.run([compiler, "-g", "-O2", "-Wall", *flags, "-o", str(out), source], check=True, cwd=PROGRAMS)
+    return out

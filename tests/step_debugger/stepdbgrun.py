@@ -21,17 +21,22 @@ DEBUGGERS = ("gdb", "lldb")
 
 
 def trace(debugger: str, program: list[str], start: str, out: Path, tmp_path: Path,
-          after: list[str] = ()) -> tuple[dict[str, Any] | None, Run]:  # type: ignore[assignment]
+          after: list[str] = (), *, sigbus_stops: bool = False) -> tuple[dict[str, Any] | None, Run]:  # type: ignore[assignment]
     """`ualdbg trace start ...`, run the program to its end, `ualdbg trace save`, then `after`.
-    The program's own SIGBUS (sigbus_handler's real bus error) goes to it without a stop."""
+    The program's own SIGBUS (sigbus_handler's real bus error) goes to it without a stop; with
+    `sigbus_stops` a SIGBUS stops the program instead and is not passed on (gdb's `handle
+    SIGBUS stop print nopass`), so a program that must not get one is left unfinished. lldb
+    writes the program's output to tmp_path/lldb.out."""
     save = f"ualdbg trace save {out}"
     if debugger == "gdb":
         name, value = PROGRAM_ENV.split("=", 1)
+        handle = "handle SIGBUS stop print nopass" if sigbus_stops else "handle SIGBUS nostop noprint pass"
         run = run_gdb(program, ["set startup-with-shell off", "unset environment", f"set environment {name} {value}",
-                                "handle SIGBUS nostop noprint pass", start, "run", save, *after])
+                                handle, start, "run", save, *after])
     else:
+        handle = "process handle -s true -n true -p false SIGBUS" if sigbus_stops else "process handle -s false -n false -p true SIGBUS"
         run = run_lldb(program, ["settings set target.inherit-env false", f"settings set target.env-vars {PROGRAM_ENV}",
-                                 "process handle -s false -n false -p true SIGBUS", start,
+                                 handle, start,
                                  f"process launch -o {tmp_path / 'lldb.out'} -e {tmp_path / 'lldb.err'}", save, *after],
                        crash=[save])
     doc = json.loads(out.read_text()) if out.exists() else None

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from elftools.dwarf.compileunit import CompileUnit
+from elftools.dwarf.die import DIE
+
 from ..model import Module
-from ..symbols.dwarfindex import DWARF_ERRORS
+from ..symbols.cxxnames import NameQuery, base_name, demangle, function_name, normalize, split_components, strip_template_args
+from ..symbols.dwarfindex import DWARF_ERRORS, qualified_die_name
 from ..symbols.elfindex import ElfIndex, elf_index
 from ..symbols.maps import PSEUDO_MODULES, ModuleMap, is_system_path
 
@@ -100,26 +105,128 @@ def _name_pattern(name: str) -> re.Pattern[str]:
 
 
 _INSTANCE_TAGS = ("DW_TAG_subprogram", "DW_TAG_inlined_subroutine")
+_CLONE_TAIL = re.compile(_CLONE_SUFFIX + "$")
 
 
-def _dwarf_ranges(index: ElfIndex, name: str) -> Iterator[tuple[int, int]]:
-    """Every instance of `name` in DWARF with code: out-of-line ones (DW_TAG_subprogram, for
-    files whose symbol tables lack them) and inlined ones (DW_TAG_inlined_subroutine, each
-    inlined copy's ranges), as gdb's `break NAME` finds them. Walks every unit: used for the
-    user's own modules only."""
+@dataclass(frozen=True)
+class _Named:
+    """One function symbol or DWARF instance with code, by the name gdb knows it by."""
+
+    name: str  # qualified (`ns::Klass::method`); a C function's plain name, clone suffix dropped
+    base: str  # the last component without template arguments: the quick test before matching
+    raw: str  # as stored: the symbol (mangled for C++) or DWARF's linkage name
+    start: int = 0  # a symbol's [start, end); a DWARF instance's ranges come from `die`
+    end: int = 0
+    die: DIE | None = None
+    cu: CompileUnit | None = None
+
+    def named(self, text: str, query: NameQuery) -> bool:
+        return self.raw == text or (self.base == query.base and query.matches(self.name))
+
+
+class _Names:
+    """The names of one ELF file's functions, built on first use and kept while its index
+    lives (the index is passed in, not kept: it is this table's weak key)."""
+
+    def __init__(self) -> None:
+        self._raw: list[tuple[str, int, int]] | None = None
+        self._demangled: dict[str, str] = {}
+        self._symbols: list[_Named] | None = None
+        self._dwarf: list[_Named] | None = None
+        self._declared: set[str] | None = None
+
+    def symbols(self, index: ElfIndex, query: NameQuery | None = None) -> list[_Named]:
+        """Function symbols; a mangled one by its demangled qualified name (c++filt), looked up
+        only for the symbols that may match `query` (all of them without one)."""
+        if self._raw is None:
+            self._raw = [(s.name, s.start, s.start + s.size) for s in index.function_symbols()]
+        mangled = [raw for raw, _, _ in self._raw if raw.startswith("_Z") and raw not in self._demangled]
+        if query is not None:
+            mangled = [raw for raw in mangled if _may_be(raw, query.base)]
+        if mangled:
+            found = demangle(mangled)
+            self._demangled.update({raw: function_name(found[raw]) if raw in found else raw for raw in mangled})
+            self._symbols = None
+        if self._symbols is None:
+            self._symbols = []
+            for raw, lo, hi in self._raw:
+                name = self._demangled.get(raw) or _CLONE_TAIL.sub("", raw) or raw
+                self._symbols.append(_Named(name, base_name(name), raw, lo, hi))
+        return self._symbols
+
+    def dwarf(self, index: ElfIndex) -> list[_Named]:
+        """Every DWARF function instance with code: out-of-line (DW_TAG_subprogram, for files
+        whose symbol tables lack them) and inlined (DW_TAG_inlined_subroutine), by qualified
+        name. Walks every unit: used for the user's own modules only."""
+        if self._dwarf is None:
+            self._dwarf = []
+            dwarf = index.dwarf
+            if dwarf is None:
+                return self._dwarf
+            try:
+                for cu in dwarf.dwarfinfo.iter_CUs():
+                    for die in cu.iter_DIEs():
+                        attrs = die.attributes
+                        if die.tag not in _INSTANCE_TAGS or ("DW_AT_low_pc" not in attrs and "DW_AT_ranges" not in attrs):
+                            continue
+                        name = dwarf.qualified_name_of(die)
+                        raw, _ = dwarf.name_of(die)
+                        if name or raw:
+                            shown = name or raw or ""
+                            self._dwarf.append(_Named(shown, base_name(shown), raw or shown, die=die, cu=cu))
+            except DWARF_ERRORS:
+                pass
+        return self._dwarf
+
+    def declared(self, index: ElfIndex) -> set[str]:
+        """The qualified names of functions DWARF only declares (libraries' functions the
+        program calls): candidates for "did you mean", as gdb's `break` finds them too."""
+        if self._declared is None:
+            self._declared = set()
+            dwarf = index.dwarf
+            try:
+                for cu in dwarf.dwarfinfo.iter_CUs() if dwarf is not None else ():
+                    for die in cu.iter_DIEs():
+                        if die.tag == "DW_TAG_subprogram" and "DW_AT_declaration" in die.attributes:
+                            name = qualified_die_name(die)
+                            if name:
+                                self._declared.add(name)
+            except DWARF_ERRORS:
+                pass
+        return self._declared
+
+
+_NAMES: weakref.WeakKeyDictionary[ElfIndex, _Names] = weakref.WeakKeyDictionary()
+
+
+def _names(index: ElfIndex) -> _Names:
+    names = _NAMES.get(index)
+    if names is None:
+        names = _NAMES[index] = _Names()
+    return names
+
+
+def _may_be(mangled: str, base: str) -> bool:
+    """Whether an Itanium-mangled name can name a function whose last component is `base`:
+    it spells each identifier as <length><identifier>; operators have codes (all may be)."""
+    ident = base[1:] if base.startswith("~") else base
+    if not re.fullmatch(r"[A-Za-z_]\w*", ident):
+        return True
+    return f"{len(ident)}{ident}" in mangled
+
+
+def _dwarf_ranges(index: ElfIndex, name: str, query: NameQuery) -> Iterator[tuple[int, int]]:
+    """Every instance of `name` in DWARF with code, out-of-line and inlined (each inlined
+    copy's ranges), as gdb's `break NAME` finds them."""
     dwarf = index.dwarf
     if dwarf is None:
         return
-    try:
-        for cu in dwarf.dwarfinfo.iter_CUs():
-            for die in cu.iter_DIEs():
-                if die.tag not in _INSTANCE_TAGS:
-                    continue
-                found, _ = dwarf.name_of(die)
-                if found == name:
-                    yield from dwarf.die_ranges(die, cu)
-    except DWARF_ERRORS:
-        return
+    for item in _names(index).dwarf(index):
+        if item.die is not None and item.cu is not None and item.named(name, query):
+            try:
+                yield from dwarf.die_ranges(item.die, item.cu)
+            except DWARF_ERRORS:
+                continue
 
 
 def _cfi_starts(path: str) -> list[int]:
@@ -145,45 +252,53 @@ def _cfi_starts(path: str) -> list[int]:
 def function_ranges(path: str, name: str, load_bias: int = 0, *, dwarf: bool = True) -> list[tuple[int, int]]:
     """Runtime [lo, hi) ranges of every instance of function `name` in the ELF at `path`:
     same-named static functions of several units and gcc's clones (name.constprop.N,
-    name.isra.N, name.part.N, name.cold); from DWARF when the symbol tables lack it (and
+    name.isra.N, name.part.N, name.cold); a qualified C++ name matched as gdb's `break` does
+    (`Klass::method` finds `ns::Klass::method`, `twice` every `twice<T>`), from demangled
+    symbols and DWARF; from DWARF when the symbol tables lack it, inlined instances too (and
     `dwarf`: walking a large library's DWARF takes a minute). ScopeError when there is none."""
     index = elf_index(path)
     if index is None:
         raise ScopeError(f"{path}: not a readable ELF file")
+    query = NameQuery.parse(name)
     pattern = _name_pattern(name)
-    found = [(s.start, s.start + s.size) for s in index.function_symbols() if pattern.fullmatch(s.name)]
+    found = [(s.start, s.end) for s in _names(index).symbols(index, query) if pattern.fullmatch(s.raw) or s.named(name, query)]
     if dwarf:  # out-of-line instances the symbols lack, and every inlined instance
-        found += list(_dwarf_ranges(index, name))
+        found += list(_dwarf_ranges(index, name, query))
     if not found:
         raise ScopeError(f"no function named {name} in {os.path.basename(path)}")
     return [(lo + load_bias, hi + load_bias) for lo, hi in _merge(found)]
 
 
-def _close_names(files: list[Module], name: str) -> list[str]:
-    """The function names of the user's modules closest to a name that matched nothing."""
+def _closeness(query: NameQuery, name: str) -> float:
+    """How close a function's qualified name is to what matched nothing: the best of the
+    whole name and its trailing components as many as the user typed, with and without
+    template arguments (`Klass::metod` is close to `ns::Klass::method`)."""
     import difflib
 
-    names: set[str] = set()
+    parts = split_components(normalize(name))
+    tail = parts[-len(query.parts):]
+    typed = "::".join(query.parts)
+    forms = {name, "::".join(tail), "::".join(strip_template_args(p) for p in tail)}
+    return max(difflib.SequenceMatcher(None, typed, form).ratio() for form in forms)
+
+
+def _close_names(files: list[Module], name: str) -> list[str]:
+    """The function names of the user's modules closest to a name that matched nothing,
+    qualified as gdb shows them."""
+    names: dict[str, str] = {}  # one spelling per name: c++filt's (symbols) before gcc's DWARF
     for module in files:
         if is_system_path(module.path):
             continue
         index = elf_index(module.path)
         if index is None:
             continue
-        names.update(s.name for s in index.function_symbols())
-        dwarf = index.dwarf
-        if dwarf is None:
-            continue
-        try:  # inlined functions have no symbol: their names are in DWARF
-            for cu in dwarf.dwarfinfo.iter_CUs():
-                for die in cu.iter_DIEs():
-                    if die.tag in _INSTANCE_TAGS:
-                        found, _ = dwarf.name_of(die)
-                        if found:
-                            names.add(found)
-        except DWARF_ERRORS:
-            pass
-    return difflib.get_close_matches(name, sorted(names), n=4, cutoff=0.6)
+        table = _names(index)
+        # inlined functions have no symbol: their names are in DWARF
+        for shown in [item.name for item in table.symbols(index) + table.dwarf(index)] + sorted(table.declared(index)):
+            names.setdefault(normalize(shown), shown)
+    query = NameQuery.parse(name)
+    scored = sorted((-_closeness(query, n), n) for n in names.values() if n)
+    return [n for score, n in scored[:4] if -score >= 0.6]
 
 
 def _file_modules(modules: ModuleMap | Iterable[Module]) -> tuple[list[Module], Module | None]:

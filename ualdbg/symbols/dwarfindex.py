@@ -183,6 +183,52 @@ def _gdb_name(die: DIE, *, fortran: bool) -> str | None:
     return "::".join(reversed(parts))
 
 
+# Parents whose names qualify a function's, as gdb builds `ns::Klass::method` (its
+# determine_prefix): namespaces, classes, structs, unions, Fortran modules.
+_NAME_SCOPES = frozenset({"DW_TAG_namespace", "DW_TAG_class_type", "DW_TAG_structure_type", "DW_TAG_union_type",
+                          "DW_TAG_interface_type", "DW_TAG_module"})
+
+
+def _scope_label(die: DIE) -> str:
+    if "DW_AT_name" in die.attributes:
+        return _text(die.attributes["DW_AT_name"].value)
+    kind = str(die.tag).removeprefix("DW_TAG_").replace("_type", "")
+    return "(anonymous namespace)" if kind == "namespace" else f"(anonymous {kind})"
+
+
+def qualified_die_name(die: DIE) -> str | None:
+    """The name gdb gives a function DIE: its DW_AT_name (found along the abstract_origin/
+    specification chain, as die_name looks) qualified by the namespaces and classes around
+    the DIE of that chain that sits in one: `ns::Klass::method`, `ns::twice<int>` (gcc and
+    clang put a template's arguments in DW_AT_name). A C function's is its plain name."""
+    name: str | None = None
+    scope: DIE | None = None
+    current: DIE | None = die
+    for _ in range(8):  # as in die_name: a bound against reference cycles
+        if current is None:
+            break
+        attrs = current.attributes
+        if name is None and "DW_AT_name" in attrs:
+            name = _text(attrs["DW_AT_name"].value)
+        if scope is None:
+            parent = current.get_parent()
+            if parent is not None and parent.tag in _NAME_SCOPES:
+                scope = parent
+        ref = next((k for k in ("DW_AT_abstract_origin", "DW_AT_specification") if k in attrs), None)
+        if ref is None:
+            break
+        current = current.get_DIE_from_attribute(ref)
+    if name is None:
+        return None
+    parts = [name]
+    for _ in range(64):
+        if scope is None or scope.tag not in _NAME_SCOPES:
+            break
+        parts.append(_scope_label(scope))
+        scope = scope.get_parent()
+    return "::".join(reversed(parts))
+
+
 class _Unit:
     """Everything one compile unit says about addresses, parsed on first use."""
 
@@ -562,6 +608,7 @@ class DwarfIndex:
         self._names: dict[int, tuple[str | None, bool]] = {}
         self._gdb_names: dict[int, str | None] = {}
         self._languages: dict[int, int | None] = {}
+        self._qualified: dict[int, str | None] = {}
         self._rest: IntervalTable[int] | None = None
 
     # -- ranges and names shared by the units ---------------------------------------------
@@ -601,6 +648,16 @@ class DwarfIndex:
                 hi = lo + high.value
             out.append((lo, hi))
         return [(lo, hi) for lo, hi in out if lo < hi and self._is_code(lo)]
+
+    def qualified_name_of(self, die: DIE) -> str | None:
+        """qualified_die_name, resolved once per abstract origin (as name_of)."""
+        origin = die.attributes.get("DW_AT_abstract_origin")
+        if origin is None or origin.form == "DW_FORM_ref_addr" or not origin.form.startswith("DW_FORM_ref"):
+            return qualified_die_name(die)
+        key = origin.value + die.cu.cu_offset
+        if key not in self._qualified:
+            self._qualified[key] = qualified_die_name(die)
+        return self._qualified[key]
 
     def name_of(self, die: DIE) -> tuple[str | None, bool]:
         # Many inlined instances share one abstract origin: resolve each origin once.
