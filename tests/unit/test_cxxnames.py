@@ -2,7 +2,7 @@
 components and template arguments, and the name inside a demangled signature."""
 from __future__ import annotations
 
-import shutil
+import subprocess
 
 import pytest
 from conftest import require_tool
@@ -24,7 +24,7 @@ from ualdbg.symbols.cxxnames import NameQuery, demangle, function_name, normaliz
     ("ns::twice<int>", "ns::twice<int>", True),
     ("ns::twice<int>", "ns::twice<long>", False),
     ("twice<int >", "ns::twice<int>", True),  # whitespace only counts between identifiers
-    ("ns::twice<long int>", "ns::twice<long>", True),  # gcc's DWARF spelling, c++filt's
+    ("ns::twice<long int>", "ns::twice<long>", True),  # gcc's DWARF spelling, gdb's
     ("ns::twice<long>", "ns::twice<long int>", True),
     ("twice<unsigned long>", "ns::twice<long unsigned int>", True),
     ("twice<long>", "ns::twice<long long int>", False),
@@ -82,17 +82,30 @@ def test_function_name_of_a_signature(signature: str, name: str) -> None:
     assert function_name(signature) == name
 
 
-def test_demangle_with_cxxfilt() -> None:
-    require_tool("c++filt")
-    got = demangle(["_ZNK2ns5Klass6methodEi", "_ZN2ns5twiceIlEET_PKhi", "main", "_ZN2ns4funcEPKhi.constprop.0"])
-    assert got == {"_ZNK2ns5Klass6methodEi": "ns::Klass::method(int) const",
-                   "_ZN2ns5twiceIlEET_PKhi": "long ns::twice<long>(unsigned char const*, int)",
-                   "_ZN2ns4funcEPKhi.constprop.0": "ns::func(unsigned char const*, int) [clone .constprop.0]"}
+MANGLED = ["_ZNK2ns5Klass6methodEi", "_ZN2ns5twiceIlEET_PKhi", "_ZN2ns4funcEPKhi.constprop.0",
+           "_ZN3fmt2v96detail14format_decimalIcjEENS1_21format_decimal_resultIPT_EES5_T0_i"]
+
+
+def test_demangle_as_gdb_demangles() -> None:
+    """gdb's own `demangle -l c++` is the oracle: ualdbg demangles a symbol as gdb shows it."""
+    gdb = require_tool("gdb")
+    args = [a for m in MANGLED for a in ("-ex", f"demangle -l c++ -- {m}")]
+    out = subprocess.run([gdb, "-q", "-nx", "-batch", *args], capture_output=True, text=True, check=True).stdout
+    want = dict(zip(MANGLED, out.splitlines()))
+    got = demangle([*MANGLED, "main"])
+    assert got == want
     assert {m: function_name(d) for m, d in got.items()} == {
         "_ZNK2ns5Klass6methodEi": "ns::Klass::method", "_ZN2ns5twiceIlEET_PKhi": "ns::twice<long>",
-        "_ZN2ns4funcEPKhi.constprop.0": "ns::func"}
+        "_ZN2ns4funcEPKhi.constprop.0": "ns::func",
+        MANGLED[3]: "fmt::v9::detail::format_decimal<char, unsigned int>"}
 
 
-def test_demangle_without_cxxfilt_keeps_mangled_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shutil, "which", lambda name: None)
-    assert demangle(["_ZNK2ns5Klass6methodEi"]) == {}
+def test_demangle_without_a_demangler_keeps_mangled_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ualdbg.symbols import demangle as module
+
+    module.demangle.cache_clear()
+    monkeypatch.setattr(module, "_demangler", lambda: None)
+    try:
+        assert demangle(["_ZNK2ns5Klass6methodEi"]) == {}
+    finally:
+        module.demangle.cache_clear()

@@ -136,7 +136,7 @@ class _Names:
         self._declared: set[str] | None = None
 
     def symbols(self, index: ElfIndex, query: NameQuery | None = None) -> list[_Named]:
-        """Function symbols; a mangled one by its demangled qualified name (c++filt), looked up
+        """Function symbols; a mangled one by its demangled qualified name (as gdb demangles them), looked up
         only for the symbols that may match `query` (all of them without one)."""
         if self._raw is None:
             self._raw = [(s.name, s.start, s.start + s.size) for s in index.function_symbols()]
@@ -285,7 +285,7 @@ def _closeness(query: NameQuery, name: str) -> float:
 def _close_names(files: list[Module], name: str) -> list[str]:
     """The function names of the user's modules closest to a name that matched nothing,
     qualified as gdb shows them."""
-    names: dict[str, str] = {}  # one spelling per name: c++filt's (symbols) before gcc's DWARF
+    names: dict[str, str] = {}  # one spelling per name: the demangler's (symbols) before gcc's DWARF
     for module in files:
         if is_system_path(module.path):
             continue

@@ -7,18 +7,18 @@ leading `::` the same way, `::Klass::method` finds it too), and a component with
 argument list matches every instance (`break twice` finds `ns::twice<int>` and
 `ns::twice<long>`), while `ns::twice<int>` names one. Whitespace only counts between two
 identifier characters (`twice<int >` is `twice<int>`), and gcc's DWARF spellings of integer
-types are c++filt's and gdb's (`twice<long int>` is `twice<long>`). Parameter lists
+types are gdb's (`twice<long int>` is `twice<long>`). Parameter lists
 (`f(int)`) are not understood: they match nothing.
 
-Symbols are demangled by binutils' `c++filt` when it is installed (one process per file);
-without it a mangled symbol keeps its mangled name, and only DWARF supplies qualified names."""
+Symbols are demangled as gdb demangles them (ualdbg.symbols.demangle: libiberty, the demangler
+gdb and binutils are built with); one that does not demangle keeps its mangled name."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from ualdbg.symbols.demangle import demangle as _demangle_one
 
 __all__ = ["NameQuery", "base_name", "demangle", "function_name", "normalize", "split_components", "strip_template_args"]
 
@@ -28,7 +28,7 @@ _OPERATOR = re.compile(r"operator\b\s*(\(\)|\[\]|[-+*/%^&|~!=<>,]+)?")
 _CLONE = re.compile(r"(?: \[clone [^\]]*\])+$")
 
 
-# gcc's DWARF names integer types as `long int`, `long unsigned int`; c++filt and gdb say
+# gcc's DWARF names integer types as `long int`, `long unsigned int`; gdb's demangler says
 # `long`, `unsigned long`. Longest first.
 _INTEGER_SPELLINGS = (
     ("long long unsigned int", "unsigned long long"),
@@ -176,17 +176,12 @@ def function_name(demangled: str) -> str:
 
 
 def demangle(names: Iterable[str]) -> dict[str, str]:
-    """Itanium-mangled names (`_Z...`) demangled by `c++filt`, as {mangled: demangled}; empty
-    when c++filt is missing or fails (callers keep the mangled names)."""
-    mangled = sorted({n for n in names if n.startswith("_Z") and "\n" not in n})
-    exe = shutil.which("c++filt")
-    if not mangled or exe is None:
-        return {}
-    try:
-        out = subprocess.run([exe], input="\n".join(mangled) + "\n", capture_output=True, text=True,
-                             timeout=60, check=True, stdin=None).stdout.splitlines()
-    except (OSError, subprocess.SubprocessError, UnicodeError):
-        return {}
-    if len(out) != len(mangled):
-        return {}
-    return {m: d for m, d in zip(mangled, out) if d and d != m}
+    """Itanium-mangled names (`_Z...`) demangled as gdb demangles a minimal symbol (libiberty,
+    DMGL_PARAMS | DMGL_ANSI: ualdbg.symbols.demangle), as {mangled: demangled}; a name that does
+    not demangle keeps its mangled form (it is left out)."""
+    out: dict[str, str] = {}
+    for name in {n for n in names if n.startswith("_Z")}:
+        full = _demangle_one(name, drop_return=False)
+        if full and full != name:
+            out[name] = full
+    return out
