@@ -102,7 +102,8 @@ class ScopeFrame:
 
 @dataclass(frozen=True)
 class _Node:
-    name: str
+    die: DIE  # named on first use (most function instances of a unit are never looked up)
+    inlined: bool
     ranges: tuple[tuple[int, int], ...]
     parent: int | None  # index of the enclosing function instance in the unit's node list
     call: SourcePos | None
@@ -244,6 +245,7 @@ class _Unit:
         self._fortran = language in _FORTRAN_LANGUAGES
         self._files: dict[int, tuple[str, str] | None] = {}
         self._pos_cache: dict[tuple[int, int], SourcePos | None] = {}
+        self._names: dict[tuple[int, int], str] = {}
 
     @cached_property
     def _program(self) -> LineProgram | None:
@@ -318,15 +320,33 @@ class _Unit:
         if program is None:
             return [], []
         try:
-            entries = program.get_entries()
-            default_stmt = bool(program.header["default_is_stmt"])
+            header = program.header
+            version = header["version"]
+            min_len = header["minimum_instruction_length"]
+            max_ops = header.get("maximum_operations_per_instruction", 1) if version >= 4 else 1
+            default_stmt = bool(header["default_is_stmt"])
+            line_base, line_range = header["line_base"], header["line_range"]
+            opcode_base = header["opcode_base"]
+            std_lengths = list(header["standard_opcode_lengths"])
+            address_size = program.structs.address_size
+            program.stream.seek(program.program_start_offset)
+            code = program.stream.read(program.program_end_offset - program.program_start_offset)
         except DWARF_ERRORS:
             return [], []  # an undecodable program: no lines for this unit, but no retries
+        if line_range == 0 or max_ops == 0:
+            return [], []
         low_pc = self._low_pc
         # Per subfile (a source file, by path), its entries in recording order:
         # [address, line, is_stmt, order]
         tables: dict[object, list[list[int]]] = {}
+        subfiles: dict[int, object] = {}
         order = 0
+
+        def subfile_of(index: int) -> object:
+            if index not in subfiles:
+                names = self._file(index)
+                subfiles[index] = names[1] if names is not None else ("?", index)
+            return subfiles[index]
 
         def record(subfile: object, line: int, addr: int, is_stmt: bool) -> None:
             nonlocal order
@@ -343,57 +363,123 @@ class _Unit:
             order += 1
             table.append([addr, line, int(is_stmt), order])
 
-        fresh = True
-        for entry in entries:
-            if fresh:
+        def uleb(pos: int) -> tuple[int, int]:
+            value = shift = 0
+            while True:
+                byte = code[pos]
+                pos += 1
+                value |= (byte & 0x7F) << shift
+                shift += 7
+                if byte < 0x80:
+                    return value, pos
+
+        def sleb(pos: int) -> tuple[int, int]:
+            value = shift = 0
+            while True:
+                byte = code[pos]
+                pos += 1
+                value |= (byte & 0x7F) << shift
+                shift += 7
+                if byte < 0x80:
+                    if byte & 0x40:
+                        value -= 1 << shift
+                    return value, pos
+
+        pos, size = 0, len(code)
+        try:
+            while pos < size:
+                # One sequence: gdb's lnp_state_machine, fresh (the file register starts at 1).
+                address = op_index = 0
+                file_reg, line = 1, 1
+                is_stmt = default_stmt
+                disc = 0
+                has_disc = False
                 last_subfile: object = None
                 last_line = 0
-                has_disc = False
                 last_address = 0
                 stmt_at_address = False
                 recording = True
-                line_reg = file_reg = 1
-                fresh = False
-            command = entry.command
-            state = entry.state
-            if entry.is_extended and command == _DW_LNE_set_address:
-                address = entry.args[0]
-                # gdb ignores sequences of functions the linker dropped (PR gdb/12528).
-                if (address == 0 and low_pc > 0) or address in (_MINUS_1, _MINUS_2):
-                    recording = False
-                continue
-            if state is None:
-                continue
-            # pyelftools yields rows, not every opcode: a line or file change since the last
-            # row is seen here, with the discriminator in force at this row (gdb's advance_line
-            # and set_file take the discriminator set before them, the same one for gcc's code).
-            if state.line != line_reg or state.file != file_reg:
-                has_disc = bool(state.discriminator)
-            line_reg, file_reg = state.line, state.file
-            end = bool(state.end_sequence)
-            addr = state.address
-            is_stmt = bool(state.is_stmt) if state.is_stmt is not None else default_stmt
-            names = self._file(state.file)
-            subfile: object = names[1] if names is not None else ("?", state.file)
-            changed = last_subfile != subfile
-            ignore = (changed and not end and last_address == addr and not is_stmt and stmt_at_address) or (
-                not end and state.line == 0
-            )
-            if recording:
-                if ((changed and not ignore) or end) and last_subfile is not None:
-                    record(last_subfile, 0, addr, True)
-                if not end and not ignore and (changed or state.line != last_line or not has_disc):
-                    last_subfile = subfile
-                    record(subfile, state.line, addr, is_stmt)
-                    last_line = state.line
-            elif not end and not ignore and (changed or state.line != last_line or not has_disc):
-                last_subfile, last_line = subfile, state.line
-            if last_address != addr:
-                stmt_at_address = False
-                last_address = addr
-            stmt_at_address |= is_stmt
-            if end:
-                fresh = True
+                end = False
+                while pos < size and not end:
+                    op = code[pos]
+                    pos += 1
+                    row = False
+                    if op >= opcode_base:
+                        adj = op - opcode_base
+                        advance = adj // line_range
+                        address += min_len * ((op_index + advance) // max_ops)
+                        op_index = (op_index + advance) % max_ops
+                        delta = line_base + adj % line_range
+                        line += delta
+                        if delta:
+                            has_disc = disc != 0
+                        row = True
+                    elif op == 0:  # extended
+                        length, pos = uleb(pos)
+                        after = pos + length
+                        sub = code[pos] if length else 0
+                        if sub == 1:  # end_sequence
+                            end = row = True
+                        elif sub == 2:  # set_address
+                            address = int.from_bytes(code[pos + 1 : pos + 1 + address_size], "little")
+                            op_index = 0
+                            # gdb ignores sequences of functions the linker dropped (PR 12528).
+                            if (address == 0 and low_pc > 0) or address in (_MINUS_1, _MINUS_2):
+                                recording = False
+                        elif sub == 4:  # set_discriminator
+                            disc, _ = uleb(pos + 1)
+                        pos = after
+                    elif op == 1:  # copy
+                        row = True
+                    elif op == 2:  # advance_pc
+                        advance, pos = uleb(pos)
+                        address += min_len * ((op_index + advance) // max_ops)
+                        op_index = (op_index + advance) % max_ops
+                    elif op == 3:  # advance_line
+                        delta, pos = sleb(pos)
+                        line += delta
+                        if delta:
+                            has_disc = disc != 0
+                    elif op == 4:  # set_file
+                        file_reg, pos = uleb(pos)
+                        has_disc = disc != 0
+                    elif op == 6:  # negate_stmt
+                        is_stmt = not is_stmt
+                    elif op == 8:  # const_add_pc
+                        advance = (255 - opcode_base) // line_range
+                        address += min_len * ((op_index + advance) // max_ops)
+                        op_index = (op_index + advance) % max_ops
+                    elif op == 9:  # fixed_advance_pc
+                        address += int.from_bytes(code[pos : pos + 2], "little")
+                        op_index = 0
+                        pos += 2
+                    else:  # column, basic_block, prologue/epilogue, isa, unknown: skip operands
+                        for _ in range(std_lengths[op - 1] if op - 1 < len(std_lengths) else 0):
+                            _, pos = uleb(pos)
+                    if not row:
+                        continue
+                    # gdb's record_line
+                    if op_index == 0 or end:
+                        subfile = subfile_of(file_reg)
+                        changed = last_subfile != subfile
+                        ignore = (changed and not end and last_address == address and not is_stmt and stmt_at_address) or (
+                            not end and line == 0
+                        )
+                        # gdb turns recording back on at the end of a sequence, before its end marker.
+                        if ((changed and not ignore) or end) and last_subfile is not None and (recording or end):
+                            record(last_subfile, 0, address, True)
+                        if not end and not ignore and (changed or line != last_line or not has_disc):
+                            last_subfile = subfile
+                            if recording:
+                                record(subfile, line, address, is_stmt)
+                            last_line = line
+                    if last_address != address:
+                        stmt_at_address = False
+                        last_address = address
+                    stmt_at_address |= is_stmt
+                    disc = 0
+        except IndexError:
+            pass  # a truncated program: the rows read before the end count
         return self._sweep(tables)
 
     def _sweep(
@@ -525,11 +611,11 @@ class _Unit:
                     call_line = attrs["DW_AT_call_line"].value if "DW_AT_call_line" in attrs else 0
                     if call_file is not None:
                         call = self.pos(call_file, call_line)
-                name = self._owner.shown_name(child, self._cu, ranges, inlined=inlined)
                 node = len(nodes)
                 nodes.append(
                     _Node(
-                        name=name or "??",
+                        die=child,
+                        inlined=inlined,
                         ranges=tuple(ranges),
                         # A subprogram nested in another (Fortran contained procedures, GNU C
                         # nested functions) is a function of its own, not a frame of its parent.
@@ -573,6 +659,14 @@ class _Unit:
             pos = max(pos, end)
         return out
 
+    def _name(self, index: int, node: _Node) -> str:
+        key = (id(node), index)
+        name = self._names.get(key)
+        if name is None:
+            name = self._owner.shown_name(node.die, self._cu, list(node.ranges), inlined=node.inlined) or "??"
+            self._names[key] = name
+        return name
+
     def frames_at(self, addr: int) -> tuple[ScopeFrame, ...]:
         nodes, table = self._scopes
         index = table.find(addr)
@@ -583,7 +677,7 @@ class _Unit:
         while index is not None:
             node = nodes[index]
             entry = next((lo for lo, hi in node.ranges if lo <= addr < hi), node.ranges[0][0])
-            frames.append(ScopeFrame(node.name, entry, node.call))
+            frames.append(ScopeFrame(self._name(index, node), entry, node.call))
             index = node.parent
         return tuple(frames)
 
