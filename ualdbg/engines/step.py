@@ -14,6 +14,7 @@ from .. import arch as archmod
 from ..alignment import policy_by_name
 from ..decode import Insn, RegisterUnavailable, accesses
 from ..model import Module
+from ..symbols.demangle import frame_name
 from ..symbols.elfindex import elf_index
 from ..symbols.maps import ModuleMap
 from ..target import SigInfo, Target
@@ -274,7 +275,7 @@ class StepEngine:
         if sym is None or module is None:
             raise ScopeError(f"--until-return: no function symbol covers the PC {pc:#x}")
         lo = sym.start + module.base
-        return StepScope("until-return", sym.name, ((lo, lo + max(sym.size, 1)),))
+        return StepScope("until-return", frame_name(sym.name, symbol=True), ((lo, lo + max(sym.size, 1)),))
 
     def disarm(self, target: Target | None) -> None:
         """Stop stepping every thread and remove the breakpoints."""

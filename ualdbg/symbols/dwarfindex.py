@@ -426,8 +426,9 @@ class _Unit:
                             # gdb ignores sequences of functions the linker dropped (PR 12528).
                             if (address == 0 and low_pc > 0) or address in (_MINUS_1, _MINUS_2):
                                 recording = False
-                        elif sub == 4:  # set_discriminator
+                        elif sub == 4:  # set_discriminator: the line has one from now on
                             disc, _ = uleb(pos + 1)
+                            has_disc |= disc != 0
                         pos = after
                     elif op == 1:  # copy
                         row = True
