@@ -267,9 +267,9 @@ def _cross_arch(req: RunRequest) -> ArchInfo | None:
     arch = found or wanted
     if arch is None or arch.name == platform.machine():
         return None
-    from .engines.fixup import DECODERS
+    from .engines.fixup import has_signal_engine
 
-    if arch.name not in DECODERS:  # README: architectures
+    if not has_signal_engine(arch):  # README: architectures
         raise ToolError(f"{arch.name} programs: ualdbg has no engine for them yet (see README: architectures)")
     return arch
 
