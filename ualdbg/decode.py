@@ -186,6 +186,7 @@ class Insn:
     gp_align: int = 0  # misalignment to this many bytes raises #GP (SIGSEGV), not #AC
     raw: bytes = b""
     arch: str = "x86_64"  # whose registers `operands` name (accesses() evaluates per architecture)
+    mode: str = ""  # ARM: "arm" or "thumb", the instruction set it was decoded in
 
     @property
     def text(self) -> str:

@@ -187,9 +187,21 @@ def memop_from_insn(insn: Insn, endian: str) -> MemOp | None:
     instruction model for the step engine and for signal mode), None when it has no memory
     operand that carries its data registers."""
     ops = [op for op in insn.operands if op.data]
-    if len(ops) != 1 or ops[0].base is None:
+    if not ops or len(ops) != len(insn.operands) or ops[0].base is None:
         return None
-    op = ops[0]
+    if len(ops) > 1:
+        # ldrd, ldm, vldm...: one recipe per register, consecutive: one access of them all.
+        first = ops[0]
+        for k, later in enumerate(ops[1:], 1):
+            if (later.base, later.index, later.scale, later.kind, later.size) != (
+                    first.base, first.index, first.scale, first.kind, first.size) or later.disp != first.disp + k * first.size:
+                return None
+        op = replace(first, size=first.size * len(ops), data=tuple(r for o in ops for r in o.data),
+                     writeback=sum(o.writeback for o in ops), align=first.align or first.size)
+    else:
+        op = ops[0]
+    if op.scale < 0:
+        return None  # ARM's [rn, -rm]: an address the fix-up's sum of registers cannot form
     base = op.base
     kind = {AccessKind.READ: "load", AccessKind.WRITE: "store"}.get(op.kind, "atomic")
     assert base is not None
@@ -435,7 +447,8 @@ class FixupEngine:
         the register and memory itself, as the same C type on both sides (bit-exact)."""
         mover = getattr(target, "move_float", None)
         parts = op.float_parts or ((op.float_reg,) if op.float_reg else ())
-        if mover is None or not parts or op.size not in (4, 8) or op.endian not in ("big", "little"):
+        # Each part one C float or double (vldm/vld1: several d registers, each 8 bytes).
+        if mover is None or not parts or op.size // len(parts) not in (4, 8) or op.endian not in ("big", "little"):
             raise NotEmulated(f"{op.text}: this floating-point access is not emulated")
         if op.endian != self.arch.endian:
             raise NotEmulated(f"{op.text}: a byte-swapping floating-point access is not emulated")
