@@ -133,6 +133,16 @@ class MemOperand:
     bit_offset: str | None = None  # bt*/bts/btr/btc [m], reg: the register holding the bit index
     vsib: Vsib | None = None
     extend: str | None = None  # AArch64 index register extension: "uxtw", "sxtw" (then << log2 scale)
+    # What a fix-up needs to perform the access in signal mode (ARM, MIPS): the registers the data
+    # goes to or comes from, as gdb names them, in address order (ldm, ldrd: several, each
+    # `size // len(data)` bytes), and how a load widens them.
+    data: tuple[str, ...] = ()
+    signed: bool = False
+    float_data: bool = False  # `data` are floating-point registers (the debugger moves their bits)
+    align: int = 0  # the alignment the CPU checks when not `size` (ARMv7 ldrd/ldm/vldr: 4)
+    writeback: int = 0  # bytes the base register moves by after the access (ARM `!`, post-index)
+    exclusive: bool = False  # a load/store-exclusive (ldrex/strex, ll/sc): needs the CPU's monitor
+    status: str | None = None  # strex: the register that gets 0 when the store succeeded
 
     @property
     def text(self) -> str:
@@ -176,6 +186,7 @@ class Insn:
     gp_align: int = 0  # misalignment to this many bytes raises #GP (SIGSEGV), not #AC
     raw: bytes = b""
     arch: str = "x86_64"  # whose registers `operands` name (accesses() evaluates per architecture)
+    mode: str = ""  # ARM: "arm" or "thumb", the instruction set it was decoded in
 
     @property
     def text(self) -> str:
@@ -283,25 +294,25 @@ class Decoder:
     are not free, and callers cache the `Insn` per PC."""
 
     max_insn_len: ClassVar[int] = 15
-    ARCHES: ClassVar[tuple[str, ...]] = ("x86_64", "aarch64")
+    ARCHES: ClassVar[tuple[str, ...]] = ("x86_64", "aarch64", "mips", "mipsel", "armhf", "armel", "riscv64")
 
     def __init__(self, arch: str = "x86_64") -> None:
         if arch not in self.ARCHES:
             raise ValueError(f"unsupported architecture {arch!r}; supported: {', '.join(self.ARCHES)}")
         self.arch = arch
-        self._other: Any = None  # the decoder of another instruction set (arch/aarch64_insn.py)
-        if arch == "aarch64":
-            from .arch.aarch64_insn import Aarch64Decoder
-
-            self._other = Aarch64Decoder()
+        # The decoder of another instruction set (arch/*_insn.py), giving this module's Insn.
+        self._other: Any = None
+        if arch != "x86_64":
+            self._other = _other_module(arch).decoder(arch)
             return
         self._cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
         self._cs.detail = True
 
-    def decode(self, code: bytes, pc: int) -> Insn | None:
-        """The instruction at the start of `code` (read at `pc`), or None if undecodable."""
+    def decode(self, code: bytes, pc: int, mode: str = "") -> Insn | None:
+        """The instruction at the start of `code` (read at `pc`), or None if undecodable. `mode`:
+        ARM's instruction set at `pc`, "thumb" when the CPSR's T bit is set."""
         if self._other is not None:
-            return self._other.decode(code, pc)  # type: ignore[no-any-return]
+            return self._other.decode(code, pc, mode)  # type: ignore[no-any-return]
         try:
             ci = next(self._cs.disasm(bytes(code[: self.max_insn_len]), pc & _MASK64, 1), None)
             return None if ci is None else _build(ci)
@@ -612,10 +623,8 @@ def _address(insn: Insn, op: MemOperand, regs: Mapping[str, int], index_value: i
 
 def effective_address(insn: Insn, op: MemOperand, regs: Mapping[str, int]) -> int:
     """The address `op` touches with these registers (for a VSIB operand: lane 0's)."""
-    if insn.arch == "aarch64":
-        from .arch import aarch64_insn
-
-        return aarch64_insn.effective_address(op, regs)
+    if insn.arch != "x86_64":
+        return _other_module(insn.arch).effective_address(op, regs)  # type: ignore[no-any-return]
     if op.vsib is not None:
         vector = _read_vector(regs, op.index or "")
         if vector is None:
@@ -656,10 +665,8 @@ def accesses(insn: Insn, regs: Mapping[str, int]) -> list[Access]:
     every lane when the mask register is absent), and nothing without the index vector.
     Raises RegisterUnavailable (a KeyError) when a general register or fs/gs base is missing.
     """
-    if insn.arch == "aarch64":  # x0..x30, sp as gdb names them
-        from .arch import aarch64_insn
-
-        return aarch64_insn.accesses(insn, regs)
+    if insn.arch != "x86_64":  # registers as gdb names them (x0..x30, sp; a0..t9; r0..r12, sp, lr)
+        return _other_module(insn.arch).accesses(insn, regs)  # type: ignore[no-any-return]
     if insn.rep and insn.operands:
         count = regs.get("rcx")
         if count is not None and not count & (_MASK32 if insn.operands[0].addr_size == 4 else _MASK64):
@@ -672,3 +679,12 @@ def accesses(insn: Insn, regs: Mapping[str, int]) -> list[Access]:
             out.append(Access(va=effective_address(insn, op, regs), size=op.size, kind=op.kind,
                               implicit=op.implicit))
     return out
+
+
+def _other_module(arch: str) -> Any:
+    """The module that decodes another instruction set into this module's recipes."""
+    import importlib
+
+    name = {"aarch64": "aarch64_insn", "mips": "mips_insn", "mipsel": "mips_insn", "armhf": "arm_insn",
+            "armel": "arm_insn", "riscv64": "riscv_insn"}[arch]
+    return importlib.import_module(f".arch.{name}", __package__)

@@ -267,9 +267,12 @@ def _cross_arch(req: RunRequest) -> ArchInfo | None:
     arch = found or wanted
     if arch is None or arch.name == platform.machine():
         return None
-    from .engines.fixup import DECODERS
+    from .engines.fixup import has_signal_engine
 
-    if arch.name not in DECODERS:  # README: architectures
+    if not has_signal_engine(arch) and not (req.engine == "step" and arch.name == "riscv64"):  # README: architectures
+        if arch.name == "riscv64":
+            raise ToolError("riscv64 programs: qemu-riscv64 performs misaligned accesses without a trap; "
+                            "use --engine step --in FUNC (README: architectures)")
         raise ToolError(f"{arch.name} programs: ualdbg has no engine for them yet (see README: architectures)")
     return arch
 

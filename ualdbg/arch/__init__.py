@@ -5,6 +5,7 @@ to tell the architecture of a target (the debugger's name for it, or an ELF's e_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 # Signal numbers as gdb's catchpoints and ualdbg's engines name them (gdb's own numbering, which
 # is x86's). A target's native numbers differ (SIGBUS is 10 on SPARC, Alpha and PA-RISC): they
@@ -35,6 +36,9 @@ class ArchInfo:
     sp: str
     gdb_names: tuple[str, ...] = ()  # prefixes of gdb's architecture names for it
     e_machine: int = 0  # ELF e_machine
+    # ELF e_flags bits that tell this architecture from another with the same e_machine, class
+    # and byte order (mask, value): armhf's hard-float ABI flag.
+    e_flags: tuple[int, int] | None = None
     elf_class: int = 64
     endian: str = "little"
     gprs: tuple[str, ...] = ()  # general registers by number, as gdb names them
@@ -97,19 +101,25 @@ class ArchInfo:
 
 from .aarch64 import AARCH64  # noqa: E402
 from .alpha import ALPHA  # noqa: E402
+from .arm import ARMEL, ARMHF  # noqa: E402
 from .hppa import HPPA  # noqa: E402
+from .mips import MIPS, MIPSEL  # noqa: E402
 from .riscv64 import RISCV64  # noqa: E402
 from .sh4 import SH4  # noqa: E402
 from .sparc64 import SPARC64  # noqa: E402
 from .x86_64 import SYSCALL_NAMES, X86_64  # noqa: E402
 
-ARCHES: dict[str, ArchInfo] = {a.name: a for a in (X86_64, SPARC64, ALPHA, HPPA, SH4, AARCH64, RISCV64)}
+# armhf before armel: gdb names ARMv7 "armv7", and armel's prefix "arm" would take it too.
+ARCHES: dict[str, ArchInfo] = {a.name: a for a in (X86_64, SPARC64, ALPHA, HPPA, SH4, AARCH64, RISCV64, ARMHF,
+                                                   ARMEL, MIPS, MIPSEL)}
 # Names users type for --arch, besides ualdbg's own.
 ALIASES = {"amd64": "x86_64", "x86-64": "x86_64", "sparc": "sparc64", "sparcv9": "sparc64",
-           "parisc": "hppa", "pa-risc": "hppa", "sh": "sh4", "arm64": "aarch64", "riscv": "riscv64"}
+           "parisc": "hppa", "pa-risc": "hppa", "sh": "sh4", "arm64": "aarch64", "riscv": "riscv64",
+           "armv7": "armhf", "arm": "armhf", "armv5": "armel", "mipseb": "mips", "mips32": "mips",
+           "mips32el": "mipsel"}
 
 __all__ = [
-    "AARCH64", "ALPHA", "ARCHES", "ArchInfo", "BUS_ADRALN", "ENOSYS", "HPPA", "MECH_AC",
+    "AARCH64", "ALPHA", "ARCHES", "ARMEL", "ARMHF", "MIPS", "MIPSEL", "ArchInfo", "BUS_ADRALN", "ENOSYS", "HPPA", "MECH_AC",
     "MECH_NATIVE", "MECH_PRCTL", "MECH_STEP", "PR_GET_UNALIGN", "PR_SET_UNALIGN",
     "PR_UNALIGN_NOPRINT", "PR_UNALIGN_SIGBUS", "RISCV64", "SH4", "SIGBUS", "SIGSEGV", "SIGTRAP",
     "SPARC64", "SYSCALL_NAMES", "X86_64", "arch_by_name", "arch_info", "elf_arch",
@@ -118,12 +128,15 @@ __all__ = [
 
 def arch_info(name: str) -> ArchInfo:
     """Map a debugger's architecture name (gdb: `sparc:v9a`, `i386:x86-64`; lldb: `x86_64`) to
-    what ualdbg knows of it."""
+    what ualdbg knows of it. gdb names both byte orders of MIPS alike (`mips:isa32r2`): its
+    adapter adds the byte order it shows (`mips:isa32r2/el`), which picks mips or mipsel."""
     key = name.lower()
+    key, _, order = key.partition("/")
     if key in ARCHES:
         return ARCHES[key]
+    endian = {"el": "little", "eb": "big"}.get(order)
     for info in ARCHES.values():
-        if any(key == p or key.startswith(p) for p in info.gdb_names):
+        if any(key == p or key.startswith(p) for p in info.gdb_names) and endian in (None, info.endian):
             return info
     raise ValueError(f"unsupported architecture {name!r}: ualdbg knows {', '.join(ARCHES)}")
 
@@ -146,8 +159,22 @@ def elf_arch(path: str) -> ArchInfo | None:
         return None
     if len(head) < 20 or head[:4] != b"\x7fELF":
         return None
-    machine = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
-    for info in ARCHES.values():
-        if info.e_machine == machine:
+    order: Literal["little", "big"] = "little" if head[5] == 1 else "big"
+    machine = int.from_bytes(head[18:20], order)
+    found = [a for a in ARCHES.values() if a.e_machine == machine]
+    if len(found) <= 1:
+        return found[0] if found else None
+    # One e_machine, several of ualdbg's architectures (EM_ARM: armhf, armel; EM_MIPS: mips,
+    # mipsel): the class, the byte order and the flags tell them apart.
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return None
+    flags_at = 48 if head[4] == 2 else 36
+    flags = int.from_bytes(head[flags_at:flags_at + 4], order) if len(head) >= flags_at + 4 else 0
+    for info in found:
+        if info.elf_class == (64 if head[4] == 2 else 32) and info.endian == order and (
+                info.e_flags is None or flags & info.e_flags[0] == info.e_flags[1]):
             return info
     return None

@@ -145,7 +145,7 @@ class Aarch64Decoder:
         self._cs = capstone.Cs(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM)
         self._cs.detail = True
 
-    def decode(self, code: bytes, pc: int) -> Insn | None:
+    def decode(self, code: bytes, pc: int, mode: str = "") -> Insn | None:
         try:
             ci = next(self._cs.disasm(bytes(code[:4]), pc & MASK64, 1), None)
         except capstone.CsError:
@@ -157,6 +157,10 @@ class Aarch64Decoder:
         return Insn(pc=ci.address, size=4, mnemonic=ci.mnemonic, op_str=ci.op_str, rep=False,
                     operands=mems, flow=flow, name=ci.mnemonic, target=target, exact=exact,
                     raw=bytes(ci.bytes), arch="aarch64")
+
+
+def decoder(arch: str) -> Aarch64Decoder:
+    return Aarch64Decoder()
 
 
 def _read(regs: Mapping[str, int], name: str) -> int:

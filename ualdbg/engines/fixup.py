@@ -17,8 +17,8 @@ import capstone
 from capstone import arm64
 
 from .. import arch as archmod
-from ..arch import alpha, hppa, sh4, sparc64
-from ..decode import Insn
+from ..arch import alpha, arm, hppa, mips, sh4, sparc64
+from ..decode import Decoder, Insn
 from ..model import Access, AccessKind
 from ..target import SigInfo, Target
 from .trap import Decision
@@ -56,6 +56,8 @@ class MemOp:
     # A base register the instruction moves by this many bytes (SH's @Rm+ and @-Rn), unless the
     # instruction also loads into it (the loaded value wins).
     update: tuple[str, int] | None = None
+    align: int = 0  # the alignment the CPU checks, when not `size` (ARMv7 ldrd/ldm/vldr: a word)
+    length: int = 0  # the instruction's bytes, when the architecture's are not fixed (Thumb)
 
     @property
     def access(self) -> AccessKind:
@@ -63,7 +65,7 @@ class MemOp:
 
     def as_insn(self, pc: int, raw: bytes) -> Insn:
         mnemonic, _, ops = self.text.partition(" ")
-        return Insn(pc=pc, size=len(raw), mnemonic=mnemonic, op_str=ops, rep=False, operands=(),
+        return Insn(pc=pc, size=self.length or len(raw), mnemonic=mnemonic, op_str=ops, rep=False, operands=(),
                     flow="next", name=mnemonic, raw=raw)
 
 
@@ -180,6 +182,40 @@ def _aarch64(word: int) -> MemOp | None:
                  status=status, exclusive=name.startswith(_A64_EXCLUSIVE))
 
 
+def memop_from_insn(insn: Insn, endian: str) -> MemOp | None:
+    """The fix-up's view of an instruction decoded into `decode.Insn` recipes (ARM, MIPS: one
+    instruction model for the step engine and for signal mode), None when it has no memory
+    operand that carries its data registers."""
+    ops = [op for op in insn.operands if op.data]
+    if not ops or len(ops) != len(insn.operands) or ops[0].base is None:
+        return None
+    if len(ops) > 1:
+        # ldrd, ldm, vldm...: one recipe per register, consecutive: one access of them all.
+        first = ops[0]
+        for k, later in enumerate(ops[1:], 1):
+            if (later.base, later.index, later.scale, later.kind, later.size) != (
+                    first.base, first.index, first.scale, first.kind, first.size) or later.disp != first.disp + k * first.size:
+                return None
+        op = replace(first, size=first.size * len(ops), data=tuple(r for o in ops for r in o.data),
+                     writeback=sum(o.writeback for o in ops), align=first.align or first.size)
+    else:
+        op = ops[0]
+    if op.scale < 0:
+        return None  # ARM's [rn, -rm]: an address the fix-up's sum of registers cannot form
+    base = op.base
+    kind = {AccessKind.READ: "load", AccessKind.WRITE: "store"}.get(op.kind, "atomic")
+    assert base is not None
+    addr = (base,) + ((op.index,) * op.scale if op.index is not None else ())
+    flt = op.float_data
+    return MemOp(insn.text, op.size, kind, op.signed, op.data, flt, addr, op.disp, endian, status=op.status,
+                 exclusive=op.exclusive, float_reg=op.data[0] if flt and len(op.data) == 1 else None,
+                 float_parts=op.data if flt and len(op.data) > 1 else (),
+                 update=(base, op.writeback) if op.writeback else None, align=op.align, length=insn.size)
+
+
+# Architectures whose loads and stores `decode.Decoder` decodes (capstone) for the fix-up too.
+INSN_ARCHES = frozenset({"mips", "mipsel", "armhf", "armel"})
+
 # Per architecture: how to decode one instruction word into a MemOp.
 DECODERS: dict[str, Callable[[int], MemOp | None]] = {"sparc64": _sparc, "alpha": _alpha, "hppa": _hppa,
                                                       "sh4": _sh4, "aarch64": _aarch64}
@@ -187,7 +223,20 @@ DECODERS: dict[str, Callable[[int], MemOp | None]] = {"sparc64": _sparc, "alpha"
 # word a delayed branch (so the faulting instruction after it is its slot), and where does it go
 # (from the word, its address and a register reader)?
 DELAY_SLOTS: dict[str, tuple[Callable[[int], bool], Callable[[int, int, Callable[[str], int]], int | None]]] = {
-    "sh4": (sh4.is_delayed_branch, sh4.branch_continuation)}
+    "sh4": (sh4.is_delayed_branch, sh4.branch_continuation),
+    "mips": (mips.is_delayed_branch, mips.branch_continuation),
+    "mipsel": (mips.is_delayed_branch, mips.branch_continuation)}
+# The `nop` a fault in a delay slot resumes through: (word, bytes).
+NOPS = {"sh4": (sh4.NOP, 2), "mips": (mips.NOP, 4), "mipsel": (mips.NOP, 4)}
+# Architectures gdb single-steps in software (a breakpoint after the instruction): running the
+# `nop` as a slot goes where a taken branch goes, past that breakpoint, so the step must stop
+# there too (engines/fixup.FixupEngine.slot_catch).
+SOFTWARE_STEP = frozenset({"mips", "mipsel"})
+
+
+def has_signal_engine(arch: archmod.ArchInfo) -> bool:
+    """Whether ualdbg can decode and perform this architecture's faulting loads and stores."""
+    return arch.name in DECODERS or arch.name in INSN_ARCHES
 
 
 class FixupEngine:
@@ -197,6 +246,7 @@ class FixupEngine:
         self.session = session
         self.arch = arch
         self.decode_word = DECODERS.get(arch.name)
+        self.decoder = Decoder(arch.name) if arch.name in INSN_ARCHES else None
         self.zero_regs = frozenset(arch.zero_regs)
         self.mask = MASK64 if arch.elf_class == 64 else 0xFFFFFFFF
         self.delay_slots = DELAY_SLOTS.get(arch.name)
@@ -215,12 +265,20 @@ class FixupEngine:
             self.mechanism = f"{arch.name}'s own alignment trap (SIGBUS), accesses performed by ualdbg"
 
     # -- decoding ----------------------------------------------------------------------------
-    def decode_at(self, target: Target, pc: int) -> tuple[MemOp | None, bytes]:
+    def decode_at(self, target: Target, pc: int, tid: int | None = None) -> tuple[MemOp | None, bytes]:
         size = self.arch.insn_size or 4
         try:
             raw = target.read_memory(pc, size)
         except Exception:
             return None, b""
+        if self.decoder is not None:
+            mode = ""
+            if self.arch.name in ("armhf", "armel") and target.read_register("cpsr", tid) & arm.CPSR_T:
+                mode = "thumb"
+            insn = self.decoder.decode(raw, pc, mode)
+            if insn is None:
+                return None, raw
+            return memop_from_insn(insn, self.arch.endian), raw[:insn.size]
         if len(raw) < size or self.decode_word is None:
             return None, raw
         return self.decode_word(int.from_bytes(raw, self.arch.endian)), raw  # type: ignore[arg-type]
@@ -237,7 +295,7 @@ class FixupEngine:
             return Decision.NOT_OURS  # code 0: no siginfo (qemu's stub): the decode decides
         tid = target.current_tid()
         pc = target.read_register(self.arch.pc, tid)
-        op, raw = self.decode_at(target, pc)
+        op, raw = self.decode_at(target, pc, tid)
         if op is None:
             if info.code != archmod.BUS_ADRALN:
                 return Decision.NOT_OURS
@@ -247,7 +305,7 @@ class FixupEngine:
             return Decision.NOT_OURS
         op = self._refine(target, tid, op)
         va = self.address(target, tid, op)
-        if va % op.size == 0:
+        if va % (op.align or op.size) == 0:
             return Decision.NOT_OURS  # an aligned access that raised SIGBUS: not an alignment trap
         if self.reported.pop(tid, None) != pc:
             acc = Access(va=va, size=op.size, kind=op.access)
@@ -291,6 +349,13 @@ class FixupEngine:
         if to is None:
             raise NotEmulated("a fault in the delay slot of rte is not emulated")
         return to
+
+    def slot_catch(self, tid: int) -> int | None:
+        """Before the single step of STEP_THEN_RESUME, where gdb steps in software (MIPS): the
+        address a taken branch makes the `nop` go to, which the step must stop at too."""
+        if self.arch.name not in SOFTWARE_STEP:
+            return None
+        return self.slot_resume.get(tid)
 
     def finish_slot(self, target: Target, tid: int) -> bool:
         """After the single step of STEP_THEN_RESUME: the PC where the branch goes."""
@@ -367,7 +432,7 @@ class FixupEngine:
         for name in [r for r in regs if r in self.zero_regs]:
             del regs[name]
         regs.update(self._update(target, tid, op, regs))
-        regs.update(self.advance(target, tid) if next_pc is None else {self.arch.pc: next_pc})
+        regs.update(self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc})
         self._write_regs(target, regs, tid)
 
     def _update(self, target: Target, tid: int, op: MemOp, loaded: dict[str, int]) -> dict[str, int]:
@@ -382,14 +447,15 @@ class FixupEngine:
         the register and memory itself, as the same C type on both sides (bit-exact)."""
         mover = getattr(target, "move_float", None)
         parts = op.float_parts or ((op.float_reg,) if op.float_reg else ())
-        if mover is None or not parts or op.size not in (4, 8) or op.endian not in ("big", "little"):
+        # Each part one C float or double (vldm/vld1: several d registers, each 8 bytes).
+        if mover is None or not parts or op.size // len(parts) not in (4, 8) or op.endian not in ("big", "little"):
             raise NotEmulated(f"{op.text}: this floating-point access is not emulated")
         if op.endian != self.arch.endian:
             raise NotEmulated(f"{op.text}: a byte-swapping floating-point access is not emulated")
         part = op.size // len(parts)
         for k, reg in enumerate(parts):
             mover(reg, va + k * part, part, op.kind == "store", tid)
-        after = self.advance(target, tid) if next_pc is None else {self.arch.pc: next_pc}
+        after = self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc}
         self._write_regs(target, {**self._update(target, tid, op, {}), **after}, tid)
 
     @staticmethod
@@ -401,11 +467,11 @@ class FixupEngine:
             for name, value in regs.items():
                 target.write_register(name, value, tid)
 
-    def advance(self, target: Target, tid: int) -> dict[str, int]:
+    def advance(self, target: Target, tid: int, length: int = 0) -> dict[str, int]:
         """The PC past the instruction: SPARC's nPC becomes the PC (the instruction may sit in
         a delay slot) and nPC moves on by one instruction; PA-RISC's PC queue likewise."""
         a = self.arch
-        step = a.insn_size or 4
+        step = length or a.insn_size or 4
         if a.npc is not None:
             npc = target.read_register(a.npc, tid)
             return {a.pc_writable: npc, a.npc: (npc + step) & MASK64}
@@ -415,14 +481,16 @@ class FixupEngine:
         """The address of a `nop` in the program's code near `pc` (found once per process)."""
         if self.slot_nop is not None:
             return self.slot_nop
+        word, width = NOPS[self.arch.name]
         chunk = 512
-        for start in range(pc & ~1, (pc & ~1) + 64 * 1024, chunk):
+        first = pc & ~(width - 1)
+        for start in range(first, first + 64 * 1024, chunk):
             try:
                 data = target.read_memory(start, chunk)
             except Exception:
                 break
-            for k in range(0, len(data) - 1, 2):
-                if int.from_bytes(data[k:k + 2], self.arch.endian) == sh4.NOP:  # type: ignore[arg-type]
+            for k in range(0, len(data) - width + 1, width):
+                if int.from_bytes(data[k:k + width], self.arch.endian) == word:  # type: ignore[arg-type]
                     self.slot_nop = start + k
                     return self.slot_nop
         raise NotEmulated("a fault in a branch's delay slot: no `nop` found in the program's code to resume through")
@@ -433,7 +501,7 @@ class FixupEngine:
         send SIGBUS instead of fixing up, remembering the old setting for `off`."""
         if self.arch.mechanism != archmod.MECH_PRCTL or self.prctl_state == "armed":
             return
-        if self.decode_word is None:
+        if self.decode_word is None and self.decoder is None:
             # riscv64: no decoder here, so a fault could be neither located exactly nor
             # performed (README: architectures).
             raise RuntimeError(f"signal mode on {self.arch.name} is not supported: no decoder for its loads and stores")

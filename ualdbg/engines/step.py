@@ -214,7 +214,11 @@ class StepEngine:
         assert self.scope is not None
         step = a.insn_size or 4
         for lo, hi in self.scope.ranges:
-            for addr in range(lo - lo % step + (step if lo % step else 0), hi, step):
+            if a.insn_size is None:
+                addrs = self._starts(target, a, lo, hi)  # RISC-V's 2- and 4-byte instructions
+            else:
+                addrs = list(range(lo - lo % step + (step if lo % step else 0), hi, step))
+            for addr in addrs:
                 if addr not in self.entry_points:  # those have theirs already
                     control.break_at(addr)
         for t in ([tid] if tid is not None else target.threads()):
@@ -222,6 +226,21 @@ class StepEngine:
             if self._contains(pc):
                 st = self.threads.setdefault(t, _Thread())
                 self._check(target, t, st, pc)
+
+    def _starts(self, target: Target, a: archmod.ArchInfo, lo: int, hi: int) -> list[int]:
+        """The instruction addresses of [lo, hi), decoded linearly from lo (a function's entry)."""
+        from ..decode import Decoder
+
+        if self.session.decoder.arch != a.name:
+            self.session.decoder = Decoder(a.name)
+        decoder = self.session.decoder
+        code = target.read_memory(lo, hi - lo)
+        out, off = [], 0
+        while off < len(code):
+            out.append(lo + off)
+            insn = decoder.decode(code[off:off + 4], lo + off)
+            off += insn.size if insn is not None and insn.size > 0 else 2
+        return out
 
     def _on_instruction(self, target: Target, tid: int) -> StepDecision:
         """A breakpoint of `_arm_by_breakpoints` (or an entry) was hit: check the instruction."""

@@ -356,6 +356,9 @@ def _function_symbols(elf: ELFFile) -> Iterator[tuple[str, int, int, int, int]]:
     """(name, value, size, st_info, st_shndx) of defined function symbols, read straight from
     the section bytes: pyelftools' per-symbol objects cost seconds on large tables."""
     little = elf.little_endian
+    # ARM: bit 0 of a function symbol's value says it is Thumb code (ELF for the Arm
+    # Architecture, "Symbol values"); the function starts at the even address.
+    thumb_bit = ~1 if elf["e_machine"] == "EM_ARM" else ~0
     if elf.elfclass == 64:
         layout = struct.Struct(("<" if little else ">") + "IBBHQQ")
     else:
@@ -383,7 +386,7 @@ def _function_symbols(elf: ELFFile) -> Iterator[tuple[str, int, int, int, int]]:
                 "utf-8", "surrogateescape"
             )
             if name:
-                yield name, value, size, info, shndx
+                yield name, value & thumb_bit, size, info, shndx
 
 
 _CACHE: dict[str, tuple[tuple[int, int, int, int], ElfIndex | None]] = {}

@@ -521,13 +521,21 @@ class GdbHooks:
         if not self.slot_pending:
             return False
         self.slot_pending = False
+        catch = None
         try:
-            gdb.execute("stepi", to_string=True)
             fixup = self.session.engine.fixup
+            to = fixup.slot_catch(self.target_.current_tid()) if fixup is not None else None
+            if to is not None:
+                # gdb steps MIPS by a breakpoint after the `nop`; a taken branch jumps past it.
+                catch = gdb.Breakpoint(f"*{to:#x}", internal=True)
+                catch.silent = True
+            gdb.execute("stepi", to_string=True)
             if fixup is not None and gdb.selected_inferior().pid:
                 with self.target_.event():
                     fixup.finish_slot(self.target_, self.target_.current_tid())
         finally:
+            if catch is not None and catch.is_valid():
+                catch.delete()
             self._silence_catchpoints(False)
         return True
 

@@ -57,6 +57,10 @@ class GdbTarget:
                 self._arch = gdb.newest_frame().architecture().name()
             except gdb.error:  # non-stop: the selected thread is running
                 self._arch = gdb.selected_inferior().architecture().name()
+            if self._arch.startswith("mips"):
+                # gdb names big- and little-endian MIPS alike: the byte order it uses tells them apart.
+                little = "little endian" in gdb.execute("show endian", to_string=True)
+                self._arch += "/el" if little else "/eb"
         return self._arch
 
     def current_tid(self) -> int:
