@@ -12,7 +12,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.construct import ConstructError
@@ -329,6 +329,7 @@ class _Unit:
             opcode_base = header["opcode_base"]
             std_lengths = list(header["standard_opcode_lengths"])
             address_size = program.structs.address_size
+            byteorder: Literal["little", "big"] = "little" if program.structs.little_endian else "big"
             program.stream.seek(program.program_start_offset)
             code = program.stream.read(program.program_end_offset - program.program_start_offset)
         except DWARF_ERRORS:
@@ -421,7 +422,7 @@ class _Unit:
                         if sub == 1:  # end_sequence
                             end = row = True
                         elif sub == 2:  # set_address
-                            address = int.from_bytes(code[pos + 1 : pos + 1 + address_size], "little")
+                            address = int.from_bytes(code[pos + 1 : pos + 1 + address_size], byteorder)
                             op_index = 0
                             # gdb ignores sequences of functions the linker dropped (PR 12528).
                             if (address == 0 and low_pc > 0) or address in (_MINUS_1, _MINUS_2):
@@ -451,7 +452,7 @@ class _Unit:
                         address += min_len * ((op_index + advance) // max_ops)
                         op_index = (op_index + advance) % max_ops
                     elif op == 9:  # fixed_advance_pc
-                        address += int.from_bytes(code[pos : pos + 2], "little")
+                        address += int.from_bytes(code[pos : pos + 2], byteorder)
                         op_index = 0
                         pos += 2
                     else:  # column, basic_block, prologue/epilogue, isa, unknown: skip operands
