@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ualdbg.symbols.demangle import demangle as _demangle_one
 
-__all__ = ["NameQuery", "base_name", "demangle", "function_name", "normalize", "split_components", "strip_template_args"]
+__all__ = ["NameQuery", "base_name", "canonical_integers", "demangle", "function_name", "normalize", "split_components", "strip_template_args"]
 
 _SPACES = re.compile(r"\s+")
 _OPEN, _CLOSE = "<([", ">)]"
@@ -41,6 +41,13 @@ _INTEGER_SPELLINGS = (
 _INTEGERS = re.compile(r"\b(?:" + "|".join(re.escape(a) for a, _ in _INTEGER_SPELLINGS) + r")\b")
 
 
+def canonical_integers(name: str) -> str:
+    """gcc's DWARF spellings of integer types in template arguments as gdb shows them."""
+    if "<" not in name:
+        return name
+    return _INTEGERS.sub(lambda m: dict(_INTEGER_SPELLINGS)[m.group(0)], name)
+
+
 def normalize(name: str) -> str:
     """`name` with whitespace kept only between two identifier characters, as one space, and
     gcc's integer type spellings as gdb's."""
@@ -48,10 +55,7 @@ def normalize(name: str) -> str:
         before, after = m.string[m.start() - 1: m.start()], m.string[m.end(): m.end() + 1]
         return " " if (before.isalnum() or before == "_") and (after.isalnum() or after == "_") else ""
 
-    text = _SPACES.sub(one, name.strip())
-    if "<" in text:  # types appear in template arguments only
-        text = _INTEGERS.sub(lambda m: dict(_INTEGER_SPELLINGS)[m.group(0)], text)
-    return text
+    return canonical_integers(_SPACES.sub(one, name.strip()))  # types: in template arguments only
 
 
 def _operator_end(name: str, i: int) -> int:

@@ -22,6 +22,7 @@ from elftools.dwarf.dwarfinfo import DWARFInfo
 from elftools.dwarf.lineprogram import LineProgram
 from elftools.dwarf.ranges import BaseAddressEntry, RangeEntry
 
+from ualdbg.symbols.cxxnames import canonical_integers
 from ualdbg.symbols.demangle import frame_name
 from ualdbg.symbols.intervals import IntervalTable
 
@@ -171,7 +172,9 @@ def _gdb_name(die: DIE, *, fortran: bool) -> str | None:
     named = next((d for d in chain if "DW_AT_name" in d.attributes), None)
     if named is None:
         return None
-    parts = [_text(named.attributes["DW_AT_name"].value)]
+    # gdb canonicalizes a name it builds from DWARF (cp_canonicalize_string): gcc's
+    # `operator()<short int>` is shown `operator()<short>`.
+    parts = [_text(named.attributes["DW_AT_name"].value) if fortran else canonical_integers(_text(named.attributes["DW_AT_name"].value))]
     parent = named.get_parent()
     while parent is not None and parent.tag in _PREFIX_TAGS:
         if "DW_AT_name" in parent.attributes:
