@@ -821,7 +821,9 @@ class DwarfIndex:
                     items.append(
                         (entry.begin_addr, entry.begin_addr + entry.length, entry.info_offset)
                     )
-        return IntervalTable(items), frozenset(offset for _, _, offset in items)
+        # Units that list the same range (a template instance several units describe, kept once
+        # by the linker): gdb takes the first unit's lines; the table returns the last given.
+        return IntervalTable(reversed(items)), frozenset(offset for _, _, offset in items)
 
     def _rest_table(self) -> IntervalTable[int]:
         """Units .debug_aranges does not list, from their top DIEs; built on the first miss."""
