@@ -42,8 +42,22 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="the program's architecture (default: its ELF header); sparc64, alpha... run under qemu-user and gdb-multiarch")
     p.add_argument("--log-file", metavar="FILE", default=None,
                    help="write ualdbg's report there instead of stderr (the program's stdout and stderr stay its own)")
+    p.add_argument("--pid", type=positive, default=None, metavar="PID",
+                   help="trace this running process instead of starting one (every thread, those it starts too), "
+                        "until Ctrl-C, --duration or its exit; it goes on unchanged after the detach")
+    p.add_argument("--duration", type=_seconds, default=None, metavar="S", help="with --pid: detach after S seconds")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS (a native program, or a #! script: "
                    "the agent then traces the programs it runs)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
+    return value
 
 
 def _examples(*lines: str) -> dict[str, Any]:
@@ -65,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                        **_examples("ualdbg trace -- ./prog args",
                                    "ualdbg trace --by line --json t.json -- ./prog     counts per source line, and the JSON",
                                    "ualdbg trace --all-modules -- ./prog               include ld.so and system libraries",
-                                   "ualdbg trace --engine step --in parse --policy natural -- ./prog   what a strict CPU would trap"))
+                                   "ualdbg trace --engine step --in parse --policy natural -- ./prog   what a strict CPU would trap",
+                                   "ualdbg trace --pid 1234                            a running process, until Ctrl-C; it goes on after",
+                                   "ualdbg trace --pid 1234 --duration 10 --json t.json   ten seconds of it"))
     _run_options(t)
     t.add_argument("--by", choices=GROUPS, default="pc", help="group the summary")
     c = sub.add_parser("check", help="CI gate: fail when PROG fails or makes more than N unaligned accesses",
@@ -77,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "ualdbg check --max-faults 10 --json r.json --sarif r.sarif -- ./prog",
                            "ualdbg check --update-baseline --baseline ualdbg-baseline.json -- make test   accept today's sites",
                            "ualdbg check --baseline ualdbg-baseline.json -- make test                     fail on new ones only",
-                           "ualdbg check --engine trap --debugger lldb -- ./prog"]),
+                           "ualdbg check --engine trap --debugger lldb -- ./prog",
+                           "ualdbg check --pid 1234 --duration 30 --sarif r.sarif   a running service, for 30 seconds"]),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _run_options(c)
     c.add_argument("--max-faults", type=nonnegative, default=0, metavar="N", help="unaligned accesses allowed (default 0)")
@@ -205,6 +222,10 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
             check_writable(path, what)
     except OutputError as exc:
         raise ToolError(str(exc)) from None
+    if args.pid is not None:
+        return _trace_pid(args, known)
+    if args.duration is not None:
+        raise ToolError("--duration goes with --pid (a program started by ualdbg is traced to its end)")
     program = _program(args, parser)
     req = RunRequest(program, debugger=args.debugger or "gdb", at=args.at or "main", all_modules=bool(args.all_modules),
                      modules=args.module, buffer=args.buffer, engine=engine, follow=not args.no_follow,
@@ -234,6 +255,45 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
         out.print(programs)
     for note in doc.get("notes") or []:
         out.print(f"note: {note}")
+    if known is not None:
+        args.new_sites = baseline.new_sites(doc, known)
+    return doc, result
+
+
+def _trace_pid(args: argparse.Namespace, known: Any) -> tuple[dict[str, Any], Any]:
+    """`--pid`: attach to the running process (ualdbg.attach) and print the usual summary."""
+    from .attach import run_attached
+
+    if args.program and args.program != ["--"]:
+        raise ToolError("--pid traces a running process: name no program after it")
+    if args.engine in ("agent", "step") or args.debugger == "lldb" or args.arch:
+        raise ToolError("--pid: only the trap engine under gdb attaches to a running process (no --engine agent|step, "
+                        "--debugger lldb or --arch)")
+    from .attach import attach_problem
+
+    problem = attach_problem(args.pid)
+    if problem:
+        raise ToolError(problem)
+    if args.engine is None:
+        print("ualdbg: --pid: tracing with the trap engine under gdb (the agent cannot be injected into a running "
+              "process yet)", file=sys.stderr, flush=True)
+    req = RunRequest([], all_modules=bool(args.all_modules), modules=args.module, buffer=args.buffer, engine="trap",
+                     pid=args.pid, duration=args.duration)
+    err = sys.stderr
+    result = run_attached(req, ready=lambda: print(f"ualdbg: attached to process {args.pid}; "
+                                                   + (f"detaching in {args.duration:g} s" if args.duration else
+                                                      "Ctrl-C detaches"), file=err, flush=True))
+    doc = result.doc
+    if args.json:
+        write_json(doc, args.json, "the JSON output")
+    out = _report_console(args)
+    out.print(header(doc))
+    if doc["sites"]:
+        out.print(summary_table(doc, getattr(args, "by", "pc")))
+    for note in doc.get("notes") or []:
+        out.print(f"note: {note}")
+    if doc["attached"]["detached"]:
+        out.print(f"ualdbg: detached from process {args.pid} ({doc['attached']['ended_by']}); no thread has AC set")
     if known is not None:
         args.new_sites = baseline.new_sites(doc, known)
     return doc, result
@@ -311,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "trace":
             _doc, result = _trace(args, parser)
+            if args.pid is not None:
+                return EXIT_CLEAN  # the process is not ualdbg's child: its status is in the JSON
             return pass_exit_status(result.exit_status, result.exit_signal)
         if args.cmd == "check":
             return _check(args, parser)
