@@ -16,6 +16,7 @@ from typing import Any
 
 from .progress import poll
 from .runner import RunRequest, RunResult, ToolError, _pkg_roots, find_gdb
+from .watch import Sample
 
 YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"  # absent without the Yama LSM: attach as ptrace allows
 
@@ -128,8 +129,20 @@ class _Ender:
             signal.signal(signo, old)
 
 
+def read_sites(path: str) -> tuple[dict[int, int], int] | None:
+    """The attach driver's SitesFile: per-PC counts in scope and the traps out of scope."""
+    try:
+        with open(path) as f:
+            lines = f.read().split("\n")
+        sites = {int(pc): int(n) for pc, n in (line.split() for line in lines[1:] if line.strip())}
+        return sites, int(lines[0])
+    except (OSError, ValueError):
+        return None
+
+
 def run_attached(req: RunRequest, on_progress: Callable[[int, int, float], None] | None = None,
-                 ready: Callable[[], None] | None = None) -> RunResult:
+                 ready: Callable[[], None] | None = None, *, on_sample: Callable[[Sample], None] | None = None,
+                 interval: float = 1.0, quit: threading.Event | None = None) -> RunResult:
     assert req.pid is not None
     pid = req.pid
     problem = attach_problem(pid)
@@ -143,6 +156,7 @@ def run_attached(req: RunRequest, on_progress: Callable[[int, int, float], None]
             "json": os.path.join(tmp, "trace.json"), "status": os.path.join(tmp, "status.json"),
             "attached": os.path.join(tmp, "attached"),
             "progress": os.path.join(tmp, "progress") if on_progress else None,
+            "sites": os.path.join(tmp, "sites") if on_sample else None,
         }
         log = os.path.join(tmp, "debugger.log")
         ender = _Ender()
@@ -163,9 +177,18 @@ def run_attached(req: RunRequest, on_progress: Callable[[int, int, float], None]
                     poller = threading.Thread(target=poll, args=(cfg["progress"], on_progress, finished), daemon=True)
                     poller.start()
             asked = False
+            next_sample = attached_at + interval
+            last: tuple[dict[int, int], int] = ({}, 0)
             while proc.poll() is None:
-                due = req.duration is not None and time.monotonic() - attached_at >= req.duration
-                if not asked and (ender.requested.is_set() or due):
+                now = time.monotonic()
+                if on_sample is not None and now >= next_sample and not asked:
+                    last = read_sites(cfg["sites"]) or last
+                    on_sample(Sample(now - attached_at, last[0], last[1], (pid,)))
+                    next_sample += interval
+                due = req.duration is not None and now - attached_at >= req.duration
+                if quit is not None and quit.is_set() and ender.by is None:
+                    ender.by = "q"
+                if not asked and (ender.requested.is_set() or due or (quit is not None and quit.is_set())):
                     asked = True
                     ender.by = ender.by or "duration"
                     try:  # gdb takes this SIGSTOP (nopass) and detaches: the process never stops
@@ -173,6 +196,10 @@ def run_attached(req: RunRequest, on_progress: Callable[[int, int, float], None]
                     except OSError:
                         pass
                 ender.requested.wait(0.05)
+            if on_sample is not None and os.path.exists(cfg["status"]):
+                final = read_sites(cfg["sites"])
+                if final is not None:
+                    on_sample(Sample(time.monotonic() - attached_at, final[0], final[1], (pid,)))
         finally:
             finished.set()
             if poller is not None and poller.is_alive():

@@ -34,12 +34,41 @@ def _write(path: str, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+class SitesFile:
+    """The per-PC counts so far, for `ualdbg watch`: written at most four times a second while
+    faults come, and at the end."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.last = 0.0
+
+    def tick(self, session: Any, force: bool = False) -> None:
+        import time
+
+        if not self.path:
+            return
+        now = time.monotonic()
+        if force or now - self.last >= 0.25:
+            self.last = now
+            lines = [f"{session.buffer.ignored}"] + [f"{c.pc} {c.count}" for c in session.buffer.sites()]
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            os.replace(tmp, self.path)
+
+
 def main(config_json: str) -> None:
     cfg = json.loads(config_json)
     session = install()
     host, hooks = installed()
     progress = ProgressFile(cfg.get("progress"))
-    hooks.on_fault_recorded = lambda: progress.tick(session)
+    sites = SitesFile(cfg.get("sites"))
+
+    def recorded() -> None:
+        progress.tick(session)
+        sites.tick(session)
+
+    hooks.on_fault_recorded = recorded
     hooks.driver = True
     status: dict[str, Any] = {"exit_status": None, "exit_signal": None, "error": None, "detached": False}
     pid = int(cfg["attach_pid"])
@@ -66,6 +95,7 @@ def main(config_json: str) -> None:
     session.program.args = cfg["args"]
     session.program.pid = pid
     progress.tick(session, force=True)
+    sites.tick(session, force=True)
     with open(cfg["attached"], "w") as f:
         f.write(f"{len(session.engine.armed)}\n")
     try:
@@ -89,5 +119,6 @@ def main(config_json: str) -> None:
         session.program.exit_status = status["exit_status"]
         session.program.exit_signal = status["exit_signal"]
     progress.tick(session, force=True)
+    sites.tick(session, force=True)
     dump(build_document(session), cfg["json"])
     _write(cfg["status"], status)
