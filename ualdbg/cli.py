@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Any
 
@@ -42,8 +43,22 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="the program's architecture (default: its ELF header); sparc64, alpha... run under qemu-user and gdb-multiarch")
     p.add_argument("--log-file", metavar="FILE", default=None,
                    help="write ualdbg's report there instead of stderr (the program's stdout and stderr stay its own)")
+    p.add_argument("--pid", type=positive, default=None, metavar="PID",
+                   help="trace this running process instead of starting one (every thread, those it starts too), "
+                        "until Ctrl-C, --duration or its exit; it goes on unchanged after the detach")
+    p.add_argument("--duration", type=_seconds, default=None, metavar="S", help="with --pid: detach after S seconds")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS (a native program, or a #! script: "
                    "the agent then traces the programs it runs)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
+    return value
 
 
 def _examples(*lines: str) -> dict[str, Any]:
@@ -65,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                        **_examples("ualdbg trace -- ./prog args",
                                    "ualdbg trace --by line --json t.json -- ./prog     counts per source line, and the JSON",
                                    "ualdbg trace --all-modules -- ./prog               include ld.so and system libraries",
-                                   "ualdbg trace --engine step --in parse --policy natural -- ./prog   what a strict CPU would trap"))
+                                   "ualdbg trace --engine step --in parse --policy natural -- ./prog   what a strict CPU would trap",
+                                   "ualdbg trace --pid 1234                            a running process, until Ctrl-C; it goes on after",
+                                   "ualdbg trace --pid 1234 --duration 10 --json t.json   ten seconds of it"))
     _run_options(t)
     t.add_argument("--by", choices=GROUPS, default="pc", help="group the summary")
     c = sub.add_parser("check", help="CI gate: fail when PROG fails or makes more than N unaligned accesses",
@@ -77,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "ualdbg check --max-faults 10 --json r.json --sarif r.sarif -- ./prog",
                            "ualdbg check --update-baseline --baseline ualdbg-baseline.json -- make test   accept today's sites",
                            "ualdbg check --baseline ualdbg-baseline.json -- make test                     fail on new ones only",
-                           "ualdbg check --engine trap --debugger lldb -- ./prog"]),
+                           "ualdbg check --engine trap --debugger lldb -- ./prog",
+                           "ualdbg check --pid 1234 --duration 30 --sarif r.sarif   a running service, for 30 seconds"]),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _run_options(c)
     c.add_argument("--max-faults", type=nonnegative, default=0, metavar="N", help="unaligned accesses allowed (default 0)")
@@ -87,6 +105,27 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--baseline", metavar="FILE", help="fail only on sites not in FILE (module, function and line of each)")
     c.add_argument("--update-baseline", action="store_true", help="write this run's sites to --baseline FILE and pass "
                    "(unless the program fails)")
+    w = sub.add_parser("watch", help="live fault rate of a running process or a program (MONITOR ALIGN)",
+                       description="Show the unaligned-access rate while a process runs: total faults/s, the top sites "
+                                   "with their current and peak rate, count, function and line, its threads, the "
+                                   "elapsed time; refreshed every --interval seconds on a terminal (q or Ctrl-C stops "
+                                   "and prints the summary), one line per interval otherwise (--json-lines: one JSON "
+                                   "object). --pid attaches with gdb and detaches at the end: the process goes on. "
+                                   "-- PROG runs PROG under the agent; q or Ctrl-C sends it SIGINT, as Ctrl-C would.",
+                       **_examples("ualdbg watch --pid 1234                         attach, watch, q detaches",
+                                   "ualdbg watch --pid 1234 --duration 60 --json-lines > rate.jsonl",
+                                   "ualdbg watch -- ./server --port 8080           run it under the agent and watch",
+                                   "ualdbg watch --top 5 --interval 2 -- ./bench"))
+    w.add_argument("--pid", type=positive, default=None, metavar="PID", help="watch this running process (gdb attaches)")
+    w.add_argument("--duration", type=_seconds, default=None, metavar="S", help="stop after S seconds")
+    w.add_argument("--interval", type=_seconds, default=1.0, metavar="S", help="seconds between refreshes (default 1)")
+    w.add_argument("--top", type=positive, default=10, metavar="N", help="sites shown (default 10)")
+    w.add_argument("--json-lines", action="store_true", help="one JSON object per interval (no table)")
+    w.add_argument("--json", metavar="FILE", help="write the final JSON document to FILE")
+    add_scope_args(w)
+    add_buffer_arg(w, 100_000)
+    w.add_argument("--log-file", metavar="FILE", default=None, help="write the report there instead of stderr")
+    w.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS")
     from .commands.stackcheck import EPILOG as _SC_EPILOG
     from .commands.stackcheck import add_arguments as _sc_arguments
 
@@ -205,6 +244,10 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
             check_writable(path, what)
     except OutputError as exc:
         raise ToolError(str(exc)) from None
+    if args.pid is not None:
+        return _trace_pid(args, known)
+    if args.duration is not None:
+        raise ToolError("--duration goes with --pid (a program started by ualdbg is traced to its end)")
     program = _program(args, parser)
     req = RunRequest(program, debugger=args.debugger or "gdb", at=args.at or "main", all_modules=bool(args.all_modules),
                      modules=args.module, buffer=args.buffer, engine=engine, follow=not args.no_follow,
@@ -237,6 +280,127 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
     if known is not None:
         args.new_sites = baseline.new_sites(doc, known)
     return doc, result
+
+
+def _trace_pid(args: argparse.Namespace, known: Any) -> tuple[dict[str, Any], Any]:
+    """`--pid`: attach to the running process (ualdbg.attach) and print the usual summary."""
+    from .attach import run_attached
+
+    if args.program and args.program != ["--"]:
+        raise ToolError("--pid traces a running process: name no program after it")
+    if args.engine in ("agent", "step") or args.debugger == "lldb" or args.arch:
+        raise ToolError("--pid: only the trap engine under gdb attaches to a running process (no --engine agent|step, "
+                        "--debugger lldb or --arch)")
+    from .attach import attach_problem
+
+    problem = attach_problem(args.pid)
+    if problem:
+        raise ToolError(problem)
+    if args.engine is None:
+        print("ualdbg: --pid: tracing with the trap engine under gdb (the agent cannot be injected into a running "
+              "process yet)", file=sys.stderr, flush=True)
+    req = RunRequest([], all_modules=bool(args.all_modules), modules=args.module, buffer=args.buffer, engine="trap",
+                     pid=args.pid, duration=args.duration)
+    err = sys.stderr
+    result = run_attached(req, ready=lambda: print(f"ualdbg: attached to process {args.pid}; "
+                                                   + (f"detaching in {args.duration:g} s" if args.duration else
+                                                      "Ctrl-C detaches"), file=err, flush=True))
+    doc = result.doc
+    if args.json:
+        write_json(doc, args.json, "the JSON output")
+    out = _report_console(args)
+    out.print(header(doc))
+    if doc["sites"]:
+        out.print(summary_table(doc, getattr(args, "by", "pc")))
+    for note in doc.get("notes") or []:
+        out.print(f"note: {note}")
+    if doc["attached"]["detached"]:
+        out.print(f"ualdbg: detached from process {args.pid} ({doc['attached']['ended_by']}); no thread has AC set")
+    if known is not None:
+        args.new_sites = baseline.new_sites(doc, known)
+    return doc, result
+
+
+def _watch(args: argparse.Namespace) -> int:
+    """`ualdbg watch`: live rates while tracing (ualdbg.watch), then the usual summary."""
+    import threading
+
+    from .watch import AgentSampler, Display, Keys, LiveResolver
+
+    if (args.pid is None) == (not args.program or args.program == ["--"]):
+        raise ToolError("ualdbg watch: give --pid PID or -- PROG ARGS (one of them)")
+    try:
+        for path, what in _outputs(args):
+            check_writable(path, what)
+    except OutputError as exc:
+        raise ToolError(str(exc)) from None
+    stream = sys.stdout
+    live = stream.isatty() and not args.json_lines
+    quit_ = threading.Event()
+    if args.pid is not None:
+        from .attach import attach_problem, run_attached
+
+        problem = attach_problem(args.pid)
+        if problem:
+            raise ToolError(problem)
+        resolver = LiveResolver(lambda: args.pid)
+        display = Display(stream, resolver, top=args.top, json_lines=args.json_lines, live=live,
+                          title=f"ualdbg watch: process {args.pid}")
+        req = RunRequest([], all_modules=bool(args.all_modules), modules=args.module, buffer=args.buffer,
+                         engine="trap", pid=args.pid, duration=args.duration)
+        try:
+            with Keys(quit_.set):
+                result = run_attached(req, on_sample=display.sample, interval=args.interval, quit=quit_)
+        finally:
+            display.close()
+    else:
+        from .engines.agent import AgentRun, AgentUnavailable, run_agent
+
+        program = _program(args, argparse.ArgumentParser())
+        from .runner import RunResult, resolve_program
+
+        program[0] = resolve_program(program[0])
+        sampler = AgentSampler()
+        resolver = LiveResolver(lambda: sampler.root)
+        display = Display(stream if live or args.json_lines else sys.stderr, resolver, top=args.top,
+                          json_lines=args.json_lines, live=live,
+                          title=f"ualdbg watch: {os.path.basename(program[0])}")
+        last = [0.0]
+
+        def on_directory(directory: str, secs: float) -> None:
+            if secs - last[0] >= args.interval:
+                last[0] = secs
+                display.sample(sampler(directory, secs))
+            if args.duration is not None and secs >= args.duration and not quit_.is_set():
+                quit_.set()
+                os.kill(os.getpid(), signal.SIGINT)
+
+        def on_q() -> None:
+            quit_.set()
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: SignalGuard passes it to the program
+
+        run = AgentRun(program, all_modules=bool(args.all_modules), modules=list(args.module), buffer=args.buffer)
+        try:
+            with Keys(on_q):
+                res = run_agent(run, on_directory=on_directory)
+        except AgentUnavailable as exc:
+            raise ToolError(f"{exc}; `ualdbg watch -- PROG` needs the agent (try --pid on the running program)") from None
+        finally:
+            display.close()
+            sampler.close()
+        result = RunResult(res.doc, res.exit_status, res.exit_signal, "")
+    doc = result.doc
+    if args.json:
+        write_json(doc, args.json, "the JSON output")
+    out = _report_console(args)
+    out.print(header(doc))
+    if doc["sites"]:
+        out.print(summary_table(doc, "pc"))
+    for note in doc.get("notes") or []:
+        out.print(f"note: {note}")
+    if args.pid is not None and doc["attached"]["detached"]:
+        out.print(f"ualdbg: detached from process {args.pid} ({doc['attached']['ended_by']}); no thread has AC set")
+    return EXIT_CLEAN
 
 
 def _per_program(doc: dict[str, Any]) -> str | None:
@@ -311,9 +475,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "trace":
             _doc, result = _trace(args, parser)
+            if args.pid is not None:
+                return EXIT_CLEAN  # the process is not ualdbg's child: its status is in the JSON
             return pass_exit_status(result.exit_status, result.exit_signal)
         if args.cmd == "check":
             return _check(args, parser)
+        if args.cmd == "watch":
+            return _watch(args)
         if args.cmd == "stackcheck":
             from .commands.stackcheck import run_cli
 

@@ -51,6 +51,10 @@ class RunRequest:
     step_ranges: list[str] = field(default_factory=list)
     everywhere: bool = False
     policy: str | None = None  # None: ac natively, natural on other architectures (issue 6)
+    # A running process to attach to instead of a program to start (ualdbg.attach), and how
+    # long to trace it (None: until Ctrl-C or its exit).
+    pid: int | None = None
+    duration: float | None = None
 
 
 @dataclass

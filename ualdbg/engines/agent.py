@@ -273,7 +273,8 @@ class _Progress:
             buf.close()
 
 
-def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | None = None) -> AgentResult:
+def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | None = None,
+              on_directory: Callable[[str, float], None] | None = None) -> AgentResult:
     """Run the program under the agent. Raises AgentUnavailable before anything runs when the
     agent cannot work here, and after the run when the agent never reported in (the program ran
     untraced) or the program removed it before exec'ing its real work."""
@@ -293,11 +294,14 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
         progress = _Progress(directory)
         done = threading.Event()
         poller = None
-        if on_progress is not None:
+        if on_progress is not None or on_directory is not None:
             def poll() -> None:
                 while not done.wait(0.2):
-                    total, ignored = progress.read()
-                    on_progress(total, ignored, time.monotonic() - started)
+                    if on_progress is not None:
+                        total, ignored = progress.read()
+                        on_progress(total, ignored, time.monotonic() - started)
+                    if on_directory is not None:  # `ualdbg watch` reads the buffers' per-PC counts
+                        on_directory(directory, time.monotonic() - started)
             poller = threading.Thread(target=poll, daemon=True)
             poller.start()
         guard = SignalGuard(proc, run.grace)
@@ -309,8 +313,11 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
             done.set()
             if poller is not None:
                 poller.join()
-                total, ignored = progress.read()
-                on_progress(total, ignored, ended - started)  # type: ignore[misc]  # the final figures
+                if on_progress is not None:
+                    total, ignored = progress.read()
+                    on_progress(total, ignored, ended - started)  # the final figures
+                if on_directory is not None:
+                    on_directory(directory, ended - started)
             progress.close()
         exit_status = returncode if returncode >= 0 else None
         exit_signal = -returncode if returncode < 0 else None

@@ -10,7 +10,9 @@ from typing import IO, Any
 from rich.console import Console
 
 
-def make_console(file: IO[str] | None = None, *, color: bool | None = None, width: int | None = None) -> Console:
+def make_console(file: IO[str] | None = None, *, color: bool | None = None, width: int | None = None,
+                 terminal: bool = False) -> Console:
+    """`terminal`: drive a terminal (cursor moves for a Live display) even without colour (NO_COLOR)."""
     if color is None:
         color = bool(file is not None and getattr(file, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
     return Console(
@@ -19,8 +21,8 @@ def make_console(file: IO[str] | None = None, *, color: bool | None = None, widt
         highlight=False,
         emoji=False,
         color_system="standard" if color else None,
-        force_terminal=color,
-        width=width or (None if color else 120),
+        force_terminal=color or terminal,
+        width=width or (None if color or terminal else 120),
         soft_wrap=False,
     )
 

@@ -1,0 +1,75 @@
+"""A multi-threaded program (tests/fixtures/programs/live_workers.c) running on its own, to
+attach to in the middle of its run; its final line says what it counted and whether its state
+(AC, signal handlers, masks, pending signals) is as it was."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+FINAL = re.compile(r"^live: iterations=(\d+) armed=(\d+) threads=(\d+) spawned=(\d+) ac_left=(\d+) own_sigbus=(\d+) "
+                   r"handlers=(\S+) masks=(\S+) pending=(\S+)$", re.M)
+WORKERS = 3
+
+
+@dataclass
+class Live:
+    proc: subprocess.Popen[bytes]
+    dir: Path
+    out: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def tasks(self) -> set[int]:
+        return {int(t) for t in os.listdir(f"/proc/{self.pid}/task")}
+
+    def finish(self, timeout: float = 30) -> dict[str, str]:
+        """Ask the program to end (after the detach), wait for it, parse its final line."""
+        (self.dir / "stop").touch()
+        self.proc.wait(timeout=timeout)
+        text = self.out.read_text()
+        m = FINAL.search(text)
+        assert m, f"no final line from the program (exit {self.proc.returncode}):\n{text}"
+        keys = ("iterations", "armed", "threads", "spawned", "ac_left", "own_sigbus", "handlers", "masks", "pending")
+        got = dict(zip(keys, m.groups()))
+        got["exit"] = str(self.proc.returncode)
+        return got
+
+
+def healthy(end: dict[str, str]) -> bool:
+    """Exit 0, no thread with AC after the detach, its SIGBUS handler never run, its handlers,
+    masks and pending signals as they were."""
+    return (end["exit"] == "0" and end["ac_left"] == "0" and end["own_sigbus"] == "0" and end["handlers"] == "ok"
+            and end["masks"] == "ok" and end["pending"] == "none")
+
+
+@contextmanager
+def live_program(programs: Path, tmp_path: Path, *, delay_us: int = 200, lifetime_ms: int = 0) -> Iterator[Live]:
+    d = tmp_path / "live"
+    d.mkdir()
+    out = d / "out"
+    with open(out, "w") as f:
+        proc = subprocess.Popen([str(programs / "live_workers"), str(d), str(WORKERS), str(delay_us), str(lifetime_ms)],
+                                stdout=f, stdin=subprocess.DEVNULL)
+    live = Live(proc, d, out)
+    try:
+        deadline = time.time() + 10
+        while "ready" not in out.read_text() and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # in the middle of its run: every thread has done many iterations
+        yield live
+    finally:
+        if proc.poll() is None:
+            (d / "stop").touch()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

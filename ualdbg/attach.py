@@ -1,0 +1,231 @@
+"""Tracing a process that is already running (`ualdbg trace --pid`, `check --pid`): why it cannot
+be attached to, in one line, before anything touches it; then gdb attaches in batch mode
+(adapters/gdb/attach_driver.py), arms every thread, and on Ctrl-C, --duration or the process's
+exit disarms and detaches. The process is stopped only while gdb attaches and arms it."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .progress import poll
+from .runner import RunRequest, RunResult, ToolError, _pkg_roots, find_gdb
+from .watch import Sample
+
+YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"  # absent without the Yama LSM: attach as ptrace allows
+
+
+def _status_field(pid: int, name: str) -> str | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(name + ":"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def _is_ancestor(ancestor: int, pid: int) -> bool:
+    while pid > 1:
+        ppid = _status_field(pid, "PPid")
+        if ppid is None:
+            return False
+        pid = int(ppid)
+        if pid == ancestor:
+            return True
+    return False
+
+
+def attach_problem(pid: int) -> str | None:
+    """Why `pid` cannot be traced, as the one line the user gets; None when it can be tried."""
+    if pid == os.getpid():
+        return f"process {pid} is ualdbg itself"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return f"no process {pid}"
+    except PermissionError:
+        return f"process {pid} ({_comm(pid)}) belongs to another user: only root may trace it"
+    state = _status_field(pid, "State") or ""
+    if state.startswith("Z"):
+        return f"process {pid} ({_comm(pid)}) has exited (a zombie): nothing to trace"
+    tracer = int(_status_field(pid, "TracerPid") or 0)
+    if tracer:
+        return f"process {pid} ({_comm(pid)}) is already traced by process {tracer} ({_comm(tracer)}): detach that first"
+    try:
+        with open(YAMA_SCOPE) as f:
+            scope = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        scope = 0
+    if scope >= 3:
+        return f"kernel.yama.ptrace_scope is {scope}: no process may be attached to (ptrace_scope 3 cannot be lowered without a reboot)"
+    if scope == 2 and os.geteuid() != 0:
+        return f"kernel.yama.ptrace_scope is 2: only root may attach to process {pid}"
+    if scope == 1 and os.geteuid() != 0 and not _is_ancestor(os.getpid(), pid):
+        return (f"kernel.yama.ptrace_scope is 1: only a parent may attach to process {pid}; run as root, or "
+                f"`sudo sysctl kernel.yama.ptrace_scope=0`")
+    return None
+
+
+def _program_of(pid: int) -> tuple[str, list[str]]:
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = _comm(pid)
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
+    except OSError:
+        argv = []
+    return exe, argv[1:]
+
+
+def gdb_attach_command(cfg: dict[str, Any], log: str) -> list[str]:
+    setup = f"import sys; sys.path[:0] = {_pkg_roots()!r}"
+    return [
+        find_gdb(), "-q", "-nx", "-batch",
+        "-iex", f"set logging file {log}", "-iex", "set logging overwrite on",
+        "-iex", "set logging redirect on", "-iex", "set logging enabled on",
+        "-iex", "set pagination off", "-iex", "set confirm off",
+        "-iex", "set print thread-events off", "-iex", "set print inferior-events off",
+        "-ex", f"python {setup}",
+        "-ex", f"python from ualdbg.adapters.gdb.attach_driver import main; main({json.dumps(json.dumps(cfg))})",
+    ]
+
+
+class _Ender:
+    """Ctrl-C, SIGTERM or SIGHUP to ualdbg, or --duration: end the trace (not the process)."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self.by: str | None = None
+        self._old: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for signo in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                self._old[signo] = signal.signal(signo, self._handle)
+
+    def _handle(self, signo: int, _frame: Any) -> None:
+        if self.by is None:
+            self.by = signal.Signals(signo).name
+        self.requested.set()
+
+    def restore(self) -> None:
+        for signo, old in self._old.items():
+            signal.signal(signo, old)
+
+
+def read_sites(path: str) -> tuple[dict[int, int], int] | None:
+    """The attach driver's SitesFile: per-PC counts in scope and the traps out of scope."""
+    try:
+        with open(path) as f:
+            lines = f.read().split("\n")
+        sites = {int(pc): int(n) for pc, n in (line.split() for line in lines[1:] if line.strip())}
+        return sites, int(lines[0])
+    except (OSError, ValueError):
+        return None
+
+
+def run_attached(req: RunRequest, on_progress: Callable[[int, int, float], None] | None = None,
+                 ready: Callable[[], None] | None = None, *, on_sample: Callable[[Sample], None] | None = None,
+                 interval: float = 1.0, quit: threading.Event | None = None) -> RunResult:
+    assert req.pid is not None
+    pid = req.pid
+    problem = attach_problem(pid)
+    if problem:
+        raise ToolError(problem)
+    exe, args = _program_of(pid)
+    with tempfile.TemporaryDirectory(prefix="ualdbg-") as tmp:
+        cfg: dict[str, Any] = {
+            "attach_pid": pid, "cli_pid": os.getpid(), "program": exe, "args": args,
+            "all_modules": req.all_modules, "modules": req.modules, "buffer": req.buffer,
+            "json": os.path.join(tmp, "trace.json"), "status": os.path.join(tmp, "status.json"),
+            "attached": os.path.join(tmp, "attached"),
+            "progress": os.path.join(tmp, "progress") if on_progress else None,
+            "sites": os.path.join(tmp, "sites") if on_sample else None,
+        }
+        log = os.path.join(tmp, "debugger.log")
+        ender = _Ender()
+        finished = threading.Event()
+        poller = None
+        try:
+            # A session of its own: a Ctrl-C at the terminal reaches ualdbg, which ends the trace;
+            # gdb would turn it into a SIGINT to the traced process's whole process group.
+            proc = subprocess.Popen(gdb_attach_command(cfg, log), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
+            while proc.poll() is None and not os.path.exists(cfg["attached"]):
+                time.sleep(0.02)
+            attached_at = time.monotonic()
+            if proc.poll() is None:
+                if ready is not None:
+                    ready()
+                if on_progress is not None:
+                    poller = threading.Thread(target=poll, args=(cfg["progress"], on_progress, finished), daemon=True)
+                    poller.start()
+            asked = False
+            next_sample = attached_at + interval
+            last: tuple[dict[int, int], int] = ({}, 0)
+            while proc.poll() is None:
+                now = time.monotonic()
+                if on_sample is not None and now >= next_sample and not asked:
+                    last = read_sites(cfg["sites"]) or last
+                    on_sample(Sample(now - attached_at, last[0], last[1], (pid,)))
+                    next_sample += interval
+                due = req.duration is not None and now - attached_at >= req.duration
+                if quit is not None and quit.is_set() and ender.by is None:
+                    ender.by = "q"
+                if not asked and (ender.requested.is_set() or due or (quit is not None and quit.is_set())):
+                    asked = True
+                    ender.by = ender.by or "duration"
+                    try:  # gdb takes this SIGSTOP (nopass) and detaches: the process never stops
+                        _tgkill(pid, pid, signal.SIGSTOP)
+                    except OSError:
+                        pass
+                ender.requested.wait(0.05)
+            if on_sample is not None and os.path.exists(cfg["status"]):
+                final = read_sites(cfg["sites"])
+                if final is not None:
+                    on_sample(Sample(time.monotonic() - attached_at, final[0], final[1], (pid,)))
+        finally:
+            finished.set()
+            if poller is not None and poller.is_alive():
+                poller.join()
+            ender.restore()
+        log_text = open(log, errors="replace").read() if os.path.exists(log) else ""
+        if not os.path.exists(cfg["status"]):
+            tail = "\n".join(log_text.strip().splitlines()[-5:])
+            raise ToolError(f"gdb did not finish the trace of process {pid} (gdb exit status {proc.returncode})"
+                            + (f": {tail}" if tail else ""))
+        status = json.load(open(cfg["status"]))
+        if status.get("error") and not os.path.exists(cfg["json"]):
+            raise ToolError(f"cannot attach to process {pid}: {status['error']}")
+        doc = json.load(open(cfg["json"]))
+    doc["program"]["pid"] = pid
+    doc["attached"] = {"pid": pid, "detached": bool(status.get("detached")), "ended_by": ender.by if status.get("detached") else "exit"}
+    if not status.get("detached"):
+        how = (f"killed by signal {status['exit_signal']}" if status.get("exit_signal")
+               else f"exit status {status.get('exit_status')}")
+        doc.setdefault("notes", []).append(f"process {pid} exited during the trace ({how})")
+    return RunResult(doc, status.get("exit_status"), status.get("exit_signal"), log_text)
+
+
+def _tgkill(tgid: int, tid: int, signo: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(234, tgid, tid, signo) != 0:  # SYS_tgkill on x86-64
+        raise OSError(ctypes.get_errno(), "tgkill")
