@@ -172,9 +172,7 @@ def _gdb_name(die: DIE, *, fortran: bool) -> str | None:
     named = next((d for d in chain if "DW_AT_name" in d.attributes), None)
     if named is None:
         return None
-    # gdb canonicalizes a name it builds from DWARF (cp_canonicalize_string): gcc's
-    # `operator()<short int>` is shown `operator()<short>`.
-    parts = [_text(named.attributes["DW_AT_name"].value) if fortran else canonical_integers(_text(named.attributes["DW_AT_name"].value))]
+    parts = [_text(named.attributes["DW_AT_name"].value)]
     parent = named.get_parent()
     while parent is not None and parent.tag in _PREFIX_TAGS:
         if "DW_AT_name" in parent.attributes:
@@ -780,7 +778,13 @@ class DwarfIndex:
         language = self._language(cu)
         name, linkage = self.name_of(die)
         if language in _CPLUS_LANGUAGES or language in _FORTRAN_LANGUAGES:
+            had_linkage = linkage
             name = self.gdb_name_of(die, fortran=language in _FORTRAN_LANGUAGES) or name
+            if name is not None and language in _CPLUS_LANGUAGES and not had_linkage and not inlined:
+                # gdb canonicalizes the name it builds from DWARF for an out-of-line function
+                # (cp_canonicalize_string): gcc's `operator()<short int>` is `operator()<short>`;
+                # an inlined instance keeps its abstract origin's spelling (measured, gdb 13).
+                name = canonical_integers(name)
             linkage = True  # a name gdb shows: no symbol for it
         if not inlined and ranges and (name is None or (not linkage and language not in _PLAIN_LANGUAGES)):
             name = self.symbol_name_at(ranges[0][0]) or name
