@@ -25,6 +25,7 @@ DEMO_PACKAGES=(gdb gcc libc6-dev make python3-venv)
 # (examples/stack_double_m32) beside the cross compilers.
 TEST_PACKAGES=(
   g++ gfortran sqlite3 curl xz-utils
+  libc6-dbg    # libc's own functions by name (its local symbols live in the debug file), as gdb names them
   lldb-19 python3-lldb-19 liblldb-19-dev    # the last gives the liblldb.so that `import lldb` needs
   lib32gcc-12-dev libc6-dev-i386
   gdb-multiarch
