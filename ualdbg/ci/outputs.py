@@ -2,11 +2,12 @@
 lost afterwards: a write that still fails goes to a fallback file named on stderr."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
 from typing import Any
+
+from ..render.jsondoc import to_text
 
 
 class OutputError(Exception):
@@ -35,7 +36,7 @@ def check_writable(path: str | None, what: str) -> None:
 def write_json(doc: dict[str, Any], path: str, what: str) -> str | None:
     """Write `doc` to `path` (- for stdout). If that fails now, write it to a fallback file and
     say so on stderr; returns the path written, or None when even the fallback failed."""
-    text = json.dumps(doc, indent=2) + "\n"
+    text = to_text(doc)
     if path == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
