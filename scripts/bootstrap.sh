@@ -33,6 +33,7 @@ TEST_PACKAGES=(
   libc6-dev-sparc64-cross libc6-dev-alpha-cross libc6-dev-hppa-cross libc6-dev-sh4-cross libc6-dev-arm64-cross
   gcc-arm-linux-gnueabihf gcc-arm-linux-gnueabi gcc-mips-linux-gnu gcc-mipsel-linux-gnu gcc-riscv64-linux-gnu
   libc6-dev-armhf-cross libc6-dev-armel-cross libc6-dev-mips-cross libc6-dev-mipsel-cross libc6-dev-riscv64-cross
+  gcc-mips64el-linux-gnuabi64 libc6-dev-mips64el-cross    # MIPS64 n64 (tests/cross/test_cross_mips64el.py)
   # qemu-user 9 or newer: its gdb stub serves the signal's siginfo ($_siginfo), which Debian 12's
   # qemu 7.2 lacks; bookworm-backports has qemu 10 (static binaries).
   qemu-user/bookworm-backports

@@ -294,7 +294,8 @@ class Decoder:
     are not free, and callers cache the `Insn` per PC."""
 
     max_insn_len: ClassVar[int] = 15
-    ARCHES: ClassVar[tuple[str, ...]] = ("x86_64", "aarch64", "mips", "mipsel", "armhf", "armel", "riscv64")
+    ARCHES: ClassVar[tuple[str, ...]] = ("x86_64", "aarch64", "mips", "mipsel", "mips64el", "armhf", "armel",
+                                          "riscv64")
 
     def __init__(self, arch: str = "x86_64") -> None:
         if arch not in self.ARCHES:
@@ -685,6 +686,6 @@ def _other_module(arch: str) -> Any:
     """The module that decodes another instruction set into this module's recipes."""
     import importlib
 
-    name = {"aarch64": "aarch64_insn", "mips": "mips_insn", "mipsel": "mips_insn", "armhf": "arm_insn",
+    name = {"aarch64": "aarch64_insn", "mips": "mips_insn", "mipsel": "mips_insn", "mips64el": "mips_insn", "armhf": "arm_insn",
             "armel": "arm_insn", "riscv64": "riscv_insn"}[arch]
     return importlib.import_module(f".arch.{name}", __package__)

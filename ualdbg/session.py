@@ -138,8 +138,16 @@ class Session:
         return self.step.name if self.step.enabled else self.engine.name
 
     # -- per-PC caches -------------------------------------------------------------------------
-    def insn_at(self, target: Target, pc: int) -> Insn | None:
-        if pc not in self._insns:
+    def insn_at(self, target: Target, pc: int, tid: int | None = None) -> Insn | None:
+        """The instruction at `pc`, decoded once. 32-bit ARM: in the instruction set the CPSR's
+        T bit says (of `tid`, else the current thread), decoded again if it changed."""
+        mode = ""
+        if hasattr(target, "arch") and self.engine._arch(target).name in ("armhf", "armel"):
+            from .arch.arm import CPSR_T
+
+            mode = "thumb" if target.read_register("cpsr", tid) & CPSR_T else "arm"
+        cached = self._insns.get(pc)
+        if pc not in self._insns or (mode and cached is not None and cached.mode != mode):
             # (the agent engine explains a fault with a frozen snapshot that has no arch(): x86-64)
             name = self.engine._arch(target).name if hasattr(target, "arch") else self.decoder.arch
             if name != self.decoder.arch and name in Decoder.ARCHES:
@@ -148,7 +156,7 @@ class Session:
                 code = target.read_memory(pc, self.decoder.max_insn_len)
             except Exception:
                 code = b""
-            self._insns[pc] = self.decoder.decode(code, pc) if code else None
+            self._insns[pc] = self.decoder.decode(code, pc, mode) if code else None
         return self._insns[pc]
 
     def module_map(self, target: Target) -> ModuleMap | None:
@@ -199,7 +207,7 @@ class Session:
     def analyse(self, target: Target, tid: int | None, pc: int) -> tuple[Insn | None, Access | None, bool | None]:
         """Decode the instruction at PC and pick the access that breaks the policy.
         Returns (insn, access, explained): explained is None when the decoder cannot tell."""
-        insn = self.insn_at(target, pc)
+        insn = self.insn_at(target, pc, tid)
         if insn is None:
             return None, None, None
         try:
@@ -212,11 +220,14 @@ class Session:
         return insn, (found[0] if found else None), False
 
     def record_fault(self, target: Target, tid: int, info: SigInfo,
-                     decoded: tuple[Insn | None, Access | None, bool | None] | None = None) -> bool:
+                     decoded: tuple[Insn | None, Access | None, bool | None] | None = None,
+                     pc: int | None = None) -> bool:
         """Record one trapped access; True when the user asked to stop at it. `decoded`: what
         an engine with its own decoder found (engines/fixup.py: SPARC, Alpha), instead of
-        analyse()'s x86 decode."""
-        pc = target.read_register(self.engine._arch(target).pc, tid)
+        analyse()'s x86 decode. `pc`: the instruction's, when it is not the thread's PC (the
+        step engine checks a Thumb IT block at its IT instruction)."""
+        if pc is None:
+            pc = target.read_register(self.engine._arch(target).pc, tid)
         module, system = self.module_of(target, pc)
         if not self.scope.includes(module, system):
             self.buffer.ignore(module.name if module else None)

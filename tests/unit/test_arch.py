@@ -9,7 +9,9 @@ from ualdbg.arch import ALPHA, ARCHES, SPARC64, X86_64, alpha, arch_by_name, arc
 
 @pytest.mark.parametrize("name, arch", [("i386:x86-64", "x86_64"), ("x86_64", "x86_64"), ("sparc:v9a", "sparc64"),
                                         ("alpha:ev4", "alpha"), ("hppa1.1", "hppa"), ("sh2a-or-sh4", "sh4"),
-                                        ("aarch64", "aarch64"), ("riscv:rv64", "riscv64")])
+                                        ("aarch64", "aarch64"), ("riscv:rv64", "riscv64"),
+                                        ("mips:isa32r2/eb", "mips"), ("mips:isa32r2/el", "mipsel"),
+                                        ("mips:isa64r2/el", "mips64el")])
 def test_debugger_names(name: str, arch: str) -> None:
     assert arch_info(name).name == arch
 
@@ -34,6 +36,7 @@ def test_elf_machine(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert elf_arch(elf(0x9026, False)) is ALPHA
     assert elf_arch(elf(62, False)) is X86_64
     assert elf_arch(elf(0x1234, False)) is None
+    assert elf_arch(elf(8, False)) is ARCHES["mips64el"]  # EM_MIPS, 64-bit: n64, not o32's mipsel
     (tmp_path / "text").write_text("#!/bin/sh\n")
     assert elf_arch(str(tmp_path / "text")) is None
 

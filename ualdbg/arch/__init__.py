@@ -103,23 +103,24 @@ from .aarch64 import AARCH64  # noqa: E402
 from .alpha import ALPHA  # noqa: E402
 from .arm import ARMEL, ARMHF  # noqa: E402
 from .hppa import HPPA  # noqa: E402
-from .mips import MIPS, MIPSEL  # noqa: E402
+from .mips import MIPS, MIPS64EL, MIPSEL  # noqa: E402
 from .riscv64 import RISCV64  # noqa: E402
 from .sh4 import SH4  # noqa: E402
 from .sparc64 import SPARC64  # noqa: E402
 from .x86_64 import SYSCALL_NAMES, X86_64  # noqa: E402
 
-# armhf before armel: gdb names ARMv7 "armv7", and armel's prefix "arm" would take it too.
+# armhf before armel: gdb names ARMv7 "armv7", and armel's prefix "arm" would take it too;
+# mips64el before mips and mipsel, whose prefix "mips" would take "mips:isa64r2" too.
 ARCHES: dict[str, ArchInfo] = {a.name: a for a in (X86_64, SPARC64, ALPHA, HPPA, SH4, AARCH64, RISCV64, ARMHF,
-                                                   ARMEL, MIPS, MIPSEL)}
+                                                   ARMEL, MIPS64EL, MIPS, MIPSEL)}
 # Names users type for --arch, besides ualdbg's own.
 ALIASES = {"amd64": "x86_64", "x86-64": "x86_64", "sparc": "sparc64", "sparcv9": "sparc64",
            "parisc": "hppa", "pa-risc": "hppa", "sh": "sh4", "arm64": "aarch64", "riscv": "riscv64",
            "armv7": "armhf", "arm": "armhf", "armv5": "armel", "mipseb": "mips", "mips32": "mips",
-           "mips32el": "mipsel"}
+           "mips32el": "mipsel", "mips64": "mips64el", "mipsn64": "mips64el"}
 
 __all__ = [
-    "AARCH64", "ALPHA", "ARCHES", "ARMEL", "ARMHF", "MIPS", "MIPSEL", "ArchInfo", "BUS_ADRALN", "ENOSYS", "HPPA", "MECH_AC",
+    "AARCH64", "ALPHA", "ARCHES", "ARMEL", "ARMHF", "MIPS", "MIPS64EL", "MIPSEL", "ArchInfo", "BUS_ADRALN", "ENOSYS", "HPPA", "MECH_AC",
     "MECH_NATIVE", "MECH_PRCTL", "MECH_STEP", "PR_GET_UNALIGN", "PR_SET_UNALIGN",
     "PR_UNALIGN_NOPRINT", "PR_UNALIGN_SIGBUS", "RISCV64", "SH4", "SIGBUS", "SIGSEGV", "SIGTRAP",
     "SPARC64", "SYSCALL_NAMES", "X86_64", "arch_by_name", "arch_info", "elf_arch",

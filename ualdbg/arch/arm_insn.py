@@ -259,3 +259,46 @@ def accesses(insn: Insn, regs: Mapping[str, int]) -> list[Access]:
     if cpsr is not None and not _passes(condition(insn, cpsr), cpsr):
         return []
     return [Access(va=effective_address(op, regs), size=op.size, kind=op.kind) for op in insn.operands]
+
+
+def it_block(dec: ArmDecoder, it: Insn, code: bytes, regs: Mapping[str, int]) -> list[tuple[Insn, list[Access] | None]]:
+    """The instructions of the Thumb-2 IT block that `it` (an `it*` instruction) starts, each
+    with the accesses it makes when run with `regs` as they are at the IT instruction (its
+    condition from the IT's firstcond and mask against the CPSR's flags). gdb moves a
+    breakpoint inside an IT block to its IT instruction, so the step engine checks the block
+    there. None for an instruction whose address registers or condition flags an earlier
+    instruction of the block writes: not computable ahead, not checked. `code`: the bytes
+    after the IT instruction (up to 16)."""
+    if it.mode != "thumb" or not it.name.startswith("it") or len(it.raw) != 2:
+        return []
+    state = it.raw[0]  # firstcond:mask, the low byte of 0xBFxy
+    cpsr = regs.get("cpsr")
+    out: list[tuple[Insn, list[Access] | None]] = []
+    dirty: set[str] = set()
+    flags_dirty = False
+    off, pc = 0, it.next_pc
+    while state & 0xF and off < len(code):
+        insn = dec.decode(code[off:off + 4], pc + off, "thumb")
+        if insn is None:
+            break
+        cond = state >> 4
+        found: list[Access] | None = None
+        if insn.operands:
+            needed = {r for op in insn.operands for r in (op.base, op.index) if r is not None}
+            if not flags_dirty and not needed & dirty and cpsr is not None:
+                found = [] if not _passes(cond, cpsr) else [
+                    Access(va=effective_address(op, regs), size=op.size, kind=op.kind) for op in insn.operands]
+        else:
+            found = []
+        out.append((insn, found))
+        ci = next(dec._cs["thumb"].disasm(insn.raw, insn.pc, 1), None)
+        if ci is not None:
+            _, written = ci.regs_access()
+            for r in written:
+                name = gdb_reg(ci.reg_name(r))
+                flags_dirty |= name == "cpsr"
+                dirty.add(name)
+        state = 0 if state & 7 == 0 else (state & 0xE0) | ((state << 1) & 0x1F)
+        off += insn.size
+    return out
+

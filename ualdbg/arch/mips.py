@@ -43,6 +43,14 @@ _COMMON = dict(
 MIPS = ArchInfo(name="mips", endian="big", qemu="qemu-mips", triplet="mips-linux-gnu", **_COMMON)  # type: ignore[arg-type]
 MIPSEL = ArchInfo(name="mipsel", endian="little", qemu="qemu-mipsel", triplet="mipsel-linux-gnu", **_COMMON)  # type: ignore[arg-type]
 
+# MIPS64 n64 (Debian `mips64el`): 64-bit registers, $8-$15 are a4-a7 and t0-t3 (gdb's names),
+# ld/sd/lwu and 64-bit FPRs (FR=1: ldc1/sdc1 move one $fN). The same traps, slots and fix-up.
+GPRS64 = GPRS[:8] + ("a4", "a5", "a6", "a7", "t0", "t1", "t2", "t3") + GPRS[16:]
+MIPS64EL = ArchInfo(**{**_COMMON, "gdb_names": ("mips:isa64", "mips:5000", "mips:octeon", "mips:loongson"),
+                       "elf_class": 64, "gprs": GPRS64, "prctl_nr": 5153, "stack_align": 16,
+                       "call_args": ("a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7")},  # type: ignore[arg-type]
+                    name="mips64el", endian="little", qemu="qemu-mips64el", triplet="mips64el-linux-gnuabi64")
+
 NOP = 0x00000000  # sll zero, zero, 0
 
 # REGIMM (opcode 1) branches by rt: (condition on rs, likely)
@@ -56,6 +64,11 @@ _BRANCH = {4: ("eq", False), 5: ("ne", False), 6: ("lez", False), 7: ("gtz", Fal
 def _signed32(v: int) -> int:
     v &= 0xFFFFFFFF
     return v - (1 << 32) if v >> 31 else v
+
+
+def _signed64(v: int) -> int:
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >> 63 else v
 
 
 def is_delayed_branch(w: int) -> bool:
@@ -73,18 +86,30 @@ def is_delayed_branch(w: int) -> bool:
 def branch_continuation(w: int, branch_pc: int, reg: Callable[[str], int]) -> int | None:
     """Where a branch goes once its slot has run, from the registers read before the slot's own
     effect is performed (a link register was written by the branch already: never compared)."""
+    return _continuation(w, branch_pc, reg, GPRS, 32)
+
+
+def branch_continuation64(w: int, branch_pc: int, reg: Callable[[str], int]) -> int | None:
+    """branch_continuation on MIPS64 n64: 64-bit registers and addresses, n64's register names."""
+    return _continuation(w, branch_pc, reg, GPRS64, 64)
+
+
+def _continuation(w: int, branch_pc: int, reg: Callable[[str], int], gprs: tuple[str, ...],
+                  bits: int) -> int | None:
     op = w >> 26
-    rs, rt = GPRS[(w >> 21) & 0x1F], GPRS[(w >> 16) & 0x1F]
-    fall = (branch_pc + 8) & 0xFFFFFFFF
-    rel = (branch_pc + 4 + (_signed32((w & 0xFFFF) << 16) >> 14)) & 0xFFFFFFFF
+    mask = (1 << bits) - 1
+    signed = _signed32 if bits == 32 else _signed64
+    rs, rt = gprs[(w >> 21) & 0x1F], gprs[(w >> 16) & 0x1F]
+    fall = (branch_pc + 8) & mask
+    rel = (branch_pc + 4 + (_signed32((w & 0xFFFF) << 16) >> 14)) & mask
 
     def value(name: str) -> int:
-        return 0 if name == "zero" else _signed32(reg(name))
+        return 0 if name == "zero" else signed(reg(name))
 
     if op == 0:  # jr, jalr
-        return reg(rs) & 0xFFFFFFFF
+        return reg(rs) & mask
     if op in (2, 3):  # j, jal: the 256 MB region of the slot
-        return ((branch_pc + 4) & 0xF0000000) | ((w & 0x03FFFFFF) << 2)
+        return ((branch_pc + 4) & mask & ~0x0FFFFFFF) | ((w & 0x03FFFFFF) << 2)
     if op == 17:  # bc1f/bc1t: FCSR condition bit cc (bit 23 for cc 0, 24 + cc for the others)
         cc = (w >> 18) & 7
         fcsr = reg("fsr")

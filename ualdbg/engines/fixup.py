@@ -214,7 +214,7 @@ def memop_from_insn(insn: Insn, endian: str) -> MemOp | None:
 
 
 # Architectures whose loads and stores `decode.Decoder` decodes (capstone) for the fix-up too.
-INSN_ARCHES = frozenset({"mips", "mipsel", "armhf", "armel"})
+INSN_ARCHES = frozenset({"mips", "mipsel", "mips64el", "armhf", "armel"})
 
 # Per architecture: how to decode one instruction word into a MemOp.
 DECODERS: dict[str, Callable[[int], MemOp | None]] = {"sparc64": _sparc, "alpha": _alpha, "hppa": _hppa,
@@ -225,13 +225,14 @@ DECODERS: dict[str, Callable[[int], MemOp | None]] = {"sparc64": _sparc, "alpha"
 DELAY_SLOTS: dict[str, tuple[Callable[[int], bool], Callable[[int, int, Callable[[str], int]], int | None]]] = {
     "sh4": (sh4.is_delayed_branch, sh4.branch_continuation),
     "mips": (mips.is_delayed_branch, mips.branch_continuation),
-    "mipsel": (mips.is_delayed_branch, mips.branch_continuation)}
+    "mipsel": (mips.is_delayed_branch, mips.branch_continuation),
+    "mips64el": (mips.is_delayed_branch, mips.branch_continuation64)}
 # The `nop` a fault in a delay slot resumes through: (word, bytes).
-NOPS = {"sh4": (sh4.NOP, 2), "mips": (mips.NOP, 4), "mipsel": (mips.NOP, 4)}
+NOPS = {"sh4": (sh4.NOP, 2), "mips": (mips.NOP, 4), "mipsel": (mips.NOP, 4), "mips64el": (mips.NOP, 4)}
 # Architectures gdb single-steps in software (a breakpoint after the instruction): running the
 # `nop` as a slot goes where a taken branch goes, past that breakpoint, so the step must stop
 # there too (engines/fixup.FixupEngine.slot_catch).
-SOFTWARE_STEP = frozenset({"mips", "mipsel"})
+SOFTWARE_STEP = frozenset({"mips", "mipsel", "mips64el"})
 
 
 def has_signal_engine(arch: archmod.ArchInfo) -> bool:
@@ -435,6 +436,25 @@ class FixupEngine:
         regs.update(self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc})
         self._write_regs(target, regs, tid)
 
+    def _perform_single_in_fr1(self, target: Target, tid: int, op: MemOp, va: int, next_pc: int | None) -> None:
+        """MIPS64 with FR=1: lwc1/swc1 move the low word of a 64-bit $fN, which gdb holds as a
+        double: the bits go through unchanged (a float's value converted to a double would not
+        be them); lwc1 keeps the upper word as it was."""
+        bits = getattr(target, "float_bits", None)
+        set_bits = getattr(target, "set_float_bits", None)
+        writer = getattr(target, "write_memory", None)
+        if bits is None or set_bits is None or writer is None or op.float_reg is None:
+            raise NotEmulated(f"{op.text}: this floating-point access is not emulated")
+        order = self.arch.endian
+        old = bits(op.float_reg, tid)
+        if op.kind == "load":
+            low = int.from_bytes(target.read_memory(va, 4), order)  # type: ignore[arg-type]
+            set_bits(op.float_reg, (old & ~0xFFFFFFFF) | low, tid)
+        else:
+            writer(va, (old & 0xFFFFFFFF).to_bytes(4, order))  # type: ignore[arg-type]
+        after = self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc}
+        self._write_regs(target, {**self._update(target, tid, op, {}), **after}, tid)
+
     def _update(self, target: Target, tid: int, op: MemOp, loaded: dict[str, int]) -> dict[str, int]:
         """The base register's post-increment or pre-decrement, unless the load wrote it."""
         if op.update is None or op.update[0] in loaded:
@@ -447,6 +467,9 @@ class FixupEngine:
         the register and memory itself, as the same C type on both sides (bit-exact)."""
         mover = getattr(target, "move_float", None)
         parts = op.float_parts or ((op.float_reg,) if op.float_reg else ())
+        if self.arch.name == "mips64el" and op.size == 4 and op.float_reg:
+            self._perform_single_in_fr1(target, tid, op, va, next_pc)
+            return
         # Each part one C float or double (vldm/vld1: several d registers, each 8 bytes).
         if mover is None or not parts or op.size // len(parts) not in (4, 8) or op.endian not in ("big", "little"):
             raise NotEmulated(f"{op.text}: this floating-point access is not emulated")

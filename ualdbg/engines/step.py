@@ -5,7 +5,7 @@ leave the scope run at full speed to a return breakpoint; entering the scope is 
 each range start. The adapters only provide the debugger primitives (StepControl)."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
@@ -91,10 +91,12 @@ class StepStats:
     entries: int = 0  # times a thread entered the scope through an entry breakpoint
     calls_run: int = 0  # calls out of the scope run at full speed
     faults: int = 0  # policy violations found
+    unchecked: int = 0  # Thumb IT block instructions whose address an earlier one of the block changes
 
     def line(self) -> str:
         return (f"{self.steps} steps, {self.entries} entries, {self.calls_run} calls run at full speed, "
-                f"{self.faults} violations")
+                f"{self.faults} violations" + (f", {self.unchecked} IT-block accesses not computable ahead"
+                                               if self.unchecked else ""))
 
 
 @dataclass
@@ -235,12 +237,38 @@ class StepEngine:
             self.session.decoder = Decoder(a.name)
         decoder = self.session.decoder
         code = target.read_memory(lo, hi - lo)
+        mode_at = self._arm_modes(target, a, lo)
         out, off = [], 0
         while off < len(code):
+            mode = mode_at(lo + off) if mode_at is not None else ""
+            if mode == "data":  # an ARM literal pool: no instruction, no breakpoint
+                off += 2
+                continue
             out.append(lo + off)
-            insn = decoder.decode(code[off:off + 4], lo + off)
+            insn = decoder.decode(code[off:off + 4], lo + off, mode)
             off += insn.size if insn is not None and insn.size > 0 else 2
+            if insn is not None and mode == "thumb" and insn.name.startswith("it") and len(insn.raw) == 2:
+                # No breakpoint inside an IT block (gdb would move it to the IT, a second stop
+                # there): the IT's check covers the block (_check_it_block).
+                for _ in range(4 - ((insn.raw[0] & 0xF) & -(insn.raw[0] & 0xF)).bit_length() + 1):
+                    nxt = decoder.decode(code[off:off + 4], lo + off, mode)
+                    off += nxt.size if nxt is not None and nxt.size > 0 else 2
         return out
+
+    def _arm_modes(self, target: Target, a: archmod.ArchInfo, addr: int) -> Callable[[int], str] | None:
+        """32-bit ARM: the instruction set at each address of the module holding `addr`, from
+        its mapping symbols or its function symbols' bit 0 (elfindex.arm_modes); where no
+        symbol says, what Debian's gcc emits by default (Thumb-2 on armhf, ARM on armel). A
+        breakpoint hit decodes by the CPSR's T bit all the same (Session.insn_at)."""
+        if a.name not in ("armhf", "armel"):
+            return None
+        default = "thumb" if a.name == "armhf" else "arm"
+        module, _ = self.session.module_of(target, addr)
+        index = elf_index(module.path) if module is not None else None
+        if index is None or module is None:
+            return lambda pc: default
+        base = module.base
+        return lambda pc: index.arm_mode_at(pc - base) or default
 
     def _on_instruction(self, target: Target, tid: int) -> StepDecision:
         """A breakpoint of `_arm_by_breakpoints` (or an entry) was hit: check the instruction."""
@@ -444,8 +472,16 @@ class StepEngine:
     def _check(self, target: Target, tid: int, st: _Thread, pc: int) -> StepDecision:
         s = self.session
         self.stats.steps += 1
-        insn = s.insn_at(target, pc)
+        insn = s.insn_at(target, pc, tid)
         st.last = insn
+        # An instruction recorded here that then traps too (ARMv7's ldrd, MIPS's lw): the signal
+        # engine performs it without counting it a second time (FixupEngine.reported).
+        fixup = getattr(s.engine, "fixup", None)
+        reported = fixup.reported if fixup is not None else None
+        if reported is not None and reported.get(tid) == pc:
+            del reported[tid]
+        if insn is not None and insn.mode == "thumb" and insn.name.startswith("it"):
+            return self._check_it_block(target, tid, insn, reported)
         if insn is None or not insn.operands:
             return StepDecision.STEP
         from ..session import LazyRegisters
@@ -458,6 +494,37 @@ class StepEngine:
             return StepDecision.STEP
         self.stats.faults += 1
         stop = s.record_fault(target, tid, SigInfo(archmod.SIGTRAP, TRAP_TRACE, None))
+        if reported is not None:
+            reported[tid] = pc
+        return StepDecision.STOP if stop else StepDecision.STEP
+
+    def _check_it_block(self, target: Target, tid: int, it: Insn, reported: dict[int, int] | None) -> StepDecision:
+        """A Thumb-2 IT instruction: gdb puts no breakpoint inside its block (it moves one there
+        to the IT), so the block's instructions are checked here, before any of them runs, each
+        recorded at its own PC. One whose address or condition depends on an earlier
+        instruction of the block cannot be computed ahead: counted in `stats.unchecked`."""
+        from ..arch import arm_insn
+        from ..session import LazyRegisters
+
+        s = self.session
+        regs = LazyRegisters(target, tid)
+        try:
+            block = arm_insn.it_block(s.decoder._other, it, target.read_memory(it.next_pc, 16), regs)
+        except (RegisterUnavailable, KeyError):
+            return StepDecision.STEP
+        stop = False
+        for insn, found in block:
+            if found is None:
+                self.stats.unchecked += 1
+                continue
+            acc = next((acc for acc in found if s.policy.violates(acc, insn)), None)
+            if acc is None:
+                continue
+            self.stats.faults += 1
+            stop |= s.record_fault(target, tid, SigInfo(archmod.SIGTRAP, TRAP_TRACE, None),
+                                   decoded=(insn, acc, True), pc=insn.pc)
+            if reported is not None:
+                reported[tid] = insn.pc
         return StepDecision.STOP if stop else StepDecision.STEP
 
     def _leave(self, target: Target, tid: int, st: _Thread, pc: int) -> StepDecision:

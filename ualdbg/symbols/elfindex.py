@@ -7,6 +7,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -255,6 +256,28 @@ class ElfIndex:
                 size = hit[1] - value if hit is not None and hit[0] == value else 1
             yield Symbol(name, value, size)
 
+    @cached_property
+    def arm_modes(self) -> tuple[tuple[int, str], ...]:
+        """32-bit ARM: where each instruction set starts, sorted (address, "arm" | "thumb" |
+        "data"), from the mapping symbols `$a`, `$t` and `$d` (ELF for the Arm Architecture,
+        "Mapping symbols"), or, in a file without them, from the function symbols (bit 0 set:
+        Thumb). Empty for other machines and files without symbols."""
+        try:
+            if self._elf["e_machine"] != "EM_ARM":
+                return ()
+            marks = dict(_arm_mapping_symbols(self._elf))
+            if not marks:
+                marks = dict(_arm_function_modes(self._elf))
+        except _DWARF_LOAD_ERRORS:
+            return ()
+        return tuple(sorted(marks.items()))
+
+    def arm_mode_at(self, addr: int) -> str | None:
+        """The instruction set at `addr` by `arm_modes` (None: no symbol says)."""
+        modes = self.arm_modes
+        i = bisect_right(modes, (addr, "~")) - 1
+        return modes[i][1] if i >= 0 else None
+
     # -- DWARF -------------------------------------------------------------------------------
 
     @cached_property
@@ -387,6 +410,39 @@ def _function_symbols(elf: ELFFile) -> Iterator[tuple[str, int, int, int, int]]:
             )
             if name:
                 yield name, value & thumb_bit, size, info, shndx
+
+
+_ARM_MAPPING = {b"$a": "arm", b"$t": "thumb", b"$d": "data"}
+
+
+def _arm_symbols(elf: ELFFile) -> Iterator[tuple[bytes, int, int]]:
+    """(name, value, st_info) of the defined symbols of a 32-bit ELF's .symtab."""
+    layout = struct.Struct(("<" if elf.little_endian else ">") + "IIIBBH")
+    for section in elf.iter_sections():
+        if section["sh_type"] != "SHT_SYMTAB":
+            continue
+        data = section.data()
+        strtab = elf.get_section(section["sh_link"]).data()
+        entsize = section["sh_entsize"] or layout.size
+        for offset in range(0, len(data) - layout.size + 1, entsize):
+            st_name, value, _, info, _, shndx = layout.unpack_from(data, offset)
+            if shndx == 0 or shndx >= _SHN_LORESERVE:
+                continue
+            end = strtab.find(b"\0", st_name)
+            yield strtab[st_name: end if end >= 0 else len(strtab)], value, info
+
+
+def _arm_mapping_symbols(elf: ELFFile) -> Iterator[tuple[int, str]]:
+    for name, value, _ in _arm_symbols(elf):
+        mode = _ARM_MAPPING.get(name.split(b".", 1)[0]) if name.startswith(b"$") else None
+        if mode is not None:
+            yield value, mode
+
+
+def _arm_function_modes(elf: ELFFile) -> Iterator[tuple[int, str]]:
+    for _, value, info in _arm_symbols(elf):
+        if info & 0xF in (_STT_FUNC, _STT_GNU_IFUNC) and value:
+            yield value & ~1, "thumb" if value & 1 else "arm"
 
 
 _CACHE: dict[str, tuple[tuple[int, int, int, int], ElfIndex | None]] = {}

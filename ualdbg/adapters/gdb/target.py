@@ -241,6 +241,32 @@ class GdbTarget:
         with self._on_thread(tid):
             gdb.parse_and_eval(expr)
 
+    def float_bits(self, reg: str, tid: int | None = None) -> int:
+        """A floating-point register's bits as an integer (gdb 13's /x of a float is its bytes)."""
+        def read() -> int:
+            return int(gdb.parse_and_eval(f"${reg}").format_string(format="x"), 16)
+
+        if self._in_event(tid):
+            return read()
+        with self._on_thread(tid):
+            return read()
+
+    def set_float_bits(self, reg: str, bits: int, tid: int | None = None) -> None:
+        """Set a floating-point register to these bits, unchanged (a value of its own type made
+        from the bytes, assigned: no conversion)."""
+        def write() -> None:
+            current = gdb.parse_and_eval(f"${reg}")
+            order = "little" if "little endian" in gdb.execute("show endian", to_string=True) else "big"
+            size = current.type.sizeof
+            gdb.set_convenience_variable("ualdbg_bits", gdb.Value(bits.to_bytes(size, order), current.type))  # type: ignore[arg-type]
+            gdb.parse_and_eval(f"${reg} = $ualdbg_bits")
+
+        if self._in_event(tid):
+            write()
+            return
+        with self._on_thread(tid):
+            write()
+
     def remote(self) -> bool:
         """Connected to a gdb stub (qemu-user): the pid is the stub's, /proc is not the program's."""
         conn = getattr(gdb.selected_inferior(), "connection", None)
