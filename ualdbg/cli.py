@@ -288,23 +288,22 @@ def _trace_pid(args: argparse.Namespace, known: Any) -> tuple[dict[str, Any], An
 
     if args.program and args.program != ["--"]:
         raise ToolError("--pid traces a running process: name no program after it")
-    if args.engine in ("agent", "step") or args.debugger == "lldb" or args.arch:
-        raise ToolError("--pid: only the trap engine under gdb attaches to a running process (no --engine agent|step, "
-                        "--debugger lldb or --arch)")
+    if args.engine == "step" or args.debugger == "lldb" or args.arch:
+        raise ToolError("--pid: the agent (injected) or the trap engine under gdb attach to a running process "
+                        "(no --engine step, --debugger lldb or --arch)")
     from .attach import attach_problem
 
     problem = attach_problem(args.pid)
     if problem:
         raise ToolError(problem)
-    if args.engine is None:
-        print("ualdbg: --pid: tracing with the trap engine under gdb (the agent cannot be injected into a running "
-              "process yet)", file=sys.stderr, flush=True)
-    req = RunRequest([], all_modules=bool(args.all_modules), modules=args.module, buffer=args.buffer, engine="trap",
+    engine = "trap" if args.engine == "trap" or args.debugger == "gdb" else "agent"
+    req = RunRequest([], all_modules=bool(args.all_modules), modules=args.module, buffer=args.buffer, engine=engine,
                      pid=args.pid, duration=args.duration)
     err = sys.stderr
-    result = run_attached(req, ready=lambda: print(f"ualdbg: attached to process {args.pid}; "
-                                                   + (f"detaching in {args.duration:g} s" if args.duration else
-                                                      "Ctrl-C detaches"), file=err, flush=True))
+    result = run_attached(req, ready=lambda how: print(f"ualdbg: attached to process {args.pid} ({how}); "
+                                                       + (f"detaching in {args.duration:g} s" if args.duration else
+                                                          "Ctrl-C detaches"), file=err, flush=True),
+                          say=lambda line: print(line, file=err, flush=True))
     doc = result.doc
     if args.json:
         write_json(doc, args.json, "the JSON output")
@@ -347,10 +346,11 @@ def _watch(args: argparse.Namespace) -> int:
         display = Display(stream, resolver, top=args.top, json_lines=args.json_lines, live=live,
                           title=f"ualdbg watch: process {args.pid}")
         req = RunRequest([], all_modules=bool(args.all_modules), modules=args.module, buffer=args.buffer,
-                         engine="trap", pid=args.pid, duration=args.duration)
+                         engine="agent", pid=args.pid, duration=args.duration)
         try:
             with Keys(quit_.set):
-                result = run_attached(req, on_sample=display.sample, interval=args.interval, quit=quit_)
+                result = run_attached(req, on_sample=display.sample, interval=args.interval, quit=quit_,
+                                      say=lambda line: print(line, file=sys.stderr, flush=True))
         finally:
             display.close()
     else:

@@ -104,6 +104,28 @@ void signals_adopt_existing(void)
     }
 }
 
+/* Detaching from a process the agent was injected into: the kernel gets back the program's own
+ * action, exactly as read at the injection, for every signal the agent took over (SIGBUS,
+ * SIGTRAP if it single-stepped, the handlers it dispatched); the next injection reads afresh. */
+void signals_release(void)
+{
+    lock();
+    for (int sig = 1; sig < NSIGS; sig++) {
+        if (!user_known[sig])
+            continue;
+        struct sigaction cur;
+        /* Only where the kernel's action is still the agent's: one the program set since (its
+         * libc calls are not interposed in an injected agent) stays. */
+        if (real_sigaction(sig, NULL, &cur) == 0 &&
+            (cur.sa_sigaction == ualdbg_sigbus_entry || cur.sa_sigaction == ualdbg_sigtrap_entry ||
+             cur.sa_sigaction == ualdbg_signal_entry))
+            real_sigaction(sig, &user_act[sig], NULL);
+        user_known[sig] = 0;
+    }
+    sigtrap_ours = 0;
+    unlock();
+}
+
 void ensure_sigtrap(void)
 {
     if (sigtrap_ours)
