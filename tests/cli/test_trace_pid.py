@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -195,4 +196,74 @@ def test_attach_twice_to_the_same_process(test_programs: Path, tmp_path: Path) -
         end = live.finish()
     assert all(d["faults_total"] > 50 for d in docs), [d["faults_total"] for d in docs]
     assert abs(sum(d["faults_total"] for d in docs) - int(end["armed"])) <= 2 * IN_FLIGHT, f"{end}"
+    assert healthy(end), end
+
+
+FORKER = re.compile(r"^live_forker: who=(\w+) pid=(\d+) armed=(\d+) ac_left=(\d) own_sigbus=(\d+) handlers=(\w+)", re.M)
+
+
+def test_a_child_forked_while_attached_is_traced_and_disarmed(test_programs: Path, tmp_path: Path) -> None:
+    d = tmp_path / "forker"
+    d.mkdir()
+    out, trace = d / "out", tmp_path / "t.json"
+    with open(out, "w") as f:
+        prog = subprocess.Popen([str(test_programs / "live_forker"), str(d)], stdout=f, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while "ready" not in out.read_text() and time.time() < deadline:
+            time.sleep(0.01)
+        cli = subprocess.Popen([sys.executable, "-m", "ualdbg", "trace", "--pid", str(prog.pid), "--duration", "2",
+                                "--json", str(trace)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=scrubbed_env(), cwd=ROOT)
+        assert cli.stderr is not None
+        line = cli.stderr.readline()
+        assert f"attached to process {prog.pid} (agent injected)" in line, line
+        time.sleep(0.3)
+        (d / "go").touch()  # it forks now, while attached
+        _, stderr = cli.communicate(timeout=60)
+        assert cli.returncode == 0, stderr
+        (d / "stop").touch()  # after the detach: both report whether anything was left armed
+        assert prog.wait(timeout=30) == 0
+    finally:
+        (d / "stop").touch()
+        if prog.poll() is None:
+            prog.kill()
+            prog.wait()
+    got = {m[0]: m for m in FORKER.findall(out.read_text())}
+    assert set(got) == {"parent", "child"}, out.read_text()
+    doc = json.loads(trace.read_text())
+    per_pid: dict[int, int] = {}
+    for p in doc["processes"]:
+        per_pid[p["pid"]] = per_pid.get(p["pid"], 0) + p["faults_total"]
+    for who, pid, armed, ac_left, own_sigbus, handlers in got.values():
+        assert int(armed) > 100, got
+        assert abs(per_pid.get(int(pid), 0) - int(armed)) <= 1, (who, per_pid, got)  # one thread each
+        assert ac_left == "0" and own_sigbus == "0" and handlers == "ok", (who, got)
+    assert "child_status=0" in out.read_text()
+
+
+# Execs its arguments under a seccomp filter that allows every system call (mode 2, as a sandboxed
+# service has): the filter survives the exec.
+SECCOMP_EXEC = """
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+allow = ctypes.create_string_buffer(struct.pack("<HBBI", 0x06, 0, 0, 0x7FFF0000))  # BPF_RET|BPF_K, ALLOW
+prog = struct.pack("<HxxxxxxQ", 1, ctypes.addressof(allow))
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.c_char_p(prog), 0, 0) == 0, ctypes.get_errno()  # PR_SET_SECCOMP, FILTER
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_seccomp_falls_back_to_gdb_in_one_line(test_programs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    with live_program(test_programs, tmp_path, prefix=(sys.executable, "-c", SECCOMP_EXEC)) as live:
+        assert "Seccomp:\t2" in Path(f"/proc/{live.pid}/status").read_text()
+        p = run_cli("trace", "--pid", str(live.pid), "--duration", "1", "--json", str(out), timeout=120)
+        end = live.finish()
+    assert p.returncode == 0, explain(p)
+    said = [line for line in p.stderr.splitlines() if "instead" in line]
+    assert len(said) == 1 and "runs under seccomp (mode 2)" in said[0] and "trap engine under gdb" in said[0], explain(p)
+    doc = json.loads(out.read_text())
+    assert doc["attached"]["engine"] == "trap" and abs(doc["faults_total"] - int(end["armed"])) <= IN_FLIGHT, end
     assert healthy(end), end
