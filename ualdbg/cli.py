@@ -45,7 +45,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="write ualdbg's report there instead of stderr (the program's stdout and stderr stay its own)")
     p.add_argument("--pid", type=positive, default=None, metavar="PID",
                    help="trace this running process instead of starting one (every thread, those it starts too), "
-                        "until Ctrl-C, --duration or its exit; it goes on unchanged after the detach")
+                        "until Ctrl-C, --duration or its exit; the agent is injected into it (--engine trap: gdb); it "
+                        "goes on unchanged after the detach")
     p.add_argument("--duration", type=_seconds, default=None, metavar="S", help="with --pid: detach after S seconds")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS (a native program, or a #! script: "
                    "the agent then traces the programs it runs)")
@@ -110,13 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "with their current and peak rate, count, function and line, its threads, the "
                                    "elapsed time; refreshed every --interval seconds on a terminal (q or Ctrl-C stops "
                                    "and prints the summary), one line per interval otherwise (--json-lines: one JSON "
-                                   "object). --pid attaches with gdb and detaches at the end: the process goes on. "
+                                   "object). --pid injects the agent (else attaches with gdb) and detaches at the end: the process goes on. "
                                    "-- PROG runs PROG under the agent; q or Ctrl-C sends it SIGINT, as Ctrl-C would.",
                        **_examples("ualdbg watch --pid 1234                         attach, watch, q detaches",
                                    "ualdbg watch --pid 1234 --duration 60 --json-lines > rate.jsonl",
                                    "ualdbg watch -- ./server --port 8080           run it under the agent and watch",
                                    "ualdbg watch --top 5 --interval 2 -- ./bench"))
-    w.add_argument("--pid", type=positive, default=None, metavar="PID", help="watch this running process (gdb attaches)")
+    w.add_argument("--pid", type=positive, default=None, metavar="PID", help="watch this running process (the agent injected into it, else gdb)")
     w.add_argument("--duration", type=_seconds, default=None, metavar="S", help="stop after S seconds")
     w.add_argument("--interval", type=_seconds, default=1.0, metavar="S", help="seconds between refreshes (default 1)")
     w.add_argument("--top", type=positive, default=10, metavar="N", help="sites shown (default 10)")
