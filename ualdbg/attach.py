@@ -312,6 +312,9 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
         "threads_armed": injected.threads_armed, "agent_left": "loaded, inert" if not exited else None,
         "stopped_s": {"attach": round(injected.stopped_s, 6), "detach": round(removed_s, 6)},
     }
+    if not injected.threads_armed:
+        doc.setdefault("notes", []).append(f"no thread of process {pid} could be armed at the attach (each blocked "
+                                           "SIGBUS); only threads it started or unblocked later were traced")
     if exited:
         how = f"exit status {exit_status}" if exit_status is not None else "its exit status is unknown: killed by a signal?"
         doc.setdefault("notes", []).append(f"process {pid} exited during the trace ({how})")

@@ -267,3 +267,48 @@ def test_seccomp_falls_back_to_gdb_in_one_line(test_programs: Path, tmp_path: Pa
     doc = json.loads(out.read_text())
     assert doc["attached"]["engine"] == "trap" and abs(doc["faults_total"] - int(end["armed"])) <= IN_FLIGHT, end
     assert healthy(end), end
+
+
+def _got_slot(exe: str, pid: int, name: str) -> int:
+    """The address of the program's GOT slot for `name` (its JUMP_SLOT relocation) in process pid."""
+    from elftools.elf.elffile import ELFFile
+
+    with open(exe, "rb") as f:
+        elf = ELFFile(f)
+        rela = elf.get_section_by_name(".rela.plt")
+        syms = elf.get_section(rela["sh_link"])
+        offset = next(r["r_offset"] for r in rela.iter_relocations() if syms.get_symbol(r["r_info_sym"]).name == name)
+    with open(f"/proc/{pid}/maps") as f:
+        base = next(int(line.split("-")[0], 16) for line in f if line.rstrip().endswith(exe))
+    return base + offset
+
+
+def _read_u64(pid: int, addr: int) -> int:
+    with open(f"/proc/{pid}/mem", "rb") as f:
+        f.seek(addr)
+        return int.from_bytes(f.read(8), "little")
+
+
+def test_the_got_slots_point_at_the_agent_while_attached_and_back_after(test_programs: Path, tmp_path: Path) -> None:
+    exe = str(test_programs / "live_workers")
+    with live_program(test_programs, tmp_path) as live:
+        slot = _got_slot(exe, live.pid, "pthread_create")
+        before = _read_u64(live.pid, slot)  # bound already: it starts a thread every 20 ms
+        cli = subprocess.Popen([sys.executable, "-m", "ualdbg", "trace", "--pid", str(live.pid), "--duration", "1.5"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=scrubbed_env(), cwd=ROOT)
+        assert cli.stderr is not None
+        assert "(agent injected)" in cli.stderr.readline()
+        during = _read_u64(live.pid, slot)
+        maps = Path(f"/proc/{live.pid}/maps").read_text()
+        agent = [line for line in maps.splitlines() if line.endswith("ualdbg_agent.so")]
+        _, stderr = cli.communicate(timeout=60)
+        assert cli.returncode == 0, stderr
+        after = _read_u64(live.pid, slot)
+        left = [line for line in Path(f"/proc/{live.pid}/maps").read_text().splitlines() if line.endswith("ualdbg_agent.so")]
+        end = live.finish()
+    spans = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in agent]
+    assert any(lo <= during < hi for lo, hi in spans), (hex(during), agent)  # the agent's wrapper
+    assert after == before != during, (hex(before), hex(during), hex(after))
+    assert left == agent  # loaded, inert: not unloaded
+    assert healthy(end), end
