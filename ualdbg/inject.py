@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass, field
 
 PTRACE_CONT, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 7, 12, 13, 17
-PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_EVENT_STOP = 0x4206, 0x4207, 128
+PTRACE_GETSIGINFO, PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_EVENT_STOP = 0x4202, 0x4206, 0x4207, 128
+BUS_ADRALN = 1
 WALL = 0x40000000
 AC, TF = 0x40000, 0x100
 RTLD_NOW = 2
@@ -68,6 +69,16 @@ def sigbus_blocked(pid: int, tid: int) -> bool:
     except (OSError, ValueError):
         pass
     return False
+
+
+def _pending(pid: int, tid: int, mask: int = ~0) -> bool:
+    """A signal (of `mask`) pending for the thread itself (a fault's is: it would be delivered in
+    a call)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            return any(line.startswith("SigPnd:") and int(line.split()[1], 16) & mask != 0 for line in f)
+    except (OSError, ValueError):
+        return False
 
 
 def _syscall_of(pid: int, tid: int) -> int | None:
@@ -197,14 +208,44 @@ class Process:
             armed += want
         return armed
 
-    def quiet_thread(self) -> int:
-        """The thread to make calls in: one waiting in a blocking system call (it holds no lock of
-        libc's), the main thread first; else the main thread."""
+    def quiet_thread(self) -> tuple[int, bool]:
+        """The thread to make calls in, and whether it is safe: one waiting in a blocking system
+        call (it holds no lock of libc's), the main thread first; else one running code outside
+        libc and the loader; else (not safe) the main thread."""
         tids = sorted(self.threads, key=lambda t: (t != self.pid, t))
-        for tid in tids:
+        calm = [t for t in tids if not _pending(self.pid, t)]
+        for tid in calm:
             if _syscall_of(self.pid, tid) in QUIET_SYSCALLS:
+                return tid, True
+        system = _system_ranges(self.pid)
+        for tid in calm:
+            if _syscall_of(self.pid, tid) is None:
+                rip = self.regs(tid).rip
+                if not any(lo <= rip < hi for lo, hi in system):
+                    return tid, True
+        return (self.pid if self.pid in self.threads else tids[0]), False
+
+    def stop_quietly(self, tries: int = 50) -> int:
+        """Every thread stopped, with one of them safe to make a call in and none with an
+        alignment fault's SIGBUS pending (raised with AC set, it would reach the program once AC
+        is cleared and its handler is back), if a few tries find that (the process runs 2 ms
+        between tries); the thread to make calls in."""
+        bus = 1 << (signal.SIGBUS - 1)
+        for _ in range(tries):
+            self.stop_all()
+            tid, safe = self.quiet_thread()
+            if safe and not any(_pending(self.pid, t, bus) for t in self.threads):
                 return tid
-        return self.pid if self.pid in self.threads else tids[0]
+            for t in list(self.threads):
+                self.resume(t)
+            time.sleep(0.002)
+        self.stop_all()
+        return self.quiet_thread()[0]
+
+    def _si_code(self, tid: int) -> int:
+        info = ctypes.create_string_buffer(128)
+        _ptrace(PTRACE_GETSIGINFO, tid, 0, ctypes.addressof(info))
+        return int(struct.unpack_from("<i", info.raw, 8)[0])
 
     def call(self, tid: int, fn: int, args: list[object], data: bytes = b"") -> int:
         """fn(*args) in the stopped thread `tid`, whose registers are as they were afterwards;
@@ -238,6 +279,11 @@ class Process:
             if os.WIFEXITED(status) or os.WIFSIGNALED(status):
                 raise InjectError(f"process {self.pid} exited during the injection")
             event, sig = status >> 16, os.WSTOPSIG(status)
+            if event == 0 and sig == signal.SIGBUS and self._si_code(tid) == BUS_ADRALN:
+                # An alignment fault of the thread's own code, raised before it was stopped: it
+                # faults again once its registers are back; never delivered in the call.
+                _ptrace(PTRACE_CONT, tid, 0, 0)
+                continue
             if event == 0 and sig == signal.SIGSEGV:
                 now = self.regs(tid)
                 self.set_regs(tid, saved)
@@ -249,6 +295,21 @@ class Process:
 
 
 # ---- symbols
+
+
+def _system_ranges(pid: int) -> list[tuple[int, int]]:
+    """The executable mappings of libc and the dynamic loader: a thread stopped there may hold
+    one of their locks (malloc's, the loader's)."""
+    out = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and "x" in parts[1]:
+                base = os.path.basename(parts[5].strip())
+                if base.startswith(("libc.so", "libc-", "ld-linux", "ld-")):
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    out.append((lo, hi))
+    return out
 
 
 def _module_bias(pid: int, pred: object) -> tuple[str, int] | None:
@@ -306,7 +367,7 @@ class Injected:
     lib: str
     bias: int
     threads_armed: int
-    stopped_s: float  # the longest any thread was stopped by the injection
+    stopped_s: float  # from the first stop to the detach: at least as long as any thread was stopped
 
     def symbol(self, name: str) -> int:
         value = elf_symbol(self.lib, name)
@@ -321,8 +382,7 @@ def inject(pid: int, lib: str, config: str) -> Injected:
     proc = Process(pid)
     t0 = time.monotonic()
     try:
-        proc.stop_all()
-        tid = proc.quiet_thread()
+        tid = proc.stop_quietly()
         proc.resume_others(tid)  # they run during dlopen: a lock one of them holds cannot deadlock it
         handle = proc.call(tid, dlopen, [DATA, RTLD_NOW], os.fsencode(lib) + b"\0")
         if not handle:
@@ -355,8 +415,7 @@ def remove(inj: Injected, pid: int | None = None, settle: float = 2.0) -> float:
     stopped = 0.0
     try:
         t0 = time.monotonic()
-        proc.stop_all()
-        tid = proc.quiet_thread()
+        tid = proc.stop_quietly(tries=10)  # no lock is taken by disarm and release; no signal pending
         proc.call(tid, disarm, [])
         proc.set_ac(False)
         for t in list(proc.threads):
@@ -368,8 +427,7 @@ def remove(inj: Injected, pid: int | None = None, settle: float = 2.0) -> float:
             time.sleep(0.001)
         time.sleep(0.01)
         t0 = time.monotonic()
-        proc.stop_all()
-        tid = proc.quiet_thread()
+        tid = proc.stop_quietly(tries=10)
         proc.call(tid, disarm, [])  # again: a trampoline built after the first one
         proc.call(tid, release, [])
         proc.set_ac(False)

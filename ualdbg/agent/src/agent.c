@@ -1005,6 +1005,14 @@ void on_sigbus_c(int sig, siginfo_t *si, void *ctx)
     ucontext_t *uc = ctx;
     int saved = errno;
     __atomic_add_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
+    if (G.injected && si && si->si_code == BUS_ADRALN && !(uc->uc_mcontext.gregs[REG_EFL] & (greg_t)AC_BIT)) {
+        /* An alignment fault raised before ualdbg stopped the thread and changed its registers
+         * (cleared AC, or made a call in it): the instruction runs again with its own registers
+         * (and faults again if it still has AC). Not the program's business. */
+        errno = saved;
+        __atomic_sub_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
+        return;
+    }
     if (si && si->si_code == BUS_ADRALN && (uc->uc_mcontext.gregs[REG_EFL] & (greg_t)AC_BIT) &&
         handle_alignment_fault(uc)) {
         if (G.detaching)
@@ -1429,6 +1437,7 @@ static const char *const GOT_WRAPPED[] = {"pthread_create", "pthread_sigmask", "
 static struct {
     uint64_t *slot;
     uint64_t orig;
+    uint64_t relro_lo, relro_hi;
 } got_patches[MAX_GOT_PATCHES];
 static int ngot;
 static void *got_wrappers[sizeof GOT_WRAPPED / sizeof *GOT_WRAPPED];
@@ -1508,6 +1517,8 @@ static int got_patch_module(struct dl_phdr_info *info, size_t size, void *data)
                 uint64_t *slot = (uint64_t *)(uintptr_t)(bias + r[k].r_offset);
                 got_patches[ngot].slot = slot;
                 got_patches[ngot].orig = *slot;
+                got_patches[ngot].relro_lo = relro_lo;
+                got_patches[ngot].relro_hi = relro_hi;
                 ngot++;
                 got_write(slot, (uint64_t)(uintptr_t)got_wrappers[w], relro_lo, relro_hi);
             }
@@ -1516,24 +1527,13 @@ static int got_patch_module(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
-static int got_restore_module(struct dl_phdr_info *info, size_t size, void *data)
+/* Without the loader's lock (dl_iterate_phdr): another thread, stopped, may hold it. */
+static void got_restore_all(void)
 {
-    (void)size, (void)data;
-    uint64_t relro_hi, relro_lo = relro_lo_of(info, &relro_hi);
-    for (int i = 0; i < ngot; i++) {
-        uint64_t a = (uint64_t)(uintptr_t)got_patches[i].slot;
-        int inside = 0;
-        for (int p = 0; p < info->dlpi_phnum && !inside; p++) {
-            const ElfW(Phdr) *ph = &info->dlpi_phdr[p];
-            inside = ph->p_type == PT_LOAD && a >= info->dlpi_addr + ph->p_vaddr &&
-                     a < info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
-        }
-        if (inside && got_patches[i].slot) {
-            got_write(got_patches[i].slot, got_patches[i].orig, relro_lo, relro_hi);
-            got_patches[i].slot = NULL;
-        }
-    }
-    return 0;
+    for (int i = 0; i < ngot; i++)
+        if (got_patches[i].slot)
+            got_write(got_patches[i].slot, got_patches[i].orig, got_patches[i].relro_lo, got_patches[i].relro_hi);
+    ngot = 0;
 }
 
 static void got_patch_all(void)
@@ -1565,21 +1565,18 @@ static void trampolines_disarm(void)
 
 /* Detaching, step 1 (every thread stopped; ualdbg clears AC in their registers): nothing sets AC
  * again (the handlers, the trampolines, the return from a skipped routine), and an AC fault
- * still in flight is cleared and not counted. The trace's end is stamped in the buffer. */
+ * still in flight is cleared and not counted. The trace's end is stamped in the buffer (maps
+ * snapshots were taken whenever a new PC needed one). */
 EXPORT void ualdbg_agent_disarm(void)
 {
     G.detaching = 1;
     G.armed = 0;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     trampolines_disarm();
-    if (G.hdr && G.active) {
-        uint64_t mask = block_all();
-        spin_lock(&maps_lock);
-        maps_snapshot_locked();
-        spin_unlock(&maps_lock);
-        __atomic_or_fetch(&G.hdr->flags, UALDBG_F_DETACHED, __ATOMIC_RELEASE);
+    /* No lock is taken here or in release: every other thread is stopped, anywhere. */
+    if (G.hdr && G.active && !(G.hdr->flags & UALDBG_F_DETACHED)) {
         G.hdr->end_ns = now_ns();
-        unblock_all(mask);
+        __atomic_or_fetch(&G.hdr->flags, UALDBG_F_DETACHED, __ATOMIC_RELEASE);
     }
 }
 
@@ -1588,8 +1585,7 @@ EXPORT void ualdbg_agent_disarm(void)
  * return addresses it swapped may still be on stacks, and its trampolines' code may be running. */
 EXPORT void ualdbg_agent_release(void)
 {
-    dl_iterate_phdr(got_restore_module, NULL);
-    ngot = 0;
+    got_restore_all();
     signals_release();
     G.active = 0;
     if (G.hdr) {

@@ -109,7 +109,9 @@ void signals_adopt_existing(void)
  * SIGTRAP if it single-stepped, the handlers it dispatched); the next injection reads afresh. */
 void signals_release(void)
 {
-    lock();
+    /* Every other thread is stopped: one stopped holding the lock (in sigaction) never lets go. */
+    for (long spins = 0; __atomic_exchange_n(&sig_lock, 1, __ATOMIC_ACQUIRE) && spins < 1000000; spins++)
+        __builtin_ia32_pause();
     for (int sig = 1; sig < NSIGS; sig++) {
         if (!user_known[sig])
             continue;
