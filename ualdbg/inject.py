@@ -225,7 +225,7 @@ class Process:
                     return tid, True
         return (self.pid if self.pid in self.threads else tids[0]), False
 
-    def stop_quietly(self, tries: int = 50) -> int:
+    def stop_quietly(self, tries: int = 50, bus_calm: bool = True) -> int:
         """Every thread stopped, with one of them safe to make a call in and none with an
         alignment fault's SIGBUS pending (raised with AC set, it would reach the program once AC
         is cleared and its handler is back), if a few tries find that (the process runs 2 ms
@@ -234,7 +234,7 @@ class Process:
         for _ in range(tries):
             self.stop_all()
             tid, safe = self.quiet_thread()
-            if safe and not any(_pending(self.pid, t, bus) for t in self.threads):
+            if safe and not (bus_calm and any(_pending(self.pid, t, bus) for t in self.threads)):
                 return tid
             for t in list(self.threads):
                 self.resume(t)
@@ -379,6 +379,9 @@ class Injected:
 def inject(pid: int, lib: str, config: str) -> Injected:
     """Load the agent into `pid` and arm every thread; the process runs on alone."""
     dlopen = libc_function(pid, "dlopen")
+    value = elf_symbol(lib, "ualdbg_agent_inject")  # before anything stops: parsing ELF takes ms
+    if value is None:
+        raise InjectError(f"{lib} has no ualdbg_agent_inject")
     proc = Process(pid)
     t0 = time.monotonic()
     try:
@@ -388,8 +391,6 @@ def inject(pid: int, lib: str, config: str) -> Injected:
         if not handle:
             raise InjectError(f"dlopen of the agent failed in process {pid}")
         bias = struct.unpack("<Q", proc.read(handle, 8))[0]  # struct link_map's l_addr
-        value = elf_symbol(lib, "ualdbg_agent_inject")
-        assert value is not None
         rc = proc.call(tid, bias + value, [DATA], config.encode() + b"\0")
         if rc != 0:
             raise InjectError(f"the agent could not start in process {pid} ("
@@ -415,7 +416,9 @@ def remove(inj: Injected, pid: int | None = None, settle: float = 2.0) -> float:
     stopped = 0.0
     try:
         t0 = time.monotonic()
-        tid = proc.stop_quietly(tries=10)  # no lock is taken by disarm and release; no signal pending
+        # disarm and release take no lock. Here a thread may still fault until its AC is cleared; a
+        # pending fault is dropped by the agent (its context then has AC clear) or by the call.
+        tid = proc.stop_quietly(tries=1, bus_calm=False)
         proc.call(tid, disarm, [])
         proc.set_ac(False)
         for t in list(proc.threads):
@@ -427,7 +430,7 @@ def remove(inj: Injected, pid: int | None = None, settle: float = 2.0) -> float:
             time.sleep(0.001)
         time.sleep(0.01)
         t0 = time.monotonic()
-        tid = proc.stop_quietly(tries=10)
+        tid = proc.stop_quietly(tries=20)  # nothing can fault now: a pending SIGBUS is an old one
         proc.call(tid, disarm, [])  # again: a trampoline built after the first one
         proc.call(tid, release, [])
         proc.set_ac(False)
