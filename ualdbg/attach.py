@@ -226,9 +226,15 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
     run = AgentRun([exe, *args], all_modules=req.all_modules, modules=list(req.modules), buffer=req.buffer)
     directory = tempfile.mkdtemp(prefix="ualdbg-agent-", dir=_shm_dir())
     try:
-        if os.geteuid() == 0:  # the process writes its buffer there: let it, whoever it runs as
-            st = os.stat(f"/proc/{pid}")
+        st = os.stat(f"/proc/{pid}")
+        if st.st_uid != os.geteuid():
+            # root tracing another user's process: it writes its buffer here, and loads the agent
+            # from here (ualdbg's cache may be unreadable to it)
             os.chown(directory, st.st_uid, st.st_gid)
+            copy = os.path.join(directory, os.path.basename(lib))
+            shutil.copyfile(lib, copy)
+            os.chmod(copy, 0o755)
+            lib = copy
         config = agent_environment(run, lib, directory, {})[ENV_CONFIG]
         ender = _Ender()  # from here a Ctrl-C ends the trace; it never interrupts a ptrace sequence
         try:
@@ -250,7 +256,7 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
                     on_progress(total, ignored, time.monotonic() - started)
             poller = threading.Thread(target=poll_progress, daemon=True)
             poller.start()
-        exited = False
+        exited = execed = False
         removed_s = 0.0
         try:
             next_sample = started + interval
@@ -271,7 +277,10 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
                     break
                 ender.requested.wait(0.02)
             ended = time.monotonic()
-            if not exited:
+            execed = not exited and not agent_mapped(pid, lib, injected.bias)
+            if execed:  # a new image: the exec cleared AC and dropped the agent; nothing to undo
+                pass
+            elif not exited:
                 try:
                     removed_s = remove(injected)
                 except InjectError as exc:
@@ -282,7 +291,7 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
             from .agent import buffer as ab
 
             for child, _gen, _path in ab.buffer_files(directory):
-                if child != pid and not _gone(child) and agent_mapped(child, lib):
+                if child != pid and not _gone(child) and agent_mapped(child, lib, injected.bias):
                     try:
                         remove(injected, child)
                     except InjectError:
@@ -312,6 +321,9 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
         "threads_armed": injected.threads_armed, "agent_left": "loaded, inert" if not exited else None,
         "stopped_s": {"attach": round(injected.stopped_s, 6), "detach": round(removed_s, 6)},
     }
+    if execed:
+        doc.setdefault("notes", []).append(f"process {pid} exec'd {_comm(pid)} during the trace: the new program "
+                                           "was not traced (an exec clears AC and drops the agent)")
     if not injected.threads_armed:
         doc.setdefault("notes", []).append(f"no thread of process {pid} could be armed at the attach (each blocked "
                                            "SIGBUS); only threads it started or unblocked later were traced")

@@ -351,12 +351,14 @@ def libc_function(pid: int, name: str) -> int:
     return base + value
 
 
-def agent_mapped(pid: int, lib: str) -> bool:
+def agent_mapped(pid: int, lib: str, bias: int | None = None) -> bool:
+    """Whether `pid` has the agent mapped (at `bias`): not after an exec, nor in another program."""
     real = os.path.realpath(lib)
     try:
-        return _module_bias(pid, lambda p: p == real) is not None
+        found = _module_bias(pid, lambda p: p == real)
     except OSError:
         return False
+    return found is not None and (bias is None or found[1] == bias)
 
 
 @dataclass

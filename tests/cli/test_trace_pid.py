@@ -312,3 +312,26 @@ def test_the_got_slots_point_at_the_agent_while_attached_and_back_after(test_pro
     assert after == before != during, (hex(before), hex(during), hex(after))
     assert left == agent  # loaded, inert: not unloaded
     assert healthy(end), end
+
+
+def test_an_exec_while_attached_is_said_and_left_alone(tmp_path: Path) -> None:
+    # The agent is gone with the old image: nothing may be called at its old addresses.
+    go = tmp_path / "go"
+    prog = subprocess.Popen(["bash", "-c", f'while [ ! -e {go} ]; do sleep 0.01; done; exec sleep 1.5'],
+                            stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        cli = subprocess.Popen([sys.executable, "-m", "ualdbg", "trace", "--pid", str(prog.pid), "--duration", "1"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=scrubbed_env(), cwd=ROOT)
+        assert cli.stderr is not None
+        assert "(agent injected)" in cli.stderr.readline()
+        go.touch()
+        _, stderr = cli.communicate(timeout=60)
+        assert cli.returncode == 0, stderr
+        assert f"note: process {prog.pid} exec'd sleep during the trace" in stderr, stderr
+        assert prog.wait(timeout=30) == 0  # sleep ran its course
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+            prog.wait()
