@@ -41,7 +41,8 @@ def test_trace_pid_counts_the_attached_window(test_programs: Path, tmp_path: Pat
     assert doc["attached"]["engine"] == engine, doc["attached"]
     if engine == "agent":
         assert doc["agent"]["injected"] and doc["attached"]["agent_left"] == "loaded, inert", doc["attached"]
-        assert doc["attached"]["threads_armed"] == WORKERS + 1, doc["attached"]  # main + workers (+ none blocked)
+        # main and the workers (and a short-lived thread if one was running): none blocks SIGBUS
+        assert WORKERS + 1 <= doc["attached"]["threads_armed"] <= WORKERS + 2, doc["attached"]
         # Stopped only while injecting and removing: milliseconds, not the window.
         assert doc["attached"]["stopped_s"]["attach"] < 0.5 and doc["attached"]["stopped_s"]["detach"] < 0.5, doc["attached"]
     armed = int(end["armed"])
