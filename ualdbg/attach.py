@@ -194,6 +194,20 @@ def run_attached(req: RunRequest, on_progress: Callable[[int, int, float], None]
             except AgentUnavailable as exc:
                 why = str(exc)
         if lib is not None:
+            from .inject import Injected, injected_owner, remove
+
+            left = injected_owner(req.pid, lib)
+            if left is not None and not _gone(left[0]):
+                raise ToolError(f"process {req.pid} ({_comm(req.pid)}) is already traced by ualdbg (process {left[0]}, "
+                                "the agent injected): end that trace first")
+            if left is not None:  # its ualdbg was killed: the agent it left armed is removed first
+                try:
+                    remove(Injected(req.pid, lib, left[1], 0, 0.0))
+                except InjectError as exc:
+                    raise ToolError(f"process {req.pid}: cannot remove the agent a killed ualdbg (process {left[0]}) "
+                                    f"left armed: {exc}") from None
+                if say is not None:
+                    say(f"ualdbg: --pid: removed the agent a killed ualdbg (process {left[0]}) left armed in process {req.pid}")
             try:
                 return run_injected(req, lib, on_progress, ready, on_sample=on_sample, interval=interval, quit=quit)
             except InjectError as exc:

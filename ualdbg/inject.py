@@ -361,6 +361,23 @@ def agent_mapped(pid: int, lib: str, bias: int | None = None) -> bool:
     return found is not None and (bias is None or found[1] == bias)
 
 
+def injected_owner(pid: int, lib: str) -> tuple[int, int] | None:
+    """(the ualdbg pid that injected the agent and has not removed it, the agent's load address)
+    when `pid` runs an armed agent; None otherwise."""
+    real = os.path.realpath(lib)
+    try:
+        found = _module_bias(pid, lambda p: p == real)
+        value = elf_symbol(lib, "ualdbg_agent_owner")
+        if found is None or value is None:
+            return None
+        with open(f"/proc/{pid}/mem", "rb") as f:
+            f.seek(found[1] + value)
+            owner = struct.unpack("<q", f.read(8))[0]
+    except (OSError, struct.error):
+        return None
+    return (owner, found[1]) if owner else None
+
+
 @dataclass
 class Injected:
     """An agent loaded into a process: where, and what ptrace cost the process."""
@@ -384,7 +401,10 @@ def inject(pid: int, lib: str, config: str) -> Injected:
     value = elf_symbol(lib, "ualdbg_agent_inject")  # before anything stops: parsing ELF takes ms
     if value is None:
         raise InjectError(f"{lib} has no ualdbg_agent_inject")
-    proc = Process(pid)
+    try:
+        proc = Process(pid)
+    except OSError as exc:
+        raise InjectError(f"cannot open the memory of process {pid}: {exc.strerror}") from None
     t0 = time.monotonic()
     try:
         tid = proc.stop_quietly()
@@ -401,6 +421,8 @@ def inject(pid: int, lib: str, config: str) -> Injected:
         armed = proc.set_ac(True)
         proc.detach_all()
         return Injected(pid, lib, bias, armed, time.monotonic() - t0)
+    except OSError as exc:  # /proc or ptrace refused something midway
+        raise InjectError(str(exc)) from None
     finally:
         if proc.threads:
             proc.detach_all()
@@ -414,7 +436,10 @@ def remove(inj: Injected, pid: int | None = None, settle: float = 2.0) -> float:
     pid = inj.pid if pid is None else pid
     disarm, release = inj.symbol("ualdbg_agent_disarm"), inj.symbol("ualdbg_agent_release")
     busy = inj.symbol("ualdbg_in_handler")
-    proc = Process(pid)
+    try:
+        proc = Process(pid)
+    except OSError as exc:
+        raise InjectError(f"cannot open the memory of process {pid}: {exc.strerror}") from None
     stopped = 0.0
     try:
         t0 = time.monotonic()
@@ -439,6 +464,8 @@ def remove(inj: Injected, pid: int | None = None, settle: float = 2.0) -> float:
         proc.detach_all()
         stopped += time.monotonic() - t0
         return stopped
+    except OSError as exc:
+        raise InjectError(str(exc)) from None
     finally:
         if proc.threads:
             proc.detach_all()

@@ -336,3 +336,24 @@ def test_an_exec_while_attached_is_said_and_left_alone(tmp_path: Path) -> None:
         if prog.poll() is None:
             prog.kill()
             prog.wait()
+
+
+def test_a_second_ualdbg_is_refused_and_a_killed_ones_agent_is_removed(test_programs: Path, tmp_path: Path) -> None:
+    with live_program(test_programs, tmp_path) as live:
+        first = subprocess.Popen([sys.executable, "-m", "ualdbg", "trace", "--pid", str(live.pid)],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                 env=scrubbed_env(), cwd=ROOT)
+        assert first.stderr is not None
+        assert "(agent injected)" in first.stderr.readline()
+        second = run_cli("trace", "--pid", str(live.pid), "--duration", "0.5")
+        _one_line_status_2(second, f"is already traced by ualdbg (process {first.pid}, the agent injected)")
+        first.kill()  # SIGKILL: it cannot disarm; the agent stays armed in the process
+        first.wait()
+        first.stderr.close()
+        out = tmp_path / "t.json"
+        p = run_cli("trace", "--pid", str(live.pid), "--duration", "1", "--json", str(out), timeout=120)
+        end = live.finish()
+    assert p.returncode == 0, explain(p)
+    assert f"removed the agent a killed ualdbg (process {first.pid}) left armed" in p.stderr, explain(p)
+    assert json.loads(out.read_text())["attached"]["engine"] == "agent"
+    assert healthy(end), end

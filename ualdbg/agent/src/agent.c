@@ -1399,6 +1399,10 @@ static int agent_start(void)
  * is the agent's. 0 on success, -1 when the buffer cannot be made. */
 static void got_patch_all(void);
 
+/* The ualdbg process that injected the agent and has not removed it yet (0: none): a later
+ * ualdbg refuses to attach while it lives, and removes the agent it left if it was killed. */
+EXPORT volatile long ualdbg_agent_owner;
+
 EXPORT int ualdbg_agent_inject(const char *config)
 {
     uint64_t was = ac_save_clear();
@@ -1420,6 +1424,7 @@ EXPORT int ualdbg_agent_inject(const char *config)
     G.armed = 1;
     G.hdr->armed_ns = now_ns();
     __atomic_or_fetch(&G.hdr->flags, UALDBG_F_ARMED | UALDBG_F_INJECTED, __ATOMIC_RELEASE);
+    ualdbg_agent_owner = CFG.ualdbg_pid;
     spin_lock(&maps_lock);
     maps_snapshot_locked();
     spin_unlock(&maps_lock);
@@ -1588,6 +1593,7 @@ EXPORT void ualdbg_agent_release(void)
     got_restore_all();
     signals_release();
     G.active = 0;
+    ualdbg_agent_owner = 0;
     if (G.hdr) {
         void *m = G.hdr;
         G.hdr = NULL;
