@@ -1,7 +1,11 @@
 """Tracing a process that is already running (`ualdbg trace --pid`, `check --pid`): why it cannot
-be attached to, in one line, before anything touches it; then gdb attaches in batch mode
-(adapters/gdb/attach_driver.py), arms every thread, and on Ctrl-C, --duration or the process's
-exit disarms and detaches. The process is stopped only while gdb attaches and arms it."""
+be attached to, in one line, before anything touches it; then the agent is injected into it
+(ualdbg.inject: ptrace, dlopen, AC set in every thread, detach) and reports through its shared
+buffers as at launch, until Ctrl-C, --duration or the process's exit, when it is disarmed and made
+inert. Where it cannot be injected (a static binary, seccomp, no dlopen in libc, no compiler),
+one line says so and gdb attaches in batch mode instead (adapters/gdb/attach_driver.py), arms
+every thread and disarms and detaches at the end. Either way the process is stopped only while
+the agent is injected or removed (or gdb attaches and arms it)."""
 from __future__ import annotations
 
 import json
@@ -140,14 +144,215 @@ def read_sites(path: str) -> tuple[dict[int, int], int] | None:
         return None
 
 
+def injection_problem(pid: int) -> str | None:
+    """Why the agent cannot be injected into `pid`, in a few words; None when it can be tried."""
+    import platform
+
+    from .engines.agent import AgentUnavailable, _elf_facts
+    from .inject import InjectError, libc_function
+
+    if platform.machine() not in ("x86_64", "amd64"):
+        return f"the agent is injected on x86-64 hosts, not {platform.machine()}"
+    name = f"process {pid} ({_comm(pid)})"
+    try:
+        cls, machine, interp = _elf_facts(f"/proc/{pid}/exe")
+    except AgentUnavailable as exc:
+        return f"{name}: {exc}"
+    if cls != 2 or machine != 62:
+        return f"{name} is not a 64-bit x86 program"
+    if not interp:
+        return f"{name} is statically linked: there is no dlopen in it to load the agent with"
+    mode = _status_field(pid, "Seccomp")
+    if mode not in (None, "0"):
+        return f"{name} runs under seccomp (mode {mode}): the system calls of an injection could be refused or kill it"
+    try:
+        libc_function(pid, "dlopen")
+    except (InjectError, OSError) as exc:
+        return f"{name}: {exc}"
+    return None
+
+
 def run_attached(req: RunRequest, on_progress: Callable[[int, int, float], None] | None = None,
-                 ready: Callable[[], None] | None = None, *, on_sample: Callable[[Sample], None] | None = None,
-                 interval: float = 1.0, quit: threading.Event | None = None) -> RunResult:
+                 ready: Callable[[str], None] | None = None, *, on_sample: Callable[[Sample], None] | None = None,
+                 interval: float = 1.0, quit: threading.Event | None = None,
+                 say: Callable[[str], None] | None = None) -> RunResult:
+    """Trace the running process req.pid: the agent injected into it unless req.engine is "trap"
+    or it cannot be (then `say` gets the one line saying why, and gdb's trap engine traces it)."""
     assert req.pid is not None
-    pid = req.pid
-    problem = attach_problem(pid)
+    problem = attach_problem(req.pid)
     if problem:
         raise ToolError(problem)
+    if req.engine != "trap":
+        from .engines.agent import AgentUnavailable, agent_library
+        from .inject import InjectError
+
+        why = injection_problem(req.pid)
+        lib = None
+        if why is None:
+            try:
+                lib = agent_library()
+            except AgentUnavailable as exc:
+                why = str(exc)
+        if lib is not None:
+            from .inject import Injected, injected_owner, remove
+
+            left = injected_owner(req.pid, lib)
+            if left is not None and not _gone(left[0]):
+                raise ToolError(f"process {req.pid} ({_comm(req.pid)}) is already traced by ualdbg (process {left[0]}, "
+                                "the agent injected): end that trace first")
+            if left is not None:  # its ualdbg was killed: the agent it left armed is removed first
+                try:
+                    remove(Injected(req.pid, lib, left[1], 0, 0.0))
+                except InjectError as exc:
+                    raise ToolError(f"process {req.pid}: cannot remove the agent a killed ualdbg (process {left[0]}) "
+                                    f"left armed: {exc}") from None
+                if say is not None:
+                    say(f"ualdbg: --pid: removed the agent a killed ualdbg (process {left[0]}) left armed in process {req.pid}")
+            try:
+                return run_injected(req, lib, on_progress, ready, on_sample=on_sample, interval=interval, quit=quit)
+            except InjectError as exc:
+                why = f"injecting the agent failed: {exc}"
+        if say is not None:
+            say(f"ualdbg: --pid: {why}; tracing with the trap engine under gdb instead")
+    return run_gdb(req, on_progress, ready, on_sample=on_sample, interval=interval, quit=quit)
+
+
+def _gone(pid: int) -> bool:
+    state = _status_field(pid, "State")
+    return state is None or state.startswith(("Z", "X"))
+
+
+def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, float], None] | None = None,
+                 ready: Callable[[str], None] | None = None, *, on_sample: Callable[[Sample], None] | None = None,
+                 interval: float = 1.0, quit: threading.Event | None = None) -> RunResult:
+    """The agent injected into req.pid (ualdbg.inject) for the window; its buffers read as at
+    launch (engines.agent: the same reader, sessions and document). Raises InjectError, with
+    nothing left in the process, when the injection fails."""
+    import shutil
+
+    from .engines.agent import ENV_CONFIG, AgentRun, _load_images, _Progress, _shm_dir, agent_environment, document
+    from .inject import InjectError, agent_mapped, inject, remove
+    from .watch import AgentSampler
+
+    assert req.pid is not None
+    pid = req.pid
+    exe, args = _program_of(pid)
+    run = AgentRun([exe, *args], all_modules=req.all_modules, modules=list(req.modules), buffer=req.buffer)
+    directory = tempfile.mkdtemp(prefix="ualdbg-agent-", dir=_shm_dir())
+    try:
+        st = os.stat(f"/proc/{pid}")
+        if st.st_uid != os.geteuid():
+            # root tracing another user's process: it writes its buffer here, and loads the agent
+            # from here (ualdbg's cache may be unreadable to it)
+            os.chown(directory, st.st_uid, st.st_gid)
+            copy = os.path.join(directory, os.path.basename(lib))
+            shutil.copyfile(lib, copy)
+            os.chmod(copy, 0o755)
+            lib = copy
+        config = agent_environment(run, lib, directory, {})[ENV_CONFIG]
+        ender = _Ender()  # from here a Ctrl-C ends the trace; it never interrupts a ptrace sequence
+        try:
+            injected = inject(pid, lib, config)
+        except BaseException:
+            ender.restore()
+            raise
+        started = time.monotonic()
+        if ready is not None:
+            ready("agent injected")
+        finished = threading.Event()
+        progress = _Progress(directory)
+        sampler = AgentSampler() if on_sample is not None else None
+        poller = None
+        if on_progress is not None:
+            def poll_progress() -> None:
+                while not finished.wait(0.2):
+                    total, ignored = progress.read()
+                    on_progress(total, ignored, time.monotonic() - started)
+            poller = threading.Thread(target=poll_progress, daemon=True)
+            poller.start()
+        exited = execed = False
+        removed_s = 0.0
+        try:
+            next_sample = started + interval
+            while True:
+                now = time.monotonic()
+                if _gone(pid):
+                    exited = True
+                    break
+                if sampler is not None and now >= next_sample:
+                    on_sample(sampler(directory, now - started))  # type: ignore[misc]
+                    next_sample += interval
+                if quit is not None and quit.is_set() and ender.by is None:
+                    ender.by = "q"
+                if req.duration is not None and now - started >= req.duration:
+                    ender.by = ender.by or "duration"
+                    break
+                if ender.requested.is_set() or (quit is not None and quit.is_set()):
+                    break
+                ender.requested.wait(0.02)
+            ended = time.monotonic()
+            execed = not exited and not agent_mapped(pid, lib, injected.bias)
+            if execed:  # a new image: the exec cleared AC and dropped the agent; nothing to undo
+                pass
+            elif not exited:
+                try:
+                    removed_s = remove(injected)
+                except InjectError as exc:
+                    if not _gone(pid):
+                        raise ToolError(f"detaching from process {pid} failed: {exc}") from None
+                    exited = True
+            # Children it forked while attached inherited the agent: disarmed the same way.
+            from .agent import buffer as ab
+
+            for child, _gen, _path in ab.buffer_files(directory):
+                if child != pid and not _gone(child) and agent_mapped(child, lib, injected.bias):
+                    try:
+                        remove(injected, child)
+                    except InjectError:
+                        pass
+        finally:
+            finished.set()
+            if poller is not None:
+                poller.join()
+            ender.restore()
+            progress.close()
+        if on_progress is not None:
+            total, ignored = progress.read()
+            on_progress(total, ignored, ended - started)
+        if sampler is not None and on_sample is not None:
+            on_sample(sampler(directory, ended - started))
+            sampler.close()
+        images = _load_images(directory)
+        root = [im for im in images if im.header.pid == pid]
+        exit_status = root[-1].header.exit_status if exited and root else None
+        doc = document(run, images, pid, started, ended, exit_status, None, {}, lib)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    doc["program"]["pid"] = pid
+    doc["agent"]["injected"] = True
+    doc["attached"] = {
+        "pid": pid, "detached": not exited, "ended_by": ender.by if not exited else "exit", "engine": "agent",
+        "threads_armed": injected.threads_armed, "agent_left": "loaded, inert" if not exited else None,
+        "stopped_s": {"attach": round(injected.stopped_s, 6), "detach": round(removed_s, 6)},
+    }
+    if execed:
+        doc.setdefault("notes", []).append(f"process {pid} exec'd {_comm(pid)} during the trace: the new program "
+                                           "was not traced (an exec clears AC and drops the agent)")
+    if not injected.threads_armed:
+        doc.setdefault("notes", []).append(f"no thread of process {pid} could be armed at the attach (each blocked "
+                                           "SIGBUS); only threads it started or unblocked later were traced")
+    if exited:
+        how = f"exit status {exit_status}" if exit_status is not None else "its exit status is unknown: killed by a signal?"
+        doc.setdefault("notes", []).append(f"process {pid} exited during the trace ({how})")
+    return RunResult(doc, exit_status, None, "")
+
+
+def run_gdb(req: RunRequest, on_progress: Callable[[int, int, float], None] | None = None,
+            ready: Callable[[str], None] | None = None, *, on_sample: Callable[[Sample], None] | None = None,
+            interval: float = 1.0, quit: threading.Event | None = None) -> RunResult:
+    """gdb's trap engine attached to req.pid (adapters/gdb/attach_driver.py)."""
+    assert req.pid is not None
+    pid = req.pid
     exe, args = _program_of(pid)
     with tempfile.TemporaryDirectory(prefix="ualdbg-") as tmp:
         cfg: dict[str, Any] = {
@@ -172,7 +377,7 @@ def run_attached(req: RunRequest, on_progress: Callable[[int, int, float], None]
             attached_at = time.monotonic()
             if proc.poll() is None:
                 if ready is not None:
-                    ready()
+                    ready("trap engine under gdb")
                 if on_progress is not None:
                     poller = threading.Thread(target=poll, args=(cfg["progress"], on_progress, finished), daemon=True)
                     poller.start()
@@ -215,7 +420,8 @@ def run_attached(req: RunRequest, on_progress: Callable[[int, int, float], None]
             raise ToolError(f"cannot attach to process {pid}: {status['error']}")
         doc = json.load(open(cfg["json"]))
     doc["program"]["pid"] = pid
-    doc["attached"] = {"pid": pid, "detached": bool(status.get("detached")), "ended_by": ender.by if status.get("detached") else "exit"}
+    doc["attached"] = {"pid": pid, "detached": bool(status.get("detached")), "ended_by": ender.by if status.get("detached") else "exit",
+                       "engine": "trap"}
     if not status.get("detached"):
         how = (f"killed by signal {status['exit_signal']}" if status.get("exit_signal")
                else f"exit status {status.get('exit_status')}")

@@ -45,7 +45,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="write ualdbg's report there instead of stderr (the program's stdout and stderr stay its own)")
     p.add_argument("--pid", type=positive, default=None, metavar="PID",
                    help="trace this running process instead of starting one (every thread, those it starts too), "
-                        "until Ctrl-C, --duration or its exit; it goes on unchanged after the detach")
+                        "until Ctrl-C, --duration or its exit; the agent is injected into it (--engine trap: gdb); it "
+                        "goes on unchanged after the detach")
     p.add_argument("--duration", type=_seconds, default=None, metavar="S", help="with --pid: detach after S seconds")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS (a native program, or a #! script: "
                    "the agent then traces the programs it runs)")
@@ -110,13 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "with their current and peak rate, count, function and line, its threads, the "
                                    "elapsed time; refreshed every --interval seconds on a terminal (q or Ctrl-C stops "
                                    "and prints the summary), one line per interval otherwise (--json-lines: one JSON "
-                                   "object). --pid attaches with gdb and detaches at the end: the process goes on. "
+                                   "object). --pid injects the agent (else attaches with gdb) and detaches at the end: the process goes on. "
                                    "-- PROG runs PROG under the agent; q or Ctrl-C sends it SIGINT, as Ctrl-C would.",
                        **_examples("ualdbg watch --pid 1234                         attach, watch, q detaches",
                                    "ualdbg watch --pid 1234 --duration 60 --json-lines > rate.jsonl",
                                    "ualdbg watch -- ./server --port 8080           run it under the agent and watch",
                                    "ualdbg watch --top 5 --interval 2 -- ./bench"))
-    w.add_argument("--pid", type=positive, default=None, metavar="PID", help="watch this running process (gdb attaches)")
+    w.add_argument("--pid", type=positive, default=None, metavar="PID", help="watch this running process (the agent injected into it, else gdb)")
     w.add_argument("--duration", type=_seconds, default=None, metavar="S", help="stop after S seconds")
     w.add_argument("--interval", type=_seconds, default=1.0, metavar="S", help="seconds between refreshes (default 1)")
     w.add_argument("--top", type=positive, default=10, metavar="N", help="sites shown (default 10)")
@@ -288,23 +289,22 @@ def _trace_pid(args: argparse.Namespace, known: Any) -> tuple[dict[str, Any], An
 
     if args.program and args.program != ["--"]:
         raise ToolError("--pid traces a running process: name no program after it")
-    if args.engine in ("agent", "step") or args.debugger == "lldb" or args.arch:
-        raise ToolError("--pid: only the trap engine under gdb attaches to a running process (no --engine agent|step, "
-                        "--debugger lldb or --arch)")
+    if args.engine == "step" or args.debugger == "lldb" or args.arch:
+        raise ToolError("--pid: the agent (injected) or the trap engine under gdb attach to a running process "
+                        "(no --engine step, --debugger lldb or --arch)")
     from .attach import attach_problem
 
     problem = attach_problem(args.pid)
     if problem:
         raise ToolError(problem)
-    if args.engine is None:
-        print("ualdbg: --pid: tracing with the trap engine under gdb (the agent cannot be injected into a running "
-              "process yet)", file=sys.stderr, flush=True)
-    req = RunRequest([], all_modules=bool(args.all_modules), modules=args.module, buffer=args.buffer, engine="trap",
+    engine = "trap" if args.engine == "trap" or args.debugger == "gdb" else "agent"
+    req = RunRequest([], all_modules=bool(args.all_modules), modules=args.module, buffer=args.buffer, engine=engine,
                      pid=args.pid, duration=args.duration)
     err = sys.stderr
-    result = run_attached(req, ready=lambda: print(f"ualdbg: attached to process {args.pid}; "
-                                                   + (f"detaching in {args.duration:g} s" if args.duration else
-                                                      "Ctrl-C detaches"), file=err, flush=True))
+    result = run_attached(req, ready=lambda how: print(f"ualdbg: attached to process {args.pid} ({how}); "
+                                                       + (f"detaching in {args.duration:g} s" if args.duration else
+                                                          "Ctrl-C detaches"), file=err, flush=True),
+                          say=lambda line: print(line, file=err, flush=True))
     doc = result.doc
     if args.json:
         write_json(doc, args.json, "the JSON output")
@@ -347,10 +347,11 @@ def _watch(args: argparse.Namespace) -> int:
         display = Display(stream, resolver, top=args.top, json_lines=args.json_lines, live=live,
                           title=f"ualdbg watch: process {args.pid}")
         req = RunRequest([], all_modules=bool(args.all_modules), modules=args.module, buffer=args.buffer,
-                         engine="trap", pid=args.pid, duration=args.duration)
+                         engine="agent", pid=args.pid, duration=args.duration)
         try:
             with Keys(quit_.set):
-                result = run_attached(req, on_sample=display.sample, interval=args.interval, quit=quit_)
+                result = run_attached(req, on_sample=display.sample, interval=args.interval, quit=quit_,
+                                      say=lambda line: print(line, file=sys.stderr, flush=True))
         finally:
             display.close()
     else:

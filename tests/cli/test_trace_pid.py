@@ -1,10 +1,14 @@
 """Issue 20 from the shell: `ualdbg trace --pid` and `check --pid` attach to a multi-threaded
-program in the middle of its run; the counts of the attached window match the program's own
-count, and the program ends normally after the detach. Bad cases give one line and status 2."""
+program in the middle of its run, by injecting the agent (or, with --engine trap or where it
+cannot be injected, through gdb's trap engine); the counts of the attached window match the
+program's own count, threads it starts while attached are counted, and after the detach the
+program ends normally with no thread armed and its signal handlers and masks as they were. Bad
+cases give one line and status 2."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -21,16 +25,27 @@ from liverun import WORKERS, healthy, live_program
 IN_FLIGHT = 2 * (WORKERS + 1)
 
 
-def test_trace_pid_counts_the_attached_window(test_programs: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["agent", "trap"])
+def test_trace_pid_counts_the_attached_window(test_programs: Path, tmp_path: Path, engine: str) -> None:
     out = tmp_path / "t.json"
     with live_program(test_programs, tmp_path) as live:
         before = live.tasks()
-        p = run_cli("trace", "--pid", str(live.pid), "--duration", "1.5", "--json", str(out), timeout=120)
+        p = run_cli("trace", "--pid", str(live.pid), "--duration", "1.5", "--json", str(out),
+                    *(["--engine", "trap"] if engine == "trap" else []), timeout=120)
         end = live.finish()
     assert p.returncode == 0, explain(p)
     assert f"attached to process {live.pid}" in p.stderr and "detached from process" in p.stderr, explain(p)
-    assert "trap engine under gdb" in p.stderr, explain(p)  # the one line saying which engine
+    how = "agent injected" if engine == "agent" else "trap engine under gdb"
+    assert f"attached to process {live.pid} ({how})" in p.stderr, explain(p)  # which engine, in the line
+    assert "instead" not in p.stderr, explain(p)  # no fallback
     doc = json.loads(out.read_text())
+    assert doc["attached"]["engine"] == engine, doc["attached"]
+    if engine == "agent":
+        assert doc["agent"]["injected"] and doc["attached"]["agent_left"] == "loaded, inert", doc["attached"]
+        # main and the workers (and a short-lived thread if one was running): none blocks SIGBUS
+        assert WORKERS + 1 <= doc["attached"]["threads_armed"] <= WORKERS + 2, doc["attached"]
+        # Stopped only while injecting and removing: milliseconds, not the window.
+        assert doc["attached"]["stopped_s"]["attach"] < 0.5 and doc["attached"]["stopped_s"]["detach"] < 0.5, doc["attached"]
     armed = int(end["armed"])
     assert armed > 100, f"{end}\n{explain(p)}"
     assert abs(doc["faults_total"] - armed) <= IN_FLIGHT, f"{doc['faults_total']} vs {end}\n{explain(p)}"
@@ -46,9 +61,9 @@ def test_ctrl_c_ends_the_trace_not_the_program(test_programs: Path, tmp_path: Pa
         cli = subprocess.Popen([sys.executable, "-m", "ualdbg", "trace", "--pid", str(live.pid), "--json", str(out)],
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=scrubbed_env(), cwd=ROOT)
-        deadline = time.time() + 60
-        while "TracerPid:\t0" in Path(f"/proc/{live.pid}/status").read_text() and time.time() < deadline:
-            time.sleep(0.05)
+        assert cli.stderr is not None
+        line = cli.stderr.readline()  # once attached (the agent injected: no tracer stays)
+        assert f"attached to process {live.pid}" in line, line
         time.sleep(1.5)
         cli.send_signal(signal.SIGINT)
         stdout, stderr = cli.communicate(timeout=60)
@@ -162,5 +177,201 @@ def test_ptrace_scope_forbids_attaching(test_programs: Path, tmp_path: Path, mon
 
 def test_usage_errors() -> None:
     _one_line_status_2(run_cli("trace", "--duration", "2", "--", "/bin/true"), "--duration goes with --pid")
-    _one_line_status_2(run_cli("trace", "--pid", "1", "--engine", "agent"), "only the trap engine")
+    _one_line_status_2(run_cli("trace", "--pid", "1", "--engine", "step"), "no --engine step")
     _one_line_status_2(run_cli("trace", "--pid", "1", "--", "/bin/true"), "name no program")
+
+
+def test_a_static_binary_falls_back_to_gdb_in_one_line(tmp_path: Path) -> None:
+    # The same program, linked statically: no dlopen in it to load the agent with.
+    programs = tmp_path / "static"
+    programs.mkdir()
+    src = ROOT / "tests" / "fixtures" / "programs" / "live_workers.c"
+    subprocess.run(["gcc", "-g", "-O1", "-static", "-pthread", "-o", str(programs / "live_workers"), str(src)], check=True)
+    out = tmp_path / "t.json"
+    with live_program(programs, tmp_path) as live:
+        p = run_cli("trace", "--pid", str(live.pid), "--duration", "1.5", "--json", str(out), timeout=120)
+        end = live.finish()
+    assert p.returncode == 0, explain(p)
+    said = [line for line in p.stderr.splitlines() if "instead" in line]
+    assert said == [f"ualdbg: --pid: process {live.pid} (live_workers) is statically linked: there is no dlopen in it "
+                    "to load the agent with; tracing with the trap engine under gdb instead"], explain(p)
+    doc = json.loads(out.read_text())
+    assert doc["attached"]["engine"] == "trap"
+    # libc is part of the program here, and in scope: the program's own count is bump's
+    bump = sum(site["count"] for site in doc["sites"] if site["function"] == "bump")
+    assert abs(bump - int(end["armed"])) <= IN_FLIGHT and int(end["armed"]) > 100, f"{end}\n{explain(p)}"
+    assert healthy(end), f"{end}\n{explain(p)}"
+
+
+def test_attach_twice_to_the_same_process(test_programs: Path, tmp_path: Path) -> None:
+    # The second injection finds the first agent loaded and inert, and starts it again.
+    with live_program(test_programs, tmp_path) as live:
+        docs = []
+        for i in range(2):
+            out = tmp_path / f"t{i}.json"
+            p = run_cli("trace", "--pid", str(live.pid), "--duration", "0.7", "--json", str(out), timeout=120)
+            assert p.returncode == 0 and "(agent injected)" in p.stderr, explain(p)
+            docs.append(json.loads(out.read_text()))
+        end = live.finish()
+    assert all(d["faults_total"] > 50 for d in docs), [d["faults_total"] for d in docs]
+    assert abs(sum(d["faults_total"] for d in docs) - int(end["armed"])) <= 2 * IN_FLIGHT, f"{end}"
+    assert healthy(end), end
+
+
+FORKER = re.compile(r"^live_forker: who=(\w+) pid=(\d+) armed=(\d+) ac_left=(\d) own_sigbus=(\d+) handlers=(\w+)", re.M)
+
+
+def test_a_child_forked_while_attached_is_traced_and_disarmed(test_programs: Path, tmp_path: Path) -> None:
+    d = tmp_path / "forker"
+    d.mkdir()
+    out, trace = d / "out", tmp_path / "t.json"
+    with open(out, "w") as f:
+        prog = subprocess.Popen([str(test_programs / "live_forker"), str(d)], stdout=f, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while "ready" not in out.read_text() and time.time() < deadline:
+            time.sleep(0.01)
+        cli = subprocess.Popen([sys.executable, "-m", "ualdbg", "trace", "--pid", str(prog.pid), "--duration", "2",
+                                "--json", str(trace)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=scrubbed_env(), cwd=ROOT)
+        assert cli.stderr is not None
+        line = cli.stderr.readline()
+        assert f"attached to process {prog.pid} (agent injected)" in line, line
+        time.sleep(0.3)
+        (d / "go").touch()  # it forks now, while attached
+        _, stderr = cli.communicate(timeout=60)
+        assert cli.returncode == 0, stderr
+        (d / "stop").touch()  # after the detach: both report whether anything was left armed
+        assert prog.wait(timeout=30) == 0
+    finally:
+        (d / "stop").touch()
+        if prog.poll() is None:
+            prog.kill()
+            prog.wait()
+    got = {m[0]: m for m in FORKER.findall(out.read_text())}
+    assert set(got) == {"parent", "child"}, out.read_text()
+    doc = json.loads(trace.read_text())
+    per_pid: dict[int, int] = {}
+    for p in doc["processes"]:
+        per_pid[p["pid"]] = per_pid.get(p["pid"], 0) + p["faults_total"]
+    for who, pid, armed, ac_left, own_sigbus, handlers in got.values():
+        assert int(armed) > 100, got
+        assert abs(per_pid.get(int(pid), 0) - int(armed)) <= 1, (who, per_pid, got)  # one thread each
+        assert ac_left == "0" and own_sigbus == "0" and handlers == "ok", (who, got)
+    assert "child_status=0" in out.read_text()
+
+
+# Execs its arguments under a seccomp filter that allows every system call (mode 2, as a sandboxed
+# service has): the filter survives the exec.
+SECCOMP_EXEC = """
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+allow = ctypes.create_string_buffer(struct.pack("<HBBI", 0x06, 0, 0, 0x7FFF0000))  # BPF_RET|BPF_K, ALLOW
+prog = struct.pack("<HxxxxxxQ", 1, ctypes.addressof(allow))
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.c_char_p(prog), 0, 0) == 0, ctypes.get_errno()  # PR_SET_SECCOMP, FILTER
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_seccomp_falls_back_to_gdb_in_one_line(test_programs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    with live_program(test_programs, tmp_path, prefix=(sys.executable, "-c", SECCOMP_EXEC)) as live:
+        assert "Seccomp:\t2" in Path(f"/proc/{live.pid}/status").read_text()
+        p = run_cli("trace", "--pid", str(live.pid), "--duration", "1", "--json", str(out), timeout=120)
+        end = live.finish()
+    assert p.returncode == 0, explain(p)
+    said = [line for line in p.stderr.splitlines() if "instead" in line]
+    assert len(said) == 1 and "runs under seccomp (mode 2)" in said[0] and "trap engine under gdb" in said[0], explain(p)
+    doc = json.loads(out.read_text())
+    assert doc["attached"]["engine"] == "trap" and abs(doc["faults_total"] - int(end["armed"])) <= IN_FLIGHT, end
+    assert healthy(end), end
+
+
+def _got_slot(exe: str, pid: int, name: str) -> int:
+    """The address of the program's GOT slot for `name` (its JUMP_SLOT relocation) in process pid."""
+    from elftools.elf.elffile import ELFFile
+
+    with open(exe, "rb") as f:
+        elf = ELFFile(f)
+        rela = elf.get_section_by_name(".rela.plt")
+        syms = elf.get_section(rela["sh_link"])
+        offset = next(r["r_offset"] for r in rela.iter_relocations() if syms.get_symbol(r["r_info_sym"]).name == name)
+    with open(f"/proc/{pid}/maps") as f:
+        base = next(int(line.split("-")[0], 16) for line in f if line.rstrip().endswith(exe))
+    return base + offset
+
+
+def _read_u64(pid: int, addr: int) -> int:
+    with open(f"/proc/{pid}/mem", "rb") as f:
+        f.seek(addr)
+        return int.from_bytes(f.read(8), "little")
+
+
+def test_the_got_slots_point_at_the_agent_while_attached_and_back_after(test_programs: Path, tmp_path: Path) -> None:
+    exe = str(test_programs / "live_workers")
+    with live_program(test_programs, tmp_path) as live:
+        slot = _got_slot(exe, live.pid, "pthread_create")
+        before = _read_u64(live.pid, slot)  # bound already: it starts a thread every 20 ms
+        cli = subprocess.Popen([sys.executable, "-m", "ualdbg", "trace", "--pid", str(live.pid), "--duration", "1.5"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=scrubbed_env(), cwd=ROOT)
+        assert cli.stderr is not None
+        assert "(agent injected)" in cli.stderr.readline()
+        during = _read_u64(live.pid, slot)
+        maps = Path(f"/proc/{live.pid}/maps").read_text()
+        agent = [line for line in maps.splitlines() if line.endswith("ualdbg_agent.so")]
+        _, stderr = cli.communicate(timeout=60)
+        assert cli.returncode == 0, stderr
+        after = _read_u64(live.pid, slot)
+        left = [line for line in Path(f"/proc/{live.pid}/maps").read_text().splitlines() if line.endswith("ualdbg_agent.so")]
+        end = live.finish()
+    spans = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in agent]
+    assert any(lo <= during < hi for lo, hi in spans), (hex(during), agent)  # the agent's wrapper
+    assert after == before != during, (hex(before), hex(during), hex(after))
+    assert left == agent  # loaded, inert: not unloaded
+    assert healthy(end), end
+
+
+def test_an_exec_while_attached_is_said_and_left_alone(tmp_path: Path) -> None:
+    # The agent is gone with the old image: nothing may be called at its old addresses.
+    go = tmp_path / "go"
+    prog = subprocess.Popen(["bash", "-c", f'while [ ! -e {go} ]; do sleep 0.01; done; exec sleep 1.5'],
+                            stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        cli = subprocess.Popen([sys.executable, "-m", "ualdbg", "trace", "--pid", str(prog.pid), "--duration", "1"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=scrubbed_env(), cwd=ROOT)
+        assert cli.stderr is not None
+        assert "(agent injected)" in cli.stderr.readline()
+        go.touch()
+        _, stderr = cli.communicate(timeout=60)
+        assert cli.returncode == 0, stderr
+        assert f"note: process {prog.pid} exec'd sleep during the trace" in stderr, stderr
+        assert prog.wait(timeout=30) == 0  # sleep ran its course
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+            prog.wait()
+
+
+def test_a_second_ualdbg_is_refused_and_a_killed_ones_agent_is_removed(test_programs: Path, tmp_path: Path) -> None:
+    with live_program(test_programs, tmp_path) as live:
+        first = subprocess.Popen([sys.executable, "-m", "ualdbg", "trace", "--pid", str(live.pid)],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                 env=scrubbed_env(), cwd=ROOT)
+        assert first.stderr is not None
+        assert "(agent injected)" in first.stderr.readline()
+        second = run_cli("trace", "--pid", str(live.pid), "--duration", "0.5")
+        _one_line_status_2(second, f"is already traced by ualdbg (process {first.pid}, the agent injected)")
+        first.kill()  # SIGKILL: it cannot disarm; the agent stays armed in the process
+        first.wait()
+        first.stderr.close()
+        out = tmp_path / "t.json"
+        p = run_cli("trace", "--pid", str(live.pid), "--duration", "1", "--json", str(out), timeout=120)
+        end = live.finish()
+    assert p.returncode == 0, explain(p)
+    assert f"removed the agent a killed ualdbg (process {first.pid}) left armed" in p.stderr, explain(p)
+    assert json.loads(out.read_text())["attached"]["engine"] == "agent"
+    assert healthy(end), end

@@ -23,6 +23,7 @@ GPR_NAMES = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
 RUNNING, EXITED, EXECED = 1, 2, 3
 # header.flags
 F_ARMED, F_FOLLOW, F_AT_START, F_ALL, F_STRIPPED, F_NOSKIP = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
+F_INJECTED, F_DETACHED = 0x40, 0x80  # loaded into a running process (trace --pid); detached from
 # site.flags
 SITE_IN_SCOPE, SITE_TRAMPOLINE, SITE_EMULATED, SITE_STEPPED, SITE_SKIP, SITE_REP = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
 SITE_READY = 2

@@ -117,7 +117,9 @@ static void unblock_all(uint64_t old) { raw_sigprocmask(SIG_SETMASK, &old, NULL)
 
 int armable(void)
 {
-    return G.active && G.armed && TS.want_armed;
+    /* want_armed: 1 past its arming point, -1 in libc's thread exit path, 0 neither (every thread
+     * of a process the agent was injected into is armed) */
+    return G.active && G.armed && (TS.want_armed > 0 || (G.injected && TS.want_armed == 0));
 }
 
 /* Set AC in this thread if it should be armed and SIGBUS is not blocked; clear it otherwise
@@ -870,7 +872,7 @@ __attribute__((target("general-regs-only"), used)) HIDDEN struct skip_pair ualdb
         if (TS.skip_slot[i] == slot) {
             struct skip_pair r = {TS.skip_ra[i], 0};
             TS.skip_n = i;
-            r.arm = G.active && G.armed && TS.want_armed && !sigbus_blocked_now();
+            r.arm = armable() && !G.detaching && !sigbus_blocked_now();
             return r;
         }
     }
@@ -932,6 +934,10 @@ static int handle_alignment_fault(ucontext_t *uc)
 {
     greg_t *g = uc->uc_mcontext.gregs;
     uint64_t pc = (uint64_t)g[REG_RIP];
+    if (G.detaching) { /* an AC left over from before ualdbg_agent_disarm: clear it, run on */
+        g[REG_EFL] &= ~(greg_t)AC_BIT;
+        return 1;
+    }
     if (!G.active || !G.hdr || !G.armed)
         return 0; /* AC set by the program itself: its own business */
     if (!*G.fork_token) {
@@ -990,16 +996,33 @@ static int handle_alignment_fault(ucontext_t *uc)
     return 1;
 }
 
+/* Threads inside the agent's SIGBUS/SIGTRAP handlers, for ualdbg detaching from an injected agent:
+ * it waits for none to be in one before it gives the program its signal actions back. */
+EXPORT volatile int ualdbg_in_handler;
+
 void on_sigbus_c(int sig, siginfo_t *si, void *ctx)
 {
     ucontext_t *uc = ctx;
     int saved = errno;
+    __atomic_add_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
+    if (G.injected && si && si->si_code == BUS_ADRALN && !(uc->uc_mcontext.gregs[REG_EFL] & (greg_t)AC_BIT)) {
+        /* An alignment fault raised before ualdbg stopped the thread and changed its registers
+         * (cleared AC, or made a call in it): the instruction runs again with its own registers
+         * (and faults again if it still has AC). Not the program's business. */
+        errno = saved;
+        __atomic_sub_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
+        return;
+    }
     if (si && si->si_code == BUS_ADRALN && (uc->uc_mcontext.gregs[REG_EFL] & (greg_t)AC_BIT) &&
         handle_alignment_fault(uc)) {
+        if (G.detaching)
+            uc->uc_mcontext.gregs[REG_EFL] &= ~(greg_t)AC_BIT;
         errno = saved;
+        __atomic_sub_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
         return;
     }
     errno = saved;
+    __atomic_sub_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
     chain_signal(sig, si, uc);
 }
 
@@ -1008,10 +1031,13 @@ void on_sigtrap_c(int sig, siginfo_t *si, void *ctx)
     ucontext_t *uc = ctx;
     if (TS.step_pending && si && si->si_code == TRAP_TRACE) {
         greg_t *g = uc->uc_mcontext.gregs;
+        __atomic_add_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
         TS.step_pending = 0;
         g[REG_EFL] &= ~(greg_t)TF_BIT;
         /* Re-arm the interrupted context: it was armed when it faulted. */
-        g[REG_EFL] |= (greg_t)AC_BIT;
+        if (!G.detaching)
+            g[REG_EFL] |= (greg_t)AC_BIT;
+        __atomic_sub_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
         return;
     }
     chain_signal(sig, si, uc);
@@ -1305,12 +1331,24 @@ static void atfork_child(void)
         ac_restore(was);
 }
 
+static int agent_start(void);
+static void agent_init(void);
+
 __attribute__((constructor(101))) static void agent_init(void)
 {
     signals_init(); /* the real libc entry points, whatever happens next */
     wrappers_init();
     if (getauxval(AT_SECURE) || !parse_config(getenv("UALDBG_AGENT")))
         return;
+    if (agent_start() == 0 && CFG.at_start)
+        arm_here();
+}
+
+/* Tracing starts in this process image: the buffer, the program's signal actions adopted, the
+ * SIGBUS handler installed. 0 on success. */
+static int agent_start(void)
+{
+    static int registered;
     Dl_info info;
     if (dladdr((void *)agent_init, &info) && info.dli_fname)
         strncpy(CFG.agent_path, info.dli_fname, sizeof CFG.agent_path - 1);
@@ -1329,22 +1367,238 @@ __attribute__((constructor(101))) static void agent_init(void)
     ssize_t n = readlink("/proc/self/exe", G.exe, sizeof G.exe - 1);
     G.exe[n > 0 ? n : 0] = 0;
     find_interp();
-    if (!CFG.follow)
+    if (!CFG.follow && !G.injected)
         strip_own_environment();
-    fork_token_init();
+    if (!G.fork_token)
+        fork_token_init();
     if (!G.fork_token || buffer_create() != 0) {
         CFG.configured = 0;
-        return;
+        return -1;
     }
     if (!CFG.all_modules && !CFG.noskip)
         ranges_init();
     G.active = 1;
     install_kernel_action(SIGBUS);
     signals_adopt_existing();
-    pthread_atfork(NULL, NULL, atfork_child);
-    on_exit(on_exit_cb, NULL);
-    if (CFG.at_start)
-        arm_here();
+    if (!registered) { /* once: an injected agent may be started again by a later attach */
+        registered = 1;
+        pthread_atfork(NULL, NULL, atfork_child);
+        on_exit(on_exit_cb, NULL);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Injected into a running process (`ualdbg trace --pid`): ualdbg stops the process with ptrace,
+ * calls dlopen and then these functions in one of its threads, and sets or clears EFLAGS.AC in
+ * every thread's registers itself. Nothing is interposed (the program's calls are bound
+ * already): threads inherit AC from the thread that creates them, fork children inherit the
+ * agent (pthread_atfork gives them a buffer of their own). */
+
+/* Start tracing with `config` (UALDBG_AGENT's syntax) and arm: from now on a SIGBUS with AC set
+ * is the agent's. 0 on success, -1 when the buffer cannot be made. */
+static void got_patch_all(void);
+
+/* The ualdbg process that injected the agent and has not removed it yet (0: none): a later
+ * ualdbg refuses to attach while it lives, and removes the agent it left if it was killed. */
+EXPORT volatile long ualdbg_agent_owner;
+
+EXPORT int ualdbg_agent_inject(const char *config)
+{
+    uint64_t was = ac_save_clear();
+    if (G.active) { /* still tracing: a second ualdbg attached without the first detaching */
+        ac_restore(was);
+        return -2;
+    }
+    memset(&CFG, 0, sizeof CFG);
+    G.hdr = NULL;
+    G.injected = 1;
+    G.detaching = 0;
+    G.armed = 0;
+    if (!parse_config(config) || agent_start() != 0) {
+        ac_restore(was);
+        return -1;
+    }
+    got_patch_all();
+    uint64_t mask = block_all();
+    G.armed = 1;
+    G.hdr->armed_ns = now_ns();
+    __atomic_or_fetch(&G.hdr->flags, UALDBG_F_ARMED | UALDBG_F_INJECTED, __ATOMIC_RELEASE);
+    ualdbg_agent_owner = CFG.ualdbg_pid;
+    spin_lock(&maps_lock);
+    maps_snapshot_locked();
+    spin_unlock(&maps_lock);
+    unblock_all(mask);
+    ac_restore(was);
+    return 0;
+}
+
+/* The program's calls are bound already: its modules' GOT slots for the functions the agent
+ * wraps (a new thread must start unarmed, blocking SIGBUS must disarm, its SIGBUS action is
+ * the agent's to keep) are pointed at the wrappers, and pointed back at release. Not libc's own
+ * nor the loader's; modules loaded after the injection keep theirs. */
+static const char *const GOT_WRAPPED[] = {"pthread_create", "pthread_sigmask", "sigprocmask", "sigaction", "signal"};
+#define MAX_GOT_PATCHES 1024
+static struct {
+    uint64_t *slot;
+    uint64_t orig;
+    uint64_t relro_lo, relro_hi;
+} got_patches[MAX_GOT_PATCHES];
+static int ngot;
+static void *got_wrappers[sizeof GOT_WRAPPED / sizeof *GOT_WRAPPED];
+
+static void got_write(uint64_t *slot, uint64_t value, uint64_t relro_lo, uint64_t relro_hi)
+{
+    uint64_t a = (uint64_t)(uintptr_t)slot;
+    int ro = a >= relro_lo && a < relro_hi;
+    void *page = (void *)(uintptr_t)(a & ~4095ull);
+    if (ro && mprotect(page, 4096, PROT_READ | PROT_WRITE) != 0)
+        return;
+    __atomic_store_n(slot, value, __ATOMIC_RELEASE);
+    if (ro)
+        mprotect(page, 4096, PROT_READ);
+}
+
+static uint64_t relro_lo_of(struct dl_phdr_info *info, uint64_t *hi)
+{
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO) {
+            uint64_t lo = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+            *hi = (lo + info->dlpi_phdr[i].p_memsz + 4095) & ~4095ull;
+            return lo & ~4095ull;
+        }
+    *hi = 0;
+    return 0;
+}
+
+static int got_patch_module(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size, (void)data;
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    const char *base_name = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+    Dl_info self;
+    if (dladdr((void *)got_patch_all, &self) && (uint64_t)(uintptr_t)self.dli_fbase == info->dlpi_addr)
+        return 0;
+    if (!strcmp(name, CFG.agent_path) || !strncmp(base_name, "libc.so", 7) || !strncmp(base_name, "ld-linux", 8) ||
+        !strncmp(base_name, "linux-vdso", 10) || !strncmp(base_name, "ld-", 3))
+        return 0;
+    uint64_t bias = info->dlpi_addr;
+    const ElfW(Dyn) *dyn = NULL;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dyn = (const ElfW(Dyn) *)(uintptr_t)(bias + info->dlpi_phdr[i].p_vaddr);
+    if (!dyn)
+        return 0;
+    uint64_t symtab = 0, strtab = 0, jmprel = 0, pltrelsz = 0, rela = 0, relasz = 0;
+    for (; dyn->d_tag != DT_NULL; dyn++) {
+        switch (dyn->d_tag) {
+        case DT_SYMTAB: symtab = dyn->d_un.d_ptr; break;
+        case DT_STRTAB: strtab = dyn->d_un.d_ptr; break;
+        case DT_JMPREL: jmprel = dyn->d_un.d_ptr; break;
+        case DT_PLTRELSZ: pltrelsz = dyn->d_un.d_val; break;
+        case DT_RELA: rela = dyn->d_un.d_ptr; break;
+        case DT_RELASZ: relasz = dyn->d_un.d_val; break;
+        }
+    }
+    /* The loader made these absolute in place (x86-64); a pointer below the bias was not. */
+#define ABS(p) ((p) && (p) < bias ? (p) + bias : (p))
+    symtab = ABS(symtab), strtab = ABS(strtab), jmprel = ABS(jmprel), rela = ABS(rela);
+#undef ABS
+    if (!symtab || !strtab)
+        return 0;
+    uint64_t relro_hi, relro_lo = relro_lo_of(info, &relro_hi);
+    const ElfW(Sym) *syms = (const ElfW(Sym) *)(uintptr_t)symtab;
+    struct { uint64_t at, size; } tables[2] = {{jmprel, pltrelsz}, {rela, relasz}};
+    for (int t = 0; t < 2; t++) {
+        const ElfW(Rela) *r = (const ElfW(Rela) *)(uintptr_t)tables[t].at;
+        for (size_t k = 0; r && k < tables[t].size / sizeof *r; k++) {
+            uint32_t type = ELF64_R_TYPE(r[k].r_info);
+            if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT)
+                continue;
+            const char *sym = (const char *)(uintptr_t)strtab + syms[ELF64_R_SYM(r[k].r_info)].st_name;
+            for (size_t w = 0; w < sizeof GOT_WRAPPED / sizeof *GOT_WRAPPED; w++) {
+                if (strcmp(sym, GOT_WRAPPED[w]) || !got_wrappers[w] || ngot >= MAX_GOT_PATCHES)
+                    continue;
+                uint64_t *slot = (uint64_t *)(uintptr_t)(bias + r[k].r_offset);
+                got_patches[ngot].slot = slot;
+                got_patches[ngot].orig = *slot;
+                got_patches[ngot].relro_lo = relro_lo;
+                got_patches[ngot].relro_hi = relro_hi;
+                ngot++;
+                got_write(slot, (uint64_t)(uintptr_t)got_wrappers[w], relro_lo, relro_hi);
+            }
+        }
+    }
+    return 0;
+}
+
+/* Without the loader's lock (dl_iterate_phdr): another thread, stopped, may hold it. */
+static void got_restore_all(void)
+{
+    for (int i = 0; i < ngot; i++)
+        if (got_patches[i].slot)
+            got_write(got_patches[i].slot, got_patches[i].orig, got_patches[i].relro_lo, got_patches[i].relro_hi);
+    ngot = 0;
+}
+
+static void got_patch_all(void)
+{
+    void *self = dlopen(CFG.agent_path, RTLD_NOW | RTLD_NOLOAD);
+    if (!self)
+        return;
+    for (size_t w = 0; w < sizeof GOT_WRAPPED / sizeof *GOT_WRAPPED; w++)
+        got_wrappers[w] = dlsym(self, GOT_WRAPPED[w]); /* the agent's own: its handle's scope starts with it */
+    dlclose(self);
+    ngot = 0;
+    dl_iterate_phdr(got_patch_module, NULL);
+}
+
+/* The trampolines' "orl $AC,(%rsp)" becomes a 7-byte nop, so that a thread in
+ * the middle of one does not set AC again. Called with every other thread stopped. */
+static void trampolines_disarm(void)
+{
+    static const uint8_t or_ac[] = {0x9c, 0x81, 0x0c, 0x24, 0x00, 0x00, 0x04, 0x00, 0x9d};
+    static const uint8_t nop7[] = {0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00};
+    for (int i = 0; i < npools; i++)
+        for (uint32_t off = 0; off + TRAMP_SLOT <= pools[i].used; off += TRAMP_SLOT) {
+            uint8_t *slot = pools[i].base + off;
+            for (uint32_t j = 8; j + sizeof or_ac <= TRAMP_SLOT - 16; j++)
+                if (!memcmp(slot + j, or_ac, sizeof or_ac))
+                    memcpy(slot + j + 1, nop7, sizeof nop7);
+        }
+}
+
+/* Detaching, step 1 (every thread stopped; ualdbg clears AC in their registers): nothing sets AC
+ * again (the handlers, the trampolines, the return from a skipped routine), and an AC fault
+ * still in flight is cleared and not counted. The trace's end is stamped in the buffer (maps
+ * snapshots were taken whenever a new PC needed one). */
+EXPORT void ualdbg_agent_disarm(void)
+{
+    G.detaching = 1;
+    G.armed = 0;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    trampolines_disarm();
+    /* No lock is taken here or in release: every other thread is stopped, anywhere. */
+    if (G.hdr && G.active && !(G.hdr->flags & UALDBG_F_DETACHED)) {
+        G.hdr->end_ns = now_ns();
+        __atomic_or_fetch(&G.hdr->flags, UALDBG_F_DETACHED, __ATOMIC_RELEASE);
+    }
+}
+
+/* Detaching, step 2 (no thread in the agent's handlers, every thread stopped): the program's own
+ * signal actions back in the kernel, the buffer unmapped. The library stays loaded and inert:
+ * return addresses it swapped may still be on stacks, and its trampolines' code may be running. */
+EXPORT void ualdbg_agent_release(void)
+{
+    got_restore_all();
+    signals_release();
+    G.active = 0;
+    ualdbg_agent_owner = 0;
+    if (G.hdr) {
+        void *m = G.hdr;
+        G.hdr = NULL;
+        munmap(m, G.map_len);
+    }
 }
 
 __attribute__((destructor)) static void agent_fini(void)

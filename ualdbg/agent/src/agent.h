@@ -53,6 +53,8 @@ struct agent_state {
     char interp[512];
     int have_fsgsbase;
     int shadow_stack; /* CET user shadow stack enabled: no emulated call/ret, no return-address swap */
+    int injected;         /* loaded into a running process (ualdbg trace --pid): every thread counts as armed */
+    volatile int detaching; /* ualdbg_agent_disarm ran: AC faults are swallowed, nothing sets AC again */
 };
 
 struct thread_state {
@@ -142,6 +144,7 @@ HIDDEN void ensure_sigtrap(void);
 HIDDEN void wrappers_init(void);
 
 /* signals.c */
+HIDDEN void signals_release(void);
 HIDDEN void signals_init(void);
 HIDDEN void signals_after_fork(void);
 HIDDEN void signals_adopt_existing(void);

@@ -104,6 +104,30 @@ void signals_adopt_existing(void)
     }
 }
 
+/* Detaching from a process the agent was injected into: the kernel gets back the program's own
+ * action, exactly as read at the injection, for every signal the agent took over (SIGBUS,
+ * SIGTRAP if it single-stepped, the handlers it dispatched); the next injection reads afresh. */
+void signals_release(void)
+{
+    /* Every other thread is stopped: one stopped holding the lock (in sigaction) never lets go. */
+    for (long spins = 0; __atomic_exchange_n(&sig_lock, 1, __ATOMIC_ACQUIRE) && spins < 1000000; spins++)
+        __builtin_ia32_pause();
+    for (int sig = 1; sig < NSIGS; sig++) {
+        if (!user_known[sig])
+            continue;
+        struct sigaction cur;
+        /* Only where the kernel's action is still the agent's: one the program set since (its
+         * libc calls are not interposed in an injected agent) stays. */
+        if (real_sigaction(sig, NULL, &cur) == 0 &&
+            (cur.sa_sigaction == ualdbg_sigbus_entry || cur.sa_sigaction == ualdbg_sigtrap_entry ||
+             cur.sa_sigaction == ualdbg_signal_entry))
+            real_sigaction(sig, &user_act[sig], NULL);
+        user_known[sig] = 0;
+    }
+    sigtrap_ours = 0;
+    unlock();
+}
+
 void ensure_sigtrap(void)
 {
     if (sigtrap_ours)

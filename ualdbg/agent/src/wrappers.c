@@ -92,7 +92,7 @@ static void thread_done(void *unused)
 {
     (void)unused;
     /* libc's thread exit path blocks every signal: leave it unarmed. */
-    TS.want_armed = 0;
+    TS.want_armed = -1;
     ac_clear();
 }
 

@@ -1,0 +1,472 @@
+"""Injecting the agent into a running process (`ualdbg trace --pid`, issue 20), with ptrace(2)
+from this process: stop every thread (PTRACE_SEIZE + PTRACE_INTERRUPT: no SIGSTOP, nothing left
+pending), call dlopen(agent, RTLD_NOW) and then `ualdbg_agent_inject(config)` in one of them, set
+EFLAGS.AC in the saved registers of every thread that does not block SIGBUS, detach. From then
+on the process runs alone and each alignment fault costs one signal in the agent, as at launch.
+
+Detaching is two stops: `ualdbg_agent_disarm` (nothing sets AC again; AC cleared in every
+thread's registers; threads inside the agent's handler run on and leave it with AC clear), then
+`ualdbg_agent_release` (the program's own signal actions back in the kernel, the buffer
+unmapped). The library stays loaded, inert: return addresses it swapped may still be on stacks.
+
+A call is made as gdb's `call` makes one: the thread's registers saved, its stack pointer moved
+below the red zone, a return address of 0 pushed (the return faults, and the SIGSEGV stop is the
+call's end, never delivered), orig_rax set to -1 so that an interrupted system call is not
+restarted under the call; the saved registers are restored after it, and the system call is
+restarted then, as after any signal. The other threads run during dlopen (a lock one of them
+holds cannot deadlock it) and are stopped for the rest. x86-64 Linux only."""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import struct
+import time
+from dataclasses import dataclass, field
+
+PTRACE_CONT, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 7, 12, 13, 17
+PTRACE_GETSIGINFO, PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_EVENT_STOP = 0x4202, 0x4206, 0x4207, 128
+BUS_ADRALN = 1
+WALL = 0x40000000
+AC, TF = 0x40000, 0x100
+RTLD_NOW = 2
+REG_NAMES = ("r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx", "rdx", "rsi",
+             "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base", "gs_base", "ds", "es", "fs", "gs")
+# Blocking system calls a thread waits in holding no lock of libc's: the thread a call is made in.
+QUIET_SYSCALLS = {0, 7, 23, 34, 35, 43, 45, 47, 61, 230, 232, 270, 271, 281, 288}
+DATA = object()  # an argument of Process.call: the address its data was written at
+
+
+class InjectError(Exception):
+    """The agent could not be injected (or removed): one line saying why."""
+
+
+class Regs(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in REG_NAMES]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_ptrace_fn = _libc.ptrace
+_ptrace_fn.restype = ctypes.c_long
+_ptrace_fn.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+
+
+def _ptrace(req: int, tid: int, addr: int = 0, data: int = 0) -> int:
+    ctypes.set_errno(0)
+    r = _ptrace_fn(req, tid, addr, data)
+    if r == -1 and ctypes.get_errno():
+        e = ctypes.get_errno()
+        raise OSError(e, f"ptrace({req:#x}, {tid}): {os.strerror(e)}")
+    return int(r)
+
+
+def sigbus_blocked(pid: int, tid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            for line in f:
+                if line.startswith("SigBlk:"):
+                    return bool(int(line.split()[1], 16) >> (signal.SIGBUS - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def _pending(pid: int, tid: int, mask: int = ~0) -> bool:
+    """A signal (of `mask`) pending for the thread itself (a fault's is: it would be delivered in
+    a call)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            return any(line.startswith("SigPnd:") and int(line.split()[1], 16) & mask != 0 for line in f)
+    except (OSError, ValueError):
+        return False
+
+
+def _syscall_of(pid: int, tid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+            word = f.read().split()[0]
+        return int(word) if word.lstrip("-").isdigit() and int(word) >= 0 else None
+    except (OSError, IndexError):
+        return None
+
+
+@dataclass
+class Process:
+    """The threads of one process under PTRACE_SEIZE, stopped or running, and its memory."""
+
+    pid: int
+    threads: dict[int, bool] = field(default_factory=dict)  # tid -> stopped
+    timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        self.mem = os.open(f"/proc/{self.pid}/mem", os.O_RDWR)
+
+    def close(self) -> None:
+        os.close(self.mem)
+
+    # ---- stopping and resuming
+
+    def _wait_stop(self, tid: int, deadline: float) -> bool:
+        """Wait for `tid`'s interrupt (or group) stop, delivering signals met on the way. False:
+        it exited."""
+        while True:
+            try:
+                w, status = os.waitpid(tid, WALL | os.WNOHANG)
+            except ChildProcessError:
+                return False
+            if w == 0:
+                if time.monotonic() > deadline:
+                    raise InjectError(f"thread {tid} of process {self.pid} did not stop within {self.timeout:g} s")
+                time.sleep(0.0002)
+                continue
+            if os.WIFEXITED(status) or os.WIFSIGNALED(status):
+                return False
+            if (status >> 16) == PTRACE_EVENT_STOP:
+                return True
+            # A signal for it: delivered as if nobody watched; the pending interrupt stops it next.
+            _ptrace(PTRACE_CONT, tid, 0, os.WSTOPSIG(status) if (status >> 16) == 0 else 0)
+
+    def stop_all(self) -> None:
+        """Every thread stopped, including those created while stopping the others."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                tids = {int(t) for t in os.listdir(f"/proc/{self.pid}/task")}
+            except OSError:
+                raise InjectError(f"process {self.pid} exited") from None
+            new = tids - set(self.threads)
+            for tid in new:
+                try:
+                    _ptrace(PTRACE_SEIZE, tid, 0, 0)
+                except OSError as exc:
+                    if exc.errno == 3:  # ESRCH: it exited meanwhile
+                        continue
+                    raise InjectError(f"cannot attach to thread {tid} of process {self.pid}: {exc.strerror}") from None
+                self.threads[tid] = False
+            running = [t for t, stopped in self.threads.items() if not stopped]
+            if not new and not running:
+                return
+            for tid in running:
+                try:
+                    _ptrace(PTRACE_INTERRUPT, tid)
+                except OSError:
+                    pass
+                if self._wait_stop(tid, deadline):
+                    self.threads[tid] = True
+                else:
+                    del self.threads[tid]
+
+    def resume(self, tid: int) -> None:
+        _ptrace(PTRACE_CONT, tid, 0, 0)
+        self.threads[tid] = False
+
+    def resume_others(self, tid: int) -> None:
+        for t, stopped in list(self.threads.items()):
+            if t != tid and stopped:
+                try:
+                    self.resume(t)
+                except OSError:
+                    del self.threads[t]
+
+    def detach_all(self) -> None:
+        self.stop_all()
+        for tid in list(self.threads):
+            try:
+                _ptrace(PTRACE_DETACH, tid, 0, 0)
+            except OSError:
+                pass
+            del self.threads[tid]
+
+    # ---- registers, memory, calls
+
+    def regs(self, tid: int) -> Regs:
+        r = Regs()
+        _ptrace(PTRACE_GETREGS, tid, 0, ctypes.addressof(r))
+        return r
+
+    def set_regs(self, tid: int, r: Regs) -> None:
+        _ptrace(PTRACE_SETREGS, tid, 0, ctypes.addressof(r))
+
+    def read(self, addr: int, n: int) -> bytes:
+        return os.pread(self.mem, n, addr)
+
+    def write(self, addr: int, data: bytes) -> None:
+        os.pwrite(self.mem, data, addr)
+
+    def set_ac(self, on: bool) -> int:
+        """AC set (where SIGBUS is not blocked) or cleared in every stopped thread's registers;
+        the number of threads armed."""
+        armed = 0
+        for tid, stopped in self.threads.items():
+            if not stopped:
+                continue
+            r = self.regs(tid)
+            want = on and not sigbus_blocked(self.pid, tid)
+            if bool(r.eflags & AC) != want:
+                r.eflags = (r.eflags | AC) if want else (r.eflags & ~AC)
+                self.set_regs(tid, r)
+            armed += want
+        return armed
+
+    def quiet_thread(self) -> tuple[int, bool]:
+        """The thread to make calls in, and whether it is safe: one waiting in a blocking system
+        call (it holds no lock of libc's), the main thread first; else one running code outside
+        libc and the loader; else (not safe) the main thread."""
+        tids = sorted(self.threads, key=lambda t: (t != self.pid, t))
+        calm = [t for t in tids if not _pending(self.pid, t)]
+        for tid in calm:
+            if _syscall_of(self.pid, tid) in QUIET_SYSCALLS:
+                return tid, True
+        system = _system_ranges(self.pid)
+        for tid in calm:
+            if _syscall_of(self.pid, tid) is None:
+                rip = self.regs(tid).rip
+                if not any(lo <= rip < hi for lo, hi in system):
+                    return tid, True
+        return (self.pid if self.pid in self.threads else tids[0]), False
+
+    def stop_quietly(self, tries: int = 50, bus_calm: bool = True) -> int:
+        """Every thread stopped, with one of them safe to make a call in and none with an
+        alignment fault's SIGBUS pending (raised with AC set, it would reach the program once AC
+        is cleared and its handler is back), if a few tries find that (the process runs 2 ms
+        between tries); the thread to make calls in."""
+        bus = 1 << (signal.SIGBUS - 1)
+        for _ in range(tries):
+            self.stop_all()
+            tid, safe = self.quiet_thread()
+            if safe and not (bus_calm and any(_pending(self.pid, t, bus) for t in self.threads)):
+                return tid
+            for t in list(self.threads):
+                self.resume(t)
+            time.sleep(0.002)
+        self.stop_all()
+        return self.quiet_thread()[0]
+
+    def _si_code(self, tid: int) -> int:
+        info = ctypes.create_string_buffer(128)
+        _ptrace(PTRACE_GETSIGINFO, tid, 0, ctypes.addressof(info))
+        return int(struct.unpack_from("<i", info.raw, 8)[0])
+
+    def call(self, tid: int, fn: int, args: list[object], data: bytes = b"") -> int:
+        """fn(*args) in the stopped thread `tid`, whose registers are as they were afterwards;
+        its return value. DATA in args is the address `data` was written at (on its stack)."""
+        saved = self.regs(tid)
+        r = Regs.from_buffer_copy(saved)
+        top = (saved.rsp - 1024) & ~0xF  # the red zone and then some
+        where = (top - len(data)) & ~0xF
+        if data:
+            self.write(where, data)
+        sp = where - 64
+        sp -= 8
+        self.write(sp, struct.pack("<Q", 0))  # the return address: the return faults at 0
+        values = [where if a is DATA else int(a) for a in args]  # type: ignore[call-overload]
+        for name, v in zip(("rdi", "rsi", "rdx", "rcx", "r8", "r9"), values):
+            setattr(r, name, v & 0xFFFFFFFFFFFFFFFF)
+        r.rip, r.rsp, r.rax = fn, sp, 0
+        r.orig_rax = 0xFFFFFFFFFFFFFFFF  # no restart of an interrupted system call under the call
+        r.eflags &= ~(AC | TF)
+        self.set_regs(tid, r)
+        _ptrace(PTRACE_CONT, tid, 0, 0)
+        self.threads[tid] = False
+        deadline = time.monotonic() + self.timeout
+        while True:
+            w, status = os.waitpid(tid, WALL | os.WNOHANG)
+            if w == 0:
+                if time.monotonic() > deadline:
+                    raise InjectError(f"a call in process {self.pid} did not return within {self.timeout:g} s")
+                time.sleep(0.0002)
+                continue
+            if os.WIFEXITED(status) or os.WIFSIGNALED(status):
+                raise InjectError(f"process {self.pid} exited during the injection")
+            event, sig = status >> 16, os.WSTOPSIG(status)
+            if event == 0 and sig == signal.SIGBUS and self._si_code(tid) == BUS_ADRALN:
+                # An alignment fault of the thread's own code, raised before it was stopped: it
+                # faults again once its registers are back; never delivered in the call.
+                _ptrace(PTRACE_CONT, tid, 0, 0)
+                continue
+            if event == 0 and sig == signal.SIGSEGV:
+                now = self.regs(tid)
+                self.set_regs(tid, saved)
+                self.threads[tid] = True
+                if now.rip != 0:
+                    raise InjectError(f"the call at {fn:#x} in process {self.pid} crashed at {now.rip:#x} (undone)")
+                return int(now.rax)
+            _ptrace(PTRACE_CONT, tid, 0, sig if event == 0 else 0)  # the program's own signal
+
+
+# ---- symbols
+
+
+def _system_ranges(pid: int) -> list[tuple[int, int]]:
+    """The executable mappings of libc and the dynamic loader: a thread stopped there may hold
+    one of their locks (malloc's, the loader's)."""
+    out = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and "x" in parts[1]:
+                base = os.path.basename(parts[5].strip())
+                if base.startswith(("libc.so", "libc-", "ld-linux", "ld-")):
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    out.append((lo, hi))
+    return out
+
+
+def _module_bias(pid: int, pred: object) -> tuple[str, int] | None:
+    """(path, load address) of the first module of `pid` whose path satisfies pred."""
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and int(parts[2], 16) == 0:
+                path = parts[5].strip()
+                if pred(path):  # type: ignore[operator]
+                    return path, int(parts[0].split("-")[0], 16)
+    return None
+
+
+def elf_symbol(path: str, name: str) -> int | None:
+    """st_value of a defined dynamic symbol of a shared object (its address less the load bias,
+    the first PT_LOAD's vaddr being 0 in shared objects)."""
+    from elftools.elf.elffile import ELFFile
+
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        dyn = elf.get_section_by_name(".dynsym")
+        if dyn is None:
+            return None
+        for sym in dyn.get_symbol_by_name(name) or []:  # type: ignore[attr-defined]
+            if sym["st_shndx"] != "SHN_UNDEF" and sym["st_value"]:
+                return int(sym["st_value"])
+    return None
+
+
+def libc_function(pid: int, name: str) -> int:
+    found = _module_bias(pid, lambda p: os.path.basename(p).startswith("libc.so") or os.path.basename(p).startswith("libc-"))
+    if found is None:
+        raise InjectError(f"process {pid} has no libc mapped (static, or not glibc)")
+    path, base = found
+    value = elf_symbol(f"/proc/{pid}/root{path}", name)
+    if value is None:
+        raise InjectError(f"{path} of process {pid} has no {name} (glibc before 2.34?)")
+    return base + value
+
+
+def agent_mapped(pid: int, lib: str, bias: int | None = None) -> bool:
+    """Whether `pid` has the agent mapped (at `bias`): not after an exec, nor in another program."""
+    real = os.path.realpath(lib)
+    try:
+        found = _module_bias(pid, lambda p: p == real)
+    except OSError:
+        return False
+    return found is not None and (bias is None or found[1] == bias)
+
+
+def injected_owner(pid: int, lib: str) -> tuple[int, int] | None:
+    """(the ualdbg pid that injected the agent and has not removed it, the agent's load address)
+    when `pid` runs an armed agent; None otherwise."""
+    real = os.path.realpath(lib)
+    try:
+        found = _module_bias(pid, lambda p: p == real)
+        value = elf_symbol(lib, "ualdbg_agent_owner")
+        if found is None or value is None:
+            return None
+        with open(f"/proc/{pid}/mem", "rb") as f:
+            f.seek(found[1] + value)
+            owner = struct.unpack("<q", f.read(8))[0]
+    except (OSError, struct.error):
+        return None
+    return (owner, found[1]) if owner else None
+
+
+@dataclass
+class Injected:
+    """An agent loaded into a process: where, and what ptrace cost the process."""
+
+    pid: int
+    lib: str
+    bias: int
+    threads_armed: int
+    stopped_s: float  # from the first stop to the detach: at least as long as any thread was stopped
+
+    def symbol(self, name: str) -> int:
+        value = elf_symbol(self.lib, name)
+        if value is None:
+            raise InjectError(f"{self.lib} has no {name}")
+        return self.bias + value
+
+
+def inject(pid: int, lib: str, config: str) -> Injected:
+    """Load the agent into `pid` and arm every thread; the process runs on alone."""
+    dlopen = libc_function(pid, "dlopen")
+    value = elf_symbol(lib, "ualdbg_agent_inject")  # before anything stops: parsing ELF takes ms
+    if value is None:
+        raise InjectError(f"{lib} has no ualdbg_agent_inject")
+    try:
+        proc = Process(pid)
+    except OSError as exc:
+        raise InjectError(f"cannot open the memory of process {pid}: {exc.strerror}") from None
+    t0 = time.monotonic()
+    try:
+        tid = proc.stop_quietly()
+        proc.resume_others(tid)  # they run during dlopen: a lock one of them holds cannot deadlock it
+        handle = proc.call(tid, dlopen, [DATA, RTLD_NOW], os.fsencode(lib) + b"\0")
+        if not handle:
+            raise InjectError(f"dlopen of the agent failed in process {pid}")
+        bias = struct.unpack("<Q", proc.read(handle, 8))[0]  # struct link_map's l_addr
+        rc = proc.call(tid, bias + value, [DATA], config.encode() + b"\0")
+        if rc != 0:
+            raise InjectError(f"the agent could not start in process {pid} ("
+                              + ("another ualdbg traces it" if rc == 0xFFFFFFFE else "no buffer") + ")")
+        proc.stop_all()
+        armed = proc.set_ac(True)
+        proc.detach_all()
+        return Injected(pid, lib, bias, armed, time.monotonic() - t0)
+    except OSError as exc:  # /proc or ptrace refused something midway
+        raise InjectError(str(exc)) from None
+    finally:
+        if proc.threads:
+            proc.detach_all()
+        proc.close()
+
+
+def remove(inj: Injected, pid: int | None = None, settle: float = 2.0) -> float:
+    """Disarm the agent in `pid` (the injected process or a child it forked) and make it inert;
+    the process goes on with no thread armed and its own signal actions. The seconds it was
+    stopped, in all."""
+    pid = inj.pid if pid is None else pid
+    disarm, release = inj.symbol("ualdbg_agent_disarm"), inj.symbol("ualdbg_agent_release")
+    busy = inj.symbol("ualdbg_in_handler")
+    try:
+        proc = Process(pid)
+    except OSError as exc:
+        raise InjectError(f"cannot open the memory of process {pid}: {exc.strerror}") from None
+    stopped = 0.0
+    try:
+        t0 = time.monotonic()
+        # disarm and release take no lock. Here a thread may still fault until its AC is cleared; a
+        # pending fault is dropped by the agent (its context then has AC clear) or by the call.
+        tid = proc.stop_quietly(tries=1, bus_calm=False)
+        proc.call(tid, disarm, [])
+        proc.set_ac(False)
+        for t in list(proc.threads):
+            proc.resume(t)
+        stopped += time.monotonic() - t0
+        # Threads that were inside the agent's handler finish it, and leave with AC clear.
+        deadline = time.monotonic() + settle
+        while struct.unpack("<i", proc.read(busy, 4))[0] > 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.01)
+        t0 = time.monotonic()
+        tid = proc.stop_quietly(tries=20)  # nothing can fault now: a pending SIGBUS is an old one
+        proc.call(tid, disarm, [])  # again: a trampoline built after the first one
+        proc.call(tid, release, [])
+        proc.set_ac(False)
+        proc.detach_all()
+        stopped += time.monotonic() - t0
+        return stopped
+    except OSError as exc:
+        raise InjectError(str(exc)) from None
+    finally:
+        if proc.threads:
+            proc.detach_all()
+        proc.close()
