@@ -3,6 +3,8 @@ CI=true, skip locally), the cross-built examples, the expected rows of examples/
 strict-alignment table, and gdb-multiarch driven against a program under qemu-user."""
 from __future__ import annotations
 
+import collections
+import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -84,3 +86,18 @@ def run_gdb_multiarch(arch: str, program: list[str], commands: list[str], timeou
             finally:
                 run.stop()
         return GdbRun(cmd, proc.returncode, out_path.read_text(errors="replace"), ended)
+
+
+def routine_counts(doc: dict) -> dict[str, int]:  # type: ignore[type-arg]
+    """A trace document's fault counts per function."""
+    counts: collections.Counter[str] = collections.Counter()
+    for site in doc["sites"]:
+        counts[site["function"]] += site["count"]
+    return dict(counts)
+
+
+def pair_stream_counts(text: str) -> dict[str, int]:
+    """pair_stream's own count of its misaligned records (examples/pair_stream.c)."""
+    m = re.search(r"pair_stream: records=(\d+) stride=(\d+) key4=(\d+) weight8=(\d+) total8=(\d+)", text)
+    assert m is not None, text
+    return dict(zip(("records", "stride", "key4", "weight8", "total8"), map(int, m.groups())))

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from clirun import explain, run_cli
 from conftest import EXAMPLES
-from crossrun import require_cross, run_gdb_multiarch
+from crossrun import pair_stream_counts as own_counts
+from crossrun import require_cross, routine_counts, run_gdb_multiarch
 from gdbrun import REPORT1
 
 from ualdbg.arch import arch_by_name
@@ -33,19 +34,6 @@ def build(arch: str, src: Path, tmp_path: Path) -> Path:
     subprocess.run([f"{arch_by_name(arch).triplet}-gcc", "-g", "-O1", "-Wall", "-static", "-o", str(exe), str(src)],
                    check=True)
     return exe
-
-
-def routine_counts(doc: dict) -> dict[str, int]:  # type: ignore[type-arg]
-    counts: collections.Counter[str] = collections.Counter()
-    for site in doc["sites"]:
-        counts[site["function"]] += site["count"]
-    return dict(counts)
-
-
-def own_counts(text: str) -> dict[str, int]:
-    m = re.search(r"pair_stream: records=(\d+) stride=(\d+) key4=(\d+) weight8=(\d+) total8=(\d+)", text)
-    assert m is not None, text
-    return dict(zip(("records", "stride", "key4", "weight8", "total8"), map(int, m.groups())))
 
 
 def pair_expected(own: dict[str, int]) -> dict[str, int]:

@@ -5,7 +5,6 @@ slots as on MIPS32. Counts are checked against the program's own count of its mi
 records, from the CLI and from `ualdbg break` typed in gdb-multiarch."""
 from __future__ import annotations
 
-import collections
 import json
 import re
 import subprocess
@@ -13,7 +12,8 @@ from pathlib import Path
 
 from clirun import explain, run_cli
 from conftest import EXAMPLES
-from crossrun import require_cross, run_gdb_multiarch
+from crossrun import pair_stream_counts as own_counts
+from crossrun import require_cross, routine_counts, run_gdb_multiarch
 from gdbrun import REPORT1
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -31,19 +31,6 @@ def build(src: Path, tmp_path: Path) -> Path:
     subprocess.run(["mips64el-linux-gnuabi64-gcc", "-g", "-O1", "-Wall", "-static", "-o", str(exe), str(src)],
                    check=True)
     return exe
-
-
-def routine_counts(doc: dict) -> dict[str, int]:  # type: ignore[type-arg]
-    counts: collections.Counter[str] = collections.Counter()
-    for site in doc["sites"]:
-        counts[site["function"]] += site["count"]
-    return dict(counts)
-
-
-def own_counts(text: str) -> dict[str, int]:
-    m = re.search(r"pair_stream: records=(\d+) stride=(\d+) key4=(\d+) weight8=(\d+) total8=(\d+)", text)
-    assert m is not None, text
-    return dict(zip(("records", "stride", "key4", "weight8", "total8"), map(int, m.groups())))
 
 
 def pair_expected(own: dict[str, int]) -> dict[str, int]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from clirun import explain, run_cli
 from conftest import EXAMPLES
+from crossrun import pair_stream_counts as own_counts
 from crossrun import require_cross, run_gdb_multiarch
 from gdbrun import REPORT1
 
@@ -24,12 +25,6 @@ def build(tmp_path: Path) -> Path:
     subprocess.run(["riscv64-linux-gnu-gcc", "-g", "-O1", "-Wall", "-static", "-o", str(exe),
                     str(EXAMPLES / "pair_stream.c")], check=True)
     return exe
-
-
-def own_counts(text: str) -> dict[str, int]:
-    m = re.search(r"pair_stream: records=(\d+) stride=(\d+) key4=(\d+) weight8=(\d+) total8=(\d+)", text)
-    assert m is not None, text
-    return dict(zip(("records", "stride", "key4", "weight8", "total8"), map(int, m.groups())))
 
 
 def expected_by_line(own: dict[str, int]) -> dict[int, int]:

@@ -4,13 +4,12 @@ fix-up steps once through a `nop`, then sets the PC where the branch goes), from
 typed in gdb-multiarch. The program checks each performed access against memcpy."""
 from __future__ import annotations
 
-import collections
 import json
 import subprocess
 from pathlib import Path
 
 from clirun import explain, run_cli
-from crossrun import build, require_cross, run_gdb_multiarch
+from crossrun import build, require_cross, routine_counts, run_gdb_multiarch
 from gdbrun import REPORT1
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -26,13 +25,6 @@ def build_sh4(tmp_path: Path, name: str) -> Path:
     subprocess.run(["sh4-linux-gnu-gcc", "-g", "-O1", "-Wall", "-no-pie", "-o", str(exe), str(PROGRAMS / f"{name}.c")],
                    check=True)
     return exe
-
-
-def routine_counts(doc: dict) -> dict[str, int]:  # type: ignore[type-arg]
-    counts: collections.Counter[str] = collections.Counter()
-    for site in doc["sites"]:
-        counts[site["function"]] += site["count"]
-    return dict(counts)
 
 
 def test_every_form_is_performed_in_and_out_of_delay_slots(tmp_path: Path) -> None:

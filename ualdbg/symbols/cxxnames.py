@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ualdbg.symbols.demangle import demangle as _demangle_one
+from ualdbg.symbols.demangle import group_start
 
 __all__ = ["NameQuery", "base_name", "canonical_integers", "demangle", "function_name", "normalize", "split_components", "strip_template_args"]
 
@@ -95,16 +96,8 @@ def strip_template_args(component: str) -> str:
     """`twice<int>` as `twice`; anything else (operators among them) unchanged."""
     if not component.endswith(">") or component.startswith("operator"):
         return component
-    depth = 0
-    for i in range(len(component) - 1, -1, -1):
-        c = component[i]
-        if c == ">":
-            depth += 1
-        elif c == "<":
-            depth -= 1
-            if depth == 0:
-                return component[:i] if i > 0 else component
-    return component
+    start = group_start(component, len(component) - 1, "<", ">")
+    return component[:start] if start else component
 
 
 def base_name(qualified: str) -> str:

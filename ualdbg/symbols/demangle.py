@@ -102,16 +102,22 @@ def remove_params(name: str) -> str:
     end = name.rfind(")")
     if end < 0 or name[end + 1 :].strip(" &") not in ("", "const", "volatile", "const volatile"):
         return name
+    start = group_start(name, end, "(", ")")
+    return name[:start] if start else name
+
+
+def group_start(text: str, end: int, opening: str, closing: str) -> int | None:
+    """Where the bracketed group that `text[end]` (a `closing` bracket) closes begins."""
     depth = 0
     for i in range(end, -1, -1):
-        c = name[i]
-        if c == ")":
+        c = text[i]
+        if c == closing:
             depth += 1
-        elif c == "(":
+        elif c == opening:
             depth -= 1
             if depth == 0:
-                return name[:i] if i > 0 else name
-    return name
+                return i
+    return None
 
 
 # gdb removes the parameter list only from a name its C++ name parser (cp-name-parser.y) can

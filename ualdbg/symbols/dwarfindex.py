@@ -365,7 +365,7 @@ class _Unit:
             order += 1
             table.append([addr, line, int(is_stmt), order])
 
-        def uleb(pos: int) -> tuple[int, int]:
+        def uleb(pos: int, signed: bool = False) -> tuple[int, int]:
             value = shift = 0
             while True:
                 byte = code[pos]
@@ -373,17 +373,7 @@ class _Unit:
                 value |= (byte & 0x7F) << shift
                 shift += 7
                 if byte < 0x80:
-                    return value, pos
-
-        def sleb(pos: int) -> tuple[int, int]:
-            value = shift = 0
-            while True:
-                byte = code[pos]
-                pos += 1
-                value |= (byte & 0x7F) << shift
-                shift += 7
-                if byte < 0x80:
-                    if byte & 0x40:
+                    if signed and byte & 0x40:
                         value -= 1 << shift
                     return value, pos
 
@@ -439,7 +429,7 @@ class _Unit:
                         address += min_len * ((op_index + advance) // max_ops)
                         op_index = (op_index + advance) % max_ops
                     elif op == 3:  # advance_line
-                        delta, pos = sleb(pos)
+                        delta, pos = uleb(pos, signed=True)
                         line += delta
                         if delta:
                             has_disc = disc != 0
