@@ -266,6 +266,12 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
             result = run_traced(req, update)
     else:
         result = run_traced(req)
+    return _print_trace(args, result, known), result
+
+
+def _print_trace(args: argparse.Namespace, result: Any, known: Any, last: str | None = None) -> dict[str, Any]:
+    """The trace document written (--json) and summarised, launched or attached alike; `last`
+    is printed after the notes."""
     doc = result.doc
     if args.json:
         write_json(doc, args.json, "the JSON output")
@@ -278,9 +284,11 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
         out.print(programs)
     for note in doc.get("notes") or []:
         out.print(f"note: {note}")
+    if last:
+        out.print(last)
     if known is not None:
         args.new_sites = baseline.new_sites(doc, known)
-    return doc, result
+    return doc
 
 
 def _trace_pid(args: argparse.Namespace, known: Any) -> tuple[dict[str, Any], Any]:
@@ -305,20 +313,10 @@ def _trace_pid(args: argparse.Namespace, known: Any) -> tuple[dict[str, Any], An
                                                        + (f"detaching in {args.duration:g} s" if args.duration else
                                                           "Ctrl-C detaches"), file=err, flush=True),
                           say=lambda line: print(line, file=err, flush=True))
-    doc = result.doc
-    if args.json:
-        write_json(doc, args.json, "the JSON output")
-    out = _report_console(args)
-    out.print(header(doc))
-    if doc["sites"]:
-        out.print(summary_table(doc, getattr(args, "by", "pc")))
-    for note in doc.get("notes") or []:
-        out.print(f"note: {note}")
-    if doc["attached"]["detached"]:
-        out.print(f"ualdbg: detached from process {args.pid} ({doc['attached']['ended_by']}); no thread has AC set")
-    if known is not None:
-        args.new_sites = baseline.new_sites(doc, known)
-    return doc, result
+    attached = result.doc["attached"]
+    last = (f"ualdbg: detached from process {args.pid} ({attached['ended_by']}); no thread has AC set"
+            if attached["detached"] else None)
+    return _print_trace(args, result, known, last), result
 
 
 def _watch(args: argparse.Namespace) -> int:
