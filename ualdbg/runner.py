@@ -214,16 +214,18 @@ def _run_lldb(cfg: dict[str, Any], log: str, forked: Callable[[], None] | None,
     if forked is not None:
         forked()
     cfg.update(attach_pid=pid, release_fd=release)
+    guard = _guard()
     try:
         with open(log, "w") as logf:
             proc = subprocess.Popen(lldb_command(cfg), stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                     pass_fds=(release,))
     except BaseException:
+        guard.restore()
         os.close(release)
         os.waitpid(pid, 0)
         raise
     os.close(release)  # lldb holds the other copy: if it dies, the program reads EOF and exits
-    returncode, cfg["interrupted"] = _wait_guarded(proc, lambda: [pid])
+    returncode, cfg["interrupted"] = _wait_guarded(proc, lambda: [pid], guard)
     _, wstatus = os.waitpid(pid, 0)
     if os.WIFSIGNALED(wstatus):
         return returncode, None, os.WTERMSIG(wstatus)
@@ -242,13 +244,18 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _wait_guarded(proc: subprocess.Popen[Any], program: Callable[[], list[int]]) -> tuple[int, str | None]:
+def _guard() -> Any:
+    """A SignalGuard set before the debugger starts (engines/agent.SignalGuard)."""
+    from .engines.agent import SignalGuard
+
+    return SignalGuard(None, 10.0)
+
+
+def _wait_guarded(proc: subprocess.Popen[Any], program: Callable[[], list[int]], guard: Any) -> tuple[int, str | None]:
     """Wait for the debugger while SIGTERM/SIGHUP/SIGINT sent to ualdbg go to the program it
     runs, as with the agent (engines/agent.SignalGuard): the debugger then writes the trace of a
     program that ended. Returns the debugger's status and the first signal received, if any."""
-    from .engines.agent import SignalGuard
-
-    guard = SignalGuard(proc, 10.0, program)
+    guard.start(proc, program)
     try:
         returncode = guard.wait()
     finally:
@@ -439,8 +446,13 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
                     returncode, *program_end = _run_qemu(req, cross, cfg, log, tmp)
                     waited = (program_end[0], program_end[1])
                 else:
-                    gdb_proc = subprocess.Popen(gdb_command(req, cfg, log), stdin=None, stdout=None, stderr=None)
-                    returncode, interrupted = _wait_guarded(gdb_proc, lambda: _children(gdb_proc.pid))
+                    guard = _guard()
+                    try:
+                        gdb_proc = subprocess.Popen(gdb_command(req, cfg, log), stdin=None, stdout=None, stderr=None)
+                    except BaseException:
+                        guard.restore()
+                        raise
+                    returncode, interrupted = _wait_guarded(gdb_proc, lambda: _children(gdb_proc.pid), guard)
         finally:
             finished.set()
             if poller is not None and poller.is_alive():

@@ -170,14 +170,17 @@ class SignalGuard:
 
     SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT")
 
-    def __init__(self, proc: subprocess.Popen[Any], grace: float,
+    def __init__(self, proc: subprocess.Popen[Any] | None, grace: float,
                  targets: Callable[[], list[int]] | None = None) -> None:
         """`proc` is what ualdbg waits for; `targets` the processes that get the signals (the
-        program, when `proc` is a debugger running it; default: `proc` itself)."""
+        program, when `proc` is a debugger running it; default: `proc` itself). Made before the
+        process starts (proc None, then `start`), a signal that comes in between is not lost:
+        it would otherwise end ualdbg itself and leave the program running."""
         import signal
 
-        self.proc, self.grace = proc, grace
-        self.targets = targets or (lambda: [proc.pid])
+        self.grace = grace
+        self.proc: subprocess.Popen[Any] | None = None
+        self.targets: Callable[[], list[int]] = lambda: []
         self.received: list[str] = []
         self.deadline: float | None = None
         self._old: dict[int, Any] = {}
@@ -186,6 +189,18 @@ class SignalGuard:
         for name in self.SIGNALS:
             signo = getattr(signal, name)
             self._old[signo] = signal.signal(signo, self._handle)
+        if proc is not None:
+            self.start(proc, targets)
+
+    def start(self, proc: subprocess.Popen[Any], targets: Callable[[], list[int]] | None = None) -> None:
+        """The process to wait for has started: signals received before now reach it."""
+        import signal
+
+        self.proc = proc
+        self.targets = targets or (lambda: [proc.pid])
+        early, self.received = self.received, []
+        for name in early:
+            self._handle(getattr(signal, name), None)
 
     @staticmethod
     def _typed_at_terminal() -> bool:
@@ -206,7 +221,7 @@ class SignalGuard:
 
         name = signal.Signals(signo).name
         self.received.append(name)
-        if self.proc.poll() is not None:
+        if self.proc is None or self.proc.poll() is not None:
             return
         if len(self.received) > 1:
             self._send(signal.SIGKILL)
@@ -224,18 +239,20 @@ class SignalGuard:
                 pass
 
     def wait(self) -> int:
+        proc = self.proc
+        assert proc is not None, "start() first"
         while True:
             timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
             try:
-                return self.proc.wait(timeout=timeout if timeout is None else min(timeout, 0.5))
+                return proc.wait(timeout=timeout if timeout is None else min(timeout, 0.5))
             except subprocess.TimeoutExpired:
                 if self.deadline is not None and time.monotonic() >= self.deadline:
                     import signal
 
                     self._send(signal.SIGKILL)
                     self.deadline = time.monotonic() + self.grace  # then the debugger, if it is stuck
-                    if self.targets() != [self.proc.pid]:
-                        self.targets = lambda: [self.proc.pid]
+                    if self.targets() != [proc.pid]:
+                        self.targets = lambda: [proc.pid]
 
     def restore(self) -> None:
         import signal
@@ -287,10 +304,16 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
         env = dict(os.environ)
         env.update(added)
         started = time.monotonic()
+        guard = SignalGuard(None, run.grace)  # before the program exists: see SignalGuard
         try:
             proc = subprocess.Popen(run.program, env=env, preexec_fn=None if run.aslr else _no_aslr, close_fds=True)
         except OSError as exc:
+            guard.restore()
             raise AgentUnavailable(f"cannot run {os.path.basename(path)}: {exc.strerror}") from None
+        except BaseException:
+            guard.restore()
+            raise
+        guard.start(proc)
         progress = _Progress(directory)
         done = threading.Event()
         poller = None
@@ -304,7 +327,6 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
                         on_directory(directory, time.monotonic() - started)
             poller = threading.Thread(target=poll, daemon=True)
             poller.start()
-        guard = SignalGuard(proc, run.grace)
         try:
             returncode = guard.wait()
         finally:
