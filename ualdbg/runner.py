@@ -24,8 +24,6 @@ from .arch import ArchInfo
 from .progress import poll
 from .symbols.elfindex import elf_file_problem, script_interpreter
 
-MIN_GDB = (12, 1)
-
 
 class ToolError(Exception):
     """A usage or tool problem: one line for the user, exit status 2."""

@@ -1,18 +1,12 @@
 """What gdb sources: `ualdbg gdb` passes it with -x; `ualdbg gdbinit` prints the `source` line
-for ~/.gdbinit. gdb runs a sourced file as __main__ with __file__ as typed (PLATFORM.md)."""
+for ~/.gdbinit. gdb runs a sourced file as __main__ with __file__ as typed (PLATFORM.md). It finds
+the package and checks its dependencies; everything that speaks to gdb is in ualdbg.adapters.gdb
+(as the lldb loader leaves lldb to ualdbg.adapters.lldb)."""
 import os
 import sys
 
-MIN_GDB = (12, 1)
-
 
 def _main() -> None:
-    import gdb  # the real module: gdb imported it before running this file
-
-    version = tuple(int(x) for x in gdb.VERSION.split()[0].split(".")[:2] if x.isdigit())
-    if version < MIN_GDB:
-        gdb.write(f"ualdbg: gdb {gdb.VERSION} is too old; ualdbg needs gdb {'.'.join(map(str, MIN_GDB))} or newer\n", gdb.STDERR)
-        return
     # The folder holding the package (site-packages, or a clone): importable once on sys.path.
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(os.path.expanduser(__file__)))))
     sys.path.insert(0, root)
@@ -21,11 +15,11 @@ def _main() -> None:
     paths.add_paths(root)
     missing = paths.missing_dependencies()
     if missing:
-        gdb.write(paths.missing_message(root, missing), gdb.STDERR)
+        sys.stderr.write(paths.missing_message(root, missing))  # gdb's own stderr inside gdb
         return
-    from ualdbg.adapters.gdb import install
+    from ualdbg.adapters.gdb import load
 
-    install()
+    load()
 
 
 _main()
