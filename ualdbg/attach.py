@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .progress import poll
-from .runner import RunRequest, RunResult, ToolError, _pkg_roots, find_gdb
+from .runner import RunRequest, RunResult, ToolError, _pkg_roots, find_gdb, finished_status
 from .watch import Sample
 
 YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"  # absent without the Yama LSM: attach as ptrace allows
@@ -410,12 +410,8 @@ def run_gdb(req: RunRequest, on_progress: Callable[[int, int, float], None] | No
             if poller is not None and poller.is_alive():
                 poller.join()
             ender.restore()
-        log_text = open(log, errors="replace").read() if os.path.exists(log) else ""
-        if not os.path.exists(cfg["status"]):
-            tail = "\n".join(log_text.strip().splitlines()[-5:])
-            raise ToolError(f"gdb did not finish the trace of process {pid} (gdb exit status {proc.returncode})"
-                            + (f": {tail}" if tail else ""))
-        status = json.load(open(cfg["status"]))
+        status, log_text = finished_status(
+            cfg, log, f"gdb did not finish the trace of process {pid} (gdb exit status {proc.returncode})")
         if status.get("error") and not os.path.exists(cfg["json"]):
             raise ToolError(f"cannot attach to process {pid}: {status['error']}")
         doc = json.load(open(cfg["json"]))

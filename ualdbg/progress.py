@@ -12,7 +12,10 @@ Callback = Callable[[int, int, float], None]
 
 
 class ProgressFile:
-    """Written from inside the debugger, at most five times a second and once at the end."""
+    """Written from inside the debugger, at most every `interval` seconds and once at the end
+    (`force`), by an atomic rename: what the CLI polls never is half written."""
+
+    interval = 0.2
 
     def __init__(self, path: str | None) -> None:
         self.path = path
@@ -22,12 +25,26 @@ class ProgressFile:
         if not self.path:
             return
         now = time.monotonic()
-        if force or now - self.last >= 0.2:
+        if force or now - self.last >= self.interval:
             self.last = now
             tmp = self.path + ".tmp"
             with open(tmp, "w") as f:
-                f.write(f"{session.buffer.total} {session.buffer.ignored} {session.buffer.duration:.3f}\n")
+                f.write(self.text(session))
             os.replace(tmp, self.path)
+
+    def text(self, session: Any) -> str:
+        return f"{session.buffer.total} {session.buffer.ignored} {session.buffer.duration:.3f}\n"
+
+
+class SitesFile(ProgressFile):
+    """The per-PC counts so far, for `ualdbg watch` (ualdbg.attach.read_sites): the traps out of
+    scope, then one `pc count` line per site."""
+
+    interval = 0.25
+
+    def text(self, session: Any) -> str:
+        lines = [f"{session.buffer.ignored}"] + [f"{c.pc} {c.count}" for c in session.buffer.sites()]
+        return "\n".join(lines) + "\n"
 
 
 def poll(path: str, callback: Callback, done: threading.Event) -> None:

@@ -242,6 +242,17 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def finished_status(cfg: dict[str, Any], log: str, failure: str) -> tuple[dict[str, Any], str]:
+    """The status file the driver inside the debugger wrote, and the debugger's log. Without the
+    file the debugger died first: `failure` in one line, with the log's last lines."""
+    log_text = open(log, errors="replace").read() if os.path.exists(log) else ""
+    if not os.path.exists(cfg["status"]):
+        tail = "\n".join(log_text.strip().splitlines()[-5:])
+        raise ToolError(failure + (f": {tail}" if tail else ""))
+    with open(cfg["status"]) as f:
+        return json.load(f), log_text
+
+
 def _guard() -> Any:
     """A SignalGuard set before the debugger starts (engines/agent.SignalGuard)."""
     from .engines.agent import SignalGuard
@@ -455,12 +466,8 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
             finished.set()
             if poller is not None and poller.is_alive():
                 poller.join()
-        log_text = open(log, errors="replace").read() if os.path.exists(log) else ""
-        if not os.path.exists(cfg["status"]):
-            tail = "\n".join(log_text.strip().splitlines()[-5:])
-            raise ToolError(f"the debugger did not finish the trace ({req.debugger} exit status {returncode})"
-                            + (f": {tail}" if tail else ""))
-        status = json.load(open(cfg["status"]))
+        status, log_text = finished_status(
+            cfg, log, f"the debugger did not finish the trace ({req.debugger} exit status {returncode})")
         if waited is not None:
             # The kernel's word on how the program ended (lldb cannot tell exit 11 from SIGSEGV).
             status["exit_status"], status["exit_signal"] = waited

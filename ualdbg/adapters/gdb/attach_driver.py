@@ -10,7 +10,7 @@ from typing import Any
 
 import gdb  # type: ignore[import-not-found]
 
-from ...progress import ProgressFile
+from ...progress import ProgressFile, SitesFile
 from ...render.jsondoc import build_document, dump
 from .install import install, installed
 
@@ -32,29 +32,6 @@ def _write(path: str, data: dict[str, Any]) -> None:
     with open(tmp, "w") as f:
         json.dump(data, f)
     os.replace(tmp, path)
-
-
-class SitesFile:
-    """The per-PC counts so far, for `ualdbg watch`: written at most four times a second while
-    faults come, and at the end."""
-
-    def __init__(self, path: str | None) -> None:
-        self.path = path
-        self.last = 0.0
-
-    def tick(self, session: Any, force: bool = False) -> None:
-        import time
-
-        if not self.path:
-            return
-        now = time.monotonic()
-        if force or now - self.last >= 0.25:
-            self.last = now
-            lines = [f"{session.buffer.ignored}"] + [f"{c.pc} {c.count}" for c in session.buffer.sites()]
-            tmp = self.path + ".tmp"
-            with open(tmp, "w") as f:
-                f.write("\n".join(lines) + "\n")
-            os.replace(tmp, self.path)
 
 
 def main(config_json: str) -> None:
