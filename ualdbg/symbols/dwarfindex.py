@@ -473,10 +473,13 @@ class _Unit:
                     disc = 0
         except IndexError:
             pass  # a truncated program: the rows read before the end count
-        return self._sweep(tables)
+        # A file index per subfile, to name the answer (any index of that path names it alike).
+        index_of = {subfile: index for index, subfile in subfiles.items()}
+        return self._sweep(tables, index_of)
 
+    @staticmethod
     def _sweep(
-        self, tables: dict[object, list[list[int]]]
+        tables: dict[object, list[list[int]]], index_of: dict[object, int]
     ) -> tuple[list[int], list[tuple[int, int] | None]]:
         # find_pc_sect_line: per file, the last entry at or below the PC (entries sorted by
         # address, end markers first at one address); a non-statement entry gives way to a
@@ -492,7 +495,6 @@ class _Unit:
         shown: list[tuple[int, int] | None] = []
         current: dict[object, list[int] | None] = {}
         heap: list[tuple[int, int, object]] = []
-        index_of = {subfile: table for subfile, table in tables.items()}
         i = 0
         while i < len(events):
             addr = events[i][0]
@@ -501,7 +503,7 @@ class _Unit:
                 touched[events[i][3]] = events[i][1]
                 i += 1
             for subfile, last in touched.items():
-                table = index_of[subfile]
+                table = tables[subfile]
                 best = table[last]
                 if best[1] and not best[2]:
                     k = last
@@ -522,19 +524,11 @@ class _Unit:
             if heap:
                 entry = current[heap[0][2]]
                 assert entry is not None
-                answer = (self._index_of_subfile(heap[0][2]), entry[1])
+                answer = (index_of[heap[0][2]], entry[1])
             if not shown or shown[-1] != answer:
                 addrs.append(addr)
                 shown.append(answer)
         return addrs, shown
-
-    def _index_of_subfile(self, subfile: object) -> int:
-        if isinstance(subfile, tuple):
-            return int(subfile[1])
-        for index, names in self._files.items():
-            if names is not None and names[1] == subfile:
-                return index
-        return -1
 
     @cached_property
     def _low_pc(self) -> int:
@@ -558,9 +552,10 @@ class _Unit:
 
     @cached_property
     def _deep_scopes(self) -> tuple[list[_Node], IntervalTable[int]]:
-        """Also the functions defined in types inside abstract instances (a lambda's
-        operator() in a template or inline function): read only when a PC falls in none of
-        the others, since it parses every abstract instance's subtree."""
+        """Only the functions defined in types inside abstract instances (a lambda's
+        operator() in a template or inline function), the ones `_scopes` cannot see: read when a
+        PC falls in none of those, since it parses every abstract instance's subtree (the
+        concrete functions `_scopes` has are skipped, not read twice)."""
         return self._read_scopes(deep=True)
 
     def _read_scopes(self, *, deep: bool) -> tuple[list[_Node], IntervalTable[int]]:
@@ -587,6 +582,10 @@ class _Unit:
             if tag == "DW_TAG_subprogram" or (
                 tag == "DW_TAG_inlined_subroutine" and parent is not None
             ):
+                if deep and not in_function and child.has_children and "DW_AT_inline" not in child.attributes and (
+                    "DW_AT_low_pc" in child.attributes or "DW_AT_ranges" in child.attributes
+                ):
+                    continue  # a concrete function at the top: `_scopes` has it
                 ranges = self._owner.die_ranges(child, self._cu)
                 if not ranges:
                     # Abstract instance or declaration: no code of its own, but the types
