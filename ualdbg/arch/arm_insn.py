@@ -146,9 +146,9 @@ def operands(ci: capstone.CsInsn, name: str, thumb: bool) -> tuple[tuple[MemOper
     by_register = _register_writeback(ci, mem, after, base)
     if base == "pc":  # a literal: the word-aligned PC of the instruction + 8 (ARM) or + 4 (Thumb)
         base, disp = None, ((ci.address + (4 if thumb else 8)) & ~3) + disp
-    # Not performed: a writeback by a register shifted other than by lsl (asr, ror: not modelled).
-    performable = not ((after and after[0].type != arm.ARM_OP_IMM) or (index is not None and ci.writeback)) or \
-        by_register is not None
+    # Not performed: an index or a writeback register shifted other than by lsl (asr, ror).
+    performable = exact and (not ((after and after[0].type != arm.ARM_OP_IMM) or (index is not None and ci.writeback))
+                             or by_register is not None)
     if name in ("vldr", "vstr"):
         reg = data[0]
         size = _reg_bytes(reg)

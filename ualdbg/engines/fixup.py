@@ -62,6 +62,7 @@ class MemOp:
     # ARM VLDn/VSTn: per memory element (`size // len(lanes)` bytes each, in address order) the
     # d-register lanes it fills or empties: "d3[1]" lane 1 of d3, "d3[]" every lane of d3.
     lanes: tuple[tuple[str, ...], ...] = ()
+    addr_sub: tuple[str, ...] = ()  # subtracted from the address (ARM's [rn, -rm])
     align: int = 0  # the alignment the CPU checks, when not `size` (ARMv7 ldrd/ldm/vldr: a word)
     length: int = 0  # the instruction's bytes, when the architecture's are not fixed (Thumb)
 
@@ -208,19 +209,19 @@ def memop_from_insn(insn: Insn, endian: str) -> MemOp | None:
                      writeback=sum(o.writeback for o in ops), align=first.align or first.size)
     else:
         op = ops[0]
-    if op.scale < 0:
-        return None  # ARM's [rn, -rm]: an address the fix-up's sum of registers cannot form
     base = op.base
     kind = {AccessKind.READ: "load", AccessKind.WRITE: "store"}.get(op.kind, "atomic")
     assert base is not None
-    addr = (base,) + ((op.index,) * op.scale if op.index is not None else ())
+    # ARM's [rn, -rm, lsl #k]: the index subtracted 2**k times
+    addr = (base,) + ((op.index,) * op.scale if op.index is not None and op.scale > 0 else ())
+    subtract = (op.index,) * -op.scale if op.index is not None and op.scale < 0 else ()
     flt = op.float_data
     by_register = arm_insn.register_writeback(insn) if insn.arch in ("armhf", "armel") else None
     return MemOp(insn.text, op.size, kind, op.signed, op.data, flt, addr, op.disp, endian, status=op.status,
                  exclusive=op.exclusive, float_reg=op.data[0] if flt and len(op.data) == 1 and not lanes else None,
                  float_parts=op.data if flt and len(op.data) > 1 and not lanes else (),
                  update=(base, op.writeback) if op.writeback else None, align=op.align, length=insn.size,
-                 update_reg=by_register, lanes=lanes)
+                 update_reg=by_register, lanes=lanes, addr_sub=subtract)
 
 
 # Architectures whose loads and stores `decode.Decoder` decodes (capstone) for the fix-up too.
@@ -298,6 +299,8 @@ class FixupEngine:
         ea = op.disp
         for reg in op.addr_regs:
             ea += 0 if reg in self.zero_regs else target.read_register(reg, tid)
+        for reg in op.addr_sub:
+            ea -= target.read_register(reg, tid)
         return ea & self.mask
 
     # -- events --------------------------------------------------------------------------------

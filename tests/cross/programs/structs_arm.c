@@ -2,7 +2,7 @@
  * (tests/cross/test_cross_arm_structs.py): NEON vld2..vld4/vst2..vst4 (interleaved structures),
  * single-lane and all-lanes forms, vld1 of whole registers, with and without an alignment hint
  * and with writeback by `!` and by a register; ldr/ldrh/str/ldrd/strd whose base moves by a
- * register (`[rn], rm`, `[rn, rm]!`); and loads into the PC (ldm, pop, ldr), which branch to
+ * register (`[rn], rm`, `[rn, rm]!`, `[rn, -rm]!`); and loads into the PC (ldm, pop, ldr), which branch to
  * ARM or Thumb code by bit 0 of the loaded word. ARM and Thumb(-2) state alike.
  *
  * Each form runs at a misaligned address and then at an aligned copy of the same bytes, where
@@ -56,6 +56,7 @@ __asm__(".text\n.syntax unified\n"
            " mov sp, r5\n mov r3, #1\n str r3, [r1, #12]\n pop {r4, r5, pc}\n")
         INT(a_ldrd_postreg, "ldrd r4, r5, [r0], r2")
         INT(a_strd_prereg, "strd r4, r5, [r0, r2]!")
+        INT(a_ldrd_preneg, "ldrd r4, r5, [r0, -r2]!")
         INT(a_ldr_postreg, "ldr r4, [r0], r2")
         INT(a_str_prereg, "str r4, [r0, r2, lsl #1]!")
         INT(a_ldrh_postreg, "ldrh r4, [r0], -r2")
@@ -90,7 +91,7 @@ __asm__(".text\n.syntax unified\n"
 #endif
         ".arm\n");
 
-IDECL(a_ldrd_postreg) IDECL(a_strd_prereg) IDECL(a_ldr_postreg) IDECL(a_str_prereg) IDECL(a_ldrh_postreg)
+IDECL(a_ldrd_postreg) IDECL(a_strd_prereg) IDECL(a_ldrd_preneg) IDECL(a_ldr_postreg) IDECL(a_str_prereg) IDECL(a_ldrh_postreg)
 PDECL(a_ldm_pc) PDECL(a_pop_pc) PDECL(a_ldr_pc) PDECL(t_pop_pc)
 #if __ARM_ARCH >= 7
 PDECL(t_ldm_pc) PDECL(t_ldr_pc)
@@ -117,6 +118,7 @@ struct form {
 static struct form forms[] = {
     F(a_ldrd_postreg, INT_FORM, 4, 4, 12, 0, 0),
     F(a_strd_prereg, INT_FORM, 4, 4, 8, 1, 0),
+    F(a_ldrd_preneg, INT_FORM, 4, 4, 16, -1, 0),
     F(a_ldr_postreg, INT_FORM, 0, 4, -3, 0, 0),
     F(a_str_prereg, INT_FORM, 0, 4, -4, 2, 0),
     F(a_ldrh_postreg, INT_FORM, 0, 2, 7, 0, 0),
