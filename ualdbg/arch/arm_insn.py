@@ -1,15 +1,29 @@
 """32-bit ARM and Thumb-2 loads and stores as `decode.Insn` recipes, from capstone 5
 (CS_ARCH_ARM), for the step engine and for the fix-up of signal mode alike.
 
-A multi-register transfer (ldrd/strd, ldm/stm, push/pop, vldm/vstm, vpush/vpop, vld1/vst1 of
-whole registers) is one recipe per register, in address order, each checked at its own size by
-the natural policy; the fix-up joins them back into one access (engines/fixup.memop_from_insn)
-and signal mode compares the first address with what ARMv7 checks (`align`: a word for
-ldrd/ldm/vldr, the hint for vldN `[rN:64]`). vld2..vld4 and lane forms are decoded (reported)
-but not performed. capstone puts a vldN alignment hint (in bits) in the displacement: it is read
-as the hint here. PC-relative literals are turned into absolute addresses when decoded. A
-conditional instruction (its condition field, or the IT block's in Thumb) makes no access when
-its condition fails: `accesses` evaluates it from the CPSR when it is given."""
+A multi-register transfer (ldrd/strd, ldm/stm, push/pop, vldm/vstm, vpush/vpop) is one recipe
+per register, in address order, each checked at its own size by the natural policy; the fix-up
+joins them back into one access (engines/fixup.memop_from_insn) and signal mode compares the
+first address with what ARMv7 checks (`align`: a word for ldrd/ldm/vldr).
+
+vld1..vld4/vst1..vst4 (whole registers, interleaved structures, one lane, all lanes) are decoded
+from their encoding (neon_layout, after the ARM ARM's VLDn tables; capstone 5 does not say which
+lane): one recipe per memory element, in address order, at the element's size, which is what a
+CPU checks without a hint when SCTLR.A is set (the natural policy: exact). Each recipe's `data`
+names the lanes the element fills or empties, "d3[1]" (lane 1 of d3) or "d3[]" (every lane of
+d3, the all-lanes load; vld1 {d0[], d1[]} names both), so the fix-up moves each element to its
+lanes and keeps the other lanes' bits. The first recipe's `align` is what Linux/qemu check at
+the first address for the whole transfer: the hint (`[r0:64]`: 8 bytes; capstone's displacement
+holds it in bits), else the element size (never checked by qemu-arm, SCTLR.A being clear).
+
+Writeback: `!` after an immediate offset or a vldN is the recipe's `writeback` (bytes); a base
+that moves by a register (`[rn], rm`, `[rn, rm]!`, `[rn, -rm, lsl #2]!`, `vld2.8 {..}, [r0], r2`)
+is `register_writeback(insn)`, read by the fix-up. A load into the PC (`ldr pc`, `ldm`/`pop`
+with pc) is performed as a branch, bit 0 of the loaded word selecting Thumb (ARMv5T and later);
+a stored PC and a writeback to a base that is also loaded are not. PC-relative literals are
+turned into absolute addresses when decoded. A conditional instruction (its condition field, or
+the IT block's in Thumb) makes no access when its condition fails: `accesses` evaluates it from
+the CPSR when it is given."""
 from __future__ import annotations
 
 from collections.abc import Mapping
