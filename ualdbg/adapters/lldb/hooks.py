@@ -724,23 +724,30 @@ class LldbHooks:
         section = lldb.SBAddress(nset, process.GetTarget()).GetSection()
         if section.IsValid() and not section.GetPermissions() & lldb.ePermissionsWritable:
             return  # a constant other threads may read meanwhile: left alone
+        # Another thread in the same syscall on the same set holds its true bytes.
+        raw = next((undo[1] for _pc, undo in self.set_swaps.values() if undo[0] == nset), raw)
         process.WriteMemory(nset, stripped, err)
         if err.Success():
             self.set_swaps[tid] = (exit_pc, (nset, raw))
 
-    def _undo_swap(self, process: lldb.SBProcess, thread: lldb.SBThread, undo: tuple[Any, Any]) -> None:
+    def _undo_swap(self, process: lldb.SBProcess, thread: lldb.SBThread, exit_pc: int, undo: tuple[Any, Any]) -> None:
+        """Put back rsi while the thread is still at the syscall or its exit (elsewhere it is no
+        longer the value the code counts on); the set's bytes whenever the thread lives."""
         where, what = undo
+        if not thread.IsValid():
+            return  # gone: its buffer may be another thread's by now
         if where == "rsi":
-            LldbTarget(process, thread).write_register("rsi", what, int(thread.GetThreadID()))
-        else:
+            if thread.GetFrameAtIndex(0).GetPC() in (exit_pc, exit_pc - 2):
+                LldbTarget(process, thread).write_register("rsi", what, int(thread.GetThreadID()))
+        elif not any(other[0] == where for _pc, other in self.set_swaps.values()):  # the last one out
             err = lldb.SBError()
             process.WriteMemory(where, what, err)
 
     def close_sigtrap(self, thread: lldb.SBThread) -> None:
         """An exit breakpoint: put back what open_sigtrap changed at this syscall's entry."""
         swap = self.set_swaps.pop(int(thread.GetThreadID()), None)
-        if swap is not None and thread.GetFrameAtIndex(0).GetPC() == swap[0]:
-            self._undo_swap(thread.GetProcess(), thread, swap[1])
+        if swap is not None:
+            self._undo_swap(thread.GetProcess(), thread, *swap)
 
     def settle_sigtraps(self, process: lldb.SBProcess, leaving: bool) -> None:
         """At a stop the user sees, and before ualdbg lets go (`leaving`): finish the swaps of
@@ -749,11 +756,10 @@ class LldbHooks:
         for tid, (exit_pc, undo) in list(self.set_swaps.items()):
             thread = process.GetThreadByID(tid) if process.IsValid() else lldb.SBThread()
             pc = thread.GetFrameAtIndex(0).GetPC() if thread.IsValid() else None
-            if pc == exit_pc or (leaving and pc == exit_pc - 2):
-                self._undo_swap(process, thread, undo)
-            elif pc == exit_pc - 2:
+            if pc == exit_pc - 2 and not leaving:
                 continue  # it has not made the syscall yet
             del self.set_swaps[tid]
+            self._undo_swap(process, thread, exit_pc, undo)
 
     def on_exit_call(self, status: int) -> None:
         self.exit_time = time.monotonic()
