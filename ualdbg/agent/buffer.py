@@ -44,7 +44,7 @@ _HEADER_FIELDS = (
     "stepped", "maps_len", "exit_status", "dropped_sites", "threads", "unarmed_threads", "exe", "cmdline", "note",
 )
 _PATCH_HEADER = struct.Struct("<QIIII")  # at 2256: patches_offset, patch_capacity, patch_size, patches_used, patch_after
-_PATCH = struct.Struct("<QQQIIII QQQ")
+_PATCH = struct.Struct("<QQQIIII QQII")
 _REGS = struct.Struct("<17Q")  # 16 GPRs, then the fs/gs base
 _SITE = struct.Struct("<QQIIII16sQihh")
 _RECORD = struct.Struct("<QQQIIiI17Q")
@@ -162,6 +162,7 @@ class PatchEntry:
     reason: str | None
     length: int  # bytes moved to the trampoline
     mask: int  # the address bits its trampoline tests
+    in_scope: bool = True  # the agent's view (ualdbg's scope, from the symbols, decides the report)
 
 
 @dataclass(frozen=True)
@@ -233,9 +234,16 @@ class AgentBuffer:
         )
 
     def progress(self) -> tuple[int, int]:
-        """(faults in scope, traps out of scope) so far: two reads, no parsing (faults counted
-        by patch trampolines come in when the run is read in full)."""
+        """(faults in scope, faults out of scope) so far: two reads, and the patch table's
+        counters when the agent patched sites."""
         total, ignored = struct.unpack_from("<QQ", self._map, 120)
+        if len(self._map) >= 2256 + _PATCH_HEADER.size and struct.unpack_from("<I", self._map, 2272)[0]:
+            for p in self.patches():
+                if p.state == PATCH_ACTIVE:
+                    if p.in_scope:
+                        total += p.count
+                    else:
+                        ignored += p.count
         return total, ignored
 
     # -- patches -------------------------------------------------------------------------------
@@ -253,11 +261,11 @@ class AgentBuffer:
             return []
         out = []
         for i in range(min(used, cap)):
-            pc, count, traps, state, reason, length, mask, _ns, _tramp, _res = _PATCH.unpack_from(self._map, offset + i * size)
+            pc, count, traps, state, reason, length, mask, _ns, _tramp, flags, _res = _PATCH.unpack_from(self._map, offset + i * size)
             if pc == 0 or state not in (PATCH_ACTIVE, PATCH_REFUSED):
                 continue
             why = PATCH_REASONS.get(reason, f"reason {reason}") if state == PATCH_REFUSED else None
-            out.append(PatchEntry(pc, count, traps, state, why, length, mask))
+            out.append(PatchEntry(pc, count, traps, state, why, length, mask, bool(flags & SITE_IN_SCOPE)))
         return out
 
     # -- sites ---------------------------------------------------------------------------------

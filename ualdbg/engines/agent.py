@@ -581,6 +581,8 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
         docs.append((image, doc))
     root = next((d for im, d in docs if im.header.pid == root_pid), docs[0][1])
     merged = docs[0][1] if len(docs) == 1 else _merge(docs, root, run.buffer)
+    unrecorded = sum(d.pop(_UNRECORDED, 0) for _im, d in docs)
+    merged.pop(_UNRECORDED, None)
     merged["program"] = dict(root["program"], path=run.program[0], args=list(run.program[1:]), pid=root_pid,
                              exit_status=exit_status, exit_signal=exit_signal)
     merged["duration_s"] = round(max(0.0, ended - started), 6)
@@ -605,7 +607,7 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
         "threads": sum(im.header.threads for im in images),
         "threads_started_with_sigbus_blocked": sum(im.header.unarmed_threads for im in images),
         "sites_dropped": sum(im.header.dropped_sites for im in images),
-        "patching": _patching_summary(run, images),
+        "patching": dict(_patching_summary(run, images), faults_in_scope_without_record=unrecorded),
     }
     notes = [f"{im.header.exe} (pid {im.header.pid}): {im.header.note}" for im in images
              if im.header.note and im.header.note.startswith("exec without")]
@@ -626,13 +628,21 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
 
 def _mark_patched(doc: dict[str, Any], image: Image) -> None:
     """Sites the agent patched (issue 21): their count is exact, but only the faults that trapped
-    (the first patch_after, and any the trampoline sent back to the trap) have records."""
+    (the first patch_after, and any the trampoline sent back to the trap) have records. Those
+    without one did not fall out of the ring: records_dropped leaves them out."""
     patched = {s.pc: s for s in image.sites if s.patched or s.flags & ab.SITE_PATCHED}
+    unrecorded = 0
     for site in doc["sites"]:
         entry = patched.get(int(site["pc"], 16))
         if entry is not None:
             site["patched"] = True
             site["trapped"] = entry.traps
+            unrecorded += entry.patched
+    doc["records_dropped"] = max(0, doc["records_dropped"] - unrecorded)
+    doc[_UNRECORDED] = unrecorded
+
+
+_UNRECORDED = "_faults_counted_by_patches"
 
 
 def _patching_summary(run: AgentRun, images: list[Image]) -> dict[str, Any]:
@@ -682,11 +692,12 @@ def _merge(docs: list[tuple[Image, dict[str, Any]]], root: dict[str, Any], capac
         records.extend(d["records"])
     records.sort(key=lambda r: (r["time"], r["pid"], r["seq"]))
     kept = records[-capacity:]
-    first = total - len(kept)
+    unrecorded = sum(d.get(_UNRECORDED, 0) for _im, d in docs)
+    first = max(0, total - unrecorded - len(kept))
     for i, r in enumerate(kept):
         r["seq"] = first + i + 1
     out["sites"] = sorted(sites.values(), key=lambda s: (-s["count"], int(s["pc"], 16)))
     out["faults_total"], out["faults_ignored"] = total, ignored
     out["ignored_by_module"] = dict(sorted(ignored_by.items()))
-    out["records"], out["records_dropped"] = kept, total - len(kept)
+    out["records"], out["records_dropped"] = kept, first
     return out

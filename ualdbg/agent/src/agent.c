@@ -1010,7 +1010,10 @@ static int handle_alignment_fault(ucontext_t *uc)
     } else {
         while (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != UALDBG_SITE_READY)
             sched_yield();
-        if (!code_matches(s, pc)) { /* new code at this PC (dlclose/dlopen, JIT): rebuild */
+        if (!code_matches(s, pc) && !(s->flags & UALDBG_SITE_PATCHED)) {
+            /* new code at this PC (dlclose/dlopen, JIT): rebuild. Not a site another thread
+             * patched after this one trapped there: its jump is the new code; the trap is
+             * counted and resumed as before (the copy out of line returns after the jump). */
             __atomic_store_n(&s->state, UALDBG_SITE_BUILDING, __ATOMIC_RELEASE);
             s->nvariants = 0;
             site_build(s, pc);

@@ -639,6 +639,7 @@ static void refuse(struct ualdbg_site *s, uint64_t pc, int reason)
     e.traps = s->count;
     e.state = UALDBG_PATCH_REFUSED;
     e.reason = (uint32_t)reason;
+    e.site_flags = s->flags;
     table_put(&e, NULL);
     __atomic_or_fetch(&s->flags, UALDBG_SITE_UNPATCHABLE, __ATOMIC_RELEASE);
 }
@@ -832,6 +833,7 @@ static int try_patch(struct ualdbg_site *s, const struct x86_insn *d, uint64_t p
     pv->e.mask = mask;
     pv->e.patched_ns = now_ns();
     pv->e.trampoline = (uint64_t)(uintptr_t)(slot + HDR_SIZE);
+    pv->e.site_flags = s->flags;
     uint32_t index = UINT32_MAX;
     table_put(&pv->e, &index);
     if (index == UINT32_MAX) {

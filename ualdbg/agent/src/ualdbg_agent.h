@@ -171,7 +171,8 @@ struct ualdbg_patch { /* UALDBG_PATCH_SIZE bytes */
     uint32_t mask;       /* 36: the address bits the trampoline tests */
     uint64_t patched_ns; /* 40 */
     uint64_t trampoline; /* 48: process-local */
-    uint64_t reserved;   /* 56 */
+    uint32_t site_flags; /* 56: the site's flags when patched (UALDBG_SITE_IN_SCOPE: live progress) */
+    uint32_t reserved;   /* 60 */
 };
 
 #endif
