@@ -23,6 +23,7 @@ lint:
 
 bench: setup
 	.venv/bin/python bench/run.py
+	.venv/bin/python bench/patching.py
 
 clean:
 	$(MAKE) -C examples clean

@@ -631,13 +631,17 @@ def _mark_patched(doc: dict[str, Any], image: Image) -> None:
     (the first patch_after, and any the trampoline sent back to the trap) have records. Those
     without one did not fall out of the ring: records_dropped leaves them out."""
     patched = {s.pc: s for s in image.sites if s.patched or s.flags & ab.SITE_PATCHED}
+    refused = {p.pc: p.reason for p in image.patches if p.state == ab.PATCH_REFUSED}
     unrecorded = 0
     for site in doc["sites"]:
-        entry = patched.get(int(site["pc"], 16))
+        pc = int(site["pc"], 16)
+        entry = patched.get(pc)
         if entry is not None:
             site["patched"] = True
             site["trapped"] = entry.traps
             unrecorded += entry.patched
+        elif pc in refused:
+            site["unpatchable"] = refused[pc]  # why it traps at every fault
     doc["records_dropped"] = max(0, doc["records_dropped"] - unrecorded)
     doc[_UNRECORDED] = unrecorded
 

@@ -367,6 +367,29 @@ static int no_branch_into(uint64_t pc, uint32_t len)
 #endif
 }
 
+/* [lo, hi) is padding between functions: in no function (FDE) of the module. */
+static int padding_only(uint64_t lo, uint64_t hi)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+    struct dl_find_object dlfo;
+    if (_dl_find_object((void *)(uintptr_t)lo, &dlfo) != 0 || !dlfo.dlfo_eh_frame)
+        return 0;
+    uint64_t ends[2] = {lo, hi - 1};
+    for (int i = 0; i < 2; i++) {
+        struct cfi_rule rule;
+        ualdbg_cfi_lookup(dlfo.dlfo_eh_frame, ends[i], &rule);
+        if (rule.start <= ends[i] && ends[i] < rule.end)
+            return 0;
+        if (i == 1 && rule.start > lo)
+            return 0; /* a function starts inside */
+    }
+    return 1;
+#else
+    (void)lo, (void)hi;
+    return 0;
+#endif
+}
+
 /* The process's threads now (/proc/self/stat, field 20); 0 if unknown. */
 static int thread_count(void)
 {
@@ -670,12 +693,28 @@ static int try_patch(struct ualdbg_site *s, const struct x86_insn *d, uint64_t p
             return UALDBG_PATCH_R_THREADS;
         if (TS.in_program_handler)
             return -1; /* the handler may have interrupted the code right after the instruction */
+        uint32_t ret_end = 0; /* a ret moved along: nothing after it runs (the padding after it) */
         while (len < 5) {
             const uint8_t *c = (const uint8_t *)(uintptr_t)(pc + len);
             struct x86_insn x;
             if (nmore >= MAX_COPIES || pc + len >= m->end ||
                 ualdbg_x86_decode(c, m->end - (pc + len) < 15 ? m->end - (pc + len) : 15, &x) != 0)
                 return UALDBG_PATCH_R_SHORT;
+            if (ret_end) {
+                int nop = !x.vex && ((x.map == 0 && (x.opcode == 0x90 || x.opcode == 0xcc)) ||
+                                     (x.map == 1 && x.opcode == 0x1f && ((x.modrm >> 3) & 7) == 0));
+                if (!nop)
+                    return UALDBG_PATCH_R_SHORT;
+                len += x.len;
+                continue;
+            }
+            if (!x.vex && x.map == 0 && (x.opcode == 0xc3 || x.opcode == 0xc2)) {
+                more[nmore] = x; /* ret returns from the trampoline as from here */
+                from[nmore++] = (uint8_t)len;
+                len += x.len;
+                ret_end = len;
+                continue;
+            }
             int lea = !x.vex && x.map == 0 && x.opcode == 0x8d;
             int sys = !x.vex && x.map == 1 && (x.opcode == 0x05 || x.opcode == 0x07 || x.opcode == 0x0b ||
                                                x.opcode == 0x34 || x.opcode == 0x35);
@@ -690,6 +729,8 @@ static int try_patch(struct ualdbg_site *s, const struct x86_insn *d, uint64_t p
             return UALDBG_PATCH_R_SHORT;
         if (!no_branch_into(pc, len))
             return UALDBG_PATCH_R_TARGET;
+        if (ret_end && ret_end < len && !padding_only(pc + ret_end, pc + len))
+            return UALDBG_PATCH_R_SHORT;
     } else if (!alone && (pc & 15) > 11) {
         return UALDBG_PATCH_R_STRADDLE;
     }
