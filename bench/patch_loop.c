@@ -55,7 +55,14 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "hot")) {
         double t0 = now_ns();
         sink = hot(p, n);
-        printf("hot %.2f\n", (now_ns() - t0) / n);
+        double per = (now_ns() - t0) / n;
+        printf("hot %.2f\n", per);
+        const char *also = getenv("PATCH_LOOP_OUT"); /* bench/frida_probe.py: frida loses stdout */
+        FILE *f = also ? fopen(also, "w") : NULL;
+        if (f) {
+            fprintf(f, "hot %.2f\n", per);
+            fclose(f);
+        }
     } else if (!strcmp(mode, "many")) {
         double t0 = now_ns();
         sink = 0;

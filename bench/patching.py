@@ -249,7 +249,8 @@ def report(r: dict[str, dict[str, list[float]]], rows: list[dict[str, object]], 
     lines += [
         "",
         "Each site traps twice before it is patched, so here most of the cost is still traps: patching pays "
-        "from the third fault of a site on.",
+        "from the third fault of a site on. UBSan's figure is mostly its report, printed once per source "
+        "location: 512 of them here.",
         "",
         "### (c) Real programs, all modules (whole process, s)",
         "",

@@ -86,6 +86,7 @@ def patched_site(doc: dict[str, Any], function: str) -> dict[str, Any]:
     ("short", 1000, "short_load", 1000),   # 3 bytes: the register-only instructions after it move along
     ("store", 1000, "store", 1000),
     ("sse", 999, "sse", 666),              # movups at 1, 8 and 16 mod 16: the last is aligned
+    ("sse8", 1000, "sse", 505),            # 10 at 1 mod 16, then 8 and 16 in turn: the test widens
     ("mixed", 1000, "long_load", 500),     # the same instruction aligned half of the time
 ])
 def test_hot_site_is_patched_and_counts_exactly(agent_programs: Path, tmp_path: Path, mode: str, n: int,
