@@ -1010,7 +1010,7 @@ static int handle_alignment_fault(ucontext_t *uc)
     } else {
         while (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != UALDBG_SITE_READY)
             sched_yield();
-        if (!code_matches(s, pc) && !(s->flags & UALDBG_SITE_PATCHED)) {
+        if (!code_matches(s, pc) && !((s->flags & UALDBG_SITE_PATCHED) && patch_is_ours(pc))) {
             /* new code at this PC (dlclose/dlopen, JIT): rebuild. Not a site another thread
              * patched after this one trapped there: its jump is the new code; the trap is
              * counted and resumed as before (the copy out of line returns after the jump). */

@@ -482,6 +482,21 @@ uint64_t patch_origin(uint64_t rip, int *at_insn)
     return k ? s->origin : 0;
 }
 
+/* Whether the code at pc is this agent's jump to the trampoline of a patch of pc (and not new
+ * code loaded at that address since, or code the program rewrote). */
+int patch_is_ours(uint64_t pc)
+{
+    const volatile uint8_t *c = (const volatile uint8_t *)(uintptr_t)pc;
+    if (c[0] != 0xe9)
+        return 0;
+    int32_t rel;
+    uint8_t b[4] = {c[1], c[2], c[3], c[4]};
+    memcpy(&rel, b, 4);
+    uint64_t to = pc + 5 + (uint64_t)(int64_t)rel;
+    struct pslot *s = slot_of(to);
+    return s && s->origin == pc && to == (uint64_t)(uintptr_t)s + HDR_SIZE;
+}
+
 /* The patched PC when an alignment fault comes from a trampoline: only its copy that runs with
  * the thread's AC can take one (the tested bits were too few, or the counter is not set up). */
 uint64_t patch_copy_origin(uint64_t rip)
