@@ -622,6 +622,11 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     dropped = sum(im.header.dropped_sites for im in images)
     if dropped:
         notes.append(f"{dropped} faults at PCs beyond the agent's site table were single-stepped and not counted")
+    patching = merged["agent"]["patching"]
+    if patching["sites_patched"]:
+        notes.append(f"{patching['sites_patched']} hot sites were patched after {run.patch_after} traps: their counts "
+                     f"are exact, but {patching['faults_in_scope_without_record']} faults in scope have no record "
+                     "(--no-patch: one trap and one record per fault)")
     merged["notes"] = notes
     return merged
 
