@@ -147,6 +147,26 @@ def test_unarmed_thread_counts_nothing(agent_programs: Path, tmp_path: Path) -> 
     assert patched.doc is not None and patched_site(patched.doc, "long_load")["count"] == 2000, patched.explain()
 
 
+def test_writable_code_is_never_patched(agent_programs: Path, tmp_path: Path) -> None:
+    """A page the program made writable (self-modifying code, a JIT) is its own: the site traps."""
+    patched, plain = both([str(agent_programs / "hotpatch"), "smc", "300"], tmp_path)
+    assert_same_counts(patched, plain)
+    assert patched.doc is not None
+    site = patched_site(patched.doc, "long_load")
+    assert site["count"] == 300 and not site.get("patched") and site.get("unpatchable") == "mapping", patched.explain()
+
+
+def test_short_site_run_in_a_signal_handler(agent_programs: Path, tmp_path: Path) -> None:
+    """A short site is not patched from inside the program's signal handler (the handler may
+    have interrupted the instructions a patch would move), and is once main runs it."""
+    patched, plain = both([str(agent_programs / "hotpatch"), "handler", "200"], tmp_path)
+    assert_same_counts(patched, plain)
+    assert patched.doc is not None
+    site = patched_site(patched.doc, "short_load")
+    assert site["count"] == 200 * 5 + 200 and site.get("patched"), patched.explain()
+    assert site["trapped"] >= 200 * 5, patched.explain()  # every fault in the handler trapped
+
+
 def test_site_in_a_shared_library(agent_programs: Path, tmp_path: Path) -> None:
     lib = agent_programs / "libhot.so"
     patched, plain = both([str(agent_programs / "hotpatch"), "lib", str(lib), "1000"], tmp_path)

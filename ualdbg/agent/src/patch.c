@@ -628,6 +628,35 @@ static int write_jump(uint64_t pc, const uint8_t jmp[5], int alone)
 /* ------------------------------------------------------------------------------------------ */
 /* Deciding. */
 
+/* The permissions of [lo, hi) now, from a fresh read of /proc/self/maps (the agent's snapshot
+ * may predate an mprotect of the program's: code it made writable is its own, never patched).
+ * 1 when one private r-x mapping holds it all. Called under patch_lock (the static buffer). */
+static int fresh_rx(uint64_t lo, uint64_t hi)
+{
+    static char text[1 << 20];
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    size_t len = 0;
+    for (;;) {
+        ssize_t r = read(fd, text + len, sizeof text - 1 - len);
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+    }
+    close(fd);
+    text[len] = 0;
+    for (char *line = text; line && *line;) {
+        char *eol = strchr(line, '\n');
+        uint64_t start = strtoull(line, &line, 16);
+        uint64_t end = *line == '-' ? strtoull(line + 1, &line, 16) : 0;
+        if (start <= lo && lo < end)
+            return hi <= end && line[0] == ' ' && !strncmp(line + 1, "r-xp", 4);
+        line = eol ? eol + 1 : NULL;
+    }
+    return 0;
+}
+
 static int mapping_patchable(const struct mapping *m, uint64_t pc, uint64_t end)
 {
     if (!m || !m->exec || m->write || !m->priv || !m->plen || m->path[0] != '/' || end > m->end)
@@ -651,8 +680,7 @@ static int mapping_patchable(const struct mapping *m, uint64_t pc, uint64_t end)
     char magic[4] = {0};
     ssize_t n = read(fd, magic, 4);
     close(fd);
-    (void)pc;
-    return n == 4 && !memcmp(magic, "\177ELF", 4);
+    return n == 4 && !memcmp(magic, "\177ELF", 4) && fresh_rx(pc, end);
 }
 
 static void table_put(const struct ualdbg_patch *e, uint32_t *index)
