@@ -22,7 +22,7 @@ lint:
 	.venv/bin/mypy ualdbg
 
 bench: setup
-	.venv/bin/python bench/run.py
+	.venv/bin/python bench/run.py; status=$$?; .venv/bin/python bench/patching.py && exit $$status
 
 clean:
 	$(MAKE) -C examples clean

@@ -237,7 +237,10 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
     assert req.pid is not None
     pid = req.pid
     exe, args = _program_of(pid)
-    run = AgentRun([exe, *args], all_modules=req.all_modules, modules=list(req.modules), buffer=req.buffer)
+    # No hot-site patching in an injected agent yet: its detach would have to leave patched code
+    # behind in a program that goes on (docs/AGENT.md).
+    run = AgentRun([exe, *args], all_modules=req.all_modules, modules=list(req.modules), buffer=req.buffer,
+                   patch_after=0)
     directory = tempfile.mkdtemp(prefix="ualdbg-agent-", dir=_shm_dir())
     try:
         st = os.stat(f"/proc/{pid}")

@@ -39,6 +39,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     add_step_args(p, until_return=False)
     p.add_argument("--debugger", choices=("gdb", "lldb"), default=None, help="which debugger drives the trap engine (implies --engine trap; default gdb)")
     p.add_argument("--no-follow", action="store_true", help="agent: trace only the program, not the processes it starts")
+    p.add_argument("--patch-after", type=_count, default=2, metavar="K",
+                   help="agent: after K traps at an instruction, patch it to count its faults without trapping "
+                        "(exact counts; records for the first K only; default 2)")
+    p.add_argument("--no-patch", action="store_true", help="agent: never patch: one trap and one record per fault")
     p.add_argument("--arch", default=None, metavar="ARCH",
                    help="the program's architecture (default: its ELF header); sparc64, alpha... run under qemu-user and gdb-multiarch")
     p.add_argument("--log-file", metavar="FILE", default=None,
@@ -50,6 +54,16 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=_seconds, default=None, metavar="S", help="with --pid: detach after S seconds")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS (a native program, or a #! script: "
                    "the agent then traces the programs it runs)")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r}")
+    return value
 
 
 def _seconds(text: str) -> float:
@@ -252,6 +266,7 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
     program = _program(args, parser)
     req = RunRequest(program, debugger=args.debugger or "gdb", at=args.at or "main", all_modules=bool(args.all_modules),
                      modules=args.module, buffer=args.buffer, engine=engine, follow=not args.no_follow,
+                     patch_after=0 if args.no_patch else args.patch_after,
                      step_functions=list(args.in_), step_ranges=list(args.range), everywhere=args.everywhere,
                      policy=args.policy, arch=args.arch)
     show_progress = sys.stderr.isatty() and not args.log_file

@@ -41,6 +41,7 @@ class RunRequest:
     # "auto": the in-process agent where it can work, else the trap engine under `debugger`.
     engine: str = "auto"
     follow: bool = True  # agent: trace child processes too
+    patch_after: int = 2  # agent: traps at a site before it is patched (0: --no-patch; issue 21)
     # The program's architecture (`--arch`, else the ELF's e_machine): one other than the host's
     # runs under qemu-user with gdb-multiarch attached to qemu's gdb stub (ualdbg.qemu).
     arch: str | None = None
@@ -326,7 +327,7 @@ def _run_agent(req: RunRequest, on_progress: Callable[[int, int, float], None] |
     from .engines.agent import AgentRun, AgentUnavailable, run_agent
 
     run = AgentRun(list(req.program), at=req.at, all_modules=req.all_modules, modules=list(req.modules),
-                   buffer=req.buffer, follow=req.follow, aslr=req.aslr, exclude=exclude)
+                   buffer=req.buffer, follow=req.follow, aslr=req.aslr, exclude=exclude, patch_after=req.patch_after)
     try:
         res = run_agent(run, on_progress)
     except AgentUnavailable as exc:

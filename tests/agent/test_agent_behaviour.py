@@ -224,7 +224,10 @@ def test_many_threads_at_the_same_new_pcs(agent_programs: Path, tmp_path: Path) 
     assert doc is not None
     bump = [s for s in doc["sites"] if s["function"] == "bump"]
     assert bump and all(s["count"] == threads * n for s in bump), run.explain()
-    assert doc["faults_total"] == sum(s["count"] for s in doc["sites"]) == doc["records"][-1]["seq"], run.explain()
+    assert doc["faults_total"] == sum(s["count"] for s in doc["sites"]), run.explain()
+    # Records are numbered by trap: a patched site's later faults (issue 21) have none.
+    unrecorded = doc["agent"]["patching"]["faults_in_scope_without_record"]
+    assert doc["records"][-1]["seq"] == doc["faults_total"] - unrecorded, run.explain()
     assert len(doc["records"]) == 500 and len({r["tid"] for r in doc["records"]}) > 1, run.explain()
     # libc's memcpy on misaligned buffers, from every thread: one trap per call at most (how many
     # of its accesses the CPU checks depends on the CPU: vector moves differ).

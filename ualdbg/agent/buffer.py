@@ -26,7 +26,15 @@ F_ARMED, F_FOLLOW, F_AT_START, F_ALL, F_STRIPPED, F_NOSKIP = 0x1, 0x2, 0x4, 0x8,
 F_INJECTED, F_DETACHED = 0x40, 0x80  # loaded into a running process (trace --pid); detached from
 # site.flags
 SITE_IN_SCOPE, SITE_TRAMPOLINE, SITE_EMULATED, SITE_STEPPED, SITE_SKIP, SITE_REP = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
+SITE_PATCHED, SITE_UNPATCHABLE, SITE_SHADOW = 0x40, 0x80, 0x100
 SITE_READY = 2
+# patch.state and patch.reason (hot-site patching, issue 21)
+PATCH_ACTIVE, PATCH_REFUSED = 1, 2
+PATCH_REASONS = {
+    1: "instruction kind", 2: "mapping", 3: "short instruction", 4: "short instruction, threads",
+    5: "short instruction, branch target", 6: "jump would straddle 16 bytes", 7: "out of reach",
+    8: "mprotect refused", 9: "patch table full",
+}
 
 _HEADER = struct.Struct("<8sIIIIII QQQQ qq IIII QQQ QQQ QQQ Q q QQQ 512s 1024s 512s")
 _HEADER_FIELDS = (
@@ -35,6 +43,8 @@ _HEADER_FIELDS = (
     "sites_used", "start_ns", "armed_ns", "end_ns", "total", "ignored", "head", "skipped_calls", "emulated",
     "stepped", "maps_len", "exit_status", "dropped_sites", "threads", "unarmed_threads", "exe", "cmdline", "note",
 )
+_PATCH_HEADER = struct.Struct("<QIIII")  # at 2256: patches_offset, patch_capacity, patch_size, patches_used, patch_after
+_PATCH = struct.Struct("<QQQIIII QQII")
 _REGS = struct.Struct("<17Q")  # 16 GPRs, then the fs/gs base
 _SITE = struct.Struct("<QQIIII16sQihh")
 _RECORD = struct.Struct("<QQQIIiI17Q")
@@ -124,15 +134,35 @@ class Header:
 @dataclass(frozen=True)
 class SiteEntry:
     pc: int
-    count: int
+    count: int  # every fault, exactly: the traps, plus what a patch trampoline counted
     flags: int
     code: bytes  # the 16 bytes at pc when the site was made
     insn_len: int  # the agent's idea of the instruction's length (0: it could not decode it)
     variants: tuple[Registers, ...]  # one register snapshot per distinct alignment of its operands
+    patched: int = 0  # of `count`, the faults a patch trampoline counted (no record for them)
 
     @property
     def in_scope(self) -> bool:
         return bool(self.flags & SITE_IN_SCOPE)
+
+    @property
+    def traps(self) -> int:
+        """The faults that trapped (each one went to the ring)."""
+        return self.count - self.patched
+
+
+@dataclass(frozen=True)
+class PatchEntry:
+    """A hot site the agent patched (state PATCH_ACTIVE) or found it could not (PATCH_REFUSED)."""
+
+    pc: int
+    count: int  # faults counted by its trampoline in this process
+    traps: int  # the site's traps when it was patched (or refused)
+    state: int
+    reason: str | None
+    length: int  # bytes moved to the trampoline
+    mask: int  # the address bits its trampoline tests
+    in_scope: bool = True  # the agent's view (ualdbg's scope, from the symbols, decides the report)
 
 
 @dataclass(frozen=True)
@@ -204,20 +234,59 @@ class AgentBuffer:
         )
 
     def progress(self) -> tuple[int, int]:
-        """(faults in scope, traps out of scope) so far: two reads, no parsing."""
+        """(faults in scope, faults out of scope) so far: two reads, and the patch table's
+        counters when the agent patched sites."""
         total, ignored = struct.unpack_from("<QQ", self._map, 120)
+        if len(self._map) >= 2256 + _PATCH_HEADER.size and struct.unpack_from("<I", self._map, 2272)[0]:
+            for p in self.patches():
+                if p.state == PATCH_ACTIVE:
+                    if p.in_scope:
+                        total += p.count
+                    else:
+                        ignored += p.count
         return total, ignored
+
+    # -- patches -------------------------------------------------------------------------------
+    def patch_after(self) -> int:
+        """Traps at a site before the agent patches it (0: it does not)."""
+        if len(self._map) < 2256 + _PATCH_HEADER.size:
+            return 0
+        offset, _cap, _size, _used, after = _PATCH_HEADER.unpack_from(self._map, 2256)
+        return after if offset else 0
+
+    def patches(self) -> list[PatchEntry]:
+        """The patch table: patched sites and the ones refused, in the order decided."""
+        offset, cap, size, used, _after = _PATCH_HEADER.unpack_from(self._map, 2256)
+        if not offset or size != _PATCH.size:
+            return []
+        out = []
+        for i in range(min(used, cap)):
+            pc, count, traps, state, reason, length, mask, _ns, _tramp, flags, _res = _PATCH.unpack_from(self._map, offset + i * size)
+            if pc == 0 or state not in (PATCH_ACTIVE, PATCH_REFUSED):
+                continue
+            why = PATCH_REASONS.get(reason, f"reason {reason}") if state == PATCH_REFUSED else None
+            out.append(PatchEntry(pc, count, traps, state, why, length, mask, bool(flags & SITE_IN_SCOPE)))
+        return out
 
     # -- sites ---------------------------------------------------------------------------------
     def sites(self) -> Iterator[SiteEntry]:
-        """Every PC the agent trapped at, with its exact count (out-of-scope ones included)."""
+        """Every PC the agent trapped at, with its exact count (out-of-scope ones included): a
+        patched site's count adds what its trampoline counted to its traps."""
         base, cap = self._layout["sites_offset"], self._layout["site_capacity"]
         m = self._map
+        patched: dict[int, int] = {}
+        for p in self.patches():
+            if p.state == PATCH_ACTIVE:
+                patched[p.pc] = patched.get(p.pc, 0) + p.count
         for i in range(cap):
             off = base + i * SITE_SIZE
             pc, count, state, flags, nvar, insn_len, insn, _tramp, _cr, _co, _ro = _SITE.unpack_from(m, off)
-            if pc == 0 or state != SITE_READY:
+            if pc == 0 or state != SITE_READY or flags & SITE_SHADOW:
                 continue
+            extra = patched.get(pc, 0)
+            count += extra
+            if count == 0:
+                continue  # a patched site a fork child inherited, never run there
             variants = []
             for k in range(min(nvar, VARIANTS)):
                 voff = off + 64 + k * 144
@@ -226,7 +295,7 @@ class AgentBuffer:
                     continue
                 values = _REGS.unpack_from(m, voff + 8)
                 variants.append(Registers(values[:16], values[16]))
-            yield SiteEntry(pc, count, flags, bytes(insn), insn_len, tuple(variants))
+            yield SiteEntry(pc, count, flags, bytes(insn), insn_len, tuple(variants), extra)
 
     # -- records -------------------------------------------------------------------------------
     def records(self) -> list[RecordEntry]:

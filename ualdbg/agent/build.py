@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent / "src"
-SOURCES = ("agent.c", "signals.c", "wrappers.c", "insn.c", "cfi.c", "entry.S")
+SOURCES = ("agent.c", "signals.c", "wrappers.c", "insn.c", "cfi.c", "patch.c", "entry.S")
 HEADERS = ("agent.h", "ualdbg_agent.h", "insn.h", "cfi.h")
 # -mno-red-zone: the agent sets and clears EFLAGS.AC with pushfq/popfq in inline assembly,
 # which writes below rsp. -fvisibility=hidden: only the interposed libc names are exported.

@@ -54,6 +54,9 @@ class AgentRun:
     exclude: tuple[str, ...] = ()
     # Seconds the program gets to end after ualdbg forwarded it SIGTERM/SIGINT/SIGHUP, before SIGKILL.
     grace: float = 10.0
+    # Traps at a site before the agent patches it to count without trapping (issue 21; 0: never,
+    # one trap and one record per fault, `--no-patch`).
+    patch_after: int = 2
 
 
 @dataclass
@@ -146,7 +149,7 @@ def agent_environment(run: AgentRun, lib: str, directory: str, base: Mapping[str
         "1", f"dir={_quote(directory)}", f"at={run.at}", f"follow={int(run.follow)}",
         f"all={int(run.all_modules)}", f"noskip={int(not run.skip_out_of_scope)}", f"records={run.buffer}",
         f"ualdbg={os.getpid()}", f"preload={_quote(own) if own is not None else '-'}",
-        f"modules={_quote(','.join(run.modules))}",
+        f"modules={_quote(','.join(run.modules))}", f"patch={run.patch_after}",
     ])
     return {"LD_PRELOAD": f"{lib}:{own}" if own else lib, ENV_CONFIG: config}
 
@@ -376,6 +379,8 @@ class Image:
     sites: list[ab.SiteEntry]
     records: list[ab.RecordEntry]
     snapshots: list[str]
+    patches: list[ab.PatchEntry] = field(default_factory=list)
+    patch_after: int = 0
 
 
 def _load_images(directory: str) -> list[Image]:
@@ -384,7 +389,7 @@ def _load_images(directory: str) -> list[Image]:
         try:
             with ab.AgentBuffer(path) as buf:
                 images.append(Image(buf.header(), list(buf.sites()), buf.records(),
-                                    [text for _ns, text in buf.maps_snapshots()]))
+                                    [text for _ns, text in buf.maps_snapshots()], buf.patches(), buf.patch_after()))
         except ab.BufferError:
             continue
     return images
@@ -572,9 +577,12 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     for image in images:
         session = image_session(run, image, started, lib, is_root=image.header.pid == root_pid and not driver)
         doc = build_document(session, engine=NAME)
+        _mark_patched(doc, image)
         docs.append((image, doc))
     root = next((d for im, d in docs if im.header.pid == root_pid), docs[0][1])
     merged = docs[0][1] if len(docs) == 1 else _merge(docs, root, run.buffer)
+    unrecorded = sum(d.pop(_UNRECORDED, 0) for _im, d in docs)
+    merged.pop(_UNRECORDED, None)
     merged["program"] = dict(root["program"], path=run.program[0], args=list(run.program[1:]), pid=root_pid,
                              exit_status=exit_status, exit_signal=exit_signal)
     merged["duration_s"] = round(max(0.0, ended - started), 6)
@@ -599,6 +607,7 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
         "threads": sum(im.header.threads for im in images),
         "threads_started_with_sigbus_blocked": sum(im.header.unarmed_threads for im in images),
         "sites_dropped": sum(im.header.dropped_sites for im in images),
+        "patching": dict(_patching_summary(run, images), faults_in_scope_without_record=unrecorded),
     }
     notes = [f"{im.header.exe} (pid {im.header.pid}): {im.header.note}" for im in images
              if im.header.note and im.header.note.startswith("exec without")]
@@ -613,8 +622,51 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     dropped = sum(im.header.dropped_sites for im in images)
     if dropped:
         notes.append(f"{dropped} faults at PCs beyond the agent's site table were single-stepped and not counted")
+    patching = merged["agent"]["patching"]
+    if patching["sites_patched"]:
+        notes.append(f"{patching['sites_patched']} hot sites were patched after {run.patch_after} traps: their counts "
+                     f"are exact, but {patching['faults_in_scope_without_record']} faults in scope have no record "
+                     "(--no-patch: one trap and one record per fault)")
     merged["notes"] = notes
     return merged
+
+
+def _mark_patched(doc: dict[str, Any], image: Image) -> None:
+    """Sites the agent patched (issue 21): their count is exact, but only the faults that trapped
+    (the first patch_after, and any the trampoline sent back to the trap) have records. Those
+    without one did not fall out of the ring: records_dropped leaves them out."""
+    patched = {s.pc: s for s in image.sites if s.patched or s.flags & ab.SITE_PATCHED}
+    refused = {p.pc: p.reason for p in image.patches if p.state == ab.PATCH_REFUSED}
+    unrecorded = 0
+    for site in doc["sites"]:
+        pc = int(site["pc"], 16)
+        entry = patched.get(pc)
+        if entry is not None:
+            site["patched"] = True
+            site["trapped"] = entry.traps
+            unrecorded += entry.patched
+        elif pc in refused:
+            site["unpatchable"] = refused[pc]  # why it traps at every fault
+    doc["records_dropped"] = max(0, doc["records_dropped"] - unrecorded)
+    doc[_UNRECORDED] = unrecorded
+
+
+_UNRECORDED = "_faults_counted_by_patches"
+
+
+def _patching_summary(run: AgentRun, images: list[Image]) -> dict[str, Any]:
+    """What hot-site patching did, over every process image."""
+    refused: dict[str, int] = {}
+    patched = counted = 0
+    for im in images:
+        for p in im.patches:
+            if p.state == ab.PATCH_ACTIVE:
+                patched += 1
+                counted += p.count
+            elif p.reason is not None:
+                refused[p.reason] = refused.get(p.reason, 0) + 1
+    return {"after_traps": run.patch_after, "sites_patched": patched, "faults_counted_by_patches": counted,
+            "unpatchable": dict(sorted(refused.items()))}
 
 
 def _merge(docs: list[tuple[Image, dict[str, Any]]], root: dict[str, Any], capacity: int) -> dict[str, Any]:
@@ -637,6 +689,11 @@ def _merge(docs: list[tuple[Image, dict[str, Any]]], root: dict[str, Any], capac
                 sites[key] = dict(s, sizes=list(s["sizes"]))
                 continue
             have["count"] += s["count"]
+            if s.get("patched"):
+                have["trapped"] = have.get("trapped", have["count"] - s["count"]) + s["trapped"]
+                have["patched"] = True
+            elif have.get("patched"):
+                have["trapped"] += s["count"]
             have["sizes"] = sorted(set(have["sizes"]) | set(s["sizes"]))
             if have["access"] != s["access"]:
                 kinds = [AccessKind(a) for a in (have["access"], s["access"]) if a]
@@ -644,11 +701,12 @@ def _merge(docs: list[tuple[Image, dict[str, Any]]], root: dict[str, Any], capac
         records.extend(d["records"])
     records.sort(key=lambda r: (r["time"], r["pid"], r["seq"]))
     kept = records[-capacity:]
-    first = total - len(kept)
+    unrecorded = sum(d.get(_UNRECORDED, 0) for _im, d in docs)
+    first = max(0, total - unrecorded - len(kept))
     for i, r in enumerate(kept):
         r["seq"] = first + i + 1
     out["sites"] = sorted(sites.values(), key=lambda s: (-s["count"], int(s["pc"], 16)))
     out["faults_total"], out["faults_ignored"] = total, ignored
     out["ignored_by_module"] = dict(sorted(ignored_by.items()))
-    out["records"], out["records_dropped"] = kept, total - len(kept)
+    out["records"], out["records_dropped"] = kept, first
     return out

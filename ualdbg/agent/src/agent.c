@@ -52,10 +52,13 @@
 #define MAX_POOLS 256
 #define MAX_MAPPINGS 8192
 #define MAX_RANGES 256
+#define PATCH_CAPACITY 4096u
 
 _Static_assert(sizeof(struct ualdbg_header) <= UALDBG_HEADER_SIZE, "header");
 _Static_assert(offsetof(struct ualdbg_header, exe) == 208, "header layout");
 _Static_assert(offsetof(struct ualdbg_header, note) == 1744, "header layout");
+_Static_assert(offsetof(struct ualdbg_header, patches_offset) == 2256, "header layout");
+_Static_assert(sizeof(struct ualdbg_patch) == UALDBG_PATCH_SIZE, "patch layout");
 _Static_assert(sizeof(struct ualdbg_site) == UALDBG_SITE_SIZE, "site layout");
 _Static_assert(offsetof(struct ualdbg_site, variants) == 64, "site layout");
 _Static_assert(sizeof(struct ualdbg_record) == UALDBG_RECORD_SIZE, "record layout");
@@ -68,13 +71,13 @@ __thread struct thread_state TS __attribute__((tls_model("initial-exec")));
 /* ------------------------------------------------------------------------------------------ */
 /* Small helpers that are safe in a signal handler. */
 
-static void spin_lock(volatile int *l)
+void spin_lock(volatile int *l)
 {
     while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
         while (__atomic_load_n(l, __ATOMIC_RELAXED))
             __builtin_ia32_pause();
 }
-static void spin_unlock(volatile int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
+void spin_unlock(volatile int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
 
 uint64_t now_ns(void)
 {
@@ -135,16 +138,9 @@ void rearm(void)
 /* ------------------------------------------------------------------------------------------ */
 /* The address space, from /proc/self/maps snapshots kept in the buffer. */
 
-struct mapping {
-    uint64_t start, end;
-    const char *path; /* in the snapshot text; NUL-free, length `plen` */
-    uint16_t plen;
-    uint8_t exec;
-};
-
 static struct mapping maps_cache[MAX_MAPPINGS];
 static int maps_n;
-static volatile int maps_lock;
+volatile int maps_lock;
 static char private_maps[1 << 20]; /* used when the buffer's maps area is full */
 
 static uint64_t hex(const char **p, const char *end)
@@ -176,8 +172,11 @@ static void maps_parse(const char *text, size_t len)
             if (q < eol && *q == '-') {
                 q++;
                 m.end = hex(&q, eol);
-                if (q + 4 < eol)
+                if (q + 4 < eol) {
+                    m.write = q[2] == 'w';
                     m.exec = q[3] == 'x';
+                    m.priv = q[4] == 'p';
+                }
                 /* perms offset dev inode path: skip four fields */
                 for (int f = 0; f < 5 && q < eol; f++) {
                     while (q < eol && *q == ' ')
@@ -249,7 +248,7 @@ void maps_snapshot(void)
     unblock_all(mask);
 }
 
-static const struct mapping *maps_find(uint64_t addr)
+const struct mapping *maps_find(uint64_t addr)
 {
     int lo = 0, hi = maps_n - 1;
     while (lo <= hi) {
@@ -266,7 +265,7 @@ static const struct mapping *maps_find(uint64_t addr)
 
 /* The mapping of a code address, re-reading the maps once when it is not in a known file
  * mapping (a library loaded since), as ModuleMap.find does. Caller holds maps_lock. */
-static const struct mapping *maps_lookup_locked(uint64_t pc)
+const struct mapping *maps_lookup_locked(uint64_t pc)
 {
     const struct mapping *m = maps_find(pc);
     if (!m || (m->plen && m->path[0] == '/' && !m->exec) || (!m->plen && !m->exec)) {
@@ -434,8 +433,9 @@ static volatile int pool_lock;
 
 static int64_t distance(uint64_t a, uint64_t b) { return a > b ? (int64_t)(a - b) : (int64_t)(b - a); }
 
-/* A free 64 KiB region within 1 GiB of `near`, found in the gaps of the maps. */
-static uint8_t *pool_map_near(uint64_t near)
+/* A free region of `size` bytes (RWX) within 1 GiB of `near`, found in the gaps of the maps.
+ * Caller holds maps_lock. */
+uint8_t *pool_map_near(uint64_t near, size_t size)
 {
     for (int attempt = 0; attempt < 4; attempt++) {
         uint64_t best = 0;
@@ -447,9 +447,9 @@ static uint8_t *pool_map_near(uint64_t near)
                 prev_end = maps_cache[i].end > prev_end ? maps_cache[i].end : prev_end;
             gap_lo = (gap_lo + 0xffff) & ~0xffffull;
             gap_hi &= ~0xffffull;
-            if (gap_hi < gap_lo + POOL_SIZE + 0x20000) /* keep a guard gap either side */
+            if (gap_hi < gap_lo + size + 0x20000) /* keep a guard gap either side */
                 continue;
-            uint64_t lo = gap_lo + 0x10000, hi = gap_hi - POOL_SIZE - 0x10000;
+            uint64_t lo = gap_lo + 0x10000, hi = gap_hi - size - 0x10000;
             uint64_t cand = near < lo ? lo : near > hi ? hi : (near & ~0xffffull);
             int64_t d = distance(cand, near);
             if (d < best_d) {
@@ -459,12 +459,12 @@ static uint8_t *pool_map_near(uint64_t near)
         }
         if (!best || best_d > (1ll << 30))
             return NULL;
-        void *p = mmap((void *)(uintptr_t)best, POOL_SIZE, PROT_READ | PROT_WRITE | PROT_EXEC,
+        void *p = mmap((void *)(uintptr_t)best, size, PROT_READ | PROT_WRITE | PROT_EXEC,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
         if (p != MAP_FAILED && (uint64_t)(uintptr_t)p == best)
             return p;
         if (p != MAP_FAILED)
-            munmap(p, POOL_SIZE);
+            munmap(p, size);
         maps_snapshot_locked(); /* the maps moved under us: look again */
     }
     return NULL;
@@ -485,7 +485,7 @@ static uint8_t *tramp_alloc(uint64_t target)
         pools[i].used += TRAMP_SLOT;
     }
     if (!slot && npools < MAX_POOLS) {
-        uint8_t *base = target ? pool_map_near(target) : NULL;
+        uint8_t *base = target ? pool_map_near(target, POOL_SIZE) : NULL;
         if (!base && !target) {
             void *p = mmap(NULL, POOL_SIZE, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             base = p == MAP_FAILED ? NULL : p;
@@ -514,7 +514,7 @@ uint64_t trampoline_origin(uint64_t rip, int *at_insn)
             return origin;
         }
     }
-    return 0;
+    return patch_origin(rip, at_insn);
 }
 
 static uint8_t *emit(uint8_t *p, const void *bytes, size_t n)
@@ -642,7 +642,7 @@ static uint64_t effective_address(const struct x86_insn *d, const greg_t *g, uin
     return ea + segb;
 }
 
-static int uses_stack(const struct x86_insn *d)
+int uses_stack(const struct x86_insn *d)
 {
     if (d->vex)
         return 0;
@@ -688,7 +688,7 @@ static void snapshot_regs(struct ualdbg_regs *r, const greg_t *g, uint64_t segb)
 /* ------------------------------------------------------------------------------------------ */
 /* Sites: the per-PC table. */
 
-static struct ualdbg_site *site_slot(uint64_t pc, int *created)
+struct ualdbg_site *site_slot(uint64_t pc, int *created)
 {
     uint32_t mask = G.site_mask;
     uint32_t h = (uint32_t)((pc * 0x9e3779b97f4a7c15ull) >> 40) & mask;
@@ -930,6 +930,52 @@ static void single_step(greg_t *g)
 /* ------------------------------------------------------------------------------------------ */
 /* The SIGBUS handler. AC is already clear (entry.S). */
 
+/* An alignment fault on a patch trampoline's copy that runs with the thread's AC (patch.c): the
+ * tested bits were too few for this address, or this is a fork child whose counters are not set
+ * up yet. Counted at the patched PC like any trap there (a record too); resumed through an
+ * out-of-line copy of the trampoline's copy (a SHADOW site, not reported). */
+static int patch_trampoline_fault(greg_t *g, uint64_t pc, uint64_t origin)
+{
+    int created;
+    struct ualdbg_site *os = site_slot(origin, &created);
+    if (os && created)
+        site_build(os, origin); /* cannot happen: a patched site is in every table of its process */
+    if (os) {
+        while (__atomic_load_n(&os->state, __ATOMIC_ACQUIRE) != UALDBG_SITE_READY)
+            sched_yield();
+        const struct x86_insn *d = &site_insn[os - G.sites];
+        __atomic_add_fetch(&os->count, 1, __ATOMIC_RELAXED);
+        uint64_t segb = os->insn_len ? seg_base(d->seg) : 0;
+        if (os->insn_len)
+            patch_widen_mask(pc, effective_address(d, g, origin, segb));
+        if (os->flags & UALDBG_SITE_IN_SCOPE) {
+            __atomic_add_fetch(&G.hdr->total, 1, __ATOMIC_RELAXED);
+            add_variant(os, os->insn_len ? alignment_key(d, g, origin, segb) : 1ull << 63, g, segb);
+            add_record(origin, g, segb, os->flags);
+        } else {
+            __atomic_add_fetch(&G.hdr->ignored, 1, __ATOMIC_RELAXED);
+        }
+    } else {
+        __atomic_add_fetch(&G.hdr->dropped_sites, 1, __ATOMIC_RELAXED);
+    }
+    struct ualdbg_site *s = site_slot(pc, &created);
+    if (s && created) {
+        site_build(s, pc);
+        __atomic_or_fetch(&s->flags, UALDBG_SITE_SHADOW, __ATOMIC_RELEASE);
+    } else if (s) {
+        while (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != UALDBG_SITE_READY)
+            sched_yield();
+    }
+    if (s && (s->flags & UALDBG_SITE_TRAMPOLINE) && s->trampoline) {
+        g[REG_EFL] &= ~(greg_t)AC_BIT;
+        g[REG_RIP] = (greg_t)s->trampoline;
+    } else {
+        single_step(g);
+        ensure_sigtrap();
+    }
+    return 1;
+}
+
 static int handle_alignment_fault(ucontext_t *uc)
 {
     greg_t *g = uc->uc_mcontext.gregs;
@@ -948,6 +994,9 @@ static int handle_alignment_fault(ucontext_t *uc)
             return 1;
         }
     }
+    uint64_t origin = patch_copy_origin(pc);
+    if (origin)
+        return patch_trampoline_fault(g, pc, origin);
     int created;
     struct ualdbg_site *s = site_slot(pc, &created);
     if (!s) {
@@ -961,7 +1010,10 @@ static int handle_alignment_fault(ucontext_t *uc)
     } else {
         while (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != UALDBG_SITE_READY)
             sched_yield();
-        if (!code_matches(s, pc)) { /* new code at this PC (dlclose/dlopen, JIT): rebuild */
+        if (!code_matches(s, pc) && !((s->flags & UALDBG_SITE_PATCHED) && patch_is_ours(pc))) {
+            /* new code at this PC (dlclose/dlopen, JIT): rebuild. Not a site another thread
+             * patched after this one trapped there: its jump is the new code; the trap is
+             * counted and resumed as before (the copy out of line returns after the jump). */
             __atomic_store_n(&s->state, UALDBG_SITE_BUILDING, __ATOMIC_RELEASE);
             s->nvariants = 0;
             site_build(s, pc);
@@ -984,6 +1036,16 @@ static int handle_alignment_fault(ucontext_t *uc)
         __atomic_add_fetch(&G.hdr->ignored, 1, __ATOMIC_RELAXED);
         if ((flags & UALDBG_SITE_SKIP) && skip_routine(s, g))
             return 1;
+    }
+    if ((flags & UALDBG_SITE_TRAMPOLINE) && CFG.patch_after && s->count >= CFG.patch_after && s->insn_len &&
+        !(flags & (UALDBG_SITE_REP | UALDBG_SITE_SKIP | UALDBG_SITE_PATCHED | UALDBG_SITE_UNPATCHABLE |
+                   UALDBG_SITE_SHADOW))) {
+        uint64_t resume = patch_consider(s, &site_insn[s - G.sites], pc);
+        if (resume) { /* patched: this fault (counted above) runs the trampoline's unchecked copy */
+            g[REG_EFL] &= ~(greg_t)AC_BIT;
+            g[REG_RIP] = (greg_t)resume;
+            return 1;
+        }
     }
     if (flags & UALDBG_SITE_TRAMPOLINE) {
         g[REG_EFL] &= ~(greg_t)AC_BIT;
@@ -1080,7 +1142,8 @@ static int buffer_create(void)
     uint32_t rc = CFG.records ? CFG.records : 100000;
     uint64_t sites_off = UALDBG_HEADER_SIZE;
     uint64_t rec_off = sites_off + (uint64_t)SITE_CAPACITY * UALDBG_SITE_SIZE;
-    uint64_t maps_off = rec_off + (uint64_t)rc * UALDBG_RECORD_SIZE;
+    uint64_t patch_off = (rec_off + (uint64_t)rc * UALDBG_RECORD_SIZE + 63) & ~63ull;
+    uint64_t maps_off = patch_off + (uint64_t)PATCH_CAPACITY * UALDBG_PATCH_SIZE;
     maps_off = (maps_off + 4095) & ~4095ull;
     uint64_t size = maps_off + MAPS_CAPACITY;
     if (ftruncate(fd, (off_t)size) != 0) {
@@ -1103,6 +1166,10 @@ static int buffer_create(void)
     h->sites_offset = sites_off;
     h->records_offset = rec_off;
     h->maps_offset = maps_off;
+    h->patches_offset = patch_off;
+    h->patch_capacity = PATCH_CAPACITY;
+    h->patch_size = UALDBG_PATCH_SIZE;
+    h->patch_after = CFG.patch_after;
     h->pid = G.pid;
     h->ppid = getppid();
     h->gen = gen;
@@ -1171,6 +1238,8 @@ void agent_new_process(int follow, int in_handler)
     }
     void *old = G.hdr;
     size_t old_len = G.map_len;
+    const struct ualdbg_site *old_sites = G.sites;
+    uint32_t old_mask = G.site_mask;
     if (buffer_create() != 0) {
         G.active = 0;
         G.hdr = NULL;
@@ -1184,6 +1253,8 @@ void agent_new_process(int follow, int in_handler)
     spin_lock(&maps_lock);
     maps_snapshot_locked();
     spin_unlock(&maps_lock);
+    if (old)
+        patch_after_fork(old_sites, old_mask); /* the patches are inherited: their sites and fresh counters */
     if (old)
         munmap(old, old_len);
 }
@@ -1207,7 +1278,8 @@ static void percent_decode(char *dst, size_t cap, const char *src, size_t n)
 }
 
 /* UALDBG_AGENT=1;dir=D;at=main|start;follow=0|1;all=0|1;noskip=0|1;records=N;ualdbg=PID;
- *              preload=VALUE|-;modules=A,B   (values percent-encoded) */
+ *              preload=VALUE|-;modules=A,B;patch=K   (values percent-encoded; patch=0 or absent:
+ *              no hot-site patching) */
 static int parse_config(const char *s)
 {
     if (!s || s[0] != '1')
@@ -1237,6 +1309,8 @@ static int parse_config(const char *s)
             CFG.all_modules = val[0] == '1';
         else if (kl == 6 && !memcmp(p, "noskip", 6))
             CFG.noskip = val[0] == '1';
+        else if (kl == 5 && !memcmp(p, "patch", 5))
+            CFG.patch_after = (uint32_t)strtoul(val, NULL, 10);
         else if (kl == 7 && !memcmp(p, "records", 7))
             CFG.records = (uint32_t)strtoul(val, NULL, 10);
         else if (kl == 6 && !memcmp(p, "ualdbg", 6))
@@ -1578,6 +1652,7 @@ EXPORT void ualdbg_agent_disarm(void)
     G.armed = 0;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     trampolines_disarm();
+    patch_disarm();
     /* No lock is taken here or in release: every other thread is stopped, anywhere. */
     if (G.hdr && G.active && !(G.hdr->flags & UALDBG_F_DETACHED)) {
         G.hdr->end_ns = now_ns();
@@ -1590,6 +1665,7 @@ EXPORT void ualdbg_agent_disarm(void)
  * return addresses it swapped may still be on stacks, and its trampolines' code may be running. */
 EXPORT void ualdbg_agent_release(void)
 {
+    patch_release(); /* before the buffer goes: the trampolines stop counting into it */
     got_restore_all();
     signals_release();
     G.active = 0;

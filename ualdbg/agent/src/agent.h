@@ -26,6 +26,7 @@ struct agent_config {
     int at_start;
     int all_modules;
     int noskip;
+    uint32_t patch_after; /* traps at a site before the patcher rewrites it (patch.c); 0: never */
     uint32_t records;
     long ualdbg_pid;     /* the ualdbg process: an image whose parent it is runs the program */
     char dir[512];
@@ -65,6 +66,7 @@ struct thread_state {
     int skip_n;
     uint64_t skip_slot[SKIP_DEPTH];
     uint64_t skip_ra[SKIP_DEPTH];
+    int in_program_handler; /* depth of the program's signal handlers running on this thread */
 };
 
 extern struct agent_config CFG HIDDEN;
@@ -121,7 +123,27 @@ static inline int sigbus_blocked_now(void)
     return (int)((cur >> (SIGBUS - 1)) & 1);
 }
 
+struct mapping {
+    uint64_t start, end;
+    const char *path; /* in the snapshot text; NUL-free, length `plen` */
+    uint16_t plen;
+    uint8_t exec;
+    uint8_t write;
+    uint8_t priv;
+};
+
+struct ualdbg_site;
+struct x86_insn;
+
 /* agent.c */
+extern volatile int maps_lock HIDDEN;
+HIDDEN void spin_lock(volatile int *l);
+HIDDEN void spin_unlock(volatile int *l);
+HIDDEN const struct mapping *maps_lookup_locked(uint64_t pc);
+HIDDEN const struct mapping *maps_find(uint64_t addr);
+HIDDEN uint8_t *pool_map_near(uint64_t near, size_t size);
+HIDDEN int uses_stack(const struct x86_insn *d);
+HIDDEN struct ualdbg_site *site_slot(uint64_t pc, int *created);
 HIDDEN uint64_t now_ns(void);
 HIDDEN void rearm(void);
 HIDDEN int armable(void);
@@ -139,6 +161,16 @@ HIDDEN void on_sigtrap_c(int sig, siginfo_t *si, void *ctx);
 HIDDEN void on_signal_c(int sig, siginfo_t *si, void *ctx);
 HIDDEN uint64_t trampoline_origin(uint64_t rip, int *at_insn);
 HIDDEN void ensure_sigtrap(void);
+
+/* patch.c */
+HIDDEN uint64_t patch_consider(struct ualdbg_site *s, const struct x86_insn *d, uint64_t pc);
+HIDDEN uint64_t patch_origin(uint64_t rip, int *at_insn);
+HIDDEN uint64_t patch_copy_origin(uint64_t rip);
+HIDDEN int patch_is_ours(uint64_t pc);
+HIDDEN void patch_widen_mask(uint64_t rip, uint64_t ea);
+HIDDEN void patch_after_fork(const struct ualdbg_site *old_sites, uint32_t old_mask);
+HIDDEN void patch_disarm(void);
+HIDDEN void patch_release(void);
 
 /* wrappers.c */
 HIDDEN void wrappers_init(void);

@@ -355,3 +355,40 @@ int ualdbg_cfi_lookup(const void *eh_frame_hdr, uint64_t pc, struct cfi_rule *ou
     out->ok = 1;
     return 1;
 }
+
+/* The address range of the i-th FDE of the .eh_frame_hdr table (the hot-site patcher sweeps every
+ * function of a module for branch targets). Returns the number of FDEs when `i` is out of range
+ * or start/end are NULL, 0 when the table cannot be read; -1 when FDE `i` cannot be parsed. */
+int64_t ualdbg_cfi_fde_range(const void *eh_frame_hdr, uint64_t i, uint64_t *start, uint64_t *end)
+{
+    const uint8_t *hdr = eh_frame_hdr;
+    if (!hdr || hdr[0] != 1)
+        return 0;
+    uint8_t ptr_enc = hdr[1], count_enc = hdr[2], table_enc = hdr[3];
+    const uint8_t *p = hdr + 4, *big = hdr + (1u << 30);
+    uint64_t eh_frame, count;
+    uint64_t base = (uint64_t)(uintptr_t)hdr;
+    if (!read_ptr(&p, big, ptr_enc, base, &eh_frame) || !read_ptr(&p, big, count_enc, base, &count))
+        return 0;
+    if (table_enc != (DW_EH_PE_datarel | DW_EH_PE_sdata4))
+        return 0;
+    if (!start || !end || i >= count)
+        return (int64_t)count;
+    const int32_t *table = (const int32_t *)(const void *)p;
+    const uint8_t *fde = (const uint8_t *)(uintptr_t)(base + (uint64_t)(int64_t)table[2 * i + 1]);
+    uint32_t len, cie_ptr;
+    memcpy(&len, fde, 4);
+    if (len == 0 || len == 0xffffffffu)
+        return -1;
+    memcpy(&cie_ptr, fde + 4, 4);
+    struct cie c;
+    if (!parse_cie(fde + 4 - cie_ptr, &c))
+        return -1;
+    const uint8_t *q = fde + 8, *fde_end = fde + 4 + len;
+    uint64_t s, range;
+    if (!read_ptr(&q, fde_end, c.fde_enc, 0, &s) || !read_ptr(&q, fde_end, c.fde_enc & 0x0f, 0, &range))
+        return -1;
+    *start = s;
+    *end = s + range;
+    return (int64_t)count;
+}

@@ -13,5 +13,6 @@ struct cfi_rule {
 };
 
 int ualdbg_cfi_lookup(const void *eh_frame_hdr, uint64_t pc, struct cfi_rule *out);
+int64_t ualdbg_cfi_fde_range(const void *eh_frame_hdr, uint64_t i, uint64_t *start, uint64_t *end);
 
 #endif

@@ -180,7 +180,8 @@ void chain_signal(int sig, siginfo_t *si, ucontext_t *uc)
         uint64_t origin = trampoline_origin((uint64_t)g[REG_RIP], &at_insn);
         if (origin && at_insn) {
             g[REG_RIP] = (greg_t)origin;
-            g[REG_EFL] |= (greg_t)AC_BIT;
+            if (at_insn == 1) /* it ran with AC cleared by the agent; 2: with the thread's own */
+                g[REG_EFL] |= (greg_t)AC_BIT;
         }
     }
     int blocked = sigismember(&uc->uc_sigmask, SIGBUS) || sigismember(&u.sa_mask, SIGBUS) ||
@@ -192,10 +193,12 @@ void chain_signal(int sig, siginfo_t *si, ucontext_t *uc)
     }
     if (!blocked && armable())
         ac_set();
+    TS.in_program_handler++; /* the patcher does not move code this handler may return into */
     if (u.sa_flags & SA_SIGINFO)
         u.sa_sigaction(sig, si, uc);
     else
         u.sa_handler(sig);
+    TS.in_program_handler--;
     ac_clear();
 }
 

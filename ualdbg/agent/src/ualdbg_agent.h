@@ -20,6 +20,12 @@
  *   release order: a slot whose seq does not match is being written or was overwritten.
  * - maps: snapshots of /proc/self/maps text, appended (each starts with "#snapshot NS\n")
  *   at arming, whenever a new PC lies outside the last snapshot, and at exit/exec.
+ * - patches (at patches_offset, patch_capacity entries; patches_offset 0: none): the hot sites
+ *   the agent rewrote to jump to a counting trampoline after patch_after traps (patch.c), and
+ *   the sites it found it could not patch (state UALDBG_PATCH_REFUSED, with a reason). A patched
+ *   site's exact count is its site entry's count (the traps before the patch, each with a ring
+ *   record) plus the patch entry's count (the executions the trampoline found misaligned with
+ *   AC set: the faults it would have taken, counted without a record).
  */
 #ifndef UALDBG_AGENT_H
 #define UALDBG_AGENT_H
@@ -54,6 +60,24 @@ enum { UALDBG_RUNNING = 1, UALDBG_EXITED = 2, UALDBG_EXECED = 3 };
 #define UALDBG_SITE_STEPPED 0x8u    /* resumed by a single-step (undecodable, far transfers) */
 #define UALDBG_SITE_SKIP 0x10u      /* out of scope, in a string routine: disarm until it returns */
 #define UALDBG_SITE_REP 0x20u       /* a rep string instruction: one element per trap */
+#define UALDBG_SITE_PATCHED 0x40u   /* rewritten to jump to a counting trampoline (patch table) */
+#define UALDBG_SITE_UNPATCHABLE 0x80u /* the patcher refused it (the patch table says why) */
+#define UALDBG_SITE_SHADOW 0x100u   /* a copy inside a patch trampoline: counted at its origin, not a site */
+
+/* patch.state */
+enum { UALDBG_PATCH_EMPTY = 0, UALDBG_PATCH_ACTIVE = 1, UALDBG_PATCH_REFUSED = 2 };
+/* patch.reason (UALDBG_PATCH_REFUSED) */
+enum {
+    UALDBG_PATCH_R_KIND = 1,      /* not an access whose AC rule the patcher knows (or fs/gs, rep/string) */
+    UALDBG_PATCH_R_MAPPING = 2,   /* not in a private, read-only, file-backed executable mapping of an ELF */
+    UALDBG_PATCH_R_SHORT = 3,     /* shorter than a jump, and the instructions after it cannot be moved */
+    UALDBG_PATCH_R_THREADS = 4,   /* shorter than a jump, and other threads run (one may be inside) */
+    UALDBG_PATCH_R_TARGET = 5,    /* shorter than a jump, and a branch may land after it */
+    UALDBG_PATCH_R_STRADDLE = 6,  /* the jump's 5 bytes cross a 16-byte line: no single atomic store */
+    UALDBG_PATCH_R_REACH = 7,     /* no trampoline memory within a rel32 of it (and of its operand) */
+    UALDBG_PATCH_R_PROTECT = 8,   /* mprotect refused to make the code writable */
+    UALDBG_PATCH_R_FULL = 9,      /* the patch table is full */
+};
 
 /* site.state */
 enum { UALDBG_SITE_EMPTY = 0, UALDBG_SITE_BUILDING = 1, UALDBG_SITE_READY = 2 };
@@ -129,6 +153,26 @@ struct ualdbg_header { /* UALDBG_HEADER_SIZE bytes */
     char exe[512];             /*  208 */
     char cmdline[1024];        /*  720: NUL-separated argv, truncated */
     char note[512];            /* 1744: e.g. the program an exec without the agent ran */
+    uint64_t patches_offset;   /* 2256: 0: this agent does not patch */
+    uint32_t patch_capacity;   /* 2264 */
+    uint32_t patch_size;       /* 2268 */
+    uint32_t patches_used;     /* 2272: entries written (patched and refused) */
+    uint32_t patch_after;      /* 2276: traps at a site before it is patched; 0: --no-patch */
+};
+
+#define UALDBG_PATCH_SIZE 64
+struct ualdbg_patch { /* UALDBG_PATCH_SIZE bytes */
+    uint64_t pc;         /*  0 */
+    uint64_t count;      /*  8: faults counted by the trampoline in this process (no records) */
+    uint64_t traps;      /* 16: the site's traps when it was patched */
+    uint32_t state;      /* 24 */
+    uint32_t reason;     /* 28 */
+    uint32_t length;     /* 32: bytes of code moved to the trampoline (the jump needs 5) */
+    uint32_t mask;       /* 36: the address bits the trampoline tests */
+    uint64_t patched_ns; /* 40 */
+    uint64_t trampoline; /* 48: process-local */
+    uint32_t site_flags; /* 56: the site's flags when patched (UALDBG_SITE_IN_SCOPE: live progress) */
+    uint32_t reserved;   /* 60 */
 };
 
 #endif
