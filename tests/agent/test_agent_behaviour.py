@@ -101,6 +101,11 @@ def test_children_are_traced_and_joined_by_pid(agent_programs: Path, tmp_path: P
     assert [p["image"] for p in root_images] == [0, 1] and root_images[1]["args"] == ["3", "final"], procs
     children = {p["pid"] for p in procs} - {root}
     assert len(children) >= 4, procs  # fork, vfork+exec, posix_spawn, system's shell (and its child)
+    # One image per program a process ran: a fork child trapping in glibc's fork before its
+    # atfork handlers run must not get a second buffer (it was listed twice).
+    for pid in {p["pid"] for p in procs}:
+        images = [(p["path"], p["args"]) for p in procs if p["pid"] == pid]
+        assert all(a != b for a, b in zip(images, images[1:])), procs
     assert {r["pid"] for r in doc["records"]} == {p["pid"] for p in procs if p["faults_total"]}, run.explain()
 
 

@@ -624,9 +624,11 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
         notes.append(f"{dropped} faults at PCs beyond the agent's site table were single-stepped and not counted")
     patching = merged["agent"]["patching"]
     if patching["sites_patched"]:
-        notes.append(f"{patching['sites_patched']} hot sites were patched after {run.patch_after} traps: their counts "
-                     f"are exact, but {patching['faults_in_scope_without_record']} faults in scope have no record "
-                     "(--no-patch: one trap and one record per fault)")
+        unrecorded = patching["faults_in_scope_without_record"]
+        recorded = (f"but {unrecorded} faults in scope have no record (--no-patch: one trap and one record per fault)"
+                    if unrecorded else "and every fault in scope still has its record")
+        notes.append(f"{patching['sites_patched']} hot sites (counted per process) were patched after "
+                     f"{run.patch_after} traps: their counts are exact, {recorded}")
     merged["notes"] = notes
     return merged
 

@@ -1399,7 +1399,9 @@ static void on_exit_cb(int status, void *arg)
 static void atfork_child(void)
 {
     uint64_t was = ac_save_clear(); /* the child inherited the forking thread's AC */
-    if (G.active)
+    /* A trap in glibc's fork before its child handlers run has already made this process
+     * its own buffer (the wiped fork token): a second one would list the child twice. */
+    if (G.active && G.pid != raw_getpid())
         agent_new_process(CFG.follow, 0);
     if (G.active)
         ac_restore(was);
