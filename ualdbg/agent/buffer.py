@@ -245,6 +245,26 @@ class AgentBuffer:
                                    Registers(values[7:23], values[23])))
         return out
 
+    def record_bytes(self) -> bytes:
+        """The same records as records(), raw: RECORD_SIZE bytes each as the agent wrote them, in
+        sequence order (ualdbg/agent/records.py reads them as columns)."""
+        head = struct.unpack_from("<Q", self._map, 136)[0]
+        cap = self._layout["record_capacity"]
+        base = self._layout["records_offset"]
+        first = max(1, head - cap + 1)
+        if head < first:
+            return b""
+        lo, hi = (first - 1) % cap, (head - 1) % cap  # the slots of the first and the last record
+        m = self._map
+        if lo <= hi:
+            raw = m[base + lo * RECORD_SIZE: base + (hi + 1) * RECORD_SIZE]
+        else:
+            raw = m[base + lo * RECORD_SIZE: base + cap * RECORD_SIZE] + m[base: base + (hi + 1) * RECORD_SIZE]
+        seqs = memoryview(raw).cast("Q")[:: RECORD_SIZE // 8].tolist()
+        if seqs == list(range(first, head + 1)):
+            return raw
+        return b"".join(raw[i * RECORD_SIZE:(i + 1) * RECORD_SIZE] for i, seq in enumerate(seqs) if seq == first + i)
+
     # -- maps ----------------------------------------------------------------------------------
     def maps_snapshots(self) -> list[tuple[int, str]]:
         """(CLOCK_MONOTONIC ns, /proc/PID/maps text) for each snapshot, oldest first."""
