@@ -187,12 +187,15 @@ def test_merged_tables_order_and_number_as_the_dict_merge() -> None:
         assert list(ar.merged(tables, started, capacity, total)) == want
 
 
-def test_vas_by_pc_matches_the_records() -> None:
-    rows = [record(i, 10**9, 0x401000 + i % 3, [0] * 16) for i in range(1, 31)]
+@pytest.mark.parametrize("sites,shape_of", [(3, lambda i: i % 2), (1, lambda i: 0), (1, lambda i: int(i == 7))],
+                         ids=["three sites, some without VA", "one site", "one site, one record without VA"])
+def test_vas_by_pc_matches_the_records(sites: int, shape_of: Any) -> None:
+    rows = [record(i, 10**9, 0x401000 + i % sites, [0] * 16) for i in range(1, 31)]
     shapes = [ar.Shape(True, 8, "read"), ar.Shape(False, None, None)]
-    table = table_of(rows, 0.0, shapes, [i % 2 for i in range(30)], [i * 8 + 1 for i in range(30)])
+    table = table_of(rows, 0.0, shapes, [shape_of(i) for i in range(30)], [i * 8 + (i == 3) for i in range(30)])
     want: dict[str, list[str]] = {}
     for r in table:
         if r["va"]:
             want.setdefault(r["pc"], []).append(r["va"])
     assert table.vas_by_pc() == want
+    assert sum(map(len, want.values())) == 30 - sum(shape_of(i) for i in range(30))

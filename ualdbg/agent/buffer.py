@@ -3,6 +3,7 @@ ualdbg/agent/src/ualdbg_agent.h): the header's counters for live progress, the e
 site table, the ring of in-scope records, and the /proc/PID/maps snapshots for symbolization."""
 from __future__ import annotations
 
+import array
 import mmap
 import os
 import re
@@ -260,8 +261,8 @@ class AgentBuffer:
             raw = m[base + lo * RECORD_SIZE: base + (hi + 1) * RECORD_SIZE]
         else:
             raw = m[base + lo * RECORD_SIZE: base + cap * RECORD_SIZE] + m[base: base + (hi + 1) * RECORD_SIZE]
-        seqs = memoryview(raw).cast("Q")[:: RECORD_SIZE // 8].tolist()
-        if seqs == list(range(first, head + 1)):
+        seqs = memoryview(raw).cast("Q")[:: RECORD_SIZE // 8]
+        if seqs == array.array("Q", range(first, head + 1)):  # compared in C: no int object per record
             return raw
         return b"".join(raw[i * RECORD_SIZE:(i + 1) * RECORD_SIZE] for i, seq in enumerate(seqs) if seq == first + i)
 

@@ -74,22 +74,31 @@ def _fast(insn: Insn, policy: Any) -> bool:
 
 
 def _addresses(insn: Insn, op: MemOperand, words: memoryview, rows: Sequence[int] | None, n: int) -> list[int]:
-    """decode._address for every record of `rows` (all when None), from register columns."""
+    """decode._address for every record of `rows` (all when None), from register columns, in
+    one pass over them."""
     const = op.disp
+    base = index = None
     if op.base is not None and op.base in _RIP:
         const += insn.next_pc
-    ea: list[int] = [const] * n
-    if op.base is not None and op.base not in _RIP:
+    elif op.base is not None:
         if op.rsp_adjust and _GPR[op.base][0] == "rsp":
             const += op.rsp_adjust
-        ea = [const + b for b in _gpr_column(words, op.base, rows)]
+        base = _gpr_column(words, op.base, rows)
     if op.index is not None:
-        scale = op.scale
-        ea = [a + x * scale for a, x in zip(ea, _gpr_column(words, op.index, rows))]
+        index = _gpr_column(words, op.index, rows)
     mask = _MASK32 if op.addr_size == 4 else _MASK64
+    scale = op.scale
+    if base is not None and index is not None:
+        ea = [(const + b + x * scale) & mask for b, x in zip(base, index)]
+    elif base is not None:
+        ea = [(const + b) & mask for b in base]
+    elif index is not None:
+        ea = [(const + x * scale) & mask for x in index]
+    else:
+        ea = [const & mask] * n
     if op.segment is not None:  # fs/gs base: the one segment base the agent saves
-        return [((a & mask) + s) & _MASK64 for a, s in zip(ea, _column(words, _W_SEG, rows))]
-    return [a & mask for a in ea]
+        return [(a + s) & _MASK64 for a, s in zip(ea, _column(words, _W_SEG, rows))]
+    return ea
 
 
 class Explained(NamedTuple):
@@ -101,14 +110,16 @@ class Explained(NamedTuple):
 
 
 def explain(raw: bytes, decode: Callable[[int], Insn | None], policy: Any,
-            slow: Callable[[int, ab.Registers], Access | None]) -> Explained:
+            slow: Callable[[int, ab.Registers], Access | None], pcs: list[int] | None = None) -> Explained:
     """The VA, size and access of every record: per PC, the access that breaks the policy (else
     the instruction's first access), as engines/agent._explain finds it for one record. `decode`
     gives the instruction at a PC; `slow` explains one record the slow way, for the PCs whose
-    instruction the columns do not model (gathers, bit-string operands, other policies)."""
+    instruction the columns do not model (gathers, bit-string operands, other policies). `pcs`:
+    the records' PCs, when the caller has them already."""
     n = len(raw) // RECORD_SIZE
     words = memoryview(raw).cast("Q")
-    pcs = words[_W_PC::_WORDS].tolist()
+    if pcs is None:
+        pcs = words[_W_PC::_WORDS].tolist()
     shapes: list[Shape] = []
     shape_ids: dict[Shape, int] = {}
 
@@ -123,10 +134,11 @@ def explain(raw: bytes, decode: Callable[[int], Insn | None], policy: Any,
     va = [0] * n
     shape = [0] * n
     groups: dict[int, list[int]] = {}
-    if len(set(pcs)) > 1:
+    distinct = list(dict.fromkeys(pcs))  # in order of first record
+    if len(distinct) > 1:
         for i, pc in enumerate(pcs):
             groups.setdefault(pc, []).append(i)
-    for pc in dict.fromkeys(pcs):
+    for pc in distinct:
         rows: list[int] | None = groups.get(pc)  # None: every record is at this PC
         count = n if rows is None else len(rows)
         idx: Sequence[int] = range(n) if rows is None else rows
@@ -154,32 +166,26 @@ def explain(raw: bytes, decode: Callable[[int], Insn | None], policy: Any,
             continue
         cols = [_addresses(insn, op, words, rows, count) for op in ops]
         if len(ops) == 1:
-            choice: list[int] = [0] * count
-        else:  # the first operand that breaks the rule, else the first
-            rules = policy.rules
-            aligns = []
-            for op in ops:
-                never = op.size <= 1 or insn.vsib or insn.masked or insn.gp_align
-                if never:
-                    aligns.append(0)
-                else:
-                    from ..alignment import ac_rules
+            g_va, g_shape = cols[0], [op_shapes[0]] * count
+        else:  # the first operand that breaks the rule, else the first (AcPolicy.violates)
+            from ..alignment import ac_rules
 
-                    aligns.append((rules if rules is not None else ac_rules()).alignment(op.size, insn))
-            choice = []
-            for vas in zip(*cols):
-                k = next((k for k, (a, al) in enumerate(zip(vas, aligns)) if al and a % al), 0)
-                choice.append(k)
-        live: list[bool] | None = None
+            rules = policy.rules if policy.rules is not None else ac_rules()
+            aligns = [0 if (op.size <= 1 or insn.vsib or insn.masked or insn.gp_align) else rules.alignment(op.size, insn)
+                      for op in ops]
+            choice = [next((k for k, (a, al) in enumerate(zip(vas, aligns)) if al and a % al), 0) for vas in zip(*cols)]
+            g_va = [cols[k][j] for j, k in enumerate(choice)]
+            g_shape = [op_shapes[k] for k in choice]
         if insn.rep:  # a rep string instruction with a zero count makes no access
             cmask = _MASK32 if ops[0].addr_size == 4 else _MASK64
             live = [bool(c & cmask) for c in _column(words, _W_GPR + _GPR_INDEX["rcx"], rows)]
-        for j, i in enumerate(idx):
-            if live is not None and not live[j]:
-                shape[i] = none
-                continue
-            k = choice[j]
-            shape[i], va[i] = op_shapes[k], cols[k][j]
+            g_va = [v if alive else 0 for v, alive in zip(g_va, live)]
+            g_shape = [s if alive else none for s, alive in zip(g_shape, live)]
+        if rows is None:
+            va, shape = g_va, g_shape
+        else:
+            for i, v, sh in zip(rows, g_va, g_shape):
+                va[i], shape[i] = v, sh
     return Explained(va, shape, shapes)
 
 
@@ -283,6 +289,10 @@ class RecordTable(Sequence[dict[str, Any]]):
         left out: what the fix advice reads, without a record object per record."""
         words = memoryview(self.raw).cast("Q")
         pcs = words[_W_PC::_WORDS].tolist()
+        if not pcs:
+            return {}
+        if len(set(pcs)) == 1 and all(self.shapes[s].has_va for s in set(self.shape)):  # hex(v) is f"{v:#x}"
+            return {f"{pcs[0]:#x}": list(map(hex, self.va))}
         out: dict[str, list[str]] = {}
         names: dict[int, str] = {}
         has = [s.has_va for s in self.shapes]
@@ -356,9 +366,10 @@ def table_from(raw: bytes, started: float, decode: Callable[[int], Insn | None],
     verdict = {pc: keep(pc) for pc in set(pcs)}
     if not all(verdict.values()):
         raw = b"".join(raw[i * RECORD_SIZE:(i + 1) * RECORD_SIZE] for i, pc in enumerate(pcs) if verdict[pc])
-    if len(raw) > capacity * RECORD_SIZE:
-        raw = raw[len(raw) - capacity * RECORD_SIZE:]
-    return RecordTable(raw, started, explain(raw, decode, policy, slow))
+        pcs = [pc for pc in pcs if verdict[pc]]
+    if len(pcs) > capacity:
+        raw, pcs = raw[len(raw) - capacity * RECORD_SIZE:], pcs[len(pcs) - capacity:]
+    return RecordTable(raw, started, explain(raw, decode, policy, slow, pcs))
 
 
 def concat(tables: Sequence[RecordTable], started: float) -> tuple[bytes, Explained]:
