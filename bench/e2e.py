@@ -82,13 +82,40 @@ def floor_us(exe: Path, n: int) -> float:
     return (float(rows["ac"]) - float(rows["noac"])) / 1000
 
 
-def measure(code: Path, reps: int, log: Any = print) -> dict[str, list[float]]:
+def busy_others(secs: float = 2.0) -> float:
+    """The fraction of the machine's CPUs that others kept busy over `secs` (from /proc/stat and
+    this process's children: nothing of ours runs meanwhile)."""
+    def ticks() -> float:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    t0, b0 = time.perf_counter(), ticks()
+    time.sleep(secs)
+    return (ticks() - b0) / ((time.perf_counter() - t0) * (os.cpu_count() or 1))
+
+
+def settle(limit: float, log: Any) -> None:
+    """Wait up to `limit` seconds for a 2-second sample with under a quarter of the machine busy:
+    the figures of a repetition that ran beside someone else's build are noise."""
+    t0 = time.perf_counter()
+    while True:
+        busy = busy_others()
+        if busy < 0.25 or time.perf_counter() - t0 >= limit:
+            if time.perf_counter() - t0 > 2.5:
+                log(f"  e2e: waited {time.perf_counter() - t0:.0f} s for a quieter machine (now {100 * busy:.0f}% busy)")
+            return
+
+
+def measure(code: Path, reps: int, log: Any = print, wait: float = 60.0) -> dict[str, list[float]]:
     exe = build_floor()
     out: dict[str, list[float]] = {"floor": [], "default": [], "small": [], "ratio_default": [], "ratio_small": [],
                                    "per_record": []}
     with tempfile.TemporaryDirectory(prefix="ualdbg-e2e-") as tmp:
         json_out = Path(tmp) / "t.json"
         for rep in range(reps):
+            if wait > 0:
+                settle(wait, log)
             per: dict[str, float] = {}
             variants = [("default", None), ("small", SMALL_RING)]
             for name, ring in (variants if rep % 2 == 0 else variants[::-1]):
