@@ -144,6 +144,9 @@ def test_reader_skips_torn_records_and_unfinished_sites(tmp_path: Path) -> None:
     with ab.AgentBuffer(str(path)) as buf:
         assert [r.seq for r in buf.records()] == [3, 5, 6]
         assert _raw_records(buf.record_bytes()) == buf.records()  # the torn one left out there too
+        kept = buf.record_bytes()
+        path.unlink()  # read with pread while the file is there, from the mapping once it is gone
+        assert buf.record_bytes() == kept and len(kept) == 3 * ab.RECORD_SIZE
         assert buf.records()[0].cpu is None and buf.records()[0].pid == 7
         assert [(s.pc, s.count) for s in buf.sites()] == [(0x401000, 9)]
         assert buf.maps_snapshots() == [(5, "400000-401000 r-xp 00000000 00:00 1 /bin/x\n"), (9, "")]
