@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+import e2e  # noqa: E402  (bench/e2e.py: the end-to-end row, issue 21)
+
 BENCH = ROOT / "bench"
 BUILD = BENCH / "build"  # gitignored (build/)
 DOC = ROOT / "docs" / "PERFORMANCE.md"
@@ -626,6 +629,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n2-agent", type=int, default=20100, help="faults in the long agent run (default 20100: it is fast)")
     p.add_argument("--floor-faults", type=int, default=20000, help="faults per floor repetition")
     p.add_argument("--profile-faults", type=int, default=2000, help="faults in the profiled run")
+    p.add_argument("--e2e-reps", type=int, default=5,
+                   help="repetitions of the end-to-end row (bench/e2e.py; 0: none; default 5)")
     p.add_argument("--only", action="append", default=[], metavar="KEY", help="only these mechanisms (naive-gdb, trace-gdb, ...)")
     p.add_argument("--no-lldb", action="store_true", help="leave the lldb rows empty")
     p.add_argument("--no-write", action="store_true",
@@ -683,6 +688,9 @@ def main(argv: list[str] | None = None) -> int:
         results.sort(key=lambda r: order.index(r.key))
         log(f"bench: profile of the gdb trace path ({args.profile_faults} faults)")
         prof = profile(args.profile_faults, tmp, log)
+    if args.e2e_reps and not args.no_write:  # its own section of PERFORMANCE.md (bench/e2e.py)
+        log(f"bench: end to end, `ualdbg trace --json` of {e2e.N2:,} faults x {args.e2e_reps}")
+        e2e.run(args.e2e_reps, log=log)
     cfg = {"n1": args.n1, "n2": args.n2, "n2_lldb": args.n2_lldb, "n2_agent": args.n2_agent, "reps": reps_done, "reps_floor": FLOOR_REPS, "floor_faults": args.floor_faults,
            "load_before": load_before, "load_after": os.getloadavg()[0],
            "others": contention.fractions()[0], "steal": contention.fractions()[1], "settled_s": settled, "elapsed_s": time.perf_counter() - t_start}

@@ -74,12 +74,22 @@ def advise(site: dict[str, Any], vas: list[str] | None = None) -> Advice | None:
     return None
 
 
-def advice_by_pc(doc: dict[str, Any]) -> dict[str, Advice]:
-    """Advice for every site of a trace document that has some, by PC."""
+def vas_by_pc(doc: dict[str, Any]) -> dict[str, list[str]]:
+    """The VAs of a trace document's kept records, by PC, in record order (records without one
+    left out)."""
+    records = doc.get("records", [])
+    if hasattr(records, "vas_by_pc"):  # a record table (ualdbg/agent/records.py): no object per record
+        return records.vas_by_pc()  # type: ignore[no-any-return]
     vas: dict[str, list[str]] = {}
-    for rec in doc.get("records", []):
+    for rec in records:
         if rec.get("va"):
             vas.setdefault(rec["pc"], []).append(rec["va"])
+    return vas
+
+
+def advice_by_pc(doc: dict[str, Any]) -> dict[str, Advice]:
+    """Advice for every site of a trace document that has some, by PC."""
+    vas = vas_by_pc(doc)
     out = {}
     for site in doc.get("sites", []):
         a = advise(site, vas.get(site["pc"]))

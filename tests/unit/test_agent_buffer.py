@@ -77,8 +77,20 @@ def test_c_writer_and_python_reader_agree(agent: ctypes.CDLL, tmp_path: Path) ->
         assert (view["rax"], view["rsp"], view["rsi"], view["rdi"], view["fs_base"]) == (0x1013, 0x7FFF0000, 0x5001, 0x6002, 0)
         assert "xmm0" not in view and len(view) == 18
         assert all(a.time_ns <= b.time_ns for a, b in zip(records, records[1:]))
+        assert _raw_records(buf.record_bytes()) == records  # the raw ring (agent/records.py) holds the same
         snapshots = buf.maps_snapshots()
         assert len(snapshots) == 1 and "[stack]" in snapshots[0][1]
+
+
+def _raw_records(raw: bytes) -> list[ab.RecordEntry]:
+    """The records of AgentBuffer.record_bytes(), read as AgentBuffer.records() reads each one."""
+    out = []
+    for off in range(0, len(raw), ab.RECORD_SIZE):
+        seq, time_ns, pc, pid, tid, cpu, flags, *regs = struct.unpack_from("<QQQIIiI17Q", raw, off)
+        out.append(ab.RecordEntry(seq, time_ns, pc, pid, tid, None if cpu < 0 else cpu, flags,
+                                  ab.Registers(tuple(regs[:16]), regs[16])))
+    assert len(raw) % ab.RECORD_SIZE == 0
+    return out
 
 
 def _header(**fields: int) -> bytearray:
@@ -131,6 +143,10 @@ def test_reader_skips_torn_records_and_unfinished_sites(tmp_path: Path) -> None:
     path.write_bytes(raw)
     with ab.AgentBuffer(str(path)) as buf:
         assert [r.seq for r in buf.records()] == [3, 5, 6]
+        assert _raw_records(buf.record_bytes()) == buf.records()  # the torn one left out there too
+        kept = buf.record_bytes()
+        path.unlink()  # read with pread while the file is there, from the mapping once it is gone
+        assert buf.record_bytes() == kept and len(kept) == 3 * ab.RECORD_SIZE
         assert buf.records()[0].cpu is None and buf.records()[0].pid == 7
         assert [(s.pc, s.count) for s in buf.sites()] == [(0x401000, 9)]
         assert buf.maps_snapshots() == [(5, "400000-401000 r-xp 00000000 00:00 1 /bin/x\n"), (9, "")]

@@ -101,3 +101,17 @@ def _compile(what: str, cc: str, flags: Sequence[str], sources: Sequence[Path], 
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+# The JSON writer of the ring's records (records.c): loaded into ualdbg itself with ctypes, never
+# into the traced program. -ffp-contract=off: its time arithmetic must be Python's, operation for
+# operation (IEEE double, no fused multiply-add).
+RECORDS_SOURCE = "records.c"
+RECORDS_FLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-ffp-contract=off", "-fvisibility=hidden")
+RECORDS_LIB = "ualdbg_records.so"
+
+
+def build_records(dest_dir: Path | None = None) -> Path:
+    """The path of the built record writer, compiling it if this source version is not cached."""
+    return cached_build("the record writer", "records", RECORDS_LIB, [SRC / RECORDS_SOURCE], (), RECORDS_FLAGS,
+                        ("-lm",), dest_dir)

@@ -7,7 +7,7 @@ import sys
 import tempfile
 from typing import Any
 
-from ..render.jsondoc import to_text
+from ..render.jsondoc import write_text
 
 
 class OutputError(Exception):
@@ -34,16 +34,16 @@ def check_writable(path: str | None, what: str) -> None:
 
 
 def write_json(doc: dict[str, Any], path: str, what: str) -> str | None:
-    """Write `doc` to `path` (- for stdout). If that fails now, write it to a fallback file and
-    say so on stderr; returns the path written, or None when even the fallback failed."""
-    text = to_text(doc)
+    """Write `doc` to `path` (- for stdout), streamed (render/jsondoc.write_text). If that fails
+    now, write it to a fallback file and say so on stderr; returns the path written, or None
+    when even the fallback failed."""
     if path == "-":
-        sys.stdout.write(text)
+        write_text(doc, sys.stdout)
         sys.stdout.flush()
         return path
     try:
         with open(path, "w") as f:
-            f.write(text)
+            write_text(doc, f)
         return path
     except OSError as exc:
         reason = exc.strerror
@@ -51,7 +51,7 @@ def write_json(doc: dict[str, Any], path: str, what: str) -> str | None:
         try:
             fd, fallback = tempfile.mkstemp(prefix=f"ualdbg-{what.replace(' ', '-')}-", suffix=".json", dir=folder)
             with os.fdopen(fd, "w") as f:
-                f.write(text)
+                write_text(doc, f)
             print(f"ualdbg: cannot write {what} {path} ({reason}); it is in {fallback}", file=sys.stderr, flush=True)
             return fallback
         except OSError:

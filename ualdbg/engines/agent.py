@@ -13,15 +13,15 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..agent import buffer as ab
 from ..agent.build import BuildError, build
+from ..agent.records import RecordTable, merged, table_from
 from ..decode import Insn, accesses
-from ..model import Access, AccessKind, Fault, Module, SourceLoc
+from ..model import Access, AccessKind, Module, SourceLoc
 from ..render.jsondoc import build_document
 from ..session import ProgramInfo, Scope, Session
 from ..symbols.data import describe_saved
@@ -377,7 +377,7 @@ class Image:
 
     header: ab.Header
     sites: list[ab.SiteEntry]
-    records: list[ab.RecordEntry]
+    ring: bytes  # the ring's records as the agent wrote them, in sequence order (agent/records.py)
     snapshots: list[str]
     patches: list[ab.PatchEntry] = field(default_factory=list)
     patch_after: int = 0
@@ -388,7 +388,7 @@ def _load_images(directory: str) -> list[Image]:
     for _pid, _gen, path in ab.buffer_files(directory):
         try:
             with ab.AgentBuffer(path) as buf:
-                images.append(Image(buf.header(), list(buf.sites()), buf.records(),
+                images.append(Image(buf.header(), list(buf.sites()), buf.record_bytes(),
                                     [text for _ns, text in buf.maps_snapshots()], buf.patches(), buf.patch_after()))
         except ab.BufferError:
             continue
@@ -542,18 +542,19 @@ def image_session(run: AgentRun, image: Image, started: float, lib: str = "", is
                 counter.access = acc.kind if counter.access is None else counter.access.merge(acc.kind)
                 if site.pc not in session.data_at:  # what the data is (issue 9): from the saved registers
                     session.data_at[site.pc] = describe_saved(acc.va, symbolizer.snapshots(), site.pc, h.pid, regs.mapping())
+    # The records: no Python object per record (agent/records.py). Each PC's instruction is
+    # decoded once and its operands evaluated over the PC's records at once; the document's
+    # "records" is the table, which writes its own JSON lines.
     code = {s.pc: s.code for s in image.sites}
-    faults: deque[Fault] = deque(maxlen=run.buffer)
-    for rec in image.records:
-        if not scoped.get(rec.pc, False):
-            continue
-        insn, acc = _explain(session, rec.pc, code.get(rec.pc, b""), rec.regs.mapping())
-        fault = Fault(seq=rec.seq, time=rec.time_ns / 1e9 - started, pid=rec.pid, tid=rec.tid, cpu=rec.cpu,
-                      pc=rec.pc, va=acc.va if acc is not None else None, size=acc.size if acc is not None else None,
-                      access=acc.kind if acc is not None else None, insn=insn.text if insn is not None else None,
-                      policy=session.policy.name)
-        faults.append(fault)
-    buf.records = faults
+
+    def decode(pc: int) -> Insn | None:
+        return session.insn_at(_Frozen(pc, code.get(pc, b""), {}), pc)  # type: ignore[arg-type]
+
+    def slow(pc: int, regs: ab.Registers) -> Access | None:
+        return _explain(session, pc, code.get(pc, b""), regs.mapping())[1]
+
+    buf.table = table_from(image.ring, started, decode, session.policy, slow, lambda pc: scoped.get(pc, False),
+                           run.buffer)
     end = h.end_ns / 1e9 if h.end_ns else time.monotonic()
     buf.stopped_at = max(started, end)
     return session
@@ -678,6 +679,7 @@ def _merge(docs: list[tuple[Image, dict[str, Any]]], root: dict[str, Any], capac
     sites: dict[tuple[Any, ...], dict[str, Any]] = {}
     ignored_by: dict[str, int] = {}
     records: list[dict[str, Any]] = []
+    tables: list[RecordTable] = []
     total = ignored = 0
     for _im, d in docs:
         total += d["faults_total"]
@@ -700,13 +702,24 @@ def _merge(docs: list[tuple[Image, dict[str, Any]]], root: dict[str, Any], capac
             if have["access"] != s["access"]:
                 kinds = [AccessKind(a) for a in (have["access"], s["access"]) if a]
                 have["access"] = (kinds[0].merge(kinds[1]) if len(kinds) == 2 else kinds[0]).value if kinds else None
-        records.extend(d["records"])
-    records.sort(key=lambda r: (r["time"], r["pid"], r["seq"]))
-    kept = records[-capacity:]
-    unrecorded = sum(d.get(_UNRECORDED, 0) for _im, d in docs)
-    first = max(0, total - unrecorded - len(kept))
-    for i, r in enumerate(kept):
-        r["seq"] = first + i + 1
+        if isinstance(d["records"], RecordTable):
+            tables.append(d["records"])
+        else:
+            records.extend(d["records"])
+    # Records are numbered by trap: the faults patched sites counted without a record (issue 21)
+    # are not among them.
+    recorded = total - sum(d.get(_UNRECORDED, 0) for _im, d in docs)
+    kept: Sequence[dict[str, Any]]
+    if tables and not records and all(t.started == tables[0].started for t in tables):  # the records as columns (agent/records.py), in the same order as below
+        kept = merged(tables, tables[0].started, capacity, recorded)
+    else:
+        for t in tables:
+            records.extend(t)
+        records.sort(key=lambda r: (r["time"], r["pid"], r["seq"]))
+        kept = records[-capacity:]
+        for i, r in enumerate(kept):
+            r["seq"] = max(0, recorded - len(kept)) + i + 1
+    first = max(0, recorded - len(kept))
     out["sites"] = sorted(sites.values(), key=lambda s: (-s["count"], int(s["pc"], 16)))
     out["faults_total"], out["faults_ignored"] = total, ignored
     out["ignored_by_module"] = dict(sorted(ignored_by.items()))

@@ -2,10 +2,11 @@
 read back for `ualdbg report`, grouped for `--by line|function|module`."""
 from __future__ import annotations
 
+import io
 import json
 import platform
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
 
 from ..model import AccessKind, SourceLoc
 
@@ -41,7 +42,8 @@ def build_document(session: Any, *, engine: str | None = None) -> dict[str, Any]
     prog = session.program
     data_at = getattr(session, "data_at", {})
     sites = [site_entry(session.resolve(c.pc), c.count, c.sizes, c.access, data_at.get(c.pc)) for c in buf.sites()]
-    records = [
+    table = getattr(buf, "table", None)  # the records already as objects (the agent's RecordTable)
+    records = table if table is not None else [
         {
             "seq": f.seq,
             "time": round(f.time, 6),
@@ -242,33 +244,67 @@ def shape_problem(doc: dict[str, Any]) -> str | None:
 
 
 _LONG_LISTS = ("records",)
+_CHUNK = 16384  # records per write
+
+
+def _long(value: Any) -> bool:
+    """A long list written one item per line: a list, or a table that writes its own lines."""
+    return isinstance(value, list) or hasattr(value, "json_chunks")
+
+
+def _lines(value: Any) -> Iterator[str]:
+    """The items of a long list, each indented by 4 and on one line, joined by ",\n", in pieces
+    (a table writes them itself: ualdbg/agent/records.py, RecordTable.json_chunks)."""
+    if hasattr(value, "json_chunks"):
+        yield from value.json_chunks("    ")
+        return
+    for lo in range(0, len(value), _CHUNK):
+        text = ",\n".join("    " + json.dumps(item) for item in value[lo:lo + _CHUNK])
+        yield text if lo == 0 else ",\n" + text
+
+
+def write_text(doc: dict[str, Any], out: IO[str]) -> None:
+    """Write the document as JSON text, indented by 2, with each record of a long list (the
+    trace's records) on one line: the same JSON as json.dumps(doc, indent=2) means, written by
+    the C encoder (or the record table's own writer) for the part that has one object per
+    fault, and streamed: the records are never one string (json's indenting encoder is pure
+    Python, ~20 us per record)."""
+    lists = {key: doc[key] for key in _LONG_LISTS if _long(doc.get(key)) and len(doc[key])}
+    empty: dict[str, list[Any]] = {key: [] for key in _LONG_LISTS if _long(doc.get(key)) and not len(doc[key])}
+    if not lists:
+        out.write(json.dumps({k: (empty[k] if k in empty else v) for k, v in doc.items()}, indent=2) + "\n")
+        return
+    marks = {key: json.dumps(f"@@ualdbg-{key}-{id(value)}@@") for key, value in lists.items()}
+    text = json.dumps({k: (json.loads(marks[k]) if k in marks else empty[k] if k in empty else v)
+                       for k, v in doc.items()}, indent=2)
+    at = {key: text.index(mark) for key, mark in marks.items()}
+    pos = 0
+    for key in sorted(lists, key=at.__getitem__):
+        out.write(text[pos:at[key]])
+        out.write("[\n")
+        for piece in _lines(lists[key]):
+            out.write(piece)
+        out.write("\n  ]")
+        pos = at[key] + len(marks[key])
+    out.write(text[pos:] + "\n")
 
 
 def to_text(doc: dict[str, Any]) -> str:
-    """The document as JSON text, indented by 2, with each record of a long list (the trace's
-    records) on one line: the same JSON, written by the C encoder for the part that has one
-    object per fault (json's indenting encoder is pure Python, ~20 us per record)."""
-    lists = {key: doc[key] for key in _LONG_LISTS if isinstance(doc.get(key), list) and doc[key]}
-    if not lists:
-        return json.dumps(doc, indent=2) + "\n"
-    marks = {key: f"@@ualdbg-{key}-{id(value)}@@" for key, value in lists.items()}
-    text = json.dumps({k: (marks[k] if k in marks else v) for k, v in doc.items()}, indent=2)
-    for key, value in lists.items():
-        body = ",\n".join("    " + json.dumps(item) for item in value)
-        text = text.replace(json.dumps(marks[key]), "[\n" + body + "\n  ]", 1)
-    return text + "\n"
+    """The document as write_text writes it, as one string."""
+    out = io.StringIO()
+    write_text(doc, out)
+    return out.getvalue()
 
 
 def dump(doc: dict[str, Any], path: str) -> None:
-    text = to_text(doc)
     if path == "-":
         import sys
 
-        sys.stdout.write(text)
+        write_text(doc, sys.stdout)
         sys.stdout.flush()
         return
     with open(path, "w") as f:
-        f.write(text)
+        write_text(doc, f)
 
 
 GROUPS = ("pc", "line", "function", "module")

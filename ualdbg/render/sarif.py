@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..advice import advice_by_pc
+from ..advice import advice_by_pc, vas_by_pc
 from ..ci.baseline import fingerprint, module_paths, site_key
 
 RULE_ID = "ualdbg/unaligned-access"
@@ -16,8 +16,9 @@ def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None) -> dict[str,
     results = []
     advice = advice_by_pc(doc)
     paths, arch = module_paths(doc), str(doc.get("arch") or "x86_64")
+    first_va = {pc: vas[0] for pc, vas in vas_by_pc(doc).items() if vas}
     for s in doc["sites"]:
-        va = next((r["va"] for r in doc["records"] if r["pc"] == s["pc"] and r["va"]), None)
+        va = first_va.get(s["pc"])
         sizes = "/".join(str(x) for x in s["sizes"]) or "?"
         where = f"{s['function']}+{s['function_offset']}" if s.get("function") else (s.get("module") or s["pc"])
         text = (f"{s['count']} unaligned {sizes}-byte {s['access'] or 'access'}"
