@@ -3,7 +3,7 @@ decisions, the AC/TF flag dance, scope, and the exact counters."""
 from __future__ import annotations
 
 from ualdbg.arch import BUS_ADRALN, SIGBUS, SIGTRAP
-from ualdbg.engines.trap import Decision
+from ualdbg.engines.recorder import Decision
 from ualdbg.model import AccessKind
 from ualdbg.session import Session
 from ualdbg.target import SigInfo

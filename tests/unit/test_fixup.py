@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ualdbg.arch import BUS_ADRALN, PR_GET_UNALIGN, PR_SET_UNALIGN, PR_UNALIGN_SIGBUS, SH4, SIGBUS, SIGTRAP, sh4
-from ualdbg.engines.trap import Decision
+from ualdbg.engines.recorder import Decision
 from ualdbg.model import AccessKind
 from ualdbg.session import Session
 from ualdbg.target import SigInfo

@@ -23,11 +23,12 @@ from ..agent.build import BuildError, build
 from ..decode import Insn, accesses
 from ..model import Access, AccessKind, Fault, Module, SourceLoc
 from ..render.jsondoc import build_document
-from ..session import ProgramInfo, Scope, Session
+from ..session import Session
 from ..symbols.data import describe_saved
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
 from ..trace import PcCounter, TraceBuffer
+from .recorder import ProgramInfo, Scope
 
 NAME = "agent"
 ENV_CONFIG = "UALDBG_AGENT"

@@ -18,11 +18,12 @@ from ..alignment import Policy, policy_by_name
 from ..decode import Decoder, Insn, MemOperand, register_slice
 from ..model import Access, AccessKind, Fault
 from ..render.jsondoc import build_document
-from ..session import ProgramInfo, Scope, Session
+from ..session import Session
 from ..stepper.build import BuildError, build
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
 from ..trace import PcCounter, TraceBuffer
+from .recorder import ProgramInfo, Scope
 from .scope import ScopeError, StepScope, function_ranges, parse_range, resolve_scope
 
 NAME = "step"

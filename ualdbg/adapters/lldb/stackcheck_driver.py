@@ -201,21 +201,5 @@ class LldbSweep:
         return build_document(self.session)
 
 
-def launch_info(target: lldb.SBTarget) -> tuple[str, list[str], tuple[str, ...], str]:
-    """The loaded program, its `process launch` arguments and the environment lldb's launch
-    would give it (target.env-vars and the inherited environment, in lldb's own order, which
-    is what its launch passes on: lldb keeps the environment in a hash map)."""
-    from ...commands.registry import UsageError
-
-    path = target.GetExecutable().fullpath if target.IsValid() and target.GetExecutable().IsValid() else None
-    if not path:
-        raise UsageError("ualdbg: no program loaded: `target create PROG` first (or name one after --)")
-    info = target.GetLaunchInfo()
-    args = [str(info.GetArgumentAtIndex(i)) for i in range(info.GetNumArguments())]
-    env = target.GetEnvironment()
-    strings = tuple(f"{env.GetNameAtIndex(i)}={env.GetValueAtIndex(i)}" for i in range(env.GetNumValues()))
-    return path, args, strings, "environment: what lldb's `process launch` would give (target.env-vars and inherited)"
-
-
 def main(debugger: lldb.SBDebugger, plan_path: str) -> None:
     sweep(plan_path, lambda plan: LldbSweep(debugger, plan))
