@@ -33,7 +33,7 @@ SECTIONS = [
     ("session: CPU of the thread (/proc/PID/task/TID/stat)",
      [("ualdbg.engines.procfs", "CpuReader.__call__"), ("ualdbg.engines.recorder", "last_cpu")]),
     ("session: resolve (symbolize)", [("ualdbg.engines.recorder", "FaultRecorder.resolve")]),
-    ("trace buffer: add", [("ualdbg.trace", "TraceBuffer.add")]),
+    ("trace buffer: add", [("ualdbg.core.trace", "TraceBuffer.add")]),
     ("target: siginfo ($_siginfo)", [("ualdbg.adapters.gdb.target", "GdbTarget.siginfo")]),
     ("target: read_register", [("ualdbg.adapters.gdb.target", "GdbTarget.read_register")]),
     ("target: write_register", [("ualdbg.adapters.gdb.target", "GdbTarget.write_register")]),

@@ -58,7 +58,7 @@ class Registers:
 
 
 class RegisterView(Mapping[str, int]):
-    """Registers by the names ualdbg.decode asks for (rax..r15, fs_base, gs_base), without
+    """Registers by the names ualdbg.isa.decode asks for (rax..r15, fs_base, gs_base), without
     building a dict per record."""
 
     __slots__ = ("_regs",)

@@ -20,15 +20,15 @@ from typing import Any
 
 from ..agent import buffer as ab
 from ..agent.build import BuildError, build
-from ..decode import Insn, accesses
-from ..model import Access, AccessKind, Fault, Module, SourceLoc
+from ..core.model import Access, AccessKind, Fault, Module, SourceLoc
+from ..core.trace import PcCounter, TraceBuffer
+from ..isa.decode import Insn, accesses
 from ..render.jsondoc import build_document
-from ..session import Session
 from ..symbols.data import describe_saved
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
-from ..trace import PcCounter, TraceBuffer
 from .recorder import ProgramInfo, Scope
+from .session import Session
 
 NAME = "agent"
 ENV_CONFIG = "UALDBG_AGENT"

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 import capstone
 from capstone import arm64
 
-from .. import arch as archmod
-from ..arch import alpha, arm, hppa, mips, sh4, sparc64
-from ..decode import Decoder, Insn
-from ..model import Access, AccessKind
-from ..target import SigInfo, Target
+from ..core.model import Access, AccessKind
+from ..core.target import SigInfo, Target
+from ..isa import arch as archmod
+from ..isa.arch import alpha, arm, hppa, mips, sh4, sparc64
+from ..isa.decode import Decoder, Insn
 from .recorder import Decision
 
 if TYPE_CHECKING:

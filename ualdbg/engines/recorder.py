@@ -8,16 +8,16 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from .. import __version__
-from .. import arch as archmod
-from ..alignment import AcPolicy, Policy
-from ..decode import Decoder, Insn, accesses
-from ..model import Access, Fault, Module, SourceLoc
-from ..settings import Config
+from ..core.model import Access, Fault, Module, SourceLoc
+from ..core.settings import Config
+from ..core.target import SigInfo, Target
+from ..core.trace import TraceBuffer
+from ..isa import arch as archmod
+from ..isa.alignment import AcPolicy, Policy
+from ..isa.decode import Decoder, Insn, accesses
 from ..symbols.data import DataRef, Frame, safe_describe
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
-from ..target import SigInfo, Target
-from ..trace import TraceBuffer
 from .procfs import CpuReader
 
 
@@ -161,7 +161,7 @@ class FaultRecorder:
         T bit says (of `tid`, else the current thread), decoded again if it changed."""
         mode = ""
         if hasattr(target, "arch") and self.arch_of(target).name in ("armhf", "armel"):
-            from ..arch.arm import CPSR_T
+            from ..isa.arch.arm import CPSR_T
 
             mode = "thumb" if target.read_register("cpsr", tid) & CPSR_T else "arm"
         cached = self._insns.get(pc)

@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
-from .. import arch as archmod
-from ..alignment import policy_by_name
-from ..decode import Insn, RegisterUnavailable, accesses
-from ..model import Module
+from ..core.model import Module
+from ..core.target import SigInfo, Target
+from ..isa import arch as archmod
+from ..isa.alignment import policy_by_name
+from ..isa.decode import Insn, RegisterUnavailable, accesses
 from ..symbols.demangle import frame_name
 from ..symbols.elfindex import elf_index
 from ..symbols.maps import ModuleMap
-from ..target import SigInfo, Target
 from .scope import ScopeError, StepScope, resolve_scope
 
 if TYPE_CHECKING:
@@ -231,7 +231,7 @@ class StepEngine:
 
     def _starts(self, target: Target, a: archmod.ArchInfo, lo: int, hi: int) -> list[int]:
         """The instruction addresses of [lo, hi), decoded linearly from lo (a function's entry)."""
-        from ..decode import Decoder
+        from ..isa.decode import Decoder
 
         if self.session.decoder.arch != a.name:
             self.session.decoder = Decoder(a.name)
@@ -502,7 +502,7 @@ class StepEngine:
         to the IT), so the block's instructions are checked here, before any of them runs, each
         recorded at its own PC. One whose address or condition depends on an earlier
         instruction of the block cannot be computed ahead: counted in `stats.unchecked`."""
-        from ..arch import arm_insn
+        from ..isa.arch import arm_insn
         from .recorder import LazyRegisters
 
         s = self.session

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .. import arch as archmod
-from ..target import OutOfLineTarget, SigInfo, Target
+from ..core.target import OutOfLineTarget, SigInfo, Target
+from ..isa import arch as archmod
 from .outofline import Slot, SlotPool
 from .procfs import sigbus_blocked
 from .recorder import Decision

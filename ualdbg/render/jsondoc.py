@@ -7,7 +7,7 @@ import platform
 from collections.abc import Iterable
 from typing import Any
 
-from ..model import AccessKind, SourceLoc
+from ..core.model import AccessKind, SourceLoc
 
 SCHEMA = 1
 
@@ -121,7 +121,7 @@ _VIA_STR = ("path", "type", "pointer", "function", "struct", "member")
 def _data_problem(doc: dict[str, Any]) -> str | None:
     """The optional `data` of each site (what the faulting address is): the fields the renderers
     and the fix advice read must have their types; the advice itself must be computable."""
-    from ..advice import advise
+    from ..core.advice import advise
 
     for i, site in enumerate(doc["sites"]):
         data = site.get("data")

@@ -13,16 +13,16 @@ from typing import Any
 
 import gdb  # type: ignore[import-not-found]
 
-from ...arch import BUS_ADRALN, SIGBUS, SIGTRAP, SYSCALL_NAMES
+from ...core.target import SigInfo
 from ...engines.recorder import Decision
+from ...engines.session import Session
+from ...isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP, SYSCALL_NAMES
 from ...render.console import to_text
 from ...render.report import last_fault_report
-from ...session import Session
-from ...target import SigInfo
-from ...threadhold import SI_TKILL, ThreadHolder
 from .console import warn as _warn
 from .stepping import GdbStepControl
 from .target import GdbTarget
+from .threadhold import SI_TKILL, ThreadHolder
 
 SIGNAL_NAMES = {SIGBUS: "SIGBUS", SIGTRAP: "SIGTRAP"}
 SI_KERNEL = 0x80  # x86: the si_code of the SIGTRAP an int3 raises

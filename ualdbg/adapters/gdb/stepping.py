@@ -8,11 +8,11 @@ from typing import Any, Protocol
 
 import gdb  # type: ignore[import-not-found]
 
-from ... import arch as archmod
+from ...core.target import Target
+from ...engines.session import Session
 from ...engines.step import TRAP_TRACE, StepDecision, set_trap_flag
+from ...isa import arch as archmod
 from ...render.report import last_fault_report
-from ...session import Session
-from ...target import Target
 from .console import warn
 from .target import GdbTarget
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import lldb  # type: ignore[import-not-found]
 
-from ...arch import BUS_ADRALN, SIGBUS, X86_64
 from ...engines.recorder import Decision
+from ...engines.session import Session
+from ...isa.arch import BUS_ADRALN, SIGBUS, X86_64
 from ...render.console import to_text
 from ...render.report import last_fault_report
-from ...session import Session
 from ...symbols.maps import is_loader_path
 from .registry import HOOKS
 from .stepping import LldbStepControl

@@ -12,8 +12,8 @@ from typing import Any
 import lldb  # type: ignore[import-not-found]
 
 from ...commands.all import COMMANDS, GROUPS, CommandSpec, HelpShown, UsageError
+from ...engines.session import Session
 from ...render.console import to_text
-from ...session import Session
 from .hooks import LldbHooks, hooks_of
 from .target import LldbTarget
 

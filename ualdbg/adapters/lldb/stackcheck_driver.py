@@ -1,5 +1,5 @@
 """The stackcheck measurer inside one lldb batch process: lldb's primitives for the shared loop
-(ualdbg.stackcheck_sweep). lldb launches ualdbg's exec helper, which execs the program with the
+(ualdbg.tools.stackcheck.sweep). lldb launches ualdbg's exec helper, which execs the program with the
 exact argv and environment (lldb itself would reorder the environment, which it keeps in a hash
 map, and put the path in argv[0]); the exec stop is passed over, and breakpoints in the
 program's own module stop at main's entry and at each probe."""
@@ -10,7 +10,7 @@ from typing import Any
 
 import lldb  # type: ignore[import-not-found]
 
-from ...stackcheck_sweep import SweepError, skip_data_names, sweep
+from ...tools.stackcheck.sweep import SweepError, skip_data_names, sweep
 from .hooks import BP_NAME
 
 ARM_POINT_NAME = f"{BP_NAME}_arm_point_hit"  # how hooks.LldbHooks names its arm point

@@ -12,10 +12,10 @@ from typing import Any, Protocol
 
 import lldb  # type: ignore[import-not-found]
 
+from ...core.target import Target
+from ...engines.session import Session
 from ...engines.step import StepDecision
 from ...render.report import last_fault_report
-from ...session import Session
-from ...target import Target
 from .registry import HOOKS
 from .target import LldbTarget
 

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 import capstone
 from capstone import arm64
 
+from ...core.model import Access, AccessKind
 from ..decode import Insn, MemOperand, RegisterUnavailable
-from ..model import Access, AccessKind
 
 MASK64 = (1 << 64) - 1
 

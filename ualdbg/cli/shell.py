@@ -10,19 +10,19 @@ import signal
 import sys
 from typing import Any
 
-from . import __version__
-from .ci import baseline
-from .ci.gate import CONTRACT, EXIT_CLEAN, EXIT_ERROR, EXIT_FOUND, Verdict, decide
-from .ci.merge import merge
-from .ci.outputs import OutputError, check_writable, write_json
-from .commands.argtypes import nonnegative, positive
-from .commands.options import SHELL_ENGINES, add_buffer_arg, add_engine_arg, add_scope_args, add_step_args
-from .commands.registry import examples_text
-from .render.console import make_console
-from .render.jsondoc import GROUPS, load_document
-from .render.sarif import build_sarif
-from .render.tables import header, records_table, summary_table
-from .runner import RunRequest, ToolError, pass_exit_status, run_traced
+from .. import __version__
+from ..ci import baseline
+from ..ci.gate import CONTRACT, EXIT_CLEAN, EXIT_ERROR, EXIT_FOUND, Verdict, decide
+from ..ci.merge import merge
+from ..commands.argtypes import nonnegative, positive
+from ..commands.options import SHELL_ENGINES, add_buffer_arg, add_engine_arg, add_scope_args, add_step_args
+from ..commands.registry import examples_text
+from ..engines.runner import RunRequest, ToolError, pass_exit_status, run_traced
+from ..render.console import make_console
+from ..render.jsondoc import GROUPS, load_document
+from ..render.sarif import build_sarif
+from ..render.tables import header, records_table, summary_table
+from .outputs import OutputError, check_writable, write_json
 
 
 class _Parser(argparse.ArgumentParser):
@@ -127,8 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_buffer_arg(w, 100_000)
     w.add_argument("--log-file", metavar="FILE", default=None, help="write the report there instead of stderr")
     w.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS")
-    from .commands.stackcheck import EPILOG as _SC_EPILOG
-    from .commands.stackcheck import add_arguments as _sc_arguments
+    from ..commands.stackcheck import EPILOG as _SC_EPILOG
+    from ..commands.stackcheck import add_arguments as _sc_arguments
 
     sc = sub.add_parser("stackcheck", help="does alignment (and speed) depend on argv and the environment?",
                         description="Run PROG in variants of argv[0] length and environment size (and with ASLR) and report "
@@ -136,9 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog=_SC_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _sc_arguments(sc)
     sc.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS")
-    from .commands.audit import DESCRIPTION as _AU_DESCRIPTION
-    from .commands.audit import EPILOG as _AU_EPILOG
-    from .commands.audit import add_arguments as _au_arguments
+    from ..commands.audit import DESCRIPTION as _AU_DESCRIPTION
+    from ..commands.audit import EPILOG as _AU_EPILOG
+    from ..commands.audit import add_arguments as _au_arguments
 
     au = sub.add_parser("audit", help="static alignment audit of an ELF (packed members, misaligned variables, COMMON)",
                         description=_AU_DESCRIPTION, epilog=_AU_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -186,7 +186,7 @@ def _launcher_parsers(sub: Any) -> None:
 
 
 def _launch(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    from .loaders.launch import LaunchError, launch
+    from ..loaders.launch import LaunchError, launch
 
     kind, rest = argv[0], argv[1:]
     if rest[:1] in (["-h"], ["--help"]):
@@ -292,7 +292,7 @@ def _print_trace(args: argparse.Namespace, result: Any, known: Any, last: str | 
 
 
 def _trace_pid(args: argparse.Namespace, known: Any) -> tuple[dict[str, Any], Any]:
-    """`--pid`: attach to the running process (ualdbg.attach) and print the usual summary."""
+    """`--pid`: attach to the running process (ualdbg.cli.attach) and print the usual summary."""
     from .attach import run_attached
 
     if args.program and args.program != ["--"]:
@@ -320,7 +320,7 @@ def _trace_pid(args: argparse.Namespace, known: Any) -> tuple[dict[str, Any], An
 
 
 def _watch(args: argparse.Namespace) -> int:
-    """`ualdbg watch`: live rates while tracing (ualdbg.watch), then the usual summary."""
+    """`ualdbg watch`: live rates while tracing (ualdbg.cli.watch), then the usual summary."""
     import threading
 
     from .watch import AgentSampler, Display, Keys, LiveResolver
@@ -353,10 +353,10 @@ def _watch(args: argparse.Namespace) -> int:
         finally:
             display.close()
     else:
-        from .engines.agent import AgentRun, AgentUnavailable, run_agent
+        from ..engines.agent import AgentRun, AgentUnavailable, run_agent
 
         program = _program(args, argparse.ArgumentParser())
-        from .runner import RunResult, resolve_program
+        from ..engines.runner import RunResult, resolve_program
 
         program[0] = resolve_program(program[0])
         sampler = AgentSampler()
@@ -482,15 +482,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "watch":
             return _watch(args)
         if args.cmd == "stackcheck":
-            from .commands.stackcheck import run_cli
+            from ..commands.stackcheck import run_cli
 
             return run_cli(args)
         if args.cmd == "audit":
-            from .commands.audit import run_cli as _audit_cli
+            from ..commands.audit import run_cli as _audit_cli
 
             return _audit_cli(args)
         if args.cmd in ("gdbinit", "lldbinit"):
-            from .loaders.launch import init_lines
+            from ..loaders.launch import init_lines
 
             print("\n".join(init_lines(args.cmd[:-4])))
             return EXIT_CLEAN

@@ -20,9 +20,9 @@ import rich
 
 import ualdbg
 
-from .arch import ArchInfo
-from .progress import poll
-from .symbols.elfindex import elf_file_problem, script_interpreter
+from ..core.progress import poll
+from ..isa.arch import ArchInfo
+from ..symbols.elfindex import elf_file_problem, script_interpreter
 
 
 class ToolError(Exception):
@@ -42,14 +42,14 @@ class RunRequest:
     engine: str = "auto"
     follow: bool = True  # agent: trace child processes too
     # The program's architecture (`--arch`, else the ELF's e_machine): one other than the host's
-    # runs under qemu-user with gdb-multiarch attached to qemu's gdb stub (ualdbg.qemu).
+    # runs under qemu-user with gdb-multiarch attached to qemu's gdb stub (ualdbg.isa.qemu).
     arch: str | None = None
     # engine "step": the scope to single-step and the alignment policy (ualdbg.engines.stepnative)
     step_functions: list[str] = field(default_factory=list)
     step_ranges: list[str] = field(default_factory=list)
     everywhere: bool = False
     policy: str | None = None  # None: ac natively, natural on other architectures (issue 6)
-    # A running process to attach to instead of a program to start (ualdbg.attach), and how
+    # A running process to attach to instead of a program to start (ualdbg.cli.attach), and how
     # long to trace it (None: until Ctrl-C or its exit).
     pid: int | None = None
     duration: float | None = None
@@ -255,7 +255,7 @@ def finished_status(cfg: dict[str, Any], log: str, failure: str) -> tuple[dict[s
 
 def _guard() -> Any:
     """A SignalGuard set before the debugger starts (engines/agent.SignalGuard)."""
-    from .engines.agent import SignalGuard
+    from .agent import SignalGuard
 
     return SignalGuard(None, 10.0)
 
@@ -275,7 +275,7 @@ def _wait_guarded(proc: subprocess.Popen[Any], program: Callable[[], list[int]],
 def _cross_arch(req: RunRequest) -> ArchInfo | None:
     """The program's architecture when it is not the host's (None: native). `--arch` must agree
     with the ELF header: a mismatch is a usage error, not a guess."""
-    from .arch import arch_by_name, elf_arch
+    from ..isa.arch import arch_by_name, elf_arch
 
     try:
         wanted = arch_by_name(req.arch) if req.arch else None
@@ -287,7 +287,7 @@ def _cross_arch(req: RunRequest) -> ArchInfo | None:
     arch = found or wanted
     if arch is None or arch.name == platform.machine():
         return None
-    from .engines.fixup import has_signal_engine
+    from .fixup import has_signal_engine
 
     if not has_signal_engine(arch) and not (req.engine == "step" and arch.name == "riscv64"):  # README: architectures
         if arch.name == "riscv64":
@@ -301,7 +301,7 @@ def _run_qemu(req: RunRequest, arch: ArchInfo, cfg: dict[str, Any], log: str,
               folder: str) -> tuple[int, int | None, int | None]:
     """qemu-ARCH -g on a private socket, gdb-multiarch in batch mode attached to it; the
     program's stdio are the user's and its end is qemu's wait status."""
-    from . import qemu
+    from ..isa import qemu
 
     try:
         cfg["gdb"] = qemu.find_gdb_multiarch()
@@ -323,7 +323,7 @@ def _run_agent(req: RunRequest, on_progress: Callable[[int, int, float], None] |
                exclude: tuple[str, ...] = ()) -> RunResult | None:
     """The agent engine (ualdbg.engines.agent); None, after one line on stderr saying why, when it
     cannot work for this program and the trap engine must."""
-    from .engines.agent import AgentRun, AgentUnavailable, run_agent
+    from .agent import AgentRun, AgentUnavailable, run_agent
 
     run = AgentRun(list(req.program), at=req.at, all_modules=req.all_modules, modules=list(req.modules),
                    buffer=req.buffer, follow=req.follow, aslr=req.aslr, exclude=exclude)
@@ -353,7 +353,7 @@ def _run_script(req: RunRequest, on_progress: Callable[[int, int, float], None] 
 def _run_step(req: RunRequest, on_progress: Callable[[int, int, float], None] | None) -> RunResult:
     """The native single-step engine (ualdbg.engines.stepnative); its errors are one line. A bad
     scope or policy is reported before the program name is even looked at."""
-    from .engines.stepnative import StepRun, StepUnavailable, run_step, validate
+    from .stepnative import StepRun, StepUnavailable, run_step, validate
 
     run = StepRun(req.program, functions=list(req.step_functions), ranges=list(req.step_ranges),
                   everywhere=req.everywhere, policy=req.policy or "ac", at=req.at, all_modules=req.all_modules,
@@ -370,7 +370,7 @@ def _run_step(req: RunRequest, on_progress: Callable[[int, int, float], None] | 
 def _cross_step(req: RunRequest) -> bool:
     """Whether `--engine step` is for a program of another architecture: then it is the step
     engine inside gdb-multiarch (breakpoint stepping under qemu), not the native stepper."""
-    from .arch import arch_by_name, elf_arch
+    from ..isa.arch import arch_by_name, elf_arch
 
     if req.arch is not None:
         try:
@@ -389,8 +389,8 @@ def _step_args(req: RunRequest, arch: ArchInfo) -> list[str]:
     if req.everywhere:
         raise ToolError(f"--everywhere: on {arch.name} the step engine puts a breakpoint on each instruction "
                         "of the scope; give --in FUNC or --range LO,HI")
-    from .engines.scope import ScopeError, resolve_scope
-    from .model import Module
+    from ..core.model import Module
+    from .scope import ScopeError, resolve_scope
 
     try:  # before qemu starts: an unknown function or a bad range is one line
         resolve_scope([Module(req.program[0], 0, 0, 0)] if req.step_functions else [],

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 import capstone
 from capstone import riscv
 
+from ...core.model import Access, AccessKind
 from ..decode import Insn, MemOperand, RegisterUnavailable
-from ..model import Access, AccessKind
 
 MASK64 = (1 << 64) - 1
 _R, _W, _RW = AccessKind.READ, AccessKind.WRITE, AccessKind.READ_WRITE

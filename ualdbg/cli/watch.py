@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import SourceLoc
+from ..core.model import SourceLoc
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ class Display:
         if live and not json_lines:
             from rich.live import Live
 
-            from .render.console import make_console
+            from ..render.console import make_console
 
             self._live = Live(as_table(self.rates, resolve, top, title), console=make_console(stream, terminal=True),
                               auto_refresh=False, transient=False)
@@ -203,7 +203,7 @@ class AgentSampler:
         self.root: int | None = None
 
     def __call__(self, directory: str, secs: float) -> Sample:
-        from .agent import buffer as ab
+        from ..agent import buffer as ab
 
         sites: dict[int, int] = {}
         ignored = 0
@@ -248,7 +248,7 @@ class LiveResolver:
             if pid is None:
                 return SourceLoc(pc=pc)
             try:
-                from .symbols import ModuleMap, Symbolizer
+                from ..symbols import ModuleMap, Symbolizer
 
                 self._sym = Symbolizer(ModuleMap.for_pid(pid))
             except OSError:

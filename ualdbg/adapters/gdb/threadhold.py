@@ -6,7 +6,7 @@ detach must still change EFLAGS in every thread, at once (a detached thread left
 dies at its next unaligned access). gdb's `interrupt` only reports the stop later, from its event
 loop, which a command cannot run. So the thread gets a SIGTRAP by tgkill(2) from gdb's own
 process, which stops it for its tracer (gdb); the registers are then read and written by ptrace
-(gdb's Python runs in the thread that ptraces the inferior: ualdbg/ptrace.py), and the stop is
+(gdb's Python runs in the thread that ptraces the inferior: ualdbg/adapters/gdb/ptrace.py), and the stop is
 left for gdb to collect: ualdbg's SIGTRAP catchpoint recognises it (SI_TKILL from gdb's pid) and
 resumes the thread without giving the program the signal. Linux x86-64 only."""
 from __future__ import annotations

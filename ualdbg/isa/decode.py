@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import capstone
 from capstone import x86
 
-from .model import Access, AccessKind
+from ..core.model import Access, AccessKind
 
 __all__ = [
     "Decoder",

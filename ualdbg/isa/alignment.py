@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from ..core.model import Access
 from .decode import Insn
-from .model import Access
 
 __all__ = [
     "AcPolicy",
@@ -139,7 +139,7 @@ class AcPolicy:
         return access.va % rules.alignment(access.size, insn) != 0
 
 
-_PROBE_SOURCE = Path(__file__).resolve().parent / "agent" / "src" / "acprobe.c"
+_PROBE_SOURCE = Path(__file__).resolve().parent.parent / "agent" / "src" / "acprobe.c"
 _PROBE_FLAGS = ("-O2", "-Wall", "-Wextra", "-mno-red-zone")
 _RULES: AcRules | None = None
 
@@ -211,7 +211,7 @@ def measure_ac_rules(cache_dir: Path | None = None, refresh: bool = False) -> Ac
     """Build the probe (agent build cache), run it and return its table; the table is stored as
     JSON next to the probe, keyed by CPU vendor/family/model/stepping/microcode, and read back
     from there unless `refresh`."""
-    from .agent.build import BuildError, cached_build
+    from ..agent.build import BuildError, cached_build
 
     if platform.machine() not in ("x86_64", "AMD64"):
         raise ProbeError(f"the host is {platform.machine()}, not x86-64")
@@ -331,7 +331,7 @@ _CLASS_TEXT = {
 
 
 def markdown_table(rules: AcRules) -> str:
-    """The measured table as Markdown, from the cached probe output (`python -m ualdbg.alignment`)."""
+    """The measured table as Markdown, from the cached probe output (`python -m ualdbg.isa.alignment`)."""
     doc = json.loads(Path(rules.path).read_text())
     seen: dict[str, dict[str, list[str]]] = {}
     for line in doc["probe"]:

@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .stackcheck import parse_initial_stack
+from .check import parse_initial_stack
 
 
 class SweepError(Exception):

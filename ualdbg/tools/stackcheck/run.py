@@ -18,22 +18,11 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from ...engines.runner import ToolError, _pkg_roots, find_gdb, find_lldb, resolve_program
+from ...symbols.elfindex import elf_index
+from ...symbols.variables import FunctionVariables, VariableError, VariableInfo
+from .check import Item, Plan, ProbeSpec, Raw, Request, StackcheckError, Variant, build_document, make_variants, parse_var
 from .launch import ExecHelper, LaunchSpec, time_native
-from .runner import ToolError, _pkg_roots, find_gdb, find_lldb, resolve_program
-from .stackcheck import (
-    Item,
-    Plan,
-    ProbeSpec,
-    Raw,
-    Request,
-    StackcheckError,
-    Variant,
-    build_document,
-    make_variants,
-    parse_var,
-)
-from .symbols.elfindex import elf_index
-from .symbols.variables import FunctionVariables, VariableError, VariableInfo
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
@@ -154,7 +143,7 @@ def plan_items(req: Request, prog: Program) -> tuple[list[Item], list[ProbeSpec]
 class DebuggerMeasurer:
     """Every variant in one debugger batch process (gdb or lldb: start-up and the program's
     symbols are paid once; a variant then costs one run and a few stops, ~10 ms in gdb and
-    ~80 ms in lldb here). The loop itself is ualdbg.stackcheck_sweep, driven through the
+    ~80 ms in lldb here). The loop itself is ualdbg.tools.stackcheck.sweep, driven through the
     adapter's stackcheck_driver."""
 
     def __init__(self, helper: ExecHelper, debugger: str = "gdb", separate_debug: bool = False,

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 import capstone
 from capstone import arm
 
+from ...core.model import Access, AccessKind
 from ..decode import Insn, MemOperand, RegisterUnavailable
-from ..model import Access, AccessKind
 
 MASK32 = 0xFFFFFFFF
 _ALIASES = {"sb": "r9", "sl": "r10", "fp": "r11", "ip": "r12", "r13": "sp", "r14": "lr", "r15": "pc"}

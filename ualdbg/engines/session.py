@@ -2,11 +2,11 @@
 scope, the shared trace buffer, the fault path) with the trap and the step engine that feed it."""
 from __future__ import annotations
 
-from . import arch as archmod
-from .engines.recorder import FaultRecorder
-from .engines.step import StepEngine
-from .engines.trap import TrapEngine
-from .target import Target
+from ..core.target import Target
+from ..isa import arch as archmod
+from .recorder import FaultRecorder
+from .step import StepEngine
+from .trap import TrapEngine
 
 
 class Session(FaultRecorder):

@@ -10,10 +10,10 @@ from typing import Any
 
 from elftools.dwarf.die import DIE
 
-from .symbols.data import GlobalVar, ModuleData, module_data
-from .symbols.dwarfindex import DWARF_ERRORS
-from .symbols.elfindex import ElfIndex, elf_file_problem, elf_index
-from .symbols.layout import AGGREGATES, decl_pos, name_of, ref
+from ..symbols.data import GlobalVar, ModuleData, module_data
+from ..symbols.dwarfindex import DWARF_ERRORS
+from ..symbols.elfindex import ElfIndex, elf_file_problem, elf_index
+from ..symbols.layout import AGGREGATES, decl_pos, name_of, ref
 
 VIEW = 8  # the wide view a COMMON member is checked against (REAL*8, INTEGER*8, a pointer)
 
@@ -165,7 +165,7 @@ def _audit(path: str, index: ElfIndex) -> AuditResult:
 def _type_of(die: DIE | None) -> DIE | None:
     if die is None:
         return None
-    from .symbols.layout import origin
+    from ..symbols.layout import origin
 
     return ref(origin(die), "DW_AT_type") or ref(die, "DW_AT_type")
 

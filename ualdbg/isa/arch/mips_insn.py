@@ -15,8 +15,8 @@ from collections.abc import Mapping
 import capstone
 from capstone import mips
 
+from ...core.model import Access, AccessKind
 from ..decode import Insn, MemOperand, RegisterUnavailable
-from ..model import Access, AccessKind
 
 MASK32 = 0xFFFFFFFF
 MASK64 = (1 << 64) - 1

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import __version__
+from ... import __version__
 from .launch import LaunchSpec
 
 SCHEMA = 1

@@ -37,7 +37,7 @@ class ProgressFile:
 
 
 class SitesFile(ProgressFile):
-    """The per-PC counts so far, for `ualdbg watch` (ualdbg.attach.read_sites): the traps out of
+    """The per-PC counts so far, for `ualdbg watch` (ualdbg.cli.attach.read_sites): the traps out of
     scope, then one `pc count` line per site."""
 
     interval = 0.25

@@ -1,6 +1,6 @@
 """Tracing a process that is already running (`ualdbg trace --pid`, `check --pid`): why it cannot
 be attached to, in one line, before anything touches it; then the agent is injected into it
-(ualdbg.inject: ptrace, dlopen, AC set in every thread, detach) and reports through its shared
+(ualdbg.cli.inject: ptrace, dlopen, AC set in every thread, detach) and reports through its shared
 buffers as at launch, until Ctrl-C, --duration or the process's exit, when it is disarmed and made
 inert. Where it cannot be injected (a static binary, seccomp, no dlopen in libc, no compiler),
 one line says so and gdb attaches in batch mode instead (adapters/gdb/attach_driver.py), arms
@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .progress import poll
-from .runner import RunRequest, RunResult, ToolError, _pkg_roots, find_gdb, finished_status
+from ..core.progress import poll
+from ..engines.runner import RunRequest, RunResult, ToolError, _pkg_roots, find_gdb, finished_status
 from .watch import Sample
 
 YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"  # absent without the Yama LSM: attach as ptrace allows
@@ -148,7 +148,7 @@ def injection_problem(pid: int) -> str | None:
     """Why the agent cannot be injected into `pid`, in a few words; None when it can be tried."""
     import platform
 
-    from .engines.agent import AgentUnavailable, _elf_facts
+    from ..engines.agent import AgentUnavailable, _elf_facts
     from .inject import InjectError, libc_function
 
     if platform.machine() not in ("x86_64", "amd64"):
@@ -183,7 +183,7 @@ def run_attached(req: RunRequest, on_progress: Callable[[int, int, float], None]
     if problem:
         raise ToolError(problem)
     if req.engine != "trap":
-        from .engines.agent import AgentUnavailable, agent_library
+        from ..engines.agent import AgentUnavailable, agent_library
         from .inject import InjectError
 
         why = injection_problem(req.pid)
@@ -225,12 +225,12 @@ def _gone(pid: int) -> bool:
 def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, float], None] | None = None,
                  ready: Callable[[str], None] | None = None, *, on_sample: Callable[[Sample], None] | None = None,
                  interval: float = 1.0, quit: threading.Event | None = None) -> RunResult:
-    """The agent injected into req.pid (ualdbg.inject) for the window; its buffers read as at
+    """The agent injected into req.pid (ualdbg.cli.inject) for the window; its buffers read as at
     launch (engines.agent: the same reader, sessions and document). Raises InjectError, with
     nothing left in the process, when the injection fails."""
     import shutil
 
-    from .engines.agent import ENV_CONFIG, AgentRun, _load_images, _Progress, _shm_dir, agent_environment, document
+    from ..engines.agent import ENV_CONFIG, AgentRun, _load_images, _Progress, _shm_dir, agent_environment, document
     from .inject import InjectError, agent_mapped, inject, remove
     from .watch import AgentSampler
 
@@ -302,7 +302,7 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
                         raise ToolError(f"detaching from process {pid} failed: {exc}") from None
                     exited = True
             # Children it forked while attached inherited the agent: disarmed the same way.
-            from .agent import buffer as ab
+            from ..agent import buffer as ab
 
             for child, _gen, _path in ab.buffer_files(directory):
                 if child != pid and not _gone(child) and agent_mapped(child, lib, injected.bias):
