@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import capstone
 
-from . import MECH_STEP, ArchInfo
+from .info import MECH_STEP, ArchInfo
 
 AARCH64 = ArchInfo(
     name="aarch64",

@@ -10,7 +10,7 @@ itself". ARMv5 CPUs and Cortex-M trap (or, ARMv5, rotate) plain misaligned ldr t
 engine's natural policy shows those (qemu lets them through, even as arm926)."""
 from __future__ import annotations
 
-from . import MECH_NATIVE, ArchInfo
+from .info import MECH_NATIVE, ArchInfo
 
 GPRS = tuple(f"r{n}" for n in range(13)) + ("sp", "lr", "pc")
 CPSR_T = 1 << 5  # Thumb state

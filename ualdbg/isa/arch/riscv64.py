@@ -5,7 +5,7 @@ misaligned accesses without a trap, so under qemu the step engine with the natur
 how ualdbg finds them (arch/riscv_insn.py decodes RV64GC, compressed forms included)."""
 from __future__ import annotations
 
-from . import MECH_PRCTL, ArchInfo
+from .info import MECH_PRCTL, ArchInfo
 
 RISCV64 = ArchInfo(
     name="riscv64",

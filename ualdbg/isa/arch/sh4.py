@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import MECH_PRCTL, ArchInfo
+from .info import MECH_PRCTL, ArchInfo
 
 SH4 = ArchInfo(
     name="sh4",

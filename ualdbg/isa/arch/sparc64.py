@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import capstone
 
-from . import MECH_NATIVE, ArchInfo
+from .info import MECH_NATIVE, ArchInfo
 
 GPRS = ("g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7",
         "o0", "o1", "o2", "o3", "o4", "o5", "sp", "o7",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import capstone
 
-from . import MECH_AC, ArchInfo
+from .info import MECH_AC, ArchInfo
 
 SYSCALL_NAMES = {56: "clone", 57: "fork", 58: "vfork", 435: "clone3", 14: "rt_sigprocmask"}
 
