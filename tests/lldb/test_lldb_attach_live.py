@@ -8,18 +8,10 @@ import json
 import re
 from pathlib import Path
 
-import pytest
-from liverun import WORKERS, live_program
+from liverun import WORKERS, healthy, live_program
 from lldbrun import parse_reports, run_lldb
 
 IN_FLIGHT = 2 * (WORKERS + 1)
-
-
-def _ok_but_sigtrap(end: dict[str, str]) -> bool:
-    """healthy() except the SIGTRAP handler, which lldb's syscall-exit breakpoints reset (see
-    test_lldb_attach_keeps_the_programs_sigtrap_handler)."""
-    return (end["exit"] == "0" and end["ac_left"] == "0" and end["own_sigbus"] == "0"
-            and end["handlers"] in ("ok", "changed(SIGTRAP)") and end["masks"] == "ok" and end["pending"] == "none")
 
 
 def _trace_session(programs: Path, tmp_path: Path) -> tuple[str, dict, dict[str, str], set[int]]:
@@ -46,12 +38,9 @@ def test_attach_trace_start_stop_show_off_detach(test_programs: Path, tmp_path: 
     assert re.search(rf"^\s*{doc['faults_total']}\s+100\.0%.*\bbump\b", out, re.M), out
     new_tids = {r["tid"] for r in doc["records"]} - before
     assert len(new_tids) >= 3, f"{new_tids} {before}"
-    assert _ok_but_sigtrap(end), out + f"\n{end}"
+    assert healthy(end), out + f"\n{end}"
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: lldb's exit breakpoint after clone3 (syscall_sites.exit_after) "
-                   "is hit by the new thread too, whose signals are all blocked: the kernel's force_sig then "
-                   "resets the program's SIGTRAP handler to SIG_DFL. gdb (catch syscall) does not.")
 def test_lldb_attach_keeps_the_programs_sigtrap_handler(test_programs: Path, tmp_path: Path) -> None:
     out, _doc, end, _ = _trace_session(test_programs, tmp_path)
     assert end["handlers"] == "ok", out + f"\n{end}"
@@ -68,7 +57,7 @@ def test_attach_break_continue_off_detach(test_programs: Path, tmp_path: Path) -
     reports = parse_reports(run.stdout)
     assert len(reports) >= 3 and all("bump" in r.where for r in reports), run.explain()
     assert abs(int(end["armed"]) - len(reports)) <= IN_FLIGHT, run.explain() + f"\n{end}"
-    assert _ok_but_sigtrap(end), run.explain() + f"\n{end}"
+    assert healthy(end), run.explain() + f"\n{end}"
 
 
 def test_detach_while_tracing_without_off(test_programs: Path, tmp_path: Path) -> None:
@@ -79,4 +68,4 @@ def test_detach_while_tracing_without_off(test_programs: Path, tmp_path: Path) -
             batch=False, timeout=180)
         end = live.finish()
     assert int(end["armed"]) > 10, run.explain() + f"\n{end}"
-    assert _ok_but_sigtrap(end), run.explain() + f"\n{end}"
+    assert healthy(end), run.explain() + f"\n{end}"

@@ -63,3 +63,33 @@ def test_split_debug_is_really_split(work: Path) -> None:
         if saved is not None:
             os.environ["UALDBG_DEBUG_FILE_DIRECTORY"] = saved
         clear_cache()
+
+
+def test_lambda_bodies_read_by_their_symbol_agree_with_the_full_walk(work: Path) -> None:
+    """A lambda's operator() inside a template is found by reading only the abstract instance
+    that holds it (located by its ELF symbol's address in the unit's bytes). Without symbols the
+    resolver reads every abstract instance: both must name every PC alike, and the narrow read
+    must really be the one taken."""
+    from differential import memory_access_pcs
+
+    from ualdbg.symbols.dwarfindex import DwarfIndex
+    from ualdbg.symbols.elfindex import clear_cache, elf_index
+
+    variant = next(v for v in VARIANTS if v.name == "fmt-O0")  # -O2 inlines its lambdas away
+    binary = build(variant, work, work / "debug")
+    clear_cache()
+    index = elf_index(str(binary))
+    assert index is not None and index.dwarf is not None
+    narrow = index.dwarf
+    full = DwarfIndex(narrow.dwarfinfo, narrow._is_code, narrow.symbol_name_at)  # no symbol starts
+    deep = 0
+    for pc in memory_access_pcs(binary):
+        unit = narrow._unit_at(pc)
+        if unit is None or unit._scopes[1].find(pc) is not None:
+            continue
+        deep += 1
+        assert narrow.frames_at(pc) == full.frames_at(pc), hex(pc)
+    read_narrow = sum(len(u._narrow) for u in narrow._units.values() if u is not None)
+    assert deep >= 20 and read_narrow >= 1, (deep, read_narrow)
+    assert all(u is None or "_deep_scopes" not in u.__dict__ for u in narrow._units.values())
+    clear_cache()

@@ -19,7 +19,7 @@ from capstone import arm64
 from ..core.model import Access, AccessKind
 from ..core.target import SigInfo, Target
 from ..isa import arch as archmod
-from ..isa.arch import alpha, arm, hppa, mips, sh4, sparc64
+from ..isa.arch import alpha, arm, arm_insn, hppa, mips, sh4, sparc64
 from ..isa.decode import Decoder, Insn
 from .recorder import Decision
 
@@ -56,6 +56,13 @@ class MemOp:
     # A base register the instruction moves by this many bytes (SH's @Rm+ and @-Rn), unless the
     # instruction also loads into it (the loaded value wins).
     update: tuple[str, int] | None = None
+    # A base register that moves by another register times a multiplier after the access
+    # (ARM's `[rn], rm` and `[rn, rm]!`): (base, rm, multiplier).
+    update_reg: tuple[str, str, int] | None = None
+    # ARM VLDn/VSTn: per memory element (`size // len(lanes)` bytes each, in address order) the
+    # d-register lanes it fills or empties: "d3[1]" lane 1 of d3, "d3[]" every lane of d3.
+    lanes: tuple[tuple[str, ...], ...] = ()
+    addr_sub: tuple[str, ...] = ()  # subtracted from the address (ARM's [rn, -rm])
     align: int = 0  # the alignment the CPU checks, when not `size` (ARMv7 ldrd/ldm/vldr: a word)
     length: int = 0  # the instruction's bytes, when the architecture's are not fixed (Thumb)
 
@@ -189,8 +196,10 @@ def memop_from_insn(insn: Insn, endian: str) -> MemOp | None:
     ops = [op for op in insn.operands if op.data]
     if not ops or len(ops) != len(insn.operands) or ops[0].base is None:
         return None
+    lanes = tuple(o.data for o in ops) if any("[" in r for o in ops for r in o.data) else ()
     if len(ops) > 1:
-        # ldrd, ldm, vldm...: one recipe per register, consecutive: one access of them all.
+        # ldrd, ldm, vldm, vldN...: one recipe per register (per element), consecutive: one
+        # access of them all.
         first = ops[0]
         for k, later in enumerate(ops[1:], 1):
             if (later.base, later.index, later.scale, later.kind, later.size) != (
@@ -200,17 +209,19 @@ def memop_from_insn(insn: Insn, endian: str) -> MemOp | None:
                      writeback=sum(o.writeback for o in ops), align=first.align or first.size)
     else:
         op = ops[0]
-    if op.scale < 0:
-        return None  # ARM's [rn, -rm]: an address the fix-up's sum of registers cannot form
     base = op.base
     kind = {AccessKind.READ: "load", AccessKind.WRITE: "store"}.get(op.kind, "atomic")
     assert base is not None
-    addr = (base,) + ((op.index,) * op.scale if op.index is not None else ())
+    # ARM's [rn, -rm, lsl #k]: the index subtracted 2**k times
+    addr = (base,) + ((op.index,) * op.scale if op.index is not None and op.scale > 0 else ())
+    subtract = (op.index,) * -op.scale if op.index is not None and op.scale < 0 else ()
     flt = op.float_data
+    by_register = arm_insn.register_writeback(insn) if insn.arch in ("armhf", "armel") else None
     return MemOp(insn.text, op.size, kind, op.signed, op.data, flt, addr, op.disp, endian, status=op.status,
-                 exclusive=op.exclusive, float_reg=op.data[0] if flt and len(op.data) == 1 else None,
-                 float_parts=op.data if flt and len(op.data) > 1 else (),
-                 update=(base, op.writeback) if op.writeback else None, align=op.align, length=insn.size)
+                 exclusive=op.exclusive, float_reg=op.data[0] if flt and len(op.data) == 1 and not lanes else None,
+                 float_parts=op.data if flt and len(op.data) > 1 and not lanes else (),
+                 update=(base, op.writeback) if op.writeback else None, align=op.align, length=insn.size,
+                 update_reg=by_register, lanes=lanes, addr_sub=subtract)
 
 
 # Architectures whose loads and stores `decode.Decoder` decodes (capstone) for the fix-up too.
@@ -288,6 +299,8 @@ class FixupEngine:
         ea = op.disp
         for reg in op.addr_regs:
             ea += 0 if reg in self.zero_regs else target.read_register(reg, tid)
+        for reg in op.addr_sub:
+            ea -= target.read_register(reg, tid)
         return ea & self.mask
 
     # -- events --------------------------------------------------------------------------------
@@ -432,9 +445,21 @@ class FixupEngine:
             regs[reg] = int.from_bytes(old, order)  # type: ignore[arg-type]
         for name in [r for r in regs if r in self.zero_regs]:
             del regs[name]
+        branch = self._interwork(target, tid, regs)
         regs.update(self._update(target, tid, op, regs))
-        regs.update(self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc})
+        regs.update(branch or (self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc}))
         self._write_regs(target, regs, tid)
+
+    def _interwork(self, target: Target, tid: int, loaded: dict[str, int]) -> dict[str, int] | None:
+        """ARM: a load into the PC (ldr pc, ldm/pop {.., pc}) is a branch to the loaded address,
+        whose bit 0 selects Thumb state (ARMv5T and later: BXWritePC; qemu's gen_bx): the PC
+        and the CPSR's T bit, written after the other registers. None for any other load."""
+        if self.arch.name not in ("armhf", "armel") or "pc" not in loaded:
+            return None
+        value = loaded.pop("pc")
+        cpsr = target.read_register("cpsr", tid)
+        cpsr = cpsr | arm.CPSR_T if value & 1 else cpsr & ~arm.CPSR_T
+        return {"pc": value & ~1 & self.mask, "cpsr": cpsr & 0xFFFFFFFF}
 
     def _perform_single_in_fr1(self, target: Target, tid: int, op: MemOp, va: int, next_pc: int | None) -> None:
         """MIPS64 with FR=1: lwc1/swc1 move the low word of a 64-bit $fN, which gdb holds as a
@@ -456,15 +481,23 @@ class FixupEngine:
         self._write_regs(target, {**self._update(target, tid, op, {}), **after}, tid)
 
     def _update(self, target: Target, tid: int, op: MemOp, loaded: dict[str, int]) -> dict[str, int]:
-        """The base register's post-increment or pre-decrement, unless the load wrote it."""
-        if op.update is None or op.update[0] in loaded:
-            return {}
-        reg, delta = op.update
-        return {reg: (target.read_register(reg, tid) + delta) & self.mask}
+        """The base register's post-increment or pre-decrement (by a constant or, ARM, by a
+        register), unless the load wrote it. Registers as they were before the instruction."""
+        out = {}
+        if op.update is not None and op.update[0] not in loaded:
+            reg, delta = op.update
+            out[reg] = (target.read_register(reg, tid) + delta) & self.mask
+        if op.update_reg is not None and op.update_reg[0] not in loaded:
+            reg, rm, times = op.update_reg
+            out[reg] = (target.read_register(reg, tid) + target.read_register(rm, tid) * times) & self.mask
+        return out
 
     def _perform_float(self, target: Target, tid: int, op: MemOp, va: int, next_pc: int | None = None) -> None:
         """A float register's bits cannot go through an int: the debugger copies them between
         the register and memory itself, as the same C type on both sides (bit-exact)."""
+        if op.lanes:
+            self._perform_lanes(target, tid, op, va, next_pc)
+            return
         mover = getattr(target, "move_float", None)
         parts = op.float_parts or ((op.float_reg,) if op.float_reg else ())
         if self.arch.name == "mips64el" and op.size == 4 and op.float_reg:
@@ -478,6 +511,42 @@ class FixupEngine:
         part = op.size // len(parts)
         for k, reg in enumerate(parts):
             mover(reg, va + k * part, part, op.kind == "store", tid)
+        after = self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc}
+        self._write_regs(target, {**self._update(target, tid, op, {}), **after}, tid)
+
+    def _perform_lanes(self, target: Target, tid: int, op: MemOp, va: int, next_pc: int | None) -> None:
+        """ARM VLDn/VSTn (whole registers, interleaved structures, one lane, all lanes): the
+        transfer's bytes in one read or write, each element moved between memory and its
+        lanes of the d registers' raw bits (the debugger's float_bits/set_float_bits, no
+        conversion), lanes not named keep their bits; then writeback and the PC."""
+        bits = getattr(target, "float_bits", None)
+        set_bits = getattr(target, "set_float_bits", None)
+        writer = getattr(target, "write_memory", None)
+        if bits is None or set_bits is None or writer is None or op.endian != "little":
+            raise NotEmulated(f"{op.text}: this NEON access is not emulated")
+        esize = op.size // len(op.lanes)
+        width = 8 * esize
+        emask = (1 << width) - 1
+        parsed = [[(lane.partition("[")[0], lane.partition("[")[2].rstrip("]")) for lane in lanes] for lanes in op.lanes]
+        names = list(dict.fromkeys(reg for lanes in parsed for reg, _ in lanes))
+        values = {reg: bits(reg, tid) & MASK64 for reg in names}
+        if op.kind == "load":
+            data = target.read_memory(va, op.size)
+            if len(data) != op.size:
+                raise NotEmulated(f"{op.text}: {va:#x} cannot be read")
+            for k, lanes in enumerate(parsed):
+                element = int.from_bytes(data[k * esize:(k + 1) * esize], "little")
+                for reg, index in lanes:
+                    if index == "":  # every lane
+                        values[reg] = sum(element << (width * i) for i in range(64 // width))
+                    else:
+                        shift = width * int(index)
+                        values[reg] = values[reg] & ~(emask << shift) | element << shift
+            for reg in names:
+                set_bits(reg, values[reg], tid)
+        else:
+            writer(va, b"".join(((values[reg] >> (width * int(index or 0))) & emask).to_bytes(esize, "little")
+                                for reg, index in (lanes[0] for lanes in parsed)))
         after = self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc}
         self._write_regs(target, {**self._update(target, tid, op, {}), **after}, tid)
 

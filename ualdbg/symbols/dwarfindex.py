@@ -247,6 +247,8 @@ class _Unit:
         self._files: dict[int, tuple[str, str] | None] = {}
         self._pos_cache: dict[tuple[int, int], SourcePos | None] = {}
         self._names: dict[tuple[int, int], str] = {}
+        self._abstract: list[int] = []  # filled by the shallow walk
+        self._narrow: dict[int, tuple[list[_Node], IntervalTable[int]]] = {}
 
     @cached_property
     def _program(self) -> LineProgram | None:
@@ -551,6 +553,54 @@ class _Unit:
         return self._read_scopes(deep=False)
 
     @cached_property
+    def _abstract_offsets(self) -> list[int]:
+        """Offsets of the function DIEs without code that the shallow walk met (abstract
+        instances, declarations), sorted: the places a deep walk would descend into."""
+        self._scopes  # noqa: B018 - the shallow walk fills the list
+        return sorted(self._abstract)
+
+    @cached_property
+    def _unit_bytes(self) -> bytes:
+        section = self._owner.dwarfinfo.debug_info_sec
+        if section is None:
+            return b""
+        stream = section.stream
+        stream.seek(self._cu.cu_offset)
+        return stream.read(self._cu.size)
+
+    def _narrow_scopes(self, entry: int, addr: int) -> tuple[list[_Node], IntervalTable[int]] | None:
+        """The deep walk of the one abstract instance that holds the function starting at
+        `entry` (its ELF symbol's address): found by the address's bytes as DW_FORM_addr
+        writes them, inside that instance's DIEs. None when the bytes are not there (another
+        form, DW_AT_ranges), so the caller reads every abstract instance instead."""
+        size = self._cu["address_size"]
+        if size not in (4, 8) or entry >= 1 << (8 * size):
+            return None
+        needle = entry.to_bytes(size, "little" if self._owner.dwarfinfo.config.little_endian else "big")
+        data = self._unit_bytes
+        offsets = self._abstract_offsets
+        base = self._cu.cu_offset
+        found = data.find(needle)
+        while found >= 0:
+            i = bisect_right(offsets, base + found) - 1
+            if i >= 0:
+                key = offsets[i]
+                scopes = self._narrow.get(key)
+                if scopes is None:
+                    scopes = self._narrow[key] = self._read_from(self._cu.get_DIE_from_refaddr(key))
+                if scopes[1].find(addr) is not None:
+                    return scopes
+            found = data.find(needle, found + 1)
+        return None
+
+    def _read_from(self, die: DIE) -> tuple[list[_Node], IntervalTable[int]]:
+        nodes: list[_Node] = []
+        intervals: list[tuple[int, int, int, int]] = []
+        with suppress(*DWARF_ERRORS):
+            self._walk(die, None, 0, nodes, intervals, True, True)
+        return nodes, IntervalTable(self._segments(intervals))
+
+    @cached_property
     def _deep_scopes(self) -> tuple[list[_Node], IntervalTable[int]]:
         """Only the functions defined in types inside abstract instances (a lambda's
         operator() in a template or inline function), the ones `_scopes` cannot see: read when a
@@ -590,8 +640,11 @@ class _Unit:
                 if not ranges:
                     # Abstract instance or declaration: no code of its own, but the types
                     # declared in it may have (a lambda's operator(), a local class's methods).
-                    if deep and tag == "DW_TAG_subprogram" and child.has_children:
-                        self._walk(child, None, 0, nodes, intervals, True, deep)
+                    if tag == "DW_TAG_subprogram" and child.has_children:
+                        if deep:
+                            self._walk(child, None, 0, nodes, intervals, True, deep)
+                        else:
+                            self._abstract.append(child.offset)
                     continue
                 inlined = tag == "DW_TAG_inlined_subroutine"
                 call = None
@@ -663,7 +716,12 @@ class _Unit:
         nodes, table = self._scopes
         index = table.find(addr)
         if index is None and self._cplus:
-            nodes, table = self._deep_scopes
+            # A lambda's operator() or a local class's method inside a template or inline
+            # function: read only the abstract instance that holds it when its ELF symbol says
+            # where it starts, else every one.
+            entry = self._owner.symbol_start_at(addr)
+            narrow = self._narrow_scopes(entry, addr) if entry is not None else None
+            nodes, table = narrow if narrow is not None else self._deep_scopes
             index = table.find(addr)
         frames: list[ScopeFrame] = []
         while index is not None:
@@ -683,10 +741,13 @@ class DwarfIndex:
         dwarfinfo: DWARFInfo,
         is_code: Callable[[int], bool] | None = None,
         symbol_name_at: Callable[[int], str | None] | None = None,
+        symbol_start_at: Callable[[int], int | None] | None = None,
     ) -> None:
         self.dwarfinfo = dwarfinfo
         # name of the ELF function symbol starting exactly at an address, if any
         self.symbol_name_at = symbol_name_at or (lambda addr: None)
+        # start of the ELF function symbol containing an address, if any
+        self.symbol_start_at = symbol_start_at or (lambda addr: None)
         # Functions the linker discarded keep their DWARF with addresses at or near 0; they
         # would shadow real code in a PIE or shared object, whose first segment starts at 0.
         self._is_code = is_code or (lambda addr: addr != 0)

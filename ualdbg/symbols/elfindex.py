@@ -329,13 +329,17 @@ class ElfIndex:
         try:
             info = elf.get_dwarf_info(follow_links=False)
             is_code = self._is_code if any(s.executable for s in self.segments) else None
-            return DwarfIndex(info, is_code, self._symbol_name_at)
+            return DwarfIndex(info, is_code, self._symbol_name_at, self._symbol_start_at)
         except _DWARF_LOAD_ERRORS:
             return None
 
     def _symbol_name_at(self, addr: int) -> str | None:
         symbol = self.symbol_at(addr)
         return symbol.name if symbol is not None and symbol.start == addr else None
+
+    def _symbol_start_at(self, addr: int) -> int | None:
+        symbol = self.symbol_at(addr)
+        return symbol.start if symbol is not None else None
 
     @property
     def has_dwarf(self) -> bool:

@@ -242,9 +242,13 @@ class GdbTarget:
             gdb.parse_and_eval(expr)
 
     def float_bits(self, reg: str, tid: int | None = None) -> int:
-        """A floating-point register's bits as an integer (gdb 13's /x of a float is its bytes)."""
+        """A floating-point register's bits as an integer (gdb 13's /x of a float is its bytes;
+        an ARM d register with NEON is gdb's union neon_d: its u64 member, the raw bits)."""
         def read() -> int:
-            return int(gdb.parse_and_eval(f"${reg}").format_string(format="x"), 16)
+            value = gdb.parse_and_eval(f"${reg}")
+            if _raw_union(value.type):
+                return int(value["u64"]) & MASK64
+            return int(value.format_string(format="x"), 16)
 
         if self._in_event(tid):
             return read()
@@ -253,9 +257,12 @@ class GdbTarget:
 
     def set_float_bits(self, reg: str, bits: int, tid: int | None = None) -> None:
         """Set a floating-point register to these bits, unchanged (a value of its own type made
-        from the bytes, assigned: no conversion)."""
+        from the bytes, assigned: no conversion; ARM's union neon_d d registers: their u64)."""
         def write() -> None:
             current = gdb.parse_and_eval(f"${reg}")
+            if _raw_union(current.type):
+                gdb.parse_and_eval(f"${reg}.u64 = {bits & MASK64:#x}")
+                return
             order = "little" if "little endian" in gdb.execute("show endian", to_string=True) else "big"
             size = current.type.sizeof
             gdb.set_convenience_variable("ualdbg_bits", gdb.Value(bits.to_bytes(size, order), current.type))  # type: ignore[arg-type]
@@ -282,6 +289,13 @@ class GdbTarget:
             return read_maps(pid)
         except OSError:
             return None
+
+
+def _raw_union(t: gdb.Type) -> bool:
+    """gdb's type of an ARM d register when the target has NEON (union neon_d: u8, .., u64,
+    f32, f64), whose u64 member holds the register's bits as they are."""
+    t = t.strip_typedefs()
+    return bool(t.code == gdb.TYPE_CODE_UNION and any(f.name == "u64" for f in t.fields()))
 
 
 def remote_maps_text() -> str | None:

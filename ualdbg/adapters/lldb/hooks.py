@@ -17,7 +17,7 @@ import lldb  # type: ignore[import-not-found]
 
 from ...engines.recorder import Decision
 from ...engines.session import Session
-from ...isa.arch import BUS_ADRALN, SIGBUS, X86_64
+from ...isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP, X86_64
 from ...render.console import to_text
 from ...render.report import last_fault_report
 from ...symbols.maps import is_loader_path
@@ -110,7 +110,10 @@ def _command(debugger: lldb.SBDebugger, line: str) -> str:
 
 # -- where syscalls are made ---------------------------------------------------------------------
 _TASK = X86_64.task_creating_syscalls
-_WANTED = frozenset(_TASK | {X86_64.sigprocmask_syscall})
+_MASK = X86_64.sigprocmask_syscall
+_WANTED = frozenset(_TASK | {_MASK})
+_SIG_BLOCK = 0
+_TRAP_BIT = 1 << (SIGTRAP - 1)
 
 
 class ModuleSites:
@@ -119,8 +122,13 @@ class ModuleSites:
     def __init__(self, sites: list[SyscallSite]) -> None:
         self.sites = sites
         self.nr_at = {site.addr: site.nr for site in sites}
+        # rt_sigprocmask(SIG_BLOCK, ...) with the constant made in the code: glibc blocking
+        # signals for itself (around clone3 and tgkill, at a thread's end). An entry breakpoint
+        # there keeps SIGTRAP open (open_sigtrap).
+        self.mask_entries = {site.addr for site in sites if site.nr == _MASK and site.zero_arg}
         # Where lldb's step over one of our breakpoints ends (see _after_our_breakpoint).
-        self.after_ours = {site.addr + 2 for site in sites if site.nr in _TASK} | {site.after_exit for site in sites}
+        self.after_ours = ({site.addr + 2 for site in sites if site.nr in _TASK or site.addr in self.mask_entries}
+                           | {site.after_exit for site in sites})
         self.nr_at_exit = {site.exit_addr: site.nr for site in sites}
 
 
@@ -152,8 +160,9 @@ def _module_sites(module: lldb.SBModule) -> ModuleSites:
 
 def _site_addresses(module: lldb.SBModule, kind: str) -> list[int]:
     """File addresses in `module` for one kind of site breakpoint: "entry" (the `syscall` of a
-    task-creating syscall), "exit" (the instruction after a followed syscall), "exit_call" (libc's
-    `_exit`, whose call ends the trace's clock)."""
+    task-creating syscall, or of glibc's own rt_sigprocmask(SIG_BLOCK, ...)), "exit" (the
+    instruction after a followed syscall), "exit_call" (libc's `_exit`, whose call ends the
+    trace's clock)."""
     if kind == "exit_call":
         out = []
         for ctx in module.FindSymbols("_exit", lldb.eSymbolTypeCode):
@@ -161,10 +170,10 @@ def _site_addresses(module: lldb.SBModule, kind: str) -> list[int]:
             if start.IsValid():
                 out.append(start.GetFileAddress())
         return out
-    sites = _module_sites(module).sites
+    found = _module_sites(module)
     if kind == "entry":
-        return [site.addr for site in sites if site.nr in _TASK]
-    return [site.exit_addr for site in sites]
+        return [site.addr for site in found.sites if site.nr in _TASK or site.addr in found.mask_entries]
+    return [site.exit_addr for site in found.sites]
 
 
 def add_site_locations(bkpt: lldb.SBBreakpoint, module: lldb.SBModule, kind: str) -> None:
@@ -362,6 +371,9 @@ class LldbHooks:
         self.on_fault_recorded: Any = None  # the batch driver's progress callback
         self.notices: list[str] = []  # lines for the user from install, shown by the command
         self.leaving: set[int] = set()  # threads stepping over a fault after `off`
+        # tid -> (its exit breakpoint, what to put back there: ("rsi", value) or (address, bytes))
+        # while its rt_sigprocmask blocks a set without SIGTRAP (open_sigtrap)
+        self.set_swaps: dict[int, tuple[int, tuple[Any, Any]]] = {}
         self.deferred: SignalSettings | None = None  # the user's settings, for when they have
         self.step_control = LldbStepControl(self)  # the step engine's primitives (stepping.py)
         _HOOKS[debugger.GetID()] = self
@@ -527,6 +539,7 @@ class LldbHooks:
         # step over the instruction (AC is clear now) with SIGBUS still dropped, and the user's
         # setting comes back for the process when they have.
         leaving = [t for t in process if _is_alignment_sigbus(t)] if process.IsValid() else []
+        self._settle_sigtraps_safely(process)
         if self.saved is not None:
             self.saved.restore(self.debugger, process)
             if leaving:
@@ -565,6 +578,17 @@ class LldbHooks:
                 e.disarm(target)
         except Exception as exc:
             _warn(None, f"disarming before detach: {exc}")
+        self._settle_sigtraps_safely(self.sbtarget().GetProcess())
+
+    def _settle_sigtraps_safely(self, process: lldb.SBProcess) -> None:
+        if not self.set_swaps:
+            return
+        try:
+            if process.IsValid() and process.GetState() == lldb.eStateStopped:
+                self.settle_sigtraps(process, leaving=True)
+        except Exception as exc:
+            _warn(None, f"restoring a register: {exc}")
+        self.set_swaps.clear()
 
     def note_program(self, target: lldb.SBTarget) -> None:
         """Remember the program and its arguments for the JSON document."""
@@ -584,6 +608,7 @@ class LldbHooks:
         self.seen_pid = pid
         self.session.new_process()
         self.suppressing = True  # a new process starts with the target's `-p false`
+        self.set_swaps.clear()
         self.stepping.clear()
         self.stepped.clear()
         self.exit_time = self.exit_code = None
@@ -616,6 +641,7 @@ class LldbHooks:
             said = self.step_control.process_gone()
             if said:
                 self.notices.append(said)
+        self.set_swaps.clear()
         self.stepping.clear()
         self.stepped.clear()
         buf = self.session.buffer
@@ -634,6 +660,11 @@ class LldbHooks:
 
     def on_site(self, thread: lldb.SBThread, kind: str) -> bool:
         """A syscall site breakpoint's callback: True stops there (the step engine's break)."""
+        if kind == "entry" and _site_nr(thread, thread.GetFrameAtIndex(0).GetPC(), entry=True) == _MASK:
+            self.open_sigtrap(thread)
+            return False
+        if kind == "exit":
+            self.close_sigtrap(thread)
         if self.session.step.enabled:
             # The step engine's new threads: their first stop is the exit of the clone that
             # made them (lldb's thread plans, unlike gdb's TF, are not inherited).
@@ -656,6 +687,80 @@ class LldbHooks:
         elif nr == X86_64.sigprocmask_syscall:
             e.after_mask_change(target, tid)
         return False
+
+    # -- no trap with SIGTRAP blocked -----------------------------------------------------------
+    # A breakpoint or single-step trap taken by a thread that has SIGTRAP blocked makes the
+    # kernel (force_sig_info_to_task) reset the program's SIGTRAP handler to SIG_DFL for the
+    # whole process and unblock SIGTRAP in that thread. glibc blocks every signal around clone3
+    # (pthread_create, posix_spawn) and tgkill (pthread_kill), and at a thread's end; the clone3
+    # breakpoints, the exit breakpoints of those rt_sigprocmask calls and lldb's single-step
+    # past each would all do it (gdb's `catch syscall` stops without a trap). So glibc's own
+    # SIG_BLOCKs (the constant made in its code; never the program's pthread_sigmask) block
+    # their set without SIGTRAP: the program's SIGTRAP stays deliverable, as it was, for the
+    # few instructions until glibc restores the mask it saved or the thread ends.
+    def open_sigtrap(self, thread: lldb.SBThread) -> None:
+        """At the entry of glibc's rt_sigprocmask(SIG_BLOCK, set, oldset, 8), when it would
+        block SIGTRAP: with an `oldset`, the set minus SIGTRAP goes into that buffer and rsi
+        points there (the kernel reads the new set before it writes the old one, so the buffer
+        ends as the program expects; rsi, which the compiler may still count on, comes back at
+        the exit); without one, the set (glibc's own buffer) loses SIGTRAP until the exit."""
+        process = thread.GetProcess()
+        target = LldbTarget(process, thread)
+        tid = int(thread.GetThreadID())
+        how, nset, oset, size = (target.read_register(r, tid) for r in ("rdi", "rsi", "rdx", "r10"))
+        if how != _SIG_BLOCK or not nset or size != 8 or _blocked(int(process.GetProcessID()), tid) & _TRAP_BIT:
+            return
+        raw = target.read_memory(nset, 8)
+        if len(raw) != 8 or not int.from_bytes(raw, "little") & _TRAP_BIT:
+            return
+        stripped = (int.from_bytes(raw, "little") & ~_TRAP_BIT).to_bytes(8, "little")
+        exit_pc = thread.GetFrameAtIndex(0).GetPC() + 2
+        err = lldb.SBError()
+        if oset:
+            process.WriteMemory(oset, stripped, err)
+            if err.Success():
+                target.write_register("rsi", oset, tid)
+                self.set_swaps[tid] = (exit_pc, ("rsi", nset))
+            return
+        section = lldb.SBAddress(nset, process.GetTarget()).GetSection()
+        if section.IsValid() and not section.GetPermissions() & lldb.ePermissionsWritable:
+            return  # a constant other threads may read meanwhile: left alone
+        # Another thread in the same syscall on the same set holds its true bytes.
+        raw = next((undo[1] for _pc, undo in self.set_swaps.values() if undo[0] == nset), raw)
+        process.WriteMemory(nset, stripped, err)
+        if err.Success():
+            self.set_swaps[tid] = (exit_pc, (nset, raw))
+
+    def _undo_swap(self, process: lldb.SBProcess, thread: lldb.SBThread, exit_pc: int, undo: tuple[Any, Any]) -> None:
+        """Put back rsi while the thread is still at the syscall or its exit (elsewhere it is no
+        longer the value the code counts on); the set's bytes whenever the thread lives."""
+        where, what = undo
+        if not thread.IsValid():
+            return  # gone: its buffer may be another thread's by now
+        if where == "rsi":
+            if thread.GetFrameAtIndex(0).GetPC() in (exit_pc, exit_pc - 2):
+                LldbTarget(process, thread).write_register("rsi", what, int(thread.GetThreadID()))
+        elif not any(other[0] == where for _pc, other in self.set_swaps.values()):  # the last one out
+            err = lldb.SBError()
+            process.WriteMemory(where, what, err)
+
+    def close_sigtrap(self, thread: lldb.SBThread) -> None:
+        """An exit breakpoint: put back what open_sigtrap changed at this syscall's entry."""
+        swap = self.set_swaps.pop(int(thread.GetThreadID()), None)
+        if swap is not None:
+            self._undo_swap(thread.GetProcess(), thread, *swap)
+
+    def settle_sigtraps(self, process: lldb.SBProcess, leaving: bool) -> None:
+        """At a stop the user sees, and before ualdbg lets go (`leaving`): finish the swaps of
+        threads that are at their exit without its callback having run; when leaving, undo
+        those of threads still at the entry (no breakpoint will be there to finish them)."""
+        for tid, (exit_pc, undo) in list(self.set_swaps.items()):
+            thread = process.GetThreadByID(tid) if process.IsValid() else lldb.SBThread()
+            pc = thread.GetFrameAtIndex(0).GetPC() if thread.IsValid() else None
+            if pc == exit_pc - 2 and not leaving:
+                continue  # it has not made the syscall yet
+            del self.set_swaps[tid]
+            self._undo_swap(process, thread, exit_pc, undo)
 
     def on_exit_call(self, status: int) -> None:
         self.exit_time = time.monotonic()
@@ -723,6 +828,7 @@ class LldbHooks:
             # AC died with the old image (PLATFORM.md); main re-resolves in the new one.
             s.new_process()
             s.engine.forget_threads()
+            self.set_swaps.clear()
             self.stepping.clear()
             self.stepped.clear()
             if s.armed and s.at == "start":
@@ -767,6 +873,8 @@ class LldbHooks:
         """At a stop the user sees: forget threads that are gone, re-arm a thread whose
         single-step plan was lost, arm threads no hook saw being born."""
         e = self.session.engine
+        if self.set_swaps:
+            self.settle_sigtraps(target.process, leaving=False)
         live = set(target.threads())
         for tid in list(e.armed | e.sigbus_blocked | e.in_clone | set(e.pending) | set(e.reported)):
             if tid not in live:
@@ -787,19 +895,32 @@ def _on_destroy(debugger_id: int, *baton: Any) -> None:
         hooks.before_detach()
 
 
-def _site_nr(thread: lldb.SBThread, exit_addr: int) -> int | None:
-    """The syscall number of the site whose exit breakpoint is at this load address."""
-    addr = lldb.SBAddress(exit_addr, thread.GetProcess().GetTarget())
+def _site_nr(thread: lldb.SBThread, load_addr: int, entry: bool = False) -> int | None:
+    """The syscall number of the site whose exit (or entry) breakpoint is at this load address."""
+    addr = lldb.SBAddress(load_addr, thread.GetProcess().GetTarget())
     module = addr.GetModule()
     if not module.IsValid():
         return None
-    return _module_sites(module).nr_at_exit.get(addr.GetFileAddress())
+    sites = _module_sites(module)
+    return (sites.nr_at if entry else sites.nr_at_exit).get(addr.GetFileAddress())
 
 
 def _after_our_breakpoint(thread: lldb.SBThread) -> bool:
     addr = lldb.SBAddress(thread.GetFrameAtIndex(0).GetPC(), thread.GetProcess().GetTarget())
     module = addr.GetModule()
     return bool(module.IsValid() and addr.GetFileAddress() in _module_sites(module).after_ours)
+
+
+def _blocked(pid: int, tid: int) -> int:
+    """The thread's blocked signals (SigBlk in /proc), 0 when unknown."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            for line in f:
+                if line.startswith("SigBlk:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _attached(pid: int) -> bool:

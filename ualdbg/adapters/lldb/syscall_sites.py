@@ -14,7 +14,7 @@ _MOV_EAX = re.compile(b"\xb8|\x48\xc7\xc0", re.DOTALL)
 _WINDOW = 64  # glibc loads the number at most a few argument moves before `syscall`
 # Instructions that may sit between the number and `syscall` without touching rax: argument
 # set-up. Anything else (a branch, a call, an implicit rax writer) makes the site unproven.
-_SAFE = frozenset({"mov", "movsxd", "movzx", "movsx", "lea", "xor", "and", "or", "sub", "add",
+_SAFE = frozenset({"mov", "movabs", "movsxd", "movzx", "movsx", "lea", "xor", "and", "or", "sub", "add",
                    "test", "cmp", "push", "pop", "nop", "endbr64", "shl", "shr", "sar", "neg", "not"})
 _RAX_NAMES = frozenset({"rax", "eax", "ax", "al", "ah"})
 
@@ -29,6 +29,9 @@ class SyscallSite:
     # Where a thread is after lldb single-stepped the instruction under the exit breakpoint
     # (to get past it): a trace stop there is lldb's, not the user's.
     after_exit: int = 0
+    # The first argument (rdi) is the constant 0 (for rt_sigprocmask: SIG_BLOCK), zeroed in the
+    # straight-line code before the `syscall`: how glibc blocks signals for itself.
+    zero_arg: bool = False
 
 
 _FLOW = frozenset({"jmp", "ret", "call", "syscall", "int3", "hlt", "ud2"})
@@ -85,6 +88,29 @@ def _site_at(md: capstone.Cs, code: bytes, off: int) -> int | None:
     return best
 
 
+_ARG_WINDOW = 96  # glibc may set the arguments well before the number (posix_spawn: 71 bytes)
+_RDI_NAMES = frozenset({"rdi", "edi", "di", "dil"})
+
+
+def _zero_first_arg(md: capstone.Cs, code: bytes, off: int) -> bool:
+    """Whether some straight-line decoding of argument set-up lands on the `syscall` at `off`
+    with `xor edi, edi` (or `mov edi, 0`) as the last writer of rdi."""
+    for start in range(max(0, off - _ARG_WINDOW), off):
+        zero = False
+        for address, _size, mnemonic, op_str in md.disasm_lite(code[start:off + 2], start):
+            if address >= off:
+                if address == off and mnemonic == "syscall" and zero:
+                    return True
+                break
+            if mnemonic not in _SAFE:
+                break
+            ops = [o.strip() for o in op_str.split(",")]
+            if ops[0] in _RDI_NAMES:
+                zero = ((mnemonic == "xor" and len(ops) == 2 and ops[1] == ops[0])
+                        or (mnemonic == "mov" and len(ops) == 2 and ops[1] in ("0", "0x0")))
+    return False
+
+
 def _next(md: capstone.Cs, code: bytes, off: int) -> int:
     for _address, size, _mnemonic, _ops in md.disasm_lite(code[off:off + 16], off, 1):
         return off + size
@@ -100,5 +126,6 @@ def find_sites(code: bytes, base: int, wanted: frozenset[int], task: frozenset[i
         nr = _site_at(md, code, m.start())
         if nr is not None and nr in wanted:
             exit_addr = exit_after(md, code, m.start(), base, nr in task)
-            sites.append(SyscallSite(base + m.start(), nr, exit_addr, _next(md, code, exit_addr - base) + base))
+            sites.append(SyscallSite(base + m.start(), nr, exit_addr, _next(md, code, exit_addr - base) + base,
+                                     _zero_first_arg(md, code, m.start())))
     return sites

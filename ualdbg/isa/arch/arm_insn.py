@@ -1,15 +1,29 @@
 """32-bit ARM and Thumb-2 loads and stores as `decode.Insn` recipes, from capstone 5
 (CS_ARCH_ARM), for the step engine and for the fix-up of signal mode alike.
 
-A multi-register transfer (ldrd/strd, ldm/stm, push/pop, vldm/vstm, vpush/vpop, vld1/vst1 of
-whole registers) is one recipe per register, in address order, each checked at its own size by
-the natural policy; the fix-up joins them back into one access (engines/fixup.memop_from_insn)
-and signal mode compares the first address with what ARMv7 checks (`align`: a word for
-ldrd/ldm/vldr, the hint for vldN `[rN:64]`). vld2..vld4 and lane forms are decoded (reported)
-but not performed. capstone puts a vldN alignment hint (in bits) in the displacement: it is read
-as the hint here. PC-relative literals are turned into absolute addresses when decoded. A
-conditional instruction (its condition field, or the IT block's in Thumb) makes no access when
-its condition fails: `accesses` evaluates it from the CPSR when it is given."""
+A multi-register transfer (ldrd/strd, ldm/stm, push/pop, vldm/vstm, vpush/vpop) is one recipe
+per register, in address order, each checked at its own size by the natural policy; the fix-up
+joins them back into one access (engines/fixup.memop_from_insn) and signal mode compares the
+first address with what ARMv7 checks (`align`: a word for ldrd/ldm/vldr).
+
+vld1..vld4/vst1..vst4 (whole registers, interleaved structures, one lane, all lanes) are decoded
+from their encoding (neon_layout, after the ARM ARM's VLDn tables; capstone 5 does not say which
+lane): one recipe per memory element, in address order, at the element's size, which is what a
+CPU checks without a hint when SCTLR.A is set (the natural policy: exact). Each recipe's `data`
+names the lanes the element fills or empties, "d3[1]" (lane 1 of d3) or "d3[]" (every lane of
+d3, the all-lanes load; vld1 {d0[], d1[]} names both), so the fix-up moves each element to its
+lanes and keeps the other lanes' bits. The first recipe's `align` is what Linux/qemu check at
+the first address for the whole transfer: the hint (`[r0:64]`: 8 bytes; capstone's displacement
+holds it in bits), else the element size (never checked by qemu-arm, SCTLR.A being clear).
+
+Writeback: `!` after an immediate offset or a vldN is the recipe's `writeback` (bytes); a base
+that moves by a register (`[rn], rm`, `[rn, rm]!`, `[rn, -rm, lsl #2]!`, `vld2.8 {..}, [r0], r2`)
+is `register_writeback(insn)`, read by the fix-up. A load into the PC (`ldr pc`, `ldm`/`pop`
+with pc) is performed as a branch, bit 0 of the loaded word selecting Thumb (ARMv5T and later);
+a stored PC and a writeback to a base that is also loaded are not. PC-relative literals are
+turned into absolute addresses when decoded. A conditional instruction (its condition field, or
+the IT block's in Thumb) makes no access when its condition fails: `accesses` evaluates it from
+the CPSR when it is given."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -127,7 +141,7 @@ def operands(ci: capstone.CsInsn, name: str, thumb: bool) -> tuple[tuple[MemOper
     base: str | None = gdb_reg(ci.reg_name(mem.mem.base))
     assert base is not None
     if name.startswith(("vld", "vst")) and name not in ("vldr", "vstr"):
-        return _structure(ci, name, mem, data, after, base)
+        return _structure(ci, name, mem, data, after, base, thumb)
     index = gdb_reg(ci.reg_name(mem.mem.index)) if mem.mem.index else None
     disp = mem.mem.disp
     scale = 1
@@ -139,15 +153,16 @@ def operands(ci: capstone.CsInsn, name: str, thumb: bool) -> tuple[tuple[MemOper
     writeback = 0
     if after and after[0].type == arm.ARM_OP_IMM:  # post-indexed: [rn], #imm
         writeback = -after[0].imm if after[0].subtracted else after[0].imm
-    elif after:  # post-indexed by a register, [rn], rm: the address is rn's; not performed
-        pass
-    elif ci.writeback:  # pre-indexed with writeback: [rn, #imm]!
-        writeback = disp if index is None else 0
+    elif ci.writeback and not after and index is None:  # pre-indexed with writeback: [rn, #imm]!
+        writeback = disp
+    # [rn], rm and [rn, rm]!: the base moves by a register (register_writeback); the address
+    # is rn's, or rn + rm as without the `!`.
+    by_register = _register_writeback(ci, mem, after, base)
     if base == "pc":  # a literal: the word-aligned PC of the instruction + 8 (ARM) or + 4 (Thumb)
         base, disp = None, ((ci.address + (4 if thumb else 8)) & ~3) + disp
-    # Not performed: a load into the PC (a branch), a writeback by a register.
-    performable = "pc" not in data and not (after and after[0].type != arm.ARM_OP_IMM) and \
-        not (index is not None and ci.writeback)
+    # Not performed: an index or a writeback register shifted other than by lsl (asr, ror).
+    performable = exact and (not ((after and after[0].type != arm.ARM_OP_IMM) or (index is not None and ci.writeback))
+                             or by_register is not None)
     if name in ("vldr", "vstr"):
         reg = data[0]
         size = _reg_bytes(reg)
@@ -187,7 +202,9 @@ def _multiple(ci: capstone.CsInsn, name: str, ops: list, regs: list[str]) -> tup
     size = _reg_bytes(lst[0]) if name.startswith("v") else 4
     total = size * len(lst)
     start = first * size if first is not None else -total + (size if name.endswith("da") else 0)
-    performable = "pc" not in lst and not (writeback and base in lst)
+    # A load into the PC is a branch (the fix-up interworks on bit 0); a stored PC (ARM stm) is
+    # the instruction's address + 8, not performed, nor a writeback to a base also loaded.
+    performable = not (kind is _W and "pc" in lst) and not (writeback and base in lst)
     flt = name.startswith("v")
     out = []
     for k, reg in enumerate(lst):
@@ -196,24 +213,157 @@ def _multiple(ci: capstone.CsInsn, name: str, ops: list, regs: list[str]) -> tup
     return tuple(out), True
 
 
+# vld/vst "multiple structures" (A=0): type -> (registers, interleave, spacing), as the ARM ARM's
+# VLD1..VLD4 (multiple) tables: element n of register d + reg + spacing * k comes from memory
+# element (reg * elements + n) * interleave + k.
+_NEON_MULTIPLE = {0b0000: (1, 4, 1), 0b0001: (1, 4, 2), 0b0010: (4, 1, 1), 0b0011: (2, 2, 2), 0b0100: (1, 3, 1),
+                  0b0101: (1, 3, 2), 0b0110: (3, 1, 1), 0b0111: (1, 1, 1), 0b1000: (1, 2, 1), 0b1001: (1, 2, 2),
+                  0b1010: (2, 1, 1)}
+
+
+def neon_layout(word: int) -> tuple[list[tuple[str, ...]], int, int, int, int] | None:
+    """An Advanced SIMD element or structure load/store (VLDn/VSTn) from its encoding (ARM
+    0xF4xxxxxx, Thumb 0xF9xxxxxx: bits 23..0 alike): the lanes each memory element goes to or
+    comes from, in address order ("d3[1]": lane 1 of d3; "d3[]": every lane of d3, the
+    all-lanes load), the element's bytes, the alignment checked at the first address (the
+    hint; 0 without one), Rn and Rm (15: no writeback, 13: `!`, else the register added).
+    None for an encoding the ARM ARM calls UNDEFINED or UNPREDICTABLE."""
+    rn, rm = (word >> 16) & 0xF, word & 0xF
+    d = ((word >> 22) & 1) << 4 | (word >> 12) & 0xF
+    if not word & (1 << 23):  # multiple structures
+        shape = _NEON_MULTIPLE.get((word >> 8) & 0xF)
+        if shape is None:
+            return None
+        nregs, interleave, spacing = shape
+        ebytes = 1 << ((word >> 6) & 3)
+        if ebytes == 8 and interleave > 1:
+            return None
+        align = (word >> 4) & 3
+        hint = 4 << align if align else 0
+        if d + nregs - 1 + spacing * (interleave - 1) > 31:
+            return None
+        elements: list[tuple[str, ...]] = [(f"d{d + reg + spacing * k}[{n}]",) for reg in range(nregs) for n in range(8 // ebytes)
+                    for k in range(interleave)]
+        return elements, ebytes, hint, rn, rm
+    nregs = ((word >> 8) & 3) + 1
+    if (word >> 10) & 3 == 3:  # single structure to all lanes (loads only)
+        if not word & (1 << 21):
+            return None
+        size, t, a = (word >> 6) & 3, (word >> 5) & 1, (word >> 4) & 1
+        if size == 3:
+            if nregs != 4 or not a:
+                return None
+            ebytes, hint = 4, 16
+        else:
+            ebytes = 1 << size
+            hint = {1: ebytes, 2: 2 * ebytes, 3: 0, 4: 8 if size == 2 else 4 * ebytes}[nregs] if a else 0
+            if a and (nregs == 3 or (nregs == 1 and size == 0)):
+                return None
+        if nregs == 1:
+            regs = [d + r for r in range(2 if t else 1)]
+            out = [tuple(f"d{r}[]" for r in regs)]
+        else:
+            regs = [d + k * (2 if t else 1) for k in range(nregs)]
+            out = [(f"d{r}[]",) for r in regs]
+        return (out, ebytes, hint, rn, rm) if regs[-1] <= 31 else None
+    size = (word >> 10) & 3  # single structure to one lane
+    ia = (word >> 4) & 0xF
+    ebytes = 1 << size
+    index = ia >> (size + 1)
+    inc = 2 if nregs > 1 and size and (ia >> size) & 1 else 1
+    bad: int | bool
+    if nregs == 1:
+        bad = [ia & 1, ia & 2, ia & 4 or ia & 3 not in (0, 3)][size]
+        hint = [0, ebytes if ia & 1 else 0, 4 if ia & 3 else 0][size]
+    elif nregs == 2:
+        bad = size == 2 and ia & 2
+        hint = 2 * ebytes if ia & 1 else 0
+    elif nregs == 3:
+        bad = ia & (3 if size == 2 else 1)
+        hint = 0
+    else:
+        bad = size == 2 and ia & 3 == 3
+        hint = (4 << (ia & 3) if ia & 3 else 0) if size == 2 else (4 * ebytes if ia & 1 else 0)
+    regs = [d + k * inc for k in range(nregs)]
+    if bad or regs[-1] > 31:
+        return None
+    return [(f"d{r}[{index}]",) for r in regs], ebytes, hint, rn, rm
+
+
+def _word(ci: capstone.CsInsn, thumb: bool) -> int:
+    raw = bytes(ci.bytes)
+    if thumb:
+        return int.from_bytes(raw[:2], "little") << 16 | int.from_bytes(raw[2:4], "little")
+    return int.from_bytes(raw[:4], "little")
+
+
 def _structure(ci: capstone.CsInsn, name: str, mem: arm.ArmOp, data: list[str], after: list, base: str,
-               ) -> tuple[tuple[MemOperand, ...], bool]:
-    """vld1..vld4 / vst1..vst4: the element size from the mnemonic (`vld1.32`), the alignment
-    hint (bits, capstone's displacement), writeback by `!` (the total) or by a register."""
+               thumb: bool = False) -> tuple[tuple[MemOperand, ...], bool]:
+    """vld1..vld4 / vst1..vst4, from the encoding (neon_layout): one recipe per memory element
+    in address order, at its own size (what a CPU checks without a hint when SCTLR.A is set, the
+    natural policy), whose `data` names the lanes it fills or empties ("d0[1]", "d0[]"); the
+    first carries the alignment checked at the base (the hint, else the element) and the `!`
+    writeback (the transfer's size)."""
     kind = _R if name.startswith("vld") else _W
-    suffix = ci.mnemonic.split(".")
-    elem = int(suffix[1]) // 8 if len(suffix) > 1 and suffix[1].isdigit() else 1
-    hint = mem.mem.disp // 8
-    whole = "[" not in ci.op_str.split("}")[0]  # no lane or all-lanes index: whole registers
-    if name in ("vld1", "vst1") and whole:
-        # Whole registers, consecutive: the same bytes as vldm/vstm of them (little-endian).
-        writeback = 8 * len(data) if ci.writeback and not after else 0
-        performable = not after
-        return tuple(_mem(base, 8 * k, 8, kind, (reg,) if performable else (), flt=True, align=hint or 1,
-                          writeback=writeback if k == 0 else 0) for k, reg in enumerate(data)), True
-    # Interleaved structures and lanes: checked at the element size (and the hint) at the
-    # base; reported but not performed.
-    return (_mem(base, 0, elem, kind, align=hint or elem),), False
+    layout = neon_layout(_word(ci, thumb))
+    if layout is None or base == "pc":
+        return (), False
+    elements, ebytes, hint, _, rm = layout
+    total = ebytes * len(elements)
+    writeback = total if rm == 13 else 0
+    return tuple(_mem(base, k * ebytes, ebytes, kind, lanes, flt=True, align=(hint or ebytes) if k == 0 else 0,
+                      writeback=writeback if k == 0 else 0) for k, lanes in enumerate(elements)), True
+
+
+def _register_writeback(ci: capstone.CsInsn, mem: arm.ArmOp, after: list, base: str) -> tuple[str, str, int] | None:
+    """(base, rm, multiplier) when the base moves by a register after the access: `[rn], rm`
+    (post-indexed, the shifted register after the operand) and `[rn, rm]!` (pre-indexed with
+    writeback: to the address). Only lsl shifts (a multiplier)."""
+    if after and after[0].type == arm.ARM_OP_REG:
+        op = after[0]
+        if op.shift.type not in (0, arm.ARM_SFT_LSL):
+            return None
+        rm = gdb_reg(ci.reg_name(op.reg))
+        return base, rm, (1 << op.shift.value if op.shift.type == arm.ARM_SFT_LSL else 1) * (-1 if op.subtracted else 1)
+    if mem.mem.index and ci.writeback and not after:
+        if mem.shift.type not in (0, arm.ARM_SFT_LSL):
+            return None
+        scale = 1 << mem.shift.value if mem.shift.type == arm.ARM_SFT_LSL else 1
+        return base, gdb_reg(ci.reg_name(mem.mem.index)), scale * (-1 if mem.subtracted else 1)
+    return None
+
+
+_REDECODE: dict[str, capstone.Cs] = {}
+
+
+def register_writeback(insn: Insn) -> tuple[str, str, int] | None:
+    """For the fix-up: (base, rm, multiplier) when `insn` (decoded here) moves its base register
+    by rm * multiplier after the access (`ldr r0, [r1], r2`, `ldrd r0, r1, [r2, r3]!`,
+    `vld2.8 {d0, d1}, [r0], r2`), else None. The recipes say where the access goes; this, the
+    one effect they cannot hold."""
+    mode = "thumb" if insn.mode == "thumb" else "arm"
+    cs = _REDECODE.get(mode)
+    if cs is None:
+        cs = _REDECODE[mode] = capstone.Cs(capstone.CS_ARCH_ARM, (capstone.CS_MODE_THUMB if mode == "thumb" else
+                                                                  capstone.CS_MODE_ARM) | capstone.CS_MODE_LITTLE_ENDIAN)
+        cs.detail = True
+    ci = next(cs.disasm(insn.raw, insn.pc & MASK32, 1), None)
+    if ci is None:
+        return None
+    name = ci.insn_name()
+    if name.startswith(("vld", "vst")) and name not in ("vldr", "vstr") and name not in _MULTIPLE:
+        layout = neon_layout(_word(ci, mode == "thumb"))
+        if layout is None or layout[4] in (13, 15):
+            return None
+        return _GPR_NAMES[layout[3]], _GPR_NAMES[layout[4]], 1
+    ops = list(ci.operands)
+    mem_at = next((i for i, o in enumerate(ops) if o.type == arm.ARM_OP_MEM), None)
+    if mem_at is None or name in _MULTIPLE:
+        return None
+    return _register_writeback(ci, ops[mem_at], ops[mem_at + 1:], gdb_reg(ci.reg_name(ops[mem_at].mem.base)))
+
+
+_GPR_NAMES = tuple(f"r{n}" for n in range(13)) + ("sp", "lr", "pc")
 
 
 def decoder(arch: str) -> ArmDecoder:
