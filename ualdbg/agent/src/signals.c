@@ -8,8 +8,7 @@
  * is, clear when the handler runs with SIGBUS blocked (a fault there would kill the process);
  * sigreturn restores the interrupted context's flags either way.
  */
-#include "signals.h"
-#include "trampolines.h"
+#include "agent.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -24,6 +23,11 @@ static volatile int sig_lock;
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 static sigaction_fn p_sigaction;
+
+void *real_fn(const char *name)
+{
+    return dlsym(RTLD_NEXT, name);
+}
 
 void signals_init(void)
 {

@@ -1,8 +1,5 @@
-/* process.h - what the agent's C files share: configuration, per-process and per-thread state,
- * EFLAGS.AC primitives, raw system calls that bypass the wrapped libc entry points, and
- * process.c's functions. The files are in one order, each calling only those before it:
- * process.c <- trampolines.c <- wrappers.c <- signals.c <- agent.c (their headers say what
- * each offers the ones after it). */
+/* agent.h - what the agent's C files share: configuration, per-process and per-thread state,
+ * EFLAGS.AC primitives, raw system calls that bypass the wrapped libc entry points. */
 #ifndef UALDBG_AGENT_INTERNAL_H
 #define UALDBG_AGENT_INTERNAL_H
 
@@ -124,45 +121,36 @@ static inline int sigbus_blocked_now(void)
     return (int)((cur >> (SIGBUS - 1)) & 1);
 }
 
-/* process.c */
-#define MAPS_CAPACITY (16u << 20)
-#define MAX_MAPPINGS 8192
-
-struct mapping {
-    uint64_t start, end;
-    const char *path; /* in the snapshot text; NUL-free, length `plen` */
-    uint16_t plen;
-    uint8_t exec;
-};
-extern struct mapping maps_cache[MAX_MAPPINGS] HIDDEN;
-extern int maps_n HIDDEN;
-extern volatile int maps_lock HIDDEN;
-
-/* Safe in a signal handler. */
-static inline void spin_lock(volatile int *l)
-{
-    while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
-        while (__atomic_load_n(l, __ATOMIC_RELAXED))
-            __builtin_ia32_pause();
-}
-static inline void spin_unlock(volatile int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
-
+/* agent.c */
 HIDDEN uint64_t now_ns(void);
-HIDDEN char *put_str(char *p, char *end, const char *s);
-HIDDEN char *put_u64(char *p, char *end, uint64_t v);
-HIDDEN uint64_t block_all(void);
-HIDDEN void unblock_all(uint64_t old);
-HIDDEN int armable(void);
 HIDDEN void rearm(void);
+HIDDEN int armable(void);
 HIDDEN void arm_here(void);
+HIDDEN void agent_new_process(int follow, int in_handler);
+HIDDEN void strip_own_environment(void);
 HIDDEN void maps_snapshot_locked(void);
 HIDDEN void maps_snapshot(void);
-HIDDEN const struct mapping *maps_find(uint64_t addr);
-HIDDEN const struct mapping *maps_lookup_locked(uint64_t pc);
 HIDDEN void buffer_mark(uint32_t state, const char *note);
 HIDDEN int env_has_agent(char *const envp[]);
 HIDDEN char **env_without_agent(char *const envp[]);
 HIDDEN int elf_is_foreign(const char *path);
+HIDDEN void on_sigbus_c(int sig, siginfo_t *si, void *ctx);
+HIDDEN void on_sigtrap_c(int sig, siginfo_t *si, void *ctx);
+HIDDEN void on_signal_c(int sig, siginfo_t *si, void *ctx);
+HIDDEN uint64_t trampoline_origin(uint64_t rip, int *at_insn);
+HIDDEN void ensure_sigtrap(void);
+
+/* wrappers.c */
+HIDDEN void wrappers_init(void);
+
+/* signals.c */
+HIDDEN void signals_release(void);
+HIDDEN void signals_init(void);
+HIDDEN void signals_after_fork(void);
+HIDDEN void signals_adopt_existing(void);
+HIDDEN void chain_signal(int sig, siginfo_t *si, ucontext_t *uc);
+HIDDEN int real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+HIDDEN void install_kernel_action(int sig);
 HIDDEN void *real_fn(const char *name);
 
 /* entry.S */

@@ -1,9 +1,0 @@
-/* wrappers.h - the interposed libc entry points (wrappers.c), for agent.c. */
-#ifndef UALDBG_AGENT_WRAPPERS_H
-#define UALDBG_AGENT_WRAPPERS_H
-
-#include "process.h"
-
-HIDDEN void wrappers_init(void);
-
-#endif
