@@ -17,9 +17,12 @@ demo: setup-demo
 test: setup lint
 	.venv/bin/python -m pytest -q
 
+# ruff bans gdb and lldb outside the adapters (pyproject.toml); lint-imports holds the layers of
+# docs/ARCHITECTURE.md (tests/unit/test_layers.py also finds any import circle).
 lint:
 	.venv/bin/ruff check $(wildcard ualdbg gdb lldb tests bench)
 	.venv/bin/mypy ualdbg
+	.venv/bin/lint-imports --no-cache
 
 bench: setup
 	.venv/bin/python bench/run.py; status=$$?; .venv/bin/python bench/patching.py && exit $$status

@@ -16,7 +16,7 @@ import pytest
 from clirun import explain, run_cli
 from conftest import require_tool
 
-from ualdbg.alignment import AcRules, measure_ac_rules
+from ualdbg.isa.alignment import AcRules, measure_ac_rules
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 REPS = 7

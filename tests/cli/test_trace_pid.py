@@ -161,7 +161,7 @@ def test_a_process_of_another_user(test_programs: Path, tmp_path: Path) -> None:
 
 def test_ptrace_scope_forbids_attaching(test_programs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # This machine has no Yama; what the user is told is checked against a stand-in file.
-    from ualdbg import attach
+    from ualdbg.cli import attach
 
     scope = tmp_path / "ptrace_scope"
     monkeypatch.setattr(attach, "YAMA_SCOPE", str(scope))

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from conftest import EXAMPLES, ROOT, Expected, require_tool, scrubbed_env
 
-from ualdbg import qemu
-from ualdbg.arch import arch_by_name
+from ualdbg.isa import qemu
+from ualdbg.isa.arch import arch_by_name
 
 CROSS_ARCHES = ("sparc64", "alpha", "hppa", "sh4")
 SECTION = "## Expected faults on strict-alignment CPUs"

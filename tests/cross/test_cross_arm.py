@@ -19,7 +19,7 @@ from crossrun import pair_stream_counts as own_counts
 from crossrun import require_cross, routine_counts, run_gdb_multiarch
 from gdbrun import REPORT1
 
-from ualdbg.arch import arch_by_name
+from ualdbg.isa.arch import arch_by_name
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 ARCHES = ("armhf", "armel")

@@ -18,7 +18,7 @@ from clirun import explain, run_cli
 from crossrun import require_cross, run_gdb_multiarch
 from gdbrun import REPORT1
 
-from ualdbg.arch import arch_by_name
+from ualdbg.isa.arch import arch_by_name
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 SOURCE = PROGRAMS / "plain_arm.c"

@@ -21,7 +21,7 @@ from clirun import explain, run_cli
 from crossrun import require_cross, routine_counts, run_gdb_multiarch
 from gdbrun import REPORT1
 
-from ualdbg.arch import arch_by_name
+from ualdbg.isa.arch import arch_by_name
 
 SOURCE = Path(__file__).resolve().parent / "programs" / "structs_arm.c"
 ROUNDS = 16
@@ -155,8 +155,8 @@ class _Regs:
 
 
 def _perform(raw: str, regs: dict[str, int], mode: str = "") -> _Regs:
-    from ualdbg.decode import Decoder
     from ualdbg.engines.fixup import FixupEngine, memop_from_insn
+    from ualdbg.isa.decode import Decoder
 
     insn = Decoder("armhf").decode(bytes.fromhex(raw), 0x8000, mode)
     assert insn is not None and insn.exact

@@ -11,7 +11,7 @@ import pytest
 from clirun import explain, run_cli
 from crossrun import require_cross
 
-from ualdbg.arch import arch_by_name
+from ualdbg.isa.arch import arch_by_name
 
 SRC = Path(__file__).resolve().parent / "programs" / "misaligned_double.c"
 N = 12

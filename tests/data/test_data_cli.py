@@ -117,7 +117,7 @@ def test_summary_and_sarif_carry_data_and_advice(tmp_path: Path) -> None:
     ("memalign", ["100", "5"], "copy-once", "each address is read 5 times"),
 ])
 def test_advice_per_example(prog: str, args: list[str], remedy: str, needle: str, tmp_path: Path) -> None:
-    from ualdbg.advice import advice_by_pc
+    from ualdbg.core.advice import advice_by_pc
 
     doc, log = cli_trace(prog, *args, tmp_path=tmp_path)
     advice = advice_by_pc(doc)
@@ -130,7 +130,7 @@ def test_advice_per_example(prog: str, args: list[str], remedy: str, needle: str
 def test_advice_counts_make_it_worth_it(tmp_path: Path) -> None:
     doc, log = cli_trace("mpi_status", "50", tmp_path=tmp_path)
     for s in doc["sites"]:
-        from ualdbg.advice import advise
+        from ualdbg.core.advice import advise
 
         a = advise(s)
         assert a is not None and f"{s['count']} accesses here" in a.text, log

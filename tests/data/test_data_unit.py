@@ -8,7 +8,7 @@ from conftest import BUILD
 from datarun import decl_line
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 
-from ualdbg.advice import ALIGN, COPY_ONCE, MEMCPY, advise
+from ualdbg.core.advice import ALIGN, COPY_ONCE, MEMCPY, advise
 from ualdbg.symbols.data import Frame, describe, module_data
 from ualdbg.symbols.elfindex import elf_index
 from ualdbg.symbols.layout import Evaluator, Unreadable

@@ -11,18 +11,18 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ualdbg.audit import AuditError
 from ualdbg.ci.baseline import BaselineError, keys_of
 from ualdbg.ci.baseline import load as load_baseline
 from ualdbg.ci.merge import merge
 from ualdbg.commands.audit import run_audit
 from ualdbg.engines.agent import AgentUnavailable, preflight
+from ualdbg.engines.runner import ToolError, resolve_program
 from ualdbg.render.audit import render as render_audit
 from ualdbg.render.jsondoc import load_document
 from ualdbg.render.sarif import build_sarif
 from ualdbg.render.tables import header, records_table, summary_table
-from ualdbg.runner import ToolError, resolve_program
 from ualdbg.symbols.elfindex import clear_cache, elf_index
+from ualdbg.tools.audit import AuditError
 
 # The one-line errors each front end turns into `ualdbg: ...` and status 2.
 EXPECTED = (ToolError, AgentUnavailable, AuditError, BaselineError, ValueError)

@@ -13,7 +13,7 @@ import pytest
 from conftest import BUILD, ROOT, require_tool, scrubbed_env
 from gdbrun import Run, parse_reports
 
-from ualdbg.cli import build_parser
+from ualdbg.cli.shell import build_parser
 from ualdbg.commands.all import COMMANDS, GROUPS
 
 sys.path.insert(0, str(ROOT / "tests" / "lldb"))

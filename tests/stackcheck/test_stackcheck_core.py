@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from ualdbg.stackcheck import (
+from ualdbg.tools.stackcheck.check import (
     Item,
     Plan,
     Raw,
@@ -100,7 +100,7 @@ def test_document_exit_status_on_a_misaligned_variable() -> None:
 def test_exec_helper_sets_argv0_environment_aslr_and_stdio(kind: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    import ualdbg.launch as launch
+    import ualdbg.tools.stackcheck.launch as launch
 
     if kind == "python":  # no C compiler: the Python fallback must do the same
         monkeypatch.setattr(launch.shutil, "which", lambda name, *a, **k: None)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import BUILD
 
+from ualdbg.core.model import Module
 from ualdbg.engines.scope import ScopeError, StepScope, function_ranges, parse_range, resolve_scope
-from ualdbg.model import Module
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 

@@ -2,7 +2,7 @@
 step engine's unit tests (test_step_engine.py, test_step_by_breakpoints.py) drive it with."""
 from __future__ import annotations
 
-from ualdbg.target import SigInfo
+from ualdbg.core.target import SigInfo
 
 
 class FakeTarget:

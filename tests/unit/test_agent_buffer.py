@@ -77,7 +77,7 @@ def test_c_writer_and_python_reader_agree(agent: ctypes.CDLL, tmp_path: Path) ->
         assert (view["rax"], view["rsp"], view["rsi"], view["rdi"], view["fs_base"]) == (0x1013, 0x7FFF0000, 0x5001, 0x6002, 0)
         assert "xmm0" not in view and len(view) == 18
         assert all(a.time_ns <= b.time_ns for a, b in zip(records, records[1:]))
-        assert _raw_records(buf.record_bytes()) == records  # the raw ring (agent/records.py) holds the same
+        assert _raw_records(buf.record_bytes()) == records  # the raw ring (engines/records.py) holds the same
         snapshots = buf.maps_snapshots()
         assert len(snapshots) == 1 and "[stack]" in snapshots[0][1]
 

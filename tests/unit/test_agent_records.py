@@ -1,4 +1,4 @@
-"""The agent's records as columns (ualdbg/agent/records.py) against the per-record path they
+"""The agent's records as columns (ualdbg/engines/records.py) against the per-record path they
 replace: per PC, the columns must give every record the VA, size and access that
 engines/agent._explain gives it from its own registers; the C writer must write exactly
 json.dumps of each record object (times included: repr(round(t, 6))); merged processes must come
@@ -16,11 +16,11 @@ import pytest
 from conftest import require_tool
 
 from ualdbg.agent import buffer as ab
-from ualdbg.agent import records as ar
-from ualdbg.alignment import ZEN3_RULES, AcPolicy, NaturalPolicy
+from ualdbg.engines import records as ar
 from ualdbg.engines.agent import _explain, _Frozen
+from ualdbg.engines.session import Session
+from ualdbg.isa.alignment import ZEN3_RULES, AcPolicy, NaturalPolicy
 from ualdbg.render.jsondoc import to_text
-from ualdbg.session import Session
 
 PC0 = 0x401000
 # (code, what the tests want of it): every operand form the columns compute, and the ones they

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ualdbg import alignment
-from ualdbg.alignment import (
+from ualdbg.core.model import Access, AccessKind
+from ualdbg.isa import alignment
+from ualdbg.isa.alignment import (
     POLICY_NAMES,
     ZEN3_RULES,
     AcPolicy,
@@ -24,8 +25,7 @@ from ualdbg.alignment import (
     rules_from_probe,
     violations,
 )
-from ualdbg.decode import Decoder, Insn, accesses
-from ualdbg.model import Access, AccessKind
+from ualdbg.isa.decode import Decoder, Insn, accesses
 
 R, W = AccessKind.READ, AccessKind.WRITE
 DECODER = Decoder()

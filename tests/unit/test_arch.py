@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ualdbg.arch import ALPHA, ARCHES, SPARC64, X86_64, alpha, arch_by_name, arch_info, elf_arch, sparc64
+from ualdbg.isa.arch import ALPHA, ARCHES, SPARC64, X86_64, alpha, arch_by_name, arch_info, elf_arch, sparc64
 
 
 @pytest.mark.parametrize("name, arch", [("i386:x86-64", "x86_64"), ("x86_64", "x86_64"), ("sparc:v9a", "sparc64"),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ualdbg.decode import Decoder, Insn, MemOperand, RegisterUnavailable, accesses, effective_address
-from ualdbg.model import AccessKind
+from ualdbg.core.model import AccessKind
+from ualdbg.isa.decode import Decoder, Insn, MemOperand, RegisterUnavailable, accesses, effective_address
 
 R, W, RW = AccessKind.READ, AccessKind.WRITE, AccessKind.READ_WRITE
 PC = 0x401000

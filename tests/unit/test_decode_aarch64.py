@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ualdbg.alignment import NaturalPolicy
-from ualdbg.decode import Decoder, Insn, RegisterUnavailable, accesses
-from ualdbg.model import AccessKind
+from ualdbg.core.model import AccessKind
+from ualdbg.isa.alignment import NaturalPolicy
+from ualdbg.isa.decode import Decoder, Insn, RegisterUnavailable, accesses
 
 R, W, RW = AccessKind.READ, AccessKind.WRITE, AccessKind.READ_WRITE
 PC = 0x400000

@@ -2,12 +2,12 @@
 decisions, the AC/TF flag dance, scope, and the exact counters."""
 from __future__ import annotations
 
-from ualdbg.arch import BUS_ADRALN, SIGBUS, SIGTRAP
-from ualdbg.engines.trap import Decision
-from ualdbg.model import AccessKind
-from ualdbg.session import Session
-from ualdbg.target import SigInfo
-from ualdbg.trace import TraceBuffer
+from ualdbg.core.model import AccessKind
+from ualdbg.core.target import SigInfo
+from ualdbg.core.trace import TraceBuffer
+from ualdbg.engines.recorder import Decision
+from ualdbg.engines.session import Session
+from ualdbg.isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP
 
 AC, TF = 0x40000, 0x100
 PROG = 0x555555554000

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from ualdbg.arch import BUS_ADRALN, PR_GET_UNALIGN, PR_SET_UNALIGN, PR_UNALIGN_SIGBUS, SH4, SIGBUS, SIGTRAP, sh4
-from ualdbg.engines.trap import Decision
-from ualdbg.model import AccessKind
-from ualdbg.session import Session
-from ualdbg.target import SigInfo
+from ualdbg.core.model import AccessKind
+from ualdbg.core.target import SigInfo
+from ualdbg.engines.recorder import Decision
+from ualdbg.engines.session import Session
+from ualdbg.isa.arch import BUS_ADRALN, PR_GET_UNALIGN, PR_SET_UNALIGN, PR_UNALIGN_SIGBUS, SH4, SIGBUS, SIGTRAP, sh4
 
 TEXT = 0x100000
 DATA = 0x300000

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import struct
 
-from ualdbg.decode import Decoder
 from ualdbg.engines.outofline import HEAD, JMP_ABS, TAIL, Slot, SlotPool, build, eligible
+from ualdbg.isa.decode import Decoder
 
 PC = 0x555555555190
 DEC = Decoder()

@@ -8,8 +8,8 @@ from stepfakes import FakeControl
 from stepfakes import FakeTarget as _FakeTarget
 
 from ualdbg.engines.scope import ScopeError
+from ualdbg.engines.session import Session
 from ualdbg.engines.step import ScopeRequest, StepDecision
-from ualdbg.session import Session
 
 # 0x1000: str w2, [x0]       (4-byte write)
 # 0x1004: str w3, [x0, #4]   (4-byte write)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from stepfakes import FakeControl
 from stepfakes import FakeTarget as _FakeTarget
 
+from ualdbg.engines.session import Session
 from ualdbg.engines.step import ScopeRequest, StepDecision
-from ualdbg.session import Session
 
 # 0x1000: mov rax, qword ptr [rdi]       (8-byte read)
 # 0x1003: call 0x2000                    (out of the scope)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from stepfakes import FakeControl, FakeTarget
 
+from ualdbg.engines.session import Session
 from ualdbg.engines.step import ScopeRequest, StepDecision
-from ualdbg.session import Session
 
 # 0x1000: mov rax, qword ptr [rdi]   (8-byte read)
 CODE = {0x1000: bytes.fromhex("488b07" "c3")}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import require_tool
 
-from ualdbg.model import InlineFrame, Module, SourceLoc
+from ualdbg.core.model import InlineFrame, Module, SourceLoc
 from ualdbg.symbols import ModuleMap, SourcePos, Symbolizer, elf_index, is_system_path, parse_maps
 from ualdbg.symbols.elfindex import ElfIndex
 

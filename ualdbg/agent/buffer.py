@@ -69,7 +69,7 @@ class Registers:
 
 
 class RegisterView(Mapping[str, int]):
-    """Registers by the names ualdbg.decode asks for (rax..r15, fs_base, gs_base), without
+    """Registers by the names ualdbg.isa.decode asks for (rax..r15, fs_base, gs_base), without
     building a dict per record."""
 
     __slots__ = ("_regs",)
@@ -317,7 +317,7 @@ class AgentBuffer:
 
     def record_bytes(self) -> bytes:
         """The same records as records(), raw: RECORD_SIZE bytes each as the agent wrote them, in
-        sequence order (ualdbg/agent/records.py reads them as columns)."""
+        sequence order (ualdbg/engines/records.py reads them as columns)."""
         head = struct.unpack_from("<Q", self._map, 136)[0]
         cap = self._layout["record_capacity"]
         base = self._layout["records_offset"]

@@ -7,10 +7,10 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..alignment import ac_rules
+from ..core.settings import SETTINGS
 from ..engines.scope import ScopeError
 from ..engines.step import ScopeRequest
-from ..settings import SETTINGS
+from ..isa.alignment import ac_rules
 from .options import DEBUGGER_ENGINES, add_engine_arg, add_scope_args, add_step_args, step_wanted
 from .registry import Host, Output, Parser, Runner, UsageError, command
 

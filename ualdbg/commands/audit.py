@@ -1,13 +1,13 @@
-"""`ualdbg audit [ELF]`: the static alignment audit (ualdbg/audit.py) of the loaded program or a
+"""`ualdbg audit [ELF]`: the static alignment audit (ualdbg/tools/audit.py) of the loaded program or a
 file, matched against the session's trace (or a saved one) to show which findings a run hit."""
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from ..audit import AuditError, AuditResult, audit, exit_status, match_trace
 from ..render.audit import render
 from ..render.jsondoc import build_document, dump, load_document
+from ..tools.audit import AuditError, AuditResult, audit, exit_status, match_trace
 from .registry import Host, Output, Parser, Runner, UsageError, command
 
 EPILOG = """From DWARF alone, without running the program:
@@ -91,8 +91,8 @@ def run_cli(args: argparse.Namespace) -> int:
     """`ualdbg audit [--json F] [--trace F] ELF` from the shell; returns the exit status."""
     import sys
 
+    from ..engines.runner import ToolError
     from ..render.console import make_console
-    from ..runner import ToolError
 
     try:
         result = run_audit(args.elf, args.trace)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..alignment import POLICY_NAMES
+from ..isa.alignment import POLICY_NAMES
 from .argtypes import positive
 
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
-from ..session import Session
-from ..target import Target
+from ..core.target import Target
+from ..engines.session import Session
 
 
 class UsageError(Exception):

@@ -7,7 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..render.jsondoc import dump
 from ..render.stackcheck import render
-from ..stackcheck import PAD_NAME, Request, StackcheckError, parse_lengths, parse_var
+from ..tools.stackcheck.check import PAD_NAME, Request, StackcheckError, parse_lengths, parse_var
 from .registry import Host, Output, Parser, Runner, UsageError, command
 
 EPILOG = f"""Variants are every --argv0-lengths value crossed with every --env-pad value, all with ASLR off,
@@ -111,8 +111,8 @@ def _stackcheck(p: Parser) -> Runner:
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS (default: the loaded program and its `run` arguments)")
 
     def run(host: Host, args: argparse.Namespace) -> Output:
-        from ..runner import ToolError
-        from ..stackcheck_run import exec_path_for, run_stackcheck
+        from ..engines.runner import ToolError
+        from ..tools.stackcheck.run import exec_path_for, run_stackcheck
 
         if not isinstance(host, LaunchSource):
             raise UsageError("ualdbg stackcheck: this debugger's adapter cannot say how it would launch the program yet")
@@ -127,7 +127,7 @@ def _stackcheck(p: Parser) -> Runner:
             # No program loaded, one named after --: the environment is the debugger's own.
             import os
 
-            from ..launch import environment_strings
+            from ..tools.stackcheck.launch import environment_strings
 
             path, prog_args = rest[0], rest[1:]
             env, note = environment_strings(dict(os.environ)), "environment: the debugger's own (no program loaded)"
@@ -151,10 +151,10 @@ def run_cli(args: argparse.Namespace) -> int:
     import os
     import sys
 
-    from ..launch import environment_strings
+    from ..engines.runner import ToolError
     from ..render.console import make_console
-    from ..runner import ToolError
-    from ..stackcheck_run import exec_path_for, run_stackcheck
+    from ..tools.stackcheck.launch import environment_strings
+    from ..tools.stackcheck.run import exec_path_for, run_stackcheck
 
     rest = list(args.program)
     if rest[:1] == ["--"]:

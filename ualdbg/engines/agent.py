@@ -19,15 +19,16 @@ from typing import Any
 
 from ..agent import buffer as ab
 from ..agent.build import BuildError, build
-from ..agent.records import RecordTable, merged, table_from
-from ..decode import Insn, accesses
-from ..model import Access, AccessKind, Module, SourceLoc
+from ..core.model import Access, AccessKind, Module, SourceLoc
+from ..core.trace import PcCounter, TraceBuffer
+from ..isa.decode import Insn, accesses
 from ..render.jsondoc import build_document
-from ..session import ProgramInfo, Scope, Session
 from ..symbols.data import describe_saved
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
-from ..trace import PcCounter, TraceBuffer
+from .recorder import ProgramInfo, Scope
+from .records import RecordTable, merged, table_from
+from .session import Session
 
 NAME = "agent"
 ENV_CONFIG = "UALDBG_AGENT"
@@ -377,7 +378,7 @@ class Image:
 
     header: ab.Header
     sites: list[ab.SiteEntry]
-    ring: bytes  # the ring's records as the agent wrote them, in sequence order (agent/records.py)
+    ring: bytes  # the ring's records as the agent wrote them, in sequence order (engines/records.py)
     snapshots: list[str]
     patches: list[ab.PatchEntry] = field(default_factory=list)
     patch_after: int = 0
@@ -542,7 +543,7 @@ def image_session(run: AgentRun, image: Image, started: float, lib: str = "", is
                 counter.access = acc.kind if counter.access is None else counter.access.merge(acc.kind)
                 if site.pc not in session.data_at:  # what the data is (issue 9): from the saved registers
                     session.data_at[site.pc] = describe_saved(acc.va, symbolizer.snapshots(), site.pc, h.pid, regs.mapping())
-    # The records: no Python object per record (agent/records.py). Each PC's instruction is
+    # The records: no Python object per record (engines/records.py). Each PC's instruction is
     # decoded once and its operands evaluated over the PC's records at once; the document's
     # "records" is the table, which writes its own JSON lines.
     code = {s.pc: s.code for s in image.sites}
@@ -710,7 +711,7 @@ def _merge(docs: list[tuple[Image, dict[str, Any]]], root: dict[str, Any], capac
     # are not among them.
     recorded = total - sum(d.get(_UNRECORDED, 0) for _im, d in docs)
     kept: Sequence[dict[str, Any]]
-    if tables and not records and all(t.started == tables[0].started for t in tables):  # the records as columns (agent/records.py), in the same order as below
+    if tables and not records and all(t.started == tables[0].started for t in tables):  # the records as columns (engines/records.py), in the same order as below
         kept = merged(tables, tables[0].started, capacity, recorded)
     else:
         for t in tables:

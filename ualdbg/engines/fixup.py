@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 import capstone
 from capstone import arm64
 
-from .. import arch as archmod
-from ..arch import alpha, arm, arm_insn, hppa, mips, sh4, sparc64
-from ..decode import Decoder, Insn
-from ..model import Access, AccessKind
-from ..target import SigInfo, Target
-from .trap import Decision
+from ..core.model import Access, AccessKind
+from ..core.target import SigInfo, Target
+from ..isa import arch as archmod
+from ..isa.arch import alpha, arm, arm_insn, hppa, mips, sh4, sparc64
+from ..isa.decode import Decoder, Insn
+from .recorder import Decision
 
 if TYPE_CHECKING:
-    from ..session import Session
+    from .recorder import FaultRecorder
 
 MASK64 = (1 << 64) - 1
 
@@ -254,7 +254,7 @@ def has_signal_engine(arch: archmod.ArchInfo) -> bool:
 class FixupEngine:
     """The part of the trap engine for architectures without EFLAGS.AC (TrapEngine delegates)."""
 
-    def __init__(self, session: Session, arch: archmod.ArchInfo) -> None:
+    def __init__(self, session: FaultRecorder, arch: archmod.ArchInfo) -> None:
         self.session = session
         self.arch = arch
         self.decode_word = DECODERS.get(arch.name)

@@ -14,7 +14,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..decode import Insn
+from ..isa.decode import Insn
 from ..symbols.elfindex import elf_index
 from ..symbols.maps import ModuleMap, is_loader_path
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from ..arch import SIGBUS
+from ..isa.arch import SIGBUS
 
 
 def sigbus_blocked(pid: int, tid: int) -> bool:

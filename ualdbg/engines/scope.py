@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from elftools.dwarf.compileunit import CompileUnit
 from elftools.dwarf.die import DIE
 
-from ..model import Module
+from ..core.model import Module
 from ..symbols.cxxnames import NameQuery, base_name, demangle, function_name, normalize, split_components, strip_template_args
 from ..symbols.dwarfindex import DWARF_ERRORS, qualified_die_name
 from ..symbols.elfindex import ElfIndex, elf_index

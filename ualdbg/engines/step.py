@@ -10,18 +10,18 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
-from .. import arch as archmod
-from ..alignment import policy_by_name
-from ..decode import Insn, RegisterUnavailable, accesses
-from ..model import Module
+from ..core.model import Module
+from ..core.target import SigInfo, Target
+from ..isa import arch as archmod
+from ..isa.alignment import policy_by_name
+from ..isa.decode import Insn, RegisterUnavailable, accesses
 from ..symbols.demangle import frame_name
 from ..symbols.elfindex import elf_index
 from ..symbols.maps import ModuleMap
-from ..target import SigInfo, Target
 from .scope import ScopeError, StepScope, resolve_scope
 
 if TYPE_CHECKING:
-    from ..session import Session
+    from .recorder import FaultRecorder
 
 TRAP_TRACE = 2  # si_code of a single-step trap
 
@@ -103,7 +103,7 @@ class StepStats:
 class StepEngine:
     """Per-process state of step mode. All methods run while the target is stopped."""
 
-    session: Session
+    session: FaultRecorder
     name: str = "step"
     enabled: bool = False  # the user chose this engine (armed now or at the arm point)
     armed: bool = False  # entry breakpoints placed in this process
@@ -154,7 +154,7 @@ class StepEngine:
 
     # -- arming ----------------------------------------------------------------------------------
     def _arch(self, target: Target) -> archmod.ArchInfo:
-        return self.session.engine._arch(target)
+        return self.session.arch_of(target)
 
     def arm(self, target: Target, control: StepControl, tid: int | None = None) -> None:
         """Resolve the scope in this process, place the entry breakpoints, and start stepping a
@@ -231,7 +231,7 @@ class StepEngine:
 
     def _starts(self, target: Target, a: archmod.ArchInfo, lo: int, hi: int) -> list[int]:
         """The instruction addresses of [lo, hi), decoded linearly from lo (a function's entry)."""
-        from ..decode import Decoder
+        from ..isa.decode import Decoder
 
         if self.session.decoder.arch != a.name:
             self.session.decoder = Decoder(a.name)
@@ -259,7 +259,7 @@ class StepEngine:
         """32-bit ARM: the instruction set at each address of the module holding `addr`, from
         its mapping symbols or its function symbols' bit 0 (elfindex.arm_modes); where no
         symbol says, what Debian's gcc emits by default (Thumb-2 on armhf, ARM on armel). A
-        breakpoint hit decodes by the CPSR's T bit all the same (Session.insn_at)."""
+        breakpoint hit decodes by the CPSR's T bit all the same (FaultRecorder.insn_at)."""
         if a.name not in ("armhf", "armel"):
             return None
         default = "thumb" if a.name == "armhf" else "arm"
@@ -476,15 +476,14 @@ class StepEngine:
         st.last = insn
         # An instruction recorded here that then traps too (ARMv7's ldrd, MIPS's lw): the signal
         # engine performs it without counting it a second time (FixupEngine.reported).
-        fixup = getattr(s.engine, "fixup", None)
-        reported = fixup.reported if fixup is not None else None
+        reported = s.fixup_reported()
         if reported is not None and reported.get(tid) == pc:
             del reported[tid]
         if insn is not None and insn.mode == "thumb" and insn.name.startswith("it"):
             return self._check_it_block(target, tid, insn, reported)
         if insn is None or not insn.operands:
             return StepDecision.STEP
-        from ..session import LazyRegisters
+        from .recorder import LazyRegisters
 
         try:
             found = accesses(insn, LazyRegisters(target, tid))
@@ -503,8 +502,8 @@ class StepEngine:
         to the IT), so the block's instructions are checked here, before any of them runs, each
         recorded at its own PC. One whose address or condition depends on an earlier
         instruction of the block cannot be computed ahead: counted in `stats.unchecked`."""
-        from ..arch import arm_insn
-        from ..session import LazyRegisters
+        from ..isa.arch import arm_insn
+        from .recorder import LazyRegisters
 
         s = self.session
         regs = LazyRegisters(target, tid)

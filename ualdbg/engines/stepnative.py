@@ -14,16 +14,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..alignment import Policy, policy_by_name
-from ..decode import Decoder, Insn, MemOperand, register_slice
-from ..model import Access, AccessKind, Fault
+from ..core.model import Access, AccessKind, Fault
+from ..core.trace import PcCounter, TraceBuffer
+from ..isa.alignment import Policy, policy_by_name
+from ..isa.decode import Decoder, Insn, MemOperand, register_slice
 from ..render.jsondoc import build_document
-from ..session import ProgramInfo, Scope, Session
 from ..stepper.build import BuildError, build
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
-from ..trace import PcCounter, TraceBuffer
+from .recorder import ProgramInfo, Scope
 from .scope import ScopeError, StepScope, function_ranges, parse_range, resolve_scope
+from .session import Session
 
 NAME = "step"
 

@@ -5,26 +5,17 @@ a FaultStepper (lldb), under the debugger's own single-step."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import Enum
 from typing import TYPE_CHECKING
 
-from .. import arch as archmod
-from ..target import OutOfLineTarget, SigInfo, Target
+from ..core.target import OutOfLineTarget, SigInfo, Target
+from ..isa import arch as archmod
 from .outofline import Slot, SlotPool
 from .procfs import sigbus_blocked
+from .recorder import Decision
 
 if TYPE_CHECKING:
-    from ..session import Session
     from .fixup import FixupEngine
-
-
-class Decision(Enum):
-    STOP = "stop"  # an unaligned access the user asked to stop at
-    RESUME = "resume"  # ours and handled: resume without delivering the signal
-    NOT_OURS = "not-ours"  # behave exactly as the debugger would without ualdbg
-    # Performed, but the thread must take one single step (through a `nop`) before it resumes
-    # at the PC the engine keeps: a fault in SH's delay slot under qemu (engines/fixup.py).
-    STEP_THEN_RESUME = "step-then-resume"
+    from .recorder import FaultRecorder
 
 
 class TrapEngine:
@@ -32,7 +23,7 @@ class TrapEngine:
 
     name = "trap"
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: FaultRecorder) -> None:
         self.session = session
         self.active = False
         self.armed: set[int] = set()  # threads whose AC we set

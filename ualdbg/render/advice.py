@@ -1,5 +1,5 @@
 """The per-site table under `trace show --summary`: what the data is (site.data) and which
-remedy fits (ualdbg.advice), hottest site first."""
+remedy fits (ualdbg.core.advice), hottest site first."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,7 +8,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..advice import advice_by_pc
+from ..core.advice import advice_by_pc
 
 
 def data_advice_table(doc: dict[str, Any]) -> Table | None:

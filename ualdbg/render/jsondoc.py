@@ -8,7 +8,7 @@ import platform
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from ..model import AccessKind, SourceLoc
+from ..core.model import AccessKind, SourceLoc
 
 SCHEMA = 1
 
@@ -123,7 +123,7 @@ _VIA_STR = ("path", "type", "pointer", "function", "struct", "member")
 def _data_problem(doc: dict[str, Any]) -> str | None:
     """The optional `data` of each site (what the faulting address is): the fields the renderers
     and the fix advice read must have their types; the advice itself must be computable."""
-    from ..advice import advise
+    from ..core.advice import advise
 
     for i, site in enumerate(doc["sites"]):
         data = site.get("data")
@@ -254,7 +254,7 @@ def _long(value: Any) -> bool:
 
 def _lines(value: Any) -> Iterator[str]:
     """The items of a long list, each indented by 4 and on one line, joined by ",\n", in pieces
-    (a table writes them itself: ualdbg/agent/records.py, RecordTable.json_chunks)."""
+    (a table writes them itself: ualdbg/engines/records.py, RecordTable.json_chunks)."""
     if hasattr(value, "json_chunks"):
         yield from value.json_chunks("    ")
         return

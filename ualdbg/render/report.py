@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import Fault, SourceLoc
+from ..core.model import Fault, SourceLoc
 
 
 def _loc_line(loc: SourceLoc) -> str:

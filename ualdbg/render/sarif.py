@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..advice import advice_by_pc, vas_by_pc
 from ..ci.baseline import fingerprint, module_paths, site_key
+from ..core.advice import advice_by_pc, vas_by_pc
 
 RULE_ID = "ualdbg/unaligned-access"
 

@@ -5,14 +5,7 @@ from __future__ import annotations
 
 from ualdbg.symbols.dwarfindex import DwarfIndex, ScopeFrame, SourcePos
 from ualdbg.symbols.elfindex import AddrInfo, CallerFrame, ElfIndex, Segment, Symbol, elf_index
-from ualdbg.symbols.maps import (
-    Mapping,
-    ModuleMap,
-    group_modules,
-    is_system_path,
-    parse_maps,
-    read_maps,
-)
+from ualdbg.symbols.maps import Mapping, ModuleMap, group_modules, is_system_path, parse_maps, read_maps
 from ualdbg.symbols.resolver import Symbolizer
 
 __all__ = [

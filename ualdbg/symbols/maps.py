@@ -10,7 +10,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ualdbg.model import Module
+from ualdbg.core.model import Module
 from ualdbg.symbols.elfindex import ElfIndex, elf_index
 
 SYSTEM_DIRS: tuple[str, ...] = (

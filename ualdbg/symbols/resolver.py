@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from ualdbg.model import InlineFrame, SourceLoc
+from ualdbg.core.model import InlineFrame, SourceLoc
 from ualdbg.symbols.dwarfindex import SourcePos
 from ualdbg.symbols.elfindex import ElfIndex, elf_index
 from ualdbg.symbols.maps import PSEUDO_MODULES, ModuleMap

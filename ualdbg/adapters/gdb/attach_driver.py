@@ -10,7 +10,7 @@ from typing import Any
 
 import gdb  # type: ignore[import-not-found]
 
-from ...progress import ProgressFile, SitesFile
+from ...core.progress import ProgressFile, SitesFile
 from ...render.jsondoc import build_document, dump
 from .install import install, installed
 

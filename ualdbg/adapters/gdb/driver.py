@@ -7,7 +7,7 @@ from typing import Any
 
 import gdb  # type: ignore[import-not-found]
 
-from ...progress import ProgressFile
+from ...core.progress import ProgressFile
 from ...render.jsondoc import build_document, dump
 from .install import install, installed
 

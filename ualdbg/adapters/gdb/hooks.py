@@ -7,32 +7,26 @@ import os
 import re
 import shlex
 import sys
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import gdb  # type: ignore[import-not-found]
 
-from ...arch import BUS_ADRALN, SIGBUS, SIGTRAP, SYSCALL_NAMES
-from ...engines.trap import Decision
+from ...core.target import SigInfo
+from ...engines.recorder import Decision
+from ...engines.session import Session
+from ...isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP, SYSCALL_NAMES
 from ...render.console import to_text
 from ...render.report import last_fault_report
-from ...session import Session
-from ...target import SigInfo
-from ...threadhold import SI_TKILL, ThreadHolder
+from .console import warn as _warn
 from .stepping import GdbStepControl
 from .target import GdbTarget
+from .threadhold import SI_TKILL, ThreadHolder
 
 SIGNAL_NAMES = {SIGBUS: "SIGBUS", SIGTRAP: "SIGTRAP"}
 SI_KERNEL = 0x80  # x86: the si_code of the SIGTRAP an int3 raises
 INT3 = b"\xcc"
-
-
-def _warn(message: str) -> None:
-    gdb.write(f"ualdbg: {message}\n", gdb.STDERR)
-    if os.environ.get("UALDBG_DEBUG"):
-        gdb.write(traceback.format_exc(), gdb.STDERR)
 
 
 def _x86_64() -> bool:

@@ -10,9 +10,9 @@ from typing import Any
 import gdb  # type: ignore[import-not-found]
 
 from ...commands.all import COMMANDS, GROUPS, CommandSpec, HelpShown, UsageError
+from ...core.settings import SETTINGS
+from ...engines.session import Session
 from ...render.console import to_text
-from ...session import Session
-from ...settings import SETTINGS
 from .hooks import GdbHooks
 
 _STATE: dict[str, Any] = {}

@@ -1,5 +1,5 @@
 """The stackcheck measurer inside one gdb batch process: gdb's primitives for the shared loop
-(ualdbg.stackcheck_sweep). Every variant is one `run` through ualdbg's exec helper (exact argv and
+(ualdbg.tools.stackcheck.sweep). Every variant is one `run` through ualdbg's exec helper (exact argv and
 environment), stopped at main's entry and at each probe (`&NAME`); with --trace the trap engine
 (the installed adapter, `ualdbg trace start`) counts its unaligned accesses to its end."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import gdb  # type: ignore[import-not-found]
 
-from ...stackcheck_sweep import SweepError, skip_data_names, sweep
+from ...tools.stackcheck.sweep import SweepError, skip_data_names, sweep
 
 
 def _quiet(cmd: str) -> str:

@@ -4,17 +4,29 @@ trap reaches ualdbg's `catch signal SIGTRAP` condition without a round trip thro
 at scope entries and at the return addresses of calls out of the scope."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import gdb  # type: ignore[import-not-found]
 
-from ... import arch as archmod
+from ...core.target import Target
+from ...engines.session import Session
 from ...engines.step import TRAP_TRACE, StepDecision, set_trap_flag
+from ...isa import arch as archmod
 from ...render.report import last_fault_report
-from ...target import Target
+from .console import warn
+from .target import GdbTarget
 
-if TYPE_CHECKING:
-    from .hooks import GdbHooks
+
+class StepHooks(Protocol):
+    """What the step control uses of hooks.py's GdbHooks, which owns it."""
+
+    session: Session
+    target_: GdbTarget
+    report_pending: list[str] | None
+
+    def _set_pass(self, signo: int, pas: bool) -> None: ...
+
+    def hint_all_stop(self) -> None: ...
 
 
 class _StepPoint(gdb.Breakpoint):
@@ -30,16 +42,14 @@ class _StepPoint(gdb.Breakpoint):
         try:
             return self.control.on_breakpoint()
         except Exception as exc:  # never let a hook error stop the user's program
-            from .hooks import _warn
-
-            _warn(f"step engine: {exc}")
+            warn(f"step engine: {exc}")
             return False
 
 
 class GdbStepControl:
     """The StepControl of engines/step.py over gdb, plus the SIGTRAP routing it needs."""
 
-    def __init__(self, hooks: GdbHooks) -> None:
+    def __init__(self, hooks: StepHooks) -> None:
         self.hooks = hooks
         self.points: dict[int, _StepPoint] = {}
 

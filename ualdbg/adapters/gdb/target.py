@@ -7,11 +7,11 @@ from contextlib import contextmanager
 
 import gdb  # type: ignore[import-not-found]
 
-from ... import arch as archmod
-from ...ptrace import RegisterPoker
+from ...core.target import SigInfo
+from ...isa import arch as archmod
 from ...symbols.maps import read_maps
-from ...target import SigInfo
-from ...threadhold import ThreadHolder
+from .ptrace import RegisterPoker
+from .threadhold import ThreadHolder
 
 MASK64 = (1 << 64) - 1
 
@@ -137,7 +137,7 @@ class GdbTarget:
 
     def _poke(self, values: dict[str, int]) -> bool:
         """Within an event on a native x86-64 process: write by ptrace, then have gdb forget its
-        register and frame caches (ualdbg/ptrace.py says why: ~40 us instead of ~90)."""
+        register and frame caches (ualdbg/adapters/gdb/ptrace.py says why: ~40 us instead of ~90)."""
         inf = gdb.selected_inferior()
         if self._native is None or self._native[0] != inf.pid:
             conn = getattr(inf, "connection", None)
@@ -302,7 +302,7 @@ def remote_maps_text() -> str | None:
     """The program's mappings under qemu-user: qemu 9+'s stub serves the guest's own (libraries,
     heap, stack); qemu 7.2's does not, and then the main program's come from its ELF and the
     load bias gdb applied (the relocated entry point `info files` shows, less e_entry)."""
-    from ...qemu import elf_entry, maps_from_elf
+    from ...isa.qemu import elf_entry, maps_from_elf
     from ...symbols.maps import mappings_from_gdb_table
 
     try:

@@ -10,7 +10,7 @@ from typing import Any
 import lldb  # type: ignore[import-not-found]
 
 from ...commands.all import COMMANDS
-from ...progress import ProgressFile
+from ...core.progress import ProgressFile
 from ...render.jsondoc import build_document, dump
 from .install import install, installed
 

@@ -15,19 +15,20 @@ from typing import Any
 
 import lldb  # type: ignore[import-not-found]
 
-from ...arch import BUS_ADRALN, SIGBUS, SIGTRAP, X86_64
-from ...engines.trap import Decision
+from ...engines.recorder import Decision
+from ...engines.session import Session
+from ...isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP, X86_64
 from ...render.console import to_text
 from ...render.report import last_fault_report
-from ...session import Session
 from ...symbols.maps import is_loader_path
+from .registry import HOOKS
 from .stepping import LldbStepControl
 from .syscall_sites import SyscallSite, find_sites
 from .target import LldbTarget
 
 BP_NAME = "ualdbg"  # every breakpoint ualdbg sets carries it; hidden from `breakpoint list`
 _THIS = __name__  # callbacks and classes are named to lldb by their dotted path from here
-_HOOKS: dict[int, LldbHooks] = {}  # lldb debugger ID -> the hooks of its session
+_HOOKS: dict[int, LldbHooks] = HOOKS  # lldb debugger ID -> the hooks of its session
 
 
 def _debug() -> bool:

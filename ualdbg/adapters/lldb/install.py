@@ -12,8 +12,8 @@ from typing import Any
 import lldb  # type: ignore[import-not-found]
 
 from ...commands.all import COMMANDS, GROUPS, CommandSpec, HelpShown, UsageError
+from ...engines.session import Session
 from ...render.console import to_text
-from ...session import Session
 from .hooks import LldbHooks, hooks_of
 from .target import LldbTarget
 
@@ -46,10 +46,22 @@ class _Host:
     def launch_info(self) -> tuple[str, list[str], tuple[str, ...], str]:
         """For `ualdbg stackcheck`: the loaded program, its `process launch` arguments and the
         environment lldb would give it (target.env-vars plus what it inherits, in lldb's order)."""
-        from .stackcheck_driver import launch_info
-
         target = self.exe_ctx.GetTarget() if self.exe_ctx is not None else None
         return launch_info(target if target is not None and target.IsValid() else self.hooks.debugger.GetSelectedTarget())
+
+
+def launch_info(target: lldb.SBTarget) -> tuple[str, list[str], tuple[str, ...], str]:
+    """The loaded program, its `process launch` arguments and the environment lldb's launch
+    would give it (target.env-vars and the inherited environment, in lldb's own order, which
+    is what its launch passes on: lldb keeps the environment in a hash map)."""
+    path = target.GetExecutable().fullpath if target.IsValid() and target.GetExecutable().IsValid() else None
+    if not path:
+        raise UsageError("ualdbg: no program loaded: `target create PROG` first (or name one after --)")
+    info = target.GetLaunchInfo()
+    args = [str(info.GetArgumentAtIndex(i)) for i in range(info.GetNumArguments())]
+    env = target.GetEnvironment()
+    strings = tuple(f"{env.GetNameAtIndex(i)}={env.GetValueAtIndex(i)}" for i in range(env.GetNumValues()))
+    return path, args, strings, "environment: what lldb's `process launch` would give (target.env-vars and inherited)"
 
 
 def _color(debugger: lldb.SBDebugger) -> bool:

@@ -1,5 +1,5 @@
 """The stackcheck measurer inside one lldb batch process: lldb's primitives for the shared loop
-(ualdbg.stackcheck_sweep). lldb launches ualdbg's exec helper, which execs the program with the
+(ualdbg.tools.stackcheck.sweep). lldb launches ualdbg's exec helper, which execs the program with the
 exact argv and environment (lldb itself would reorder the environment, which it keeps in a hash
 map, and put the path in argv[0]); the exec stop is passed over, and breakpoints in the
 program's own module stop at main's entry and at each probe."""
@@ -10,7 +10,7 @@ from typing import Any
 
 import lldb  # type: ignore[import-not-found]
 
-from ...stackcheck_sweep import SweepError, skip_data_names, sweep
+from ...tools.stackcheck.sweep import SweepError, skip_data_names, sweep
 from .hooks import BP_NAME
 
 ARM_POINT_NAME = f"{BP_NAME}_arm_point_hit"  # how hooks.LldbHooks names its arm point
@@ -199,22 +199,6 @@ class LldbSweep:
 
         self.session.program.exit_status = status
         return build_document(self.session)
-
-
-def launch_info(target: lldb.SBTarget) -> tuple[str, list[str], tuple[str, ...], str]:
-    """The loaded program, its `process launch` arguments and the environment lldb's launch
-    would give it (target.env-vars and the inherited environment, in lldb's own order, which
-    is what its launch passes on: lldb keeps the environment in a hash map)."""
-    from ...commands.registry import UsageError
-
-    path = target.GetExecutable().fullpath if target.IsValid() and target.GetExecutable().IsValid() else None
-    if not path:
-        raise UsageError("ualdbg: no program loaded: `target create PROG` first (or name one after --)")
-    info = target.GetLaunchInfo()
-    args = [str(info.GetArgumentAtIndex(i)) for i in range(info.GetNumArguments())]
-    env = target.GetEnvironment()
-    strings = tuple(f"{env.GetNameAtIndex(i)}={env.GetValueAtIndex(i)}" for i in range(env.GetNumValues()))
-    return path, args, strings, "environment: what lldb's `process launch` would give (target.env-vars and inherited)"
 
 
 def main(debugger: lldb.SBDebugger, plan_path: str) -> None:

@@ -8,26 +8,34 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import lldb  # type: ignore[import-not-found]
 
+from ...core.target import Target
+from ...engines.session import Session
 from ...engines.step import StepDecision
 from ...render.report import last_fault_report
-from ...target import Target
+from .registry import HOOKS
 from .target import LldbTarget
 
-if TYPE_CHECKING:
-    from .hooks import LldbHooks
+
+class StepHooks(Protocol):
+    """What the step control uses of hooks.py's LldbHooks, which owns it."""
+
+    session: Session
+
+    def sbtarget(self) -> lldb.SBTarget: ...
+
+    def _ours(self, target: lldb.SBTarget, tag: str | None = None) -> list[lldb.SBBreakpoint]: ...
+
 
 _THIS = __name__
 BP_TAG = "step_point_hit"  # the name tag hooks._own gives our breakpoints (and their callback)
 
 
 def _control_of(thread: lldb.SBThread) -> LldbStepControl | None:
-    from .hooks import hooks_of
-
-    hooks = hooks_of(thread.GetProcess().GetTarget().GetDebugger())
+    hooks = HOOKS.get(thread.GetProcess().GetTarget().GetDebugger().GetID())
     return hooks.step_control if hooks is not None else None
 
 
@@ -103,7 +111,7 @@ class ScopeStep:
 class LldbStepControl:
     """The StepControl of engines/step.py over lldb."""
 
-    def __init__(self, hooks: LldbHooks) -> None:
+    def __init__(self, hooks: StepHooks) -> None:
         self.hooks = hooks
         self.planned: set[int] = set()  # threads with a live ScopeStep plan
         self.points: dict[int, int] = {}  # address -> breakpoint ID

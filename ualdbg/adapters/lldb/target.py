@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import lldb  # type: ignore[import-not-found]
 
-from ...arch import BUS_ADRALN, SIGBUS
+from ...core.target import SigInfo
+from ...isa.arch import BUS_ADRALN, SIGBUS
 from ...symbols.maps import read_maps
-from ...target import SigInfo
 
 MASK64 = (1 << 64) - 1
 # The core's register names where lldb's differ (lldb calls the 64-bit flags register rflags).

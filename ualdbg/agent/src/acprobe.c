@@ -8,10 +8,10 @@
  * reported as "skip" and never executed.
  *
  * Output, one line per probe:  <class> <load|store>/<mnemonic> <offset> <ok|ac|bus|gp|ill|sigN|skip>
- * where <class> is the key the Python policy uses (ualdbg/alignment.py AcRules):
+ * where <class> is the key the Python policy uses (ualdbg/isa/alignment.py AcRules):
  * gp2/gp4/gp8 integer, sse4/sse8 SSE scalar, sse16 SSE 16-byte unaligned moves, vex16/vex32
  * (vmovdqu xmm/ymm), vex64 (vmovdqu64 zmm), x87_4/x87_8/x87_10 (fld dword/qword/tword).
- * Built (ualdbg/agent/build.py cached_build) and run by ualdbg/alignment.py; not part of the agent. */
+ * Built (ualdbg/agent/build.py cached_build) and run by ualdbg/isa/alignment.py; not part of the agent. */
 #define _GNU_SOURCE
 #include <cpuid.h>
 #include <signal.h>

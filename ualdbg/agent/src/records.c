@@ -2,7 +2,7 @@
  * this is loaded into ualdbg's Python process with ctypes, never into the traced program).
  *
  * One record's line is exactly what Python's json.dumps writes for the record object of the
- * trace document (ualdbg/agent/records.py, RecordTable.__getitem__):
+ * trace document (ualdbg/engines/records.py, RecordTable.__getitem__):
  *
  *   {"seq": S, "time": T, "cpu": C, "pid": P, "tid": T, "pc": "0x..", "va": "0x.."|null,
  *    "size": N|null, "access": "..."|null}

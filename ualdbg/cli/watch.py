@@ -1,0 +1,261 @@
+"""`ualdbg watch`, MONITOR ALIGN's heir: samples of a running trace (exact per-PC counts so far)
+turned into rates per interval and per site, with the peak of each; rendered as a rich table
+refreshed in place on a terminal, or as one line (or one JSON object) per interval otherwise."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.model import SourceLoc
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The trace so far: faults in scope per PC (exact counters), traps out of scope, and the
+    processes it covers (pids whose threads are counted)."""
+
+    secs: float
+    sites: dict[int, int]
+    ignored: int
+    pids: tuple[int, ...]
+
+
+def thread_count(pids: tuple[int, ...]) -> int:
+    n = 0
+    for pid in pids:
+        try:
+            n += len(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            pass
+    return n
+
+
+@dataclass
+class SiteRate:
+    pc: int
+    count: int = 0
+    rate: float = 0.0
+    peak: float = 0.0
+
+
+@dataclass
+class Rates:
+    """Rates between successive samples: the whole trace's and each site's, with peaks."""
+
+    secs: float = 0.0
+    total: int = 0
+    rate: float = 0.0
+    peak: float = 0.0
+    ignored: int = 0
+    threads: int = 0
+    sites: dict[int, SiteRate] = field(default_factory=dict)
+    _last: Sample | None = None
+
+    def add(self, s: Sample) -> None:
+        dt = s.secs - self._last.secs if self._last is not None else s.secs
+        before = self._last.sites if self._last is not None else {}
+        total = sum(s.sites.values())
+        self.rate = (total - self.total) / dt if dt > 0 else 0.0
+        self.peak = max(self.peak, self.rate)
+        for pc, count in s.sites.items():
+            site = self.sites.setdefault(pc, SiteRate(pc))
+            site.rate = (count - before.get(pc, 0)) / dt if dt > 0 else 0.0
+            site.peak = max(site.peak, site.rate)
+            site.count = count
+        for pc, site in self.sites.items():
+            if pc not in s.sites:
+                site.rate = 0.0
+        self.secs, self.total, self.ignored = s.secs, total, s.ignored
+        self.threads = thread_count(s.pids)
+        self._last = s
+
+    def top(self, n: int) -> list[SiteRate]:
+        return sorted(self.sites.values(), key=lambda r: (-r.rate, -r.count, r.pc))[:n]
+
+
+def _where(loc: SourceLoc) -> tuple[str, str]:
+    fn = loc.function or (f"{loc.module_name}+{loc.offset:#x}" if loc.module_name and loc.offset is not None else "?")
+    line = f"{os.path.basename(loc.file)}:{loc.line}" if loc.file and loc.line else ""
+    return fn, line
+
+
+def as_json(r: Rates, resolve: Callable[[int], SourceLoc], n: int) -> str:
+    sites = []
+    for s in r.top(n):
+        loc = resolve(s.pc)
+        sites.append({"pc": f"{s.pc:#x}", "function": loc.function, "file": loc.file, "line": loc.line,
+                      "count": s.count, "rate": round(s.rate, 1), "peak": round(s.peak, 1)})
+    return json.dumps({"time": round(r.secs, 3), "faults_total": r.total, "rate": round(r.rate, 1),
+                       "peak": round(r.peak, 1), "faults_ignored": r.ignored, "threads": r.threads, "sites": sites})
+
+
+def as_line(r: Rates, resolve: Callable[[int], SourceLoc]) -> str:
+    top = r.top(1)
+    hot = ""
+    if top and top[0].count:
+        fn, line = _where(resolve(top[0].pc))
+        hot = f"; top {fn}{' ' + line if line else ''} {top[0].rate:,.0f}/s"
+    return (f"ualdbg watch: {r.secs:7.1f} s  {r.rate:10,.0f} faults/s  {r.total:,} total  "
+            f"{r.threads} thread{'s' if r.threads != 1 else ''}{hot}")
+
+
+def as_table(r: Rates, resolve: Callable[[int], SourceLoc], n: int, title: str) -> Any:
+    from rich.table import Table
+
+    t = Table(title=f"{title}  {r.secs:.0f} s, {r.threads} thread{'s' if r.threads != 1 else ''}, "
+                    f"{r.rate:,.0f} faults/s (peak {r.peak:,.0f}), {r.total:,} total, {r.ignored:,} ignored",
+              title_justify="left", caption="q or Ctrl-C: stop watching and print the summary",
+              caption_justify="left")
+    for name, justify in (("now/s", "right"), ("peak/s", "right"), ("count", "right"), ("function", "left"),
+                          ("source", "left"), ("PC", "left")):
+        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for s in r.top(n):
+        fn, line = _where(resolve(s.pc))
+        t.add_row(f"{s.rate:,.0f}", f"{s.peak:,.0f}", f"{s.count:,}", fn, line, f"{s.pc:#x}")
+    return t
+
+
+class Keys:
+    """`q` typed at the terminal (cbreak mode while watching; restored after)."""
+
+    def __init__(self, on_quit: Callable[[], None]) -> None:
+        self.on_quit = on_quit
+        self._saved: Any = None
+        self._fd: int | None = None
+
+    def __enter__(self) -> Keys:
+        import sys
+        import termios
+        import threading
+        import tty
+
+        if not sys.stdin.isatty():
+            return self
+        self._fd = sys.stdin.fileno()
+        self._saved = termios.tcgetattr(self._fd)
+        tty.setcbreak(self._fd)
+
+        def read() -> None:
+            while self._fd is not None:
+                try:
+                    ch = os.read(self._fd, 1)
+                except OSError:
+                    return
+                if ch in (b"q", b"Q") or not ch:
+                    self.on_quit()
+                    return
+
+        threading.Thread(target=read, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import termios
+
+        if self._fd is not None and self._saved is not None:
+            fd, self._fd = self._fd, None
+            termios.tcsetattr(fd, termios.TCSADRAIN, self._saved)
+
+
+class Display:
+    """Where each interval's sample goes: a rich Live table on a terminal, else a line (or a JSON
+    object with --json-lines) per interval on `stream`."""
+
+    def __init__(self, stream: Any, resolve: Callable[[int], SourceLoc], *, top: int, json_lines: bool,
+                 live: bool, title: str) -> None:
+        self.stream, self.resolve, self.top, self.json_lines, self.title = stream, resolve, top, json_lines, title
+        self.rates = Rates()
+        self._live: Any = None
+        if live and not json_lines:
+            from rich.live import Live
+
+            from ..render.console import make_console
+
+            self._live = Live(as_table(self.rates, resolve, top, title), console=make_console(stream, terminal=True),
+                              auto_refresh=False, transient=False)
+            self._live.start()
+        self.started = time.monotonic()
+
+    def sample(self, s: Sample) -> None:
+        self.rates.add(s)
+        if self._live is not None:
+            self._live.update(as_table(self.rates, self.resolve, self.top, self.title), refresh=True)
+        elif self.json_lines:
+            print(as_json(self.rates, self.resolve, self.top), file=self.stream, flush=True)
+        else:
+            print(as_line(self.rates, self.resolve), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
+class AgentSampler:
+    """Samples of an agent run (`watch -- PROG`): the exact per-PC counters of every buffer in the
+    run's directory, in scope only, summed over the processes."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, Any] = {}
+        self.root: int | None = None
+
+    def __call__(self, directory: str, secs: float) -> Sample:
+        from ..agent import buffer as ab
+
+        sites: dict[int, int] = {}
+        ignored = 0
+        pids = []
+        for _pid, _gen, path in ab.buffer_files(directory):
+            buf = self.open.get(path)
+            if buf is None:
+                try:
+                    buf = self.open[path] = ab.AgentBuffer(path)
+                except ab.BufferError:
+                    continue
+            h = buf.header()
+            if self.root is None and h.ppid == os.getpid():
+                self.root = h.pid
+            if h.state == ab.RUNNING:
+                pids.append(h.pid)
+            ignored += h.ignored
+            for site in buf.sites():
+                if site.in_scope:
+                    sites[site.pc] = sites.get(site.pc, 0) + site.count
+        return Sample(secs, sites, ignored, tuple(sorted(set(pids))))
+
+    def close(self) -> None:
+        for buf in self.open.values():
+            buf.close()
+
+
+class LiveResolver:
+    """PC -> function and line in a running process (its /proc/PID/maps), cached per PC."""
+
+    def __init__(self, pid: Callable[[], int | None]) -> None:
+        self.pid = pid
+        self._sym: Any = None
+        self._cache: dict[int, SourceLoc] = {}
+
+    def __call__(self, pc: int) -> SourceLoc:
+        loc = self._cache.get(pc)
+        if loc is not None:
+            return loc
+        if self._sym is None:
+            pid = self.pid()
+            if pid is None:
+                return SourceLoc(pc=pc)
+            try:
+                from ..symbols import ModuleMap, Symbolizer
+
+                self._sym = Symbolizer(ModuleMap.for_pid(pid))
+            except OSError:
+                return SourceLoc(pc=pc)
+        try:
+            loc = self._sym.resolve(pc)
+        except Exception:  # a process gone between two reads of its maps
+            loc = SourceLoc(pc=pc)
+        self._cache[pc] = loc
+        return loc

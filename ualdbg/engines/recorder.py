@@ -1,0 +1,283 @@
+"""What every engine records into: settings, scope, the shared trace buffer, and the path from a
+stopped thread to a recorded fault (decode -> policy -> scope -> buffer). It knows no engine:
+session.py puts the trap and step engines on top of it, and each engine holds one of these."""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .. import __version__
+from ..core.model import Access, Fault, Module, SourceLoc
+from ..core.settings import Config
+from ..core.target import SigInfo, Target
+from ..core.trace import TraceBuffer
+from ..isa import arch as archmod
+from ..isa.alignment import AcPolicy, Policy
+from ..isa.decode import Decoder, Insn, accesses
+from ..symbols.data import DataRef, Frame, safe_describe
+from ..symbols.maps import ModuleMap
+from ..symbols.resolver import Symbolizer
+from .procfs import CpuReader
+
+
+class LazyRegisters(Mapping[str, int]):
+    """Registers of one stopped thread, read from the target only when the decoder asks."""
+
+    def __init__(self, target: Target, tid: int | None) -> None:
+        self.target, self.tid, self.cache = target, tid, {}  # type: ignore[var-annotated]
+
+    def __getitem__(self, name: str) -> int:
+        if name not in self.cache:
+            try:
+                self.cache[name] = self.target.read_register(name, self.tid)
+            except Exception as exc:  # an unknown register name is a decode gap, not a crash
+                raise KeyError(name) from exc
+        return self.cache[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.cache)
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+
+class ThreadStacks(Mapping[int, int]):
+    """Stack pointers of the target's threads, read only if a VA's mapping needs them."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._sps: dict[int, int] | None = None
+
+    def _all(self) -> dict[int, int]:
+        if self._sps is None:
+            self._sps = {}
+            try:
+                for tid in self.target.threads():
+                    try:
+                        self._sps[tid] = self.target.read_register("rsp", tid)
+                    except Exception:  # a thread that cannot be read is not the answer
+                        continue
+            except Exception:
+                pass
+        return self._sps
+
+    def __getitem__(self, tid: int) -> int:
+        return self._all()[tid]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+@dataclass
+class Scope:
+    """Which modules count: the main executable and non-system libraries by default."""
+
+    all_modules: bool = False
+    modules: tuple[str, ...] = ()
+
+    def includes(self, module: Module | None, system: bool) -> bool:
+        if self.all_modules or module is None:
+            return True
+        if module.name in self.modules or module.path in self.modules:
+            return True
+        return not system
+
+    def describe(self) -> str:
+        if self.all_modules:
+            return "all modules"
+        extra = f" plus {', '.join(self.modules)}" if self.modules else ""
+        return f"the program and its non-system libraries{extra}"
+
+
+@dataclass
+class ProgramInfo:
+    path: str | None = None
+    args: list[str] = field(default_factory=list)
+    pid: int | None = None
+    exit_status: int | None = None
+    exit_signal: int | None = None
+
+
+class Decision(Enum):
+    """An engine's verdict at a stop, which the adapter carries out."""
+
+    STOP = "stop"  # an unaligned access the user asked to stop at
+    RESUME = "resume"  # ours and handled: resume without delivering the signal
+    NOT_OURS = "not-ours"  # behave exactly as the debugger would without ualdbg
+    # Performed, but the thread must take one single step (through a `nop`) before it resumes
+    # at the PC the engine keeps: a fault in SH's delay slot under qemu (engines/fixup.py).
+    STEP_THEN_RESUME = "step-then-resume"
+
+
+class FaultRecorder:
+    """Settings, scope, buffer and caches of one debugger session, and its fault path; the
+    engines that feed it are session.py's."""
+
+    def __init__(self, debugger: str) -> None:
+        self.debugger = debugger
+        self.version = __version__
+        self.config = Config()
+        self.scope = Scope()
+        self.buffer = TraceBuffer(self.config["buffer"])
+        self.policy: Policy = AcPolicy()
+        self.decoder = Decoder()
+        self.breaking = False
+        self.tracing = False
+        self.at = "main"
+        self.program = ProgramInfo()
+        self.last_fault: Fault | None = None
+        self.last_loc: SourceLoc | None = None
+        self._insns: dict[int, Insn | None] = {}
+        self._modmap: ModuleMap | None = None
+        self._modmap_pid: int | None = None
+        self._pc_scope: dict[int, tuple[Module | None, bool]] = {}
+        self.symbolizer: Symbolizer | None = None
+        self.locs: dict[int, SourceLoc] = {}
+        self.cpu_of = CpuReader()
+        # What the data at a site's first faulting VA is (symbols/data.py), and at the last fault.
+        self.data_at: dict[int, DataRef] = {}
+        self.last_data: DataRef | None = None
+
+    @property
+    def armed(self) -> bool:
+        return self.breaking or self.tracing
+
+    def arch_of(self, target: Target) -> archmod.ArchInfo:
+        """The target's architecture (session.py: as the trap engine learnt it)."""
+        return archmod.arch_info(target.arch())
+
+    def fixup_reported(self) -> dict[int, int] | None:
+        """The fix-up engine's faults already recorded by the step engine (FixupEngine.reported),
+        where a signal engine fixes faults up (session.py)."""
+        return None
+
+    # -- per-PC caches -------------------------------------------------------------------------
+    def insn_at(self, target: Target, pc: int, tid: int | None = None) -> Insn | None:
+        """The instruction at `pc`, decoded once. 32-bit ARM: in the instruction set the CPSR's
+        T bit says (of `tid`, else the current thread), decoded again if it changed."""
+        mode = ""
+        if hasattr(target, "arch") and self.arch_of(target).name in ("armhf", "armel"):
+            from ..isa.arch.arm import CPSR_T
+
+            mode = "thumb" if target.read_register("cpsr", tid) & CPSR_T else "arm"
+        cached = self._insns.get(pc)
+        if pc not in self._insns or (mode and cached is not None and cached.mode != mode):
+            # (the agent engine explains a fault with a frozen snapshot that has no arch(): x86-64)
+            name = self.arch_of(target).name if hasattr(target, "arch") else self.decoder.arch
+            if name != self.decoder.arch and name in Decoder.ARCHES:
+                self.decoder = Decoder(name)  # the target's instruction set (arm64 for the step engine)
+            try:
+                code = target.read_memory(pc, self.decoder.max_insn_len)
+            except Exception:
+                code = b""
+            self._insns[pc] = self.decoder.decode(code, pc, mode) if code else None
+        return self._insns[pc]
+
+    def module_map(self, target: Target) -> ModuleMap | None:
+        pid = target.pid()
+        if self._modmap is None or pid != self._modmap_pid:
+            text = target.maps_text()
+            if text is None:
+                return None
+
+            def reader() -> str:
+                fresh = target.maps_text()
+                if fresh is None:
+                    raise OSError("the process is gone")
+                return fresh
+
+            self._modmap = ModuleMap.from_text(text, reader=reader)
+            self._modmap_pid = pid
+            self.symbolizer = Symbolizer(self._modmap)
+        return self._modmap
+
+    def module_of(self, target: Target, pc: int) -> tuple[Module | None, bool]:
+        """(module, is_system) for a PC, cached; the map re-reads itself on a miss (dlopen)."""
+        hit = self._pc_scope.get(pc)
+        if hit is None:
+            mm = self.module_map(target)
+            module = mm.find(pc) if mm is not None else None
+            hit = (module, mm.is_system(module) if (mm is not None and module is not None) else False)
+            self._pc_scope[pc] = hit
+        return hit
+
+    def resolve(self, pc: int) -> SourceLoc:
+        loc = self.locs.get(pc)
+        if loc is None:
+            loc = self.symbolizer.resolve(pc) if self.symbolizer else SourceLoc(pc=pc)
+            self.locs[pc] = loc
+        return loc
+
+    def new_process(self) -> None:
+        """A run, an attach or an exec: addresses mean something new."""
+        self._insns.clear()
+        self._pc_scope.clear()
+        self._modmap = None
+        self.cpu_of.close()
+
+    # -- the fault path ------------------------------------------------------------------------
+    def analyse(self, target: Target, tid: int | None, pc: int) -> tuple[Insn | None, Access | None, bool | None]:
+        """Decode the instruction at PC and pick the access that breaks the policy.
+        Returns (insn, access, explained): explained is None when the decoder cannot tell."""
+        insn = self.insn_at(target, pc, tid)
+        if insn is None:
+            return None, None, None
+        try:
+            found = accesses(insn, LazyRegisters(target, tid))
+        except KeyError:
+            return insn, None, None
+        for acc in found:
+            if self.policy.violates(acc, insn):
+                return insn, acc, True
+        return insn, (found[0] if found else None), False
+
+    def record_fault(self, target: Target, tid: int, info: SigInfo,
+                     decoded: tuple[Insn | None, Access | None, bool | None] | None = None,
+                     pc: int | None = None) -> bool:
+        """Record one trapped access; True when the user asked to stop at it. `decoded`: what
+        an engine with its own decoder found (engines/fixup.py: SPARC, Alpha), instead of
+        analyse()'s x86 decode. `pc`: the instruction's, when it is not the thread's PC (the
+        step engine checks a Thumb IT block at its IT instruction)."""
+        if pc is None:
+            pc = target.read_register(self.arch_of(target).pc, tid)
+        module, system = self.module_of(target, pc)
+        if not self.scope.includes(module, system):
+            self.buffer.ignore(module.name if module else None)
+            return False
+        insn, acc, explained = self.analyse(target, tid, pc) if decoded is None else decoded
+        pid = target.pid() or 0
+        va = acc.va if acc is not None else (info.addr or None)
+        fault = Fault(
+            seq=self.buffer.next_seq(),
+            time=self.buffer.now(),
+            pid=pid,
+            tid=tid,
+            cpu=self.cpu_of(pid, tid) if pid else None,
+            pc=pc,
+            va=va,
+            size=acc.size if acc is not None else None,
+            access=acc.kind if acc is not None else None,
+            insn=insn.text if insn is not None else None,
+            policy=self.policy.name,
+            explained=explained,
+        )
+        self.buffer.add(fault)
+        if pc not in self.locs:
+            self.resolve(pc)
+        self.last_fault = fault
+        self.last_data = None
+        if va is not None and (self.breaking or pc not in self.data_at):
+            data = self.describe_data(target, tid, pc, va)
+            self.data_at.setdefault(pc, data)
+            self.last_data = data
+        return self.breaking
+
+    def describe_data(self, target: Target, tid: int, pc: int, va: int) -> DataRef:
+        """What the data at `va` is, with the faulting thread's registers and memory."""
+        frame = Frame(pc=pc, tid=tid, pid=target.pid(), regs=LazyRegisters(target, tid),
+                      read_memory=target.read_memory, thread_sps=ThreadStacks(target))
+        return safe_describe(va, self.module_map(target), frame)

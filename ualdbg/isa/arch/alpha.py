@@ -1,0 +1,72 @@
+"""Alpha: the kernel fixes up unaligned loads and stores silently (and logs them) unless the
+program asked for prctl(PR_SET_UNALIGN, PR_UNALIGN_SIGBUS); then SIGBUS/BUS_ADRALN with the
+data address in si_addr (arch/alpha/kernel/traps.c, do_entUnaUser). Little-endian. capstone 5
+has no Alpha: the memory format (opcode, ra, rb, 16-bit displacement) is decoded here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .info import MECH_PRCTL, ArchInfo
+
+GPRS = ("v0", "t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7", "s0", "s1", "s2", "s3", "s4", "s5", "fp",
+        "a0", "a1", "a2", "a3", "a4", "a5", "t8", "t9", "t10", "t11", "ra", "t12", "at", "gp", "sp", "zero")
+
+ALPHA = ArchInfo(
+    name="alpha",
+    pc="pc",
+    sp="sp",
+    gdb_names=("alpha",),
+    e_machine=0x9026,  # EM_ALPHA (the unofficial number Linux uses)
+    gprs=GPRS,
+    zero_regs=("zero",),
+    mechanism=MECH_PRCTL,
+    native_sigbus=10,
+    si_addr="data",
+    prctl_nr=348,
+    qemu="qemu-alpha",
+    triplet="alpha-linux-gnu",
+    call_args=("a0", "a1", "a2", "a3", "a4", "a5"),
+    call_ret="v0",
+    return_address="ra",
+    call_target="t12",  # pv: a callee computes its gp from it
+)
+
+CALLSYS = 0x00000083  # call_pal callsys: v0 = number, a0..a5 = arguments, a3 != 0 on error
+
+
+@dataclass(frozen=True)
+class MemInsn:
+    name: str
+    size: int
+    kind: str  # "load" | "store"
+    signed: bool
+    ra: int
+    rb: int
+    disp: int
+    float_reg: bool = False
+
+    @property
+    def text(self) -> str:
+        reg = f"$f{self.ra}" if self.float_reg else GPRS[self.ra]
+        return f"{self.name} {reg}, {self.disp}({GPRS[self.rb]})"
+
+
+# Opcodes that can trap on misalignment (ldq_u/stq_u ignore the low bits; ldbu/stb are bytes).
+# ldl sign-extends; lds/ldt are the float loads (lds converts the S format: left undecoded).
+_OPS = {
+    0x0C: ("ldwu", 2, "load", False, False), 0x0D: ("stw", 2, "store", False, False),
+    0x28: ("ldl", 4, "load", True, False), 0x29: ("ldq", 8, "load", False, False),
+    0x2C: ("stl", 4, "store", False, False), 0x2D: ("stq", 8, "store", False, False),
+    0x23: ("ldt", 8, "load", False, True), 0x27: ("stt", 8, "store", False, True),
+}
+
+
+def decode(word: int) -> MemInsn | None:
+    op = word >> 26
+    spec = _OPS.get(op)
+    if spec is None:
+        return None
+    disp = word & 0xFFFF
+    disp = disp - 0x10000 if disp & 0x8000 else disp
+    name, size, kind, signed, flt = spec
+    return MemInsn(name, size, kind, signed, (word >> 21) & 0x1F, (word >> 16) & 0x1F, disp, flt)

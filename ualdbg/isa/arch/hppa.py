@@ -1,0 +1,115 @@
+"""PA-RISC (32-bit Linux userland): the kernel fixes up unaligned accesses unless the program
+asked for prctl(PR_SET_UNALIGN, PR_UNALIGN_SIGBUS); then SIGBUS/BUS_ADRALN with the data address
+(regs->ior) in si_addr (arch/parisc/kernel/unaligned.c). Big-endian, and the stack grows up.
+capstone has no PA-RISC: the loads and stores that can be misaligned (ldh/ldw/sth/stw and the
+FPU's fldw/fldd/fstw/fstd, displacement and indexed forms) are decoded here, as the kernel's
+fix-up handler does."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .info import MECH_PRCTL, ArchInfo
+
+GPRS = ("r0", "r1", "rp", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13", "r14",
+        "r15", "r16", "r17", "r18", "r19", "r20", "r21", "r22", "r23", "r24", "r25", "r26", "dp",
+        "ret0", "ret1", "sp", "r31")
+
+HPPA = ArchInfo(
+    name="hppa",
+    pc="pc",  # gdb's pc is the head of the PC queue without its privilege bits (pcoqh has them)
+    sp="sp",
+    gdb_names=("hppa",),
+    e_machine=15,  # EM_PARISC
+    elf_class=32,
+    endian="big",
+    gprs=GPRS,
+    zero_regs=("r0",),
+    npc="pcoqt",
+    pc_write="pcoqh",  # the PC queue: head and tail, both advanced (like SPARC's nPC)
+    mechanism=MECH_PRCTL,
+    native_sigbus=10,
+    si_addr="data",
+    prctl_nr=172,
+    qemu="qemu-hppa",
+    triplet="hppa-linux-gnu",
+    call_args=("r26", "r25", "r24", "r23"),
+    call_ret="ret0",
+    return_address="rp",
+    stack_align=64,
+    stack_grows_up=True,
+)
+
+
+@dataclass(frozen=True)
+class MemInsn:
+    name: str
+    size: int
+    kind: str  # "load" | "store"
+    reg: int  # the loaded or stored register
+    base: int
+    index: int | None  # indexed form: base + index (times size when scaled)
+    scaled: bool
+    disp: int
+    float_reg: bool = False
+    right: bool = False  # fldw/fstw: the right half of the 64-bit float register (gdb's frNR)
+
+    @property
+    def reg_names(self) -> tuple[str, ...]:
+        """The data registers as gdb names them, in address order: a double is gdb's two
+        32-bit halves frN (the high word, first in memory) and frNR."""
+        if not self.float_reg:
+            return (GPRS[self.reg],)
+        if self.size == 8:
+            return (f"fr{self.reg}", f"fr{self.reg}R")
+        return (f"fr{self.reg}" + ("R" if self.right else ""),)
+
+    @property
+    def text(self) -> str:
+        where = (f"{GPRS[self.index]}({GPRS[self.base]})" if self.index is not None else f"{self.disp}({GPRS[self.base]})")
+        name = self.name + (",s" if self.scaled else "")
+        reg = self.reg_names[0]
+        return f"{name} {where},{reg}" if self.kind == "load" else f"{name} {reg},{where}"
+
+
+def _low_sign_ext(value: int, bits: int) -> int:
+    """PA-RISC immediates keep their sign in the lowest bit."""
+    return (value >> 1) - ((value & 1) << (bits - 1))
+
+
+# Major opcodes with a 14-bit displacement: ldh/ldw, sth/stw (bytes cannot be misaligned;
+# ldwm/stwm modify the base: not decoded, so not performed).
+_DISP14 = {0x11: ("ldh", 2, "load"), 0x12: ("ldw", 4, "load"), 0x19: ("sth", 2, "store"), 0x1A: ("stw", 4, "store")}
+# Opcode 0x03, by ext4: the indexed and short-displacement forms.
+_EXT4 = {1: ("ldh", 2, "load"), 2: ("ldw", 4, "load"), 9: ("sth", 2, "store"), 10: ("stw", 4, "store")}
+
+
+def decode(word: int) -> MemInsn | None:
+    """A PA-RISC 1.1 load or store that can fault on alignment, else None."""
+    op = word >> 26
+    base, field = (word >> 21) & 0x1F, (word >> 16) & 0x1F
+    if op in _DISP14:
+        name, size, kind = _DISP14[op]
+        return MemInsn(name, size, kind, field, base, None, False, _low_sign_ext(word & 0x3FFF, 14))
+    modify, short, ua = (word >> 5) & 1, (word >> 12) & 1, (word >> 13) & 1
+    if op in (0x09, 0x0B):  # coprocessor word/doubleword: fldw/fstw, fldd/fstd
+        if modify or (word >> 7) & 3:
+            return None  # a base update, or a coprocessor other than the FPU (uid)
+        store = bool((word >> 9) & 1)
+        size = 4 if op == 0x09 else 8
+        name = ("fst" if store else "fld") + ("w" if size == 4 else "d")
+        disp = _low_sign_ext(field, 5) if short else 0
+        return MemInsn(name, size, "store" if store else "load", word & 0x1F, base, None if short else field,
+                       bool(ua) and not short, disp, float_reg=True, right=size == 4 and bool((word >> 6) & 1))
+    if op != 0x03:
+        return None
+    ext4 = (word >> 6) & 0xF
+    if ext4 not in _EXT4 or modify:
+        return None  # a base register update (,ma/,mb/,m) is not performed here
+    name, size, kind = _EXT4[ext4]
+    if short:
+        if kind == "load":
+            return MemInsn(name, size, kind, word & 0x1F, base, None, False, _low_sign_ext(field, 5))
+        return MemInsn(name, size, kind, field, base, None, False, _low_sign_ext(word & 0x1F, 5))
+    if kind != "load":
+        return None  # stores have no indexed form
+    return MemInsn(name, size, kind, word & 0x1F, base, field, bool(ua), 0)
