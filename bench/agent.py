@@ -34,12 +34,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from common import field, timed, write_section  # noqa: E402
+
 from ualdbg.agent import buffer as ab  # noqa: E402
 from ualdbg.engines.agent import AgentRun, agent_environment, agent_library, run_agent  # noqa: E402
 
 BUILD = ROOT / "bench" / "build" / "agent"
-DOC = ROOT / "docs" / "PERFORMANCE.md"
 BEGIN, END = "<!-- agent:begin -->", "<!-- agent:end -->"
+WHO = "bench/agent.py"
 SQL = """CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, v REAL);
 WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<5000)
   INSERT INTO t SELECT x, 'name' || x, x*1.5 FROM c;
@@ -73,7 +75,7 @@ class Agent:
 
     def run(self, argv: Sequence[str], stdin: str | None = None, **kw: object) -> tuple[float, str, dict[str, int]]:
         with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as d:
-            secs, out = timed(argv, self.env(d, **kw), stdin)
+            secs, out = timed(WHO, argv, self.env(d, **kw), stdin)
             totals = {"total": 0, "ignored": 0, "skipped": 0}
             for _pid, _gen, path in ab.buffer_files(d):
                 with ab.AgentBuffer(path) as b:
@@ -84,21 +86,8 @@ class Agent:
         return secs, out, totals
 
 
-def timed(argv: Sequence[str], env: dict[str, str] | None = None, stdin: str | None = None) -> tuple[float, str]:
-    t0 = time.perf_counter()
-    p = subprocess.run(list(argv), env=env, input=stdin, capture_output=True, text=True, timeout=600)
-    secs = time.perf_counter() - t0
-    if p.returncode != 0:
-        raise SystemExit(f"bench/agent.py: {' '.join(argv)} exited {p.returncode}: {p.stderr[-500:]}")
-    return secs, p.stdout
 
 
-def field(out: str, name: str) -> float:
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == name:
-            return float(parts[1])
-    raise SystemExit(f"bench/agent.py: no `{name}` in {out!r}")
 
 
 def med(values: Sequence[float]) -> float:
@@ -112,14 +101,14 @@ def spread(values: Sequence[float], fmt: Callable[[float], str]) -> str:
 def per_fault(agent: Agent, loop: Path, reps: int, n: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"floor_us": [], "agent_us": [], "ratio": []}
     for _ in range(reps):
-        _, text = timed([str(loop), "floor", str(n)])
-        floor = (field(text, "ac") - field(text, "noac")) / 1000
+        _, text = timed(WHO, [str(loop), "floor", str(n)])
+        floor = (field(WHO, text, "ac") - field(WHO, text, "noac")) / 1000
         _, text, totals = agent.run([str(loop), "loads", str(n)])
         if totals["total"] != n:
             raise SystemExit(f"bench/agent.py: the agent counted {totals['total']} faults, not {n}")
-        traced = field(text, "loads")
-        _, text = timed([str(loop), "loads", str(n)])
-        cost = (traced - field(text, "loads")) / 1000
+        traced = field(WHO, text, "loads")
+        _, text = timed(WHO, [str(loop), "loads", str(n)])
+        cost = (traced - field(WHO, text, "loads")) / 1000
         out["floor_us"].append(floor)
         out["agent_us"].append(cost)
         out["ratio"].append(cost / floor)
@@ -135,8 +124,8 @@ def no_faults(agent: Agent, loop: Path, reps: int, rounds: int) -> dict[str, lis
             if traced:
                 secs, text, totals = agent.run([str(loop), "work", str(rounds)])
             else:
-                secs, text = timed([str(loop), "work", str(rounds)])
-            got[traced] = (field(text, "work"), secs)
+                secs, text = timed(WHO, [str(loop), "work", str(rounds)])
+            got[traced] = (field(WHO, text, "work"), secs)
         out["inner"].append(got[True][0] / got[False][0])
         out["process"].append(got[True][1] / got[False][1])
     return out
@@ -156,7 +145,7 @@ def real_programs(agent: Agent, reps: int) -> list[dict[str, object]]:
             order = (0, 1, 2) if i % 2 else (2, 1, 0)
             for which in order:
                 if which == 0:
-                    native.append(timed(argv, None, stdin)[0])
+                    native.append(timed(WHO, argv, None, stdin)[0])
                 elif which == 1:
                     secs, _out, totals = agent.run(argv, stdin, all_modules=True)
                     traced.append(secs)
@@ -164,12 +153,12 @@ def real_programs(agent: Agent, reps: int) -> list[dict[str, object]]:
                 else:
                     cmd = [sys.executable, "-m", "ualdbg", "trace", "--engine", "agent", "--all-modules",
                            "--json", os.path.join(tmp, "t.json"), "--", *argv]
-                    cli.append(timed(cmd, None, stdin)[0])
+                    cli.append(timed(WHO, cmd, None, stdin)[0])
         trap_secs = None
         if label.startswith("git"):  # the trap engine for scale, once: ~1 ms per fault under gdb
             cmd = [sys.executable, "-m", "ualdbg", "trace", "--engine", "trap", "--all-modules",
                    "--json", os.path.join(tmp, "trap.json"), "--", *argv]
-            trap_secs = timed(cmd, None, stdin)[0]
+            trap_secs = timed(WHO, cmd, None, stdin)[0]
         # Out-of-scope traps at the default scope: with the routine skipping, and without.
         skip = run_quiet(AgentRun(list(argv)), stdin)
         count = run_quiet(AgentRun(list(argv), skip_out_of_scope=False), stdin)
@@ -290,15 +279,6 @@ def report(pf: dict[str, list[float]], nf: dict[str, list[float]], rows: list[di
     return "\n".join(lines) + "\n"
 
 
-def write_doc(section: str) -> None:
-    text = DOC.read_text() if DOC.exists() else "# Performance\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + section.rstrip("\n") + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    DOC.write_text(text)
 
 
 def main() -> int:
@@ -321,7 +301,7 @@ def main() -> int:
     if args.no_doc:
         print(section)
     else:
-        write_doc(section)
+        write_section(BEGIN, END, section)
         print(section)
     return 0
 

@@ -30,9 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import write_section  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "bench" / "build"
-DOC = ROOT / "docs" / "PERFORMANCE.md"
 PROGRAM = ROOT / "examples" / "build" / "not_aligned"
 BEGIN, END = "<!-- e2e:begin -->", "<!-- e2e:end -->"
 N1, N2 = 100, 220_000
@@ -267,15 +268,6 @@ def render(res: dict[str, list[float]], post: dict[str, dict[int, list[float]]],
     return "\n".join(lines) + "\n"
 
 
-def write_doc(section: str) -> None:
-    text = DOC.read_text()
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + section.rstrip("\n") + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    DOC.write_text(text)
 
 
 def code_version() -> str:
@@ -295,7 +287,7 @@ def run(reps: int, before: Path | None = None, write: bool = True, log: Any = pr
     BUILD.mkdir(parents=True, exist_ok=True)
     (BUILD / "e2e.json").write_text(json.dumps({"end_to_end": res, "postprocess": post}, indent=1))
     if write:
-        write_doc(section)
+        write_section(BEGIN, END, section)
     return section
 
 

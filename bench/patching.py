@@ -26,12 +26,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from common import field, timed, write_section  # noqa: E402
 
 from ualdbg.agent import buffer as ab  # noqa: E402
 from ualdbg.engines.agent import AgentRun, agent_environment, agent_library  # noqa: E402
@@ -39,6 +40,7 @@ from ualdbg.engines.agent import AgentRun, agent_environment, agent_library  # n
 BUILD = ROOT / "bench" / "build" / "patching"
 DOC = ROOT / "docs" / "PERFORMANCE.md"
 BEGIN, END = "<!-- patching:begin -->", "<!-- patching:end -->"
+WHO = "bench/patching.py"
 GOAL_NS, GOAL_UBSAN = 50.0, 5.0  # issue 21: a repeat fault at a patched site <= 50 ns and <= 5x UBSan
 SITES = 512
 SQL = """CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, v REAL);
@@ -61,21 +63,8 @@ def build() -> dict[str, Path]:
     return out
 
 
-def run(argv: Sequence[str], env: dict[str, str] | None = None, stdin: str | None = None) -> tuple[float, str]:
-    t0 = time.perf_counter()
-    p = subprocess.run(list(argv), env=env, input=stdin, capture_output=True, text=True, timeout=900)
-    secs = time.perf_counter() - t0
-    if p.returncode != 0:
-        raise SystemExit(f"bench/patching.py: {' '.join(argv)} exited {p.returncode}: {p.stderr[-500:]}")
-    return secs, p.stdout
 
 
-def field(out: str, name: str) -> float:
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == name:
-            return float(parts[1])
-    raise SystemExit(f"bench/patching.py: no `{name}` in {out!r}")
 
 
 class Agent:
@@ -92,7 +81,7 @@ class Agent:
             env = dict(os.environ)
             env.update(agent_environment(AgentRun(["bench"], patch_after=patch_after, all_modules=all_modules),
                                          self.lib, d, os.environ))
-            secs, out = run(argv, env, stdin)
+            secs, out = timed(WHO, argv, env, stdin)
             total = patched = 0
             for _pid, _gen, path in ab.buffer_files(d):
                 with ab.AgentBuffer(path) as b:
@@ -125,28 +114,28 @@ def loops(agent: Agent, exe: dict[str, Path], reps: int, hot_n: int, hot_trap_n:
     many_faults = SITES * many_r
     for i in range(reps):
         for name in ("plain", "ubsan"):
-            secs, out = run([str(exe[name]), "hot", str(hot_n)])
-            add("hot_ns", name, field(out, "hot"))
+            secs, out = timed(WHO, [str(exe[name]), "hot", str(hot_n)])
+            add("hot_ns", name, field(WHO, out, "hot"))
             add("hot_s", name, secs)
-            secs, out = run([str(exe[name]), "many", str(many_r)])
-            add("many_ns", name, field(out, "many"))
+            secs, out = timed(WHO, [str(exe[name]), "many", str(many_r)])
+            add("many_ns", name, field(WHO, out, "many"))
             add("many_s", name, secs)
         # --no-patch: every fault a SIGBUS; fewer of them in the hot loop (the per-access time is
         # what counts), the whole-process time of the same loop scaled to hot_n faults.
         secs, out, total, _ = agent.run([str(exe["plain"]), "hot", str(hot_trap_n)], 0)
         check("hot --no-patch", total, hot_trap_n)
-        add("hot_ns", "nopatch", field(out, "hot"))
+        add("hot_ns", "nopatch", field(WHO, out, "hot"))
         add("hot_s", "nopatch", secs)
         secs, out, total, patched = agent.run([str(exe["plain"]), "hot", str(hot_n)], 2)
         check("hot, patched", total, hot_n)
         if not patched:
             raise SystemExit("bench/patching.py: the hot loop's load was not patched")
-        add("hot_ns", "patched", field(out, "hot"))
+        add("hot_ns", "patched", field(WHO, out, "hot"))
         add("hot_s", "patched", secs)
         for key, k in (("nopatch", 0), ("patched", 2)):
             secs, out, total, _ = agent.run([str(exe["plain"]), "many", str(many_r)], k)
             check(f"many, patch_after={k}", total, many_faults)
-            add("many_ns", key, field(out, "many"))
+            add("many_ns", key, field(WHO, out, "many"))
             add("many_s", key, secs)
         log(f"  rep {i + 1}/{reps}: hot patched {r['hot_ns']['patched'][-1]:.1f} ns/access, "
             f"ubsan {r['hot_ns']['ubsan'][-1]:.1f}, plain {r['hot_ns']['plain'][-1]:.2f}")
@@ -167,7 +156,7 @@ def real_programs(agent: Agent, reps: int) -> list[dict[str, object]]:
         totals: dict[str, int] = {}
         npatched = 0
         for _ in range(reps):
-            t["plain"].append(run(argv, stdin=stdin)[0])
+            t["plain"].append(timed(WHO, argv, stdin=stdin)[0])
             secs, _out, totals["nopatch"], _ = agent.run(argv, 0, all_modules=True, stdin=stdin)
             t["nopatch"].append(secs)
             secs, _out, totals["patched"], npatched = agent.run(argv, 2, all_modules=True, stdin=stdin)
@@ -278,15 +267,6 @@ def report(r: dict[str, dict[str, list[float]]], rows: list[dict[str, object]], 
     return "\n".join(lines) + "\n", ok
 
 
-def write_doc(section: str) -> None:
-    text = DOC.read_text()
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _old, tail = rest.split(END, 1)
-        text = head + section.rstrip("\n") + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    DOC.write_text(text)
 
 
 def main() -> int:
@@ -308,7 +288,7 @@ def main() -> int:
     if args.no_doc:
         print(section)
     else:
-        write_doc(section)
+        write_section(BEGIN, END, section)
         log(f"bench/patching.py: wrote its section of {DOC.relative_to(ROOT)}")
     print(section.split("Goal (issue 21)")[1].split("\n")[0].strip(), flush=True)
     return 0 if ok else 1
