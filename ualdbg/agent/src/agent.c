@@ -1010,10 +1010,15 @@ static int handle_alignment_fault(ucontext_t *uc)
     } else {
         while (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != UALDBG_SITE_READY)
             sched_yield();
-        if (!code_matches(s, pc) && !((s->flags & UALDBG_SITE_PATCHED) && patch_is_ours(pc))) {
+        if (!code_matches(s, pc) && !patch_is_ours(pc)) {
             /* new code at this PC (dlclose/dlopen, JIT): rebuild. Not a site another thread
              * patched after this one trapped there: its jump is the new code; the trap is
-             * counted and resumed as before (the copy out of line returns after the jump). */
+             * counted and resumed as before (the copy out of line returns after the jump).
+             * The jump is known by its bytes and its slot (whose origin is set before the jump
+             * is stored), never by UALDBG_SITE_PATCHED, which is set only after the store: a
+             * thread that trapped just before the store and reads the code between the two
+             * would otherwise rebuild the site from the jump (single-stepped: flow OTHER), step
+             * into the trampoline with AC set again and be counted there a second time. */
             __atomic_store_n(&s->state, UALDBG_SITE_BUILDING, __ATOMIC_RELEASE);
             s->nvariants = 0;
             site_build(s, pc);
@@ -1096,9 +1101,17 @@ void on_sigtrap_c(int sig, siginfo_t *si, void *ctx)
         __atomic_add_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
         TS.step_pending = 0;
         g[REG_EFL] &= ~(greg_t)TF_BIT;
-        /* Re-arm the interrupted context: it was armed when it faulted. */
-        if (!G.detaching)
+        uint64_t copy_a = patch_stepped_in((uint64_t)g[REG_RIP]);
+        if (copy_a) {
+            /* The stepped instruction was a patch's jump (written after this thread trapped
+             * there and was counted): it has not run. Its trampoline's copy that runs with AC
+             * clear runs it and sets AC again; entered with AC set, the trampoline would count
+             * this fault a second time. */
+            g[REG_RIP] = (greg_t)copy_a;
+        } else if (!G.detaching) {
+            /* Re-arm the interrupted context: it was armed when it faulted. */
             g[REG_EFL] |= (greg_t)AC_BIT;
+        }
         __atomic_sub_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
         return;
     }

@@ -505,6 +505,16 @@ uint64_t patch_copy_origin(uint64_t rip)
     return s && rip - (uint64_t)(uintptr_t)s == s->copy_b ? s->origin : 0;
 }
 
+/* A single step that ended at a trampoline's entry executed the patch's jump in place of the
+ * instruction it replaced (the thread trapped there, was counted, and was resumed in place):
+ * where to resume it, the trampoline's copy that runs with AC clear and sets it again; 0 if rip
+ * is no trampoline's entry. */
+uint64_t patch_stepped_in(uint64_t rip)
+{
+    struct pslot *s = slot_of(rip);
+    return s && rip == (uint64_t)(uintptr_t)s + HDR_SIZE && s->copy_a ? (uint64_t)(uintptr_t)s + s->copy_a : 0;
+}
+
 /* The hardware trapped at an address the trampoline tested as aligned: test more bits (up to
  * 16), enough that this address counts. `ea` is the faulting address. */
 void patch_widen_mask(uint64_t rip, uint64_t ea)
@@ -924,8 +934,11 @@ static int try_patch(struct ualdbg_site *s, const struct x86_insn *d, uint64_t p
         h->origin = 0;
         return UALDBG_PATCH_R_FULL;
     }
+    /* Before the jump is stored: the counter (a thread that takes the jump counts from its
+     * first execution) and the slot's origin (patch_is_ours: a thread that trapped at pc just
+     * before the store and reads the jump there knows it as this patch, not as new code). */
     h->entry = index;
-    h->origin = pc;
+    __atomic_store_n(&h->origin, pc, __ATOMIC_RELEASE);
     __atomic_store_n(ptr, &tab[index].count, __ATOMIC_RELEASE);
     int why = write_jump(pc, jmp, alone);
     if (why) {
