@@ -23,7 +23,7 @@
  * program's signal handler, no direct branch of the module lands after it and its function has
  * no indirect jump. Everything else is refused and keeps trapping; the patch table says why.
  */
-#include "agent.h"
+#include "patch.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -8,11 +8,14 @@
  * is, clear when the handler runs with SIGBUS blocked (a fault there would kill the process);
  * sigreturn restores the interrupted context's flags either way.
  */
-#include "agent.h"
+#include "signals.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <string.h>
+
+#include "trampolines.h"
+#include "wrappers.h"
 
 #define NSIGS 65
 
@@ -23,11 +26,6 @@ static volatile int sig_lock;
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 static sigaction_fn p_sigaction;
-
-void *real_fn(const char *name)
-{
-    return dlsym(RTLD_NEXT, name);
-}
 
 void signals_init(void)
 {

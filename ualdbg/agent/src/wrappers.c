@@ -5,7 +5,7 @@
  * posix_spawn, system, popen and exec keep or drop the agent for children (--no-follow), and
  * run libc's child-starting code unarmed (it blocks every signal while it runs).
  */
-#include "agent.h"
+#include "wrappers.h"
 
 #include <aio.h>
 #include <errno.h>

@@ -1,5 +1,8 @@
-/* agent.h - what the agent's C files share: configuration, per-process and per-thread state,
- * EFLAGS.AC primitives, raw system calls that bypass the wrapped libc entry points. */
+/* process.h - what the agent's C files share: configuration, per-process and per-thread state,
+ * EFLAGS.AC primitives, raw system calls that bypass the wrapped libc entry points, and
+ * process.c's functions. The files are in one order, each calling only those before it:
+ * process.c <- patch.c <- trampolines.c <- wrappers.c <- signals.c <- agent.c (insn.c and cfi.c
+ * call none of them); each offers the ones after it its own header. */
 #ifndef UALDBG_AGENT_INTERNAL_H
 #define UALDBG_AGENT_INTERNAL_H
 
@@ -135,55 +138,32 @@ struct mapping {
 struct ualdbg_site;
 struct x86_insn;
 
-/* agent.c */
+/* process.c */
+#define MAPS_CAPACITY (16u << 20)
+
 extern volatile int maps_lock HIDDEN;
 HIDDEN void spin_lock(volatile int *l);
 HIDDEN void spin_unlock(volatile int *l);
-HIDDEN const struct mapping *maps_lookup_locked(uint64_t pc);
+HIDDEN uint64_t now_ns(void);
+HIDDEN char *put_str(char *p, char *end, const char *s);
+HIDDEN char *put_u64(char *p, char *end, uint64_t v);
+HIDDEN uint64_t block_all(void);
+HIDDEN void unblock_all(uint64_t old);
+HIDDEN int armable(void);
+HIDDEN void rearm(void);
+HIDDEN void maps_snapshot_locked(void);
+HIDDEN void maps_snapshot(void);
 HIDDEN const struct mapping *maps_find(uint64_t addr);
+HIDDEN const struct mapping *maps_lookup_locked(uint64_t pc);
+HIDDEN int64_t distance(uint64_t a, uint64_t b);
 HIDDEN uint8_t *pool_map_near(uint64_t near, size_t size);
 HIDDEN int uses_stack(const struct x86_insn *d);
 HIDDEN struct ualdbg_site *site_slot(uint64_t pc, int *created);
-HIDDEN uint64_t now_ns(void);
-HIDDEN void rearm(void);
-HIDDEN int armable(void);
-HIDDEN void arm_here(void);
-HIDDEN void agent_new_process(int follow, int in_handler);
-HIDDEN void strip_own_environment(void);
-HIDDEN void maps_snapshot_locked(void);
-HIDDEN void maps_snapshot(void);
 HIDDEN void buffer_mark(uint32_t state, const char *note);
+HIDDEN void arm_here(void);
 HIDDEN int env_has_agent(char *const envp[]);
 HIDDEN char **env_without_agent(char *const envp[]);
 HIDDEN int elf_is_foreign(const char *path);
-HIDDEN void on_sigbus_c(int sig, siginfo_t *si, void *ctx);
-HIDDEN void on_sigtrap_c(int sig, siginfo_t *si, void *ctx);
-HIDDEN void on_signal_c(int sig, siginfo_t *si, void *ctx);
-HIDDEN uint64_t trampoline_origin(uint64_t rip, int *at_insn);
-HIDDEN void ensure_sigtrap(void);
-
-/* patch.c */
-HIDDEN uint64_t patch_consider(struct ualdbg_site *s, const struct x86_insn *d, uint64_t pc);
-HIDDEN uint64_t patch_origin(uint64_t rip, int *at_insn);
-HIDDEN uint64_t patch_copy_origin(uint64_t rip);
-HIDDEN uint64_t patch_stepped_in(uint64_t rip);
-HIDDEN int patch_is_ours(uint64_t pc);
-HIDDEN void patch_widen_mask(uint64_t rip, uint64_t ea);
-HIDDEN void patch_after_fork(const struct ualdbg_site *old_sites, uint32_t old_mask);
-HIDDEN void patch_disarm(void);
-HIDDEN void patch_release(void);
-
-/* wrappers.c */
-HIDDEN void wrappers_init(void);
-
-/* signals.c */
-HIDDEN void signals_release(void);
-HIDDEN void signals_init(void);
-HIDDEN void signals_after_fork(void);
-HIDDEN void signals_adopt_existing(void);
-HIDDEN void chain_signal(int sig, siginfo_t *si, ucontext_t *uc);
-HIDDEN int real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
-HIDDEN void install_kernel_action(int sig);
 HIDDEN void *real_fn(const char *name);
 
 /* entry.S */

@@ -1,0 +1,65 @@
+/* trampolines.c - the pools of trampoline slots: per-PC code that runs the faulting
+ * instruction with AC clear, then sets AC and jumps back (agent.c writes the code). Calls
+ * process.c and patch.c (a PC in a patch trampoline), nothing after them (the order: process.h).
+ */
+#include "trampolines.h"
+
+#include <string.h>
+#include <sys/mman.h>
+
+#include "patch.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Trampolines: per-PC code that runs the faulting instruction with AC clear, then sets AC
+ * and jumps back. Slots of TRAMP_SLOT bytes: the original PC, then the code. */
+
+struct pool pools[MAX_POOLS];
+int npools;
+volatile int pool_lock;
+
+/* A trampoline slot whose code can reach `target` with a rel32 (target 0: anywhere). Caller
+ * holds maps_lock. */
+uint8_t *tramp_alloc(uint64_t target)
+{
+    uint8_t *slot = NULL;
+    spin_lock(&pool_lock);
+    for (int i = 0; i < npools && !slot; i++) {
+        if (pools[i].used + TRAMP_SLOT > POOL_SIZE)
+            continue;
+        if (target && distance((uint64_t)(uintptr_t)pools[i].base, target) > (1ll << 30) + (1ll << 29))
+            continue;
+        slot = pools[i].base + pools[i].used;
+        pools[i].used += TRAMP_SLOT;
+    }
+    if (!slot && npools < MAX_POOLS) {
+        uint8_t *base = target ? pool_map_near(target, POOL_SIZE) : NULL;
+        if (!base && !target) {
+            void *p = mmap(NULL, POOL_SIZE, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            base = p == MAP_FAILED ? NULL : p;
+        }
+        if (base) {
+            pools[npools].base = base;
+            pools[npools].used = TRAMP_SLOT;
+            npools++;
+            slot = base;
+        }
+    }
+    spin_unlock(&pool_lock);
+    return slot;
+}
+
+uint64_t trampoline_origin(uint64_t rip, int *at_insn)
+{
+    for (int i = 0; i < npools; i++) {
+        uint64_t b = (uint64_t)(uintptr_t)pools[i].base;
+        if (rip >= b && rip < b + POOL_SIZE) {
+            uint64_t slot = b + ((rip - b) & ~(uint64_t)(TRAMP_SLOT - 1));
+            uint64_t origin;
+            memcpy(&origin, (const void *)(uintptr_t)slot, 8);
+            if (at_insn)
+                *at_insn = rip == slot + 8;
+            return origin;
+        }
+    }
+    return patch_origin(rip, at_insn);
+}
