@@ -20,9 +20,11 @@ def decl_line(source: str, pattern: str) -> int:
     return lines[0]
 
 
-def cli_trace(prog: str, *args: str, tmp_path: Path, engine: str | None = None) -> tuple[dict[str, Any], str]:
+def cli_trace(prog: str, *args: str, tmp_path: Path, engine: str | None = None,
+              options: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
     out = tmp_path / f"{prog}.json"
-    cmd = ["trace", "--json", str(out), *(["--engine", engine] if engine else []), "--", str(BUILD / prog), *args]
+    cmd = ["trace", "--json", str(out), *(["--engine", engine] if engine else []), *options, "--", str(BUILD / prog),
+           *args]
     p = run_cli(*cmd)
     assert out.exists(), explain(p)
     return json.loads(out.read_text()), p.stdout + "\n" + explain(p)
