@@ -11,7 +11,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
 from ..core.model import Module
-from ..core.target import SigInfo, Target
+from ..core.target import LiveThreads, SigInfo, Target, offers
 from ..isa import arch as archmod
 from ..isa.alignment import policy_by_name
 from ..isa.decode import Insn, RegisterUnavailable, accesses
@@ -462,7 +462,7 @@ class StepEngine:
         stepi/next is checked where it is now (its next instruction has not run)."""
         decision = StepDecision.RUN
         # threads() leaves out the threads running in gdb's non-stop mode: alive all the same.
-        live = set(getattr(target, "live_threads", target.threads)())
+        live = set(target.live_threads() if offers(target, LiveThreads) else target.threads())
         for tid in list(self.threads):
             if tid not in live:
                 self.thread_exited(tid)
