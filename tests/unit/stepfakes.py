@@ -49,6 +49,8 @@ class FakeTarget(Target):
 
 
 class FakeControl:
+    eager_returns = False  # as gdb's: return breakpoints when a stepped thread leaves the scope
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, int]] = []
 

@@ -52,7 +52,7 @@ def arm_step(host: Host, args: argparse.Namespace, armed_before: bool) -> list[s
         if target is None:
             s.step.check_static(s.program.path)
             return [f"step engine armed at {s.at} of the next run: {s.step.describe()}"]
-        s.step.arm(target, host.step_control())  # type: ignore[attr-defined]
+        s.step.arm(target, host.step_control())
     except ScopeError as exc:
         s.step.enabled = False
         raise UsageError(f"ualdbg: {exc}") from None

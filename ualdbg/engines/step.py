@@ -35,6 +35,10 @@ class StepDecision(Enum):
 class StepControl(Protocol):
     """What the step engine needs from a debugger beyond the Target: thin primitives."""
 
+    # A debugger that cannot make breakpoints while it decides a stop (lldb) gets the return
+    # breakpoints of every call in the scope when the engine arms.
+    eager_returns: bool
+
     def step(self, target: Target, tid: int) -> None:
         """From its next resume on, `tid` stops after each instruction (until `unstep`)."""
         ...
@@ -185,9 +189,7 @@ class StepEngine:
         if self.by_breakpoints:
             self._arm_by_breakpoints(target, control, a, tid)
             return
-        if getattr(control, "eager_returns", False):
-            # A debugger that cannot make breakpoints while it decides a stop (lldb) gets the
-            # return breakpoints of every call in the scope now.
+        if control.eager_returns:
             for addr in sorted(self.call_returns(target)):
                 control.break_at(addr)
         if tid is None and self.scope.kind == "until-return":
