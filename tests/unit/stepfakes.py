@@ -2,10 +2,10 @@
 step engine's unit tests (test_step_engine.py, test_step_by_breakpoints.py) drive it with."""
 from __future__ import annotations
 
-from ualdbg.core.target import SigInfo
+from ualdbg.core.target import SigInfo, Target
 
 
-class FakeTarget:
+class FakeTarget(Target):
     debugger = "fake"
 
     def __init__(self, regs: dict[str, int], code: dict[int, bytes], arch: str = "x86_64",
@@ -49,6 +49,8 @@ class FakeTarget:
 
 
 class FakeControl:
+    eager_returns = False  # as gdb's: return breakpoints when a stepped thread leaves the scope
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, int]] = []
 

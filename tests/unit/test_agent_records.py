@@ -92,7 +92,7 @@ def test_columns_explain_every_record_as_the_per_record_path(policy: Any) -> Non
     fast_session, slow_session = session_with(policy), session_with(policy)
 
     def decode(pc: int) -> Any:
-        return fast_session.insn_at(_Frozen(pc, code[pc], {}), pc)  # type: ignore[arg-type]
+        return fast_session.code_at(_Frozen(pc, code[pc]), pc)
 
     def slow(pc: int, regs: ab.Registers) -> Any:
         return _explain(fast_session, pc, code[pc], regs.mapping())[1]

@@ -3,7 +3,7 @@ decisions, the AC/TF flag dance, scope, and the exact counters."""
 from __future__ import annotations
 
 from ualdbg.core.model import AccessKind
-from ualdbg.core.target import SigInfo
+from ualdbg.core.target import SigInfo, Target
 from ualdbg.core.trace import TraceBuffer
 from ualdbg.engines.recorder import Decision
 from ualdbg.engines.session import Session
@@ -19,7 +19,7 @@ ADD_RMW = bytes.fromhex("48830001")  # add qword ptr [rax], 1
 INVALID = bytes.fromhex("06")  # push es: invalid in 64-bit mode
 
 
-class FakeTarget:
+class FakeTarget(Target):
     debugger = "fake"
 
     def __init__(self) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ualdbg.core.model import AccessKind
-from ualdbg.core.target import SigInfo
+from ualdbg.core.target import FloatMover, MemoryWriter, RegisterBatch, SigInfo, SymbolLookup, Target
 from ualdbg.engines.recorder import Decision
 from ualdbg.engines.session import Session
 from ualdbg.isa.arch import BUS_ADRALN, PR_GET_UNALIGN, PR_SET_UNALIGN, PR_UNALIGN_SIGBUS, SH4, SIGBUS, SIGTRAP, sh4
@@ -26,7 +26,7 @@ def sparc(op3: int, rd: int, rs1: int, simm: int | None = None, rs2: int = 0, as
 G1, O0, O1, O2, O3, I0 = 1, 8, 9, 10, 11, 24
 
 
-class FakeTarget:
+class FakeTarget(Target, MemoryWriter, RegisterBatch, SymbolLookup):
     debugger = "fake"
 
     def __init__(self, arch: str, insn: bytes, regs: dict[str, int]) -> None:
@@ -73,12 +73,20 @@ class FakeTarget:
     def maps_text(self) -> str | None:
         return None
 
-    # prctl arming
-    def can_call_functions(self) -> bool:
-        return False
-
+    # SymbolLookup, for prctl's arming; no InferiorCalls: the engine redirects the thread
     def symbol_address(self, name: str) -> int | None:
         return self.symbols.get(name)
+
+
+class FloatMovingTarget(FakeTarget, FloatMover):
+    """A FloatMover (as gdb is): the debugger copies float registers to and from memory."""
+
+    def __init__(self, arch: str, insn: bytes, regs: dict[str, int]) -> None:
+        super().__init__(arch, insn, regs)
+        self.moves: list[tuple[str, int, int, bool]] = []
+
+    def move_float(self, reg: str, addr: int, size: int, store: bool, tid: int | None = None) -> None:
+        self.moves.append((reg, addr, size, store))
 
 
 def tracing(target: FakeTarget) -> Session:
@@ -236,9 +244,8 @@ def test_arm64_ldar_is_performed_ldxr_is_left_to_the_program() -> None:
 
 def test_sparc_lddf_goes_through_the_debuggers_float_move() -> None:
     # ldd [%g1], %f8 (lddf rd=8): the pair f8:f9 is gdb's d8; performed by the target's move_float
-    t = FakeTarget("sparc:v9a", sparc(0x23, 8, G1, simm=0), {"g1": DATA + 1})
-    moves: list[tuple[str, int, int, bool]] = []
-    t.move_float = lambda reg, addr, size, store, tid=None: moves.append((reg, addr, size, store))  # type: ignore[attr-defined]
+    t = FloatMovingTarget("sparc:v9a", sparc(0x23, 8, G1, simm=0), {"g1": DATA + 1})
+    moves = t.moves
     s = tracing(t)
     assert s.engine.on_signal(t, NO_SIGINFO) is Decision.RESUME
     assert moves == [("d8", DATA + 1, 8, False)] and t.regs["pc"] == TEXT + 4
@@ -285,10 +292,10 @@ def test_hppa_decodes_the_loads_and_stores_that_can_be_misaligned(word: int, tex
     assert (op.text, op.size, op.addr_regs, op.disp, op.endian) == (text, size, addr, disp, "big")
 
 
-def hppa_target(insn: int, regs: dict[str, int]) -> FakeTarget:
+def hppa_target(insn: int, regs: dict[str, int], kind: type[FakeTarget] = FakeTarget) -> FakeTarget:
     """gdb's `pc` on PA-RISC is the PC queue's head without its privilege bits (3 in user mode);
     only pcoqh/pcoqt can be written."""
-    t = FakeTarget("hppa1.1", insn.to_bytes(4, "big"), {"pcoqh": TEXT | 3, "pcoqt": (TEXT + 4) | 3, **regs})
+    t = kind("hppa1.1", insn.to_bytes(4, "big"), {"pcoqh": TEXT | 3, "pcoqt": (TEXT + 4) | 3, **regs})
     del t.regs["npc"]
     t.mem = bytearray(0x1000)
     return t
@@ -342,9 +349,9 @@ def test_hppa_redirect_into_prctl_uses_the_stack_above_sp_and_the_pc_queue() -> 
 def test_hppa_fldd_moves_both_halves_as_floats() -> None:
     """gdb holds PA-RISC's double fr6 as two 32-bit registers, fr6 (the high word, first in
     memory) and fr6R: each is copied as one C float."""
-    t = hppa_target(0x2F501006, {"r26": DATA + 1})  # fldd 8(r26),fr6
-    moves: list[tuple[str, int, int, bool]] = []
-    t.move_float = lambda reg, addr, size, store, tid=None: moves.append((reg, addr, size, store))  # type: ignore[attr-defined]
+    t = hppa_target(0x2F501006, {"r26": DATA + 1}, FloatMovingTarget)  # fldd 8(r26),fr6
+    assert isinstance(t, FloatMovingTarget)
+    moves = t.moves
     s = Session("fake")
     s.tracing = True
     assert s.engine.on_signal(t, SigInfo(SIGBUS, BUS_ADRALN, DATA + 9)) is Decision.RESUME
@@ -391,7 +398,7 @@ def test_sh4_delayed_branches_and_where_they_go() -> None:
     assert sh4.branch_continuation(0x412B, at, read) == 0x40  # jmp @r1
 
 
-class _Regs:
+class _Regs(MemoryWriter, RegisterBatch):
     """Registers and memory of a fake little-endian SH target."""
 
     def __init__(self, regs: dict[str, int], mem: dict[int, int]) -> None:

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.settings import SETTINGS
+from ..core.target import LiveThreads, offers
 from ..engines.scope import ScopeError
 from ..engines.step import ScopeRequest
 from ..isa.alignment import ac_rules
@@ -51,7 +52,7 @@ def arm_step(host: Host, args: argparse.Namespace, armed_before: bool) -> list[s
         if target is None:
             s.step.check_static(s.program.path)
             return [f"step engine armed at {s.at} of the next run: {s.step.describe()}"]
-        s.step.arm(target, host.step_control())  # type: ignore[attr-defined]
+        s.step.arm(target, host.step_control())
     except ScopeError as exc:
         s.step.enabled = False
         raise UsageError(f"ualdbg: {exc}") from None
@@ -157,7 +158,7 @@ def _status(p: Parser) -> Runner:
                          "disarmed: SIGBUS blocked" if tid in e.sigbus_blocked else
                          "in clone/fork" if tid in e.in_clone else "not armed")
                 table.add_row(Text(str(tid)), Text("set" if ac else "clear"), Text(state))
-            live = getattr(target, "live_threads", target.threads)()
+            live = target.live_threads() if offers(target, LiveThreads) else target.threads()
             for tid in sorted(set(live) - set(target.threads())):  # gdb's non-stop mode
                 table.add_row(Text(str(tid)), Text("?"), Text("running (non-stop): registers unreadable"))
             lines.append(f"  process {target.pid()}:")

@@ -8,7 +8,7 @@ from typing import Any
 from ..render.audit import render
 from ..render.jsondoc import build_document, dump, load_document
 from ..tools.audit import AuditError, AuditResult, audit, exit_status, match_trace
-from .registry import Host, Output, Parser, Runner, UsageError, command
+from .registry import Host, LaunchSource, Output, Parser, Runner, UsageError, command
 
 EPILOG = """From DWARF alone, without running the program:
   - struct and union members at offsets that are not a multiple of their type's alignment
@@ -76,10 +76,9 @@ def _audit(p: Parser) -> Runner:
 
 
 def _loaded_program(host: Host) -> str | None:
-    launch = getattr(host, "launch_info", None)
-    if launch is not None:
+    if isinstance(host, LaunchSource):
         try:
-            path: str = launch()[0]
+            path = host.launch_info()[0]
             if path:
                 return path
         except Exception:  # no program loaded: the session may still know one

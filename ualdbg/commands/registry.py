@@ -6,10 +6,11 @@ import argparse
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from ..core.target import Target
 from ..engines.session import Session
+from ..engines.step import StepControl
 
 
 class UsageError(Exception):
@@ -56,6 +57,21 @@ class Host(Protocol):
 
     def uninstall(self) -> None:
         """Remove the hooks and restore the user's signal settings."""
+        ...
+
+    def step_control(self) -> StepControl:
+        """The step engine's debugger primitives (engines/step.py)."""
+        ...
+
+
+@runtime_checkable
+class LaunchSource(Protocol):
+    """An optional capability of a Host (gdb's and lldb's): the loaded program and how `run`
+    would start it (`ualdbg stackcheck`, `ualdbg audit`)."""
+
+    def launch_info(self) -> tuple[str, list[str], tuple[str, ...], str]:
+        """(program path, its arguments, the environment `run` would give it as NAME=VALUE
+        strings, a note on what was removed from it, e.g. the debugger's LINES/COLUMNS)."""
         ...
 
 

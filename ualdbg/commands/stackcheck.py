@@ -3,12 +3,12 @@ which sweeps the loaded program in a child gdb so the user's session is left as 
 from __future__ import annotations
 
 import argparse
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ..render.jsondoc import dump
 from ..render.stackcheck import render
 from ..tools.stackcheck.check import PAD_NAME, Request, StackcheckError, parse_lengths, parse_var
-from .registry import Host, Output, Parser, Runner, UsageError, command
+from .registry import Host, LaunchSource, Output, Parser, Runner, UsageError, command
 
 EPILOG = f"""Variants are every --argv0-lengths value crossed with every --env-pad value, all with ASLR off,
 plus --aslr N runs of the program as given with ASLR on. argv[0] of length L is the program's base
@@ -91,17 +91,6 @@ def make_request(args: argparse.Namespace, argv: list[str], exec_path: str, base
     return Request(argv=argv, exec_path=exec_path, base_env=base_env, env_note=env_note, argv0_lengths=lengths, env_pad=pads,
                    env_names=tuple(args.env), variables=tuple(args.var), aslr_runs=args.aslr, time_runs=args.time,
                    trace=args.trace, max_spread=args.max_spread, run_to_exit=args.run_to_exit, debugger=debugger)
-
-
-@runtime_checkable
-class LaunchSource(Protocol):
-    """What the debugger command needs from an adapter's Host beyond the registry's Host: the
-    loaded program and how `run` would start it."""
-
-    def launch_info(self) -> tuple[str, list[str], tuple[str, ...], str]:
-        """(program path, its arguments, the environment `run` would give it as NAME=VALUE
-        strings, a note on what was removed from it, e.g. the debugger's LINES/COLUMNS)."""
-        ...
 
 
 @command("stackcheck", description="Does alignment (and speed) depend on argv and the environment? Sweep variants of the loaded program.",

@@ -439,26 +439,21 @@ class SnapshotSymbolizer:
 
 
 class _Frozen:
-    """A stopped thread as the agent saw it: the code at the PC and the saved registers."""
+    """The code at a PC as the agent saw it (a MemoryReader): the process is gone."""
 
-    debugger = "none"
-
-    def __init__(self, pc: int, code: bytes, regs: Mapping[str, int]) -> None:
-        self._pc, self._code, self._regs = pc, code, regs
+    def __init__(self, pc: int, code: bytes) -> None:
+        self._pc, self._code = pc, code
 
     def read_memory(self, addr: int, size: int) -> bytes:
         if addr != self._pc:
             raise OSError("the process is gone")
         return self._code[:size]
 
-    def read_register(self, name: str, tid: int | None = None) -> int:
-        return self._regs[name]
-
 
 def _explain(session: Session, pc: int, code: bytes, regs: Mapping[str, int]) -> tuple[Insn | None, Access | None]:
     """What Session.analyse says of a trapped access, for registers the agent saved: the
     instruction and its access that breaks the policy (else its first access)."""
-    insn = session.insn_at(_Frozen(pc, code, regs), pc)  # type: ignore[arg-type]
+    insn = session.code_at(_Frozen(pc, code), pc)
     if insn is None:
         return None, None
     try:
@@ -549,7 +544,7 @@ def image_session(run: AgentRun, image: Image, started: float, lib: str = "", is
     code = {s.pc: s.code for s in image.sites}
 
     def decode(pc: int) -> Insn | None:
-        return session.insn_at(_Frozen(pc, code.get(pc, b""), {}), pc)  # type: ignore[arg-type]
+        return session.code_at(_Frozen(pc, code.get(pc, b"")), pc)
 
     def slow(pc: int, regs: ab.Registers) -> Access | None:
         return _explain(session, pc, code.get(pc, b""), regs.mapping())[1]

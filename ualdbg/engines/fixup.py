@@ -17,7 +17,7 @@ import capstone
 from capstone import arm64
 
 from ..core.model import Access, AccessKind
-from ..core.target import SigInfo, Target
+from ..core.target import FloatBits, FloatMover, InferiorCalls, MemoryWriter, RegisterBatch, SigInfo, SymbolLookup, Target, offers
 from ..isa import arch as archmod
 from ..isa.arch import alpha, arm, arm_insn, hppa, mips, sh4, sparc64
 from ..isa.decode import Decoder, Insn
@@ -417,8 +417,7 @@ class FixupEngine:
             raise NotEmulated(f"{op.text}: an exclusive access needs the CPU's exclusive monitor")
         if op.endian == "unknown":
             raise NotEmulated(f"{op.text}: the address space identifier is not plain memory")
-        writer = getattr(target, "write_memory", None)
-        if writer is None:
+        if not offers(target, MemoryWriter):
             raise NotEmulated("the debugger cannot write the program's memory")
         order = self._endian(target, tid, op)
         word = op.size // len(op.regs)
@@ -431,7 +430,7 @@ class FixupEngine:
         elif op.kind == "store":
             data = b"".join((target.read_register(r, tid) & ((1 << 8 * word) - 1)).to_bytes(word, order)  # type: ignore[arg-type]
                             for r in op.regs)
-            writer(va, data)
+            target.write_memory(va, data)
             if op.status is not None:
                 regs[op.status] = 0  # the exclusive store succeeded: the debugger holds every thread
         else:  # swap, cas: read the old value, maybe write the register's, return the old one
@@ -441,7 +440,7 @@ class FixupEngine:
             new = target.read_register(reg, tid) & mask
             if op.kind == "swap" or (op.cas_compare is not None and
                                      int.from_bytes(old, order) == target.read_register(op.cas_compare, tid) & mask):  # type: ignore[arg-type]
-                writer(va, new.to_bytes(op.size, order))  # type: ignore[arg-type]
+                target.write_memory(va, new.to_bytes(op.size, order))  # type: ignore[arg-type]
             regs[reg] = int.from_bytes(old, order)  # type: ignore[arg-type]
         for name in [r for r in regs if r in self.zero_regs]:
             del regs[name]
@@ -465,18 +464,15 @@ class FixupEngine:
         """MIPS64 with FR=1: lwc1/swc1 move the low word of a 64-bit $fN, which gdb holds as a
         double: the bits go through unchanged (a float's value converted to a double would not
         be them); lwc1 keeps the upper word as it was."""
-        bits = getattr(target, "float_bits", None)
-        set_bits = getattr(target, "set_float_bits", None)
-        writer = getattr(target, "write_memory", None)
-        if bits is None or set_bits is None or writer is None or op.float_reg is None:
+        if not offers(target, FloatBits) or not offers(target, MemoryWriter) or op.float_reg is None:
             raise NotEmulated(f"{op.text}: this floating-point access is not emulated")
         order = self.arch.endian
-        old = bits(op.float_reg, tid)
+        old = target.float_bits(op.float_reg, tid)
         if op.kind == "load":
             low = int.from_bytes(target.read_memory(va, 4), order)  # type: ignore[arg-type]
-            set_bits(op.float_reg, (old & ~0xFFFFFFFF) | low, tid)
+            target.set_float_bits(op.float_reg, (old & ~0xFFFFFFFF) | low, tid)
         else:
-            writer(va, (old & 0xFFFFFFFF).to_bytes(4, order))  # type: ignore[arg-type]
+            target.write_memory(va, (old & 0xFFFFFFFF).to_bytes(4, order))  # type: ignore[arg-type]
         after = self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc}
         self._write_regs(target, {**self._update(target, tid, op, {}), **after}, tid)
 
@@ -498,19 +494,18 @@ class FixupEngine:
         if op.lanes:
             self._perform_lanes(target, tid, op, va, next_pc)
             return
-        mover = getattr(target, "move_float", None)
         parts = op.float_parts or ((op.float_reg,) if op.float_reg else ())
         if self.arch.name == "mips64el" and op.size == 4 and op.float_reg:
             self._perform_single_in_fr1(target, tid, op, va, next_pc)
             return
         # Each part one C float or double (vldm/vld1: several d registers, each 8 bytes).
-        if mover is None or not parts or op.size // len(parts) not in (4, 8) or op.endian not in ("big", "little"):
+        if not offers(target, FloatMover) or not parts or op.size // len(parts) not in (4, 8) or op.endian not in ("big", "little"):
             raise NotEmulated(f"{op.text}: this floating-point access is not emulated")
         if op.endian != self.arch.endian:
             raise NotEmulated(f"{op.text}: a byte-swapping floating-point access is not emulated")
         part = op.size // len(parts)
         for k, reg in enumerate(parts):
-            mover(reg, va + k * part, part, op.kind == "store", tid)
+            target.move_float(reg, va + k * part, part, op.kind == "store", tid)
         after = self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc}
         self._write_regs(target, {**self._update(target, tid, op, {}), **after}, tid)
 
@@ -519,17 +514,14 @@ class FixupEngine:
         transfer's bytes in one read or write, each element moved between memory and its
         lanes of the d registers' raw bits (the debugger's float_bits/set_float_bits, no
         conversion), lanes not named keep their bits; then writeback and the PC."""
-        bits = getattr(target, "float_bits", None)
-        set_bits = getattr(target, "set_float_bits", None)
-        writer = getattr(target, "write_memory", None)
-        if bits is None or set_bits is None or writer is None or op.endian != "little":
+        if not offers(target, FloatBits) or not offers(target, MemoryWriter) or op.endian != "little":
             raise NotEmulated(f"{op.text}: this NEON access is not emulated")
         esize = op.size // len(op.lanes)
         width = 8 * esize
         emask = (1 << width) - 1
         parsed = [[(lane.partition("[")[0], lane.partition("[")[2].rstrip("]")) for lane in lanes] for lanes in op.lanes]
         names = list(dict.fromkeys(reg for lanes in parsed for reg, _ in lanes))
-        values = {reg: bits(reg, tid) & MASK64 for reg in names}
+        values = {reg: target.float_bits(reg, tid) & MASK64 for reg in names}
         if op.kind == "load":
             data = target.read_memory(va, op.size)
             if len(data) != op.size:
@@ -543,18 +535,17 @@ class FixupEngine:
                         shift = width * int(index)
                         values[reg] = values[reg] & ~(emask << shift) | element << shift
             for reg in names:
-                set_bits(reg, values[reg], tid)
+                target.set_float_bits(reg, values[reg], tid)
         else:
-            writer(va, b"".join(((values[reg] >> (width * int(index or 0))) & emask).to_bytes(esize, "little")
-                                for reg, index in (lanes[0] for lanes in parsed)))
+            target.write_memory(va, b"".join(((values[reg] >> (width * int(index or 0))) & emask).to_bytes(esize, "little")
+                                             for reg, index in (lanes[0] for lanes in parsed)))
         after = self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc}
         self._write_regs(target, {**self._update(target, tid, op, {}), **after}, tid)
 
     @staticmethod
     def _write_regs(target: Target, regs: dict[str, int], tid: int) -> None:
-        write_registers = getattr(target, "write_registers", None)
-        if write_registers is not None:
-            write_registers(regs, tid)
+        if offers(target, RegisterBatch):
+            target.write_registers(regs, tid)
         else:
             for name, value in regs.items():
                 target.write_register(name, value, tid)
@@ -600,15 +591,14 @@ class FixupEngine:
         if self.redirect is not None:
             self._redirect_returned(target)
             return
-        caller = getattr(target, "call_function", None)
-        if caller is not None and target.can_call_functions():  # type: ignore[attr-defined]
+        if offers(target, InferiorCalls) and target.can_call_functions():
             func = self._prctl_address(target)
             if func is None:
                 return  # not loaded yet (at the loader's entry): the arm point at main will do it
             scratch = self._scratch(target)
-            if caller(func, [archmod.PR_GET_UNALIGN, scratch]) == 0:
+            if target.call_function(func, [archmod.PR_GET_UNALIGN, scratch]) == 0:
                 self.saved_unalign = int.from_bytes(target.read_memory(scratch, 4), self.arch.endian)  # type: ignore[arg-type]
-            self._check(caller(func, [archmod.PR_SET_UNALIGN, archmod.PR_UNALIGN_SIGBUS]))
+            self._check(target.call_function(func, [archmod.PR_SET_UNALIGN, archmod.PR_UNALIGN_SIGBUS]))
             return
         # Inside a breakpoint's stop callback (the arm point at main) the debugger cannot run an
         # inferior call: redirect the thread into prctl with its return address set to this
@@ -625,12 +615,11 @@ class FixupEngine:
         self.reported.clear()
         if self.arch.mechanism != archmod.MECH_PRCTL or self.prctl_state != "armed":
             return
-        caller = getattr(target, "call_function", None)
         func = self._prctl_address(target)
-        if caller is None or func is None or not target.can_call_functions():  # type: ignore[attr-defined]
+        if not offers(target, InferiorCalls) or func is None or not target.can_call_functions():
             raise RuntimeError("cannot call prctl in the program now to restore its unaligned-access setting")
         old = self.saved_unalign if self.saved_unalign is not None else archmod.PR_UNALIGN_NOPRINT
-        caller(func, [archmod.PR_SET_UNALIGN, old])
+        target.call_function(func, [archmod.PR_SET_UNALIGN, old])
         self.prctl_state = "off"
 
     def status_lines(self) -> list[str]:
@@ -658,8 +647,7 @@ class FixupEngine:
         self.slot_resume.clear()
 
     def _prctl_address(self, target: Target) -> int | None:
-        finder = getattr(target, "symbol_address", None)
-        return finder("prctl") if finder is not None else None
+        return target.symbol_address("prctl") if offers(target, SymbolLookup) else None
 
     def _scratch(self, target: Target) -> int:
         """Four bytes of stack below the live frames, for PR_GET_UNALIGN's answer."""

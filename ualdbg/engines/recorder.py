@@ -10,7 +10,7 @@ from enum import Enum
 from .. import __version__
 from ..core.model import Access, Fault, Module, SourceLoc
 from ..core.settings import Config
-from ..core.target import SigInfo, Target
+from ..core.target import MemoryReader, SigInfo, Target
 from ..core.trace import TraceBuffer
 from ..isa import arch as archmod
 from ..isa.alignment import AcPolicy, Policy
@@ -159,22 +159,27 @@ class FaultRecorder:
     def insn_at(self, target: Target, pc: int, tid: int | None = None) -> Insn | None:
         """The instruction at `pc`, decoded once. 32-bit ARM: in the instruction set the CPSR's
         T bit says (of `tid`, else the current thread), decoded again if it changed."""
+        name = self.arch_of(target).name
         mode = ""
-        if hasattr(target, "arch") and self.arch_of(target).name in ("armhf", "armel"):
+        if name in ("armhf", "armel"):
             from ..isa.arch.arm import CPSR_T
 
             mode = "thumb" if target.read_register("cpsr", tid) & CPSR_T else "arm"
+        return self.code_at(target, pc, name, mode)
+
+    def code_at(self, code: MemoryReader, pc: int, arch: str | None = None, mode: str = "") -> Insn | None:
+        """The instruction at `pc` in `code` (a Target, or the code the agent saved of a gone
+        process), decoded once per PC: in `arch`, else the instruction set decoded last."""
         cached = self._insns.get(pc)
         if pc not in self._insns or (mode and cached is not None and cached.mode != mode):
-            # (the agent engine explains a fault with a frozen snapshot that has no arch(): x86-64)
-            name = self.arch_of(target).name if hasattr(target, "arch") else self.decoder.arch
+            name = arch or self.decoder.arch
             if name != self.decoder.arch and name in Decoder.ARCHES:
                 self.decoder = Decoder(name)  # the target's instruction set (arm64 for the step engine)
             try:
-                code = target.read_memory(pc, self.decoder.max_insn_len)
+                raw = code.read_memory(pc, self.decoder.max_insn_len)
             except Exception:
-                code = b""
-            self._insns[pc] = self.decoder.decode(code, pc, mode) if code else None
+                raw = b""
+            self._insns[pc] = self.decoder.decode(raw, pc, mode) if raw else None
         return self._insns[pc]
 
     def module_map(self, target: Target) -> ModuleMap | None:

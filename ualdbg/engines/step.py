@@ -11,7 +11,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
 from ..core.model import Module
-from ..core.target import SigInfo, Target
+from ..core.target import LiveThreads, SigInfo, Target, offers
 from ..isa import arch as archmod
 from ..isa.alignment import policy_by_name
 from ..isa.decode import Insn, RegisterUnavailable, accesses
@@ -34,6 +34,10 @@ class StepDecision(Enum):
 
 class StepControl(Protocol):
     """What the step engine needs from a debugger beyond the Target: thin primitives."""
+
+    # A debugger that cannot make breakpoints while it decides a stop (lldb) gets the return
+    # breakpoints of every call in the scope when the engine arms.
+    eager_returns: bool
 
     def step(self, target: Target, tid: int) -> None:
         """From its next resume on, `tid` stops after each instruction (until `unstep`)."""
@@ -185,9 +189,7 @@ class StepEngine:
         if self.by_breakpoints:
             self._arm_by_breakpoints(target, control, a, tid)
             return
-        if getattr(control, "eager_returns", False):
-            # A debugger that cannot make breakpoints while it decides a stop (lldb) gets the
-            # return breakpoints of every call in the scope now.
+        if control.eager_returns:
             for addr in sorted(self.call_returns(target)):
                 control.break_at(addr)
         if tid is None and self.scope.kind == "until-return":
@@ -462,7 +464,7 @@ class StepEngine:
         stepi/next is checked where it is now (its next instruction has not run)."""
         decision = StepDecision.RUN
         # threads() leaves out the threads running in gdb's non-stop mode: alive all the same.
-        live = set(getattr(target, "live_threads", target.threads)())
+        live = set(target.live_threads() if offers(target, LiveThreads) else target.threads())
         for tid in list(self.threads):
             if tid not in live:
                 self.thread_exited(tid)

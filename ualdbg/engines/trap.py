@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..core.target import OutOfLineTarget, SigInfo, Target
+from ..core.target import FaultStepper, OutOfLineTarget, SigInfo, Target, offers
 from ..isa import arch as archmod
 from .outofline import Slot, SlotPool
 from .procfs import sigbus_blocked
@@ -43,7 +43,6 @@ class TrapEngine:
         self.mechanism = "EFLAGS.AC"
         self.slots = SlotPool()
         self.out_of_line = True
-        self._code_writers: dict[type, bool] = {}
 
     # -- arming ------------------------------------------------------------------------------
     def _arch(self, target: Target) -> archmod.ArchInfo:
@@ -197,9 +196,8 @@ class TrapEngine:
         flags = target.read_register(a.flags, tid)
         if not flags & a.ac_bit:
             return Decision.NOT_OURS
-        step_over_fault = getattr(target, "step_over_fault", None)
-        if step_over_fault is not None:
-            return self._on_fault_stepper(target, tid, info, flags, step_over_fault)
+        if offers(target, FaultStepper):
+            return self._on_fault_stepper(target, tid, info, flags, target.step_over_fault)
         pc = target.read_register(a.pc, tid)
         if self.slots.spans and self.slots.covers(pc):
             slot = self.slots.locate(pc)
@@ -209,8 +207,8 @@ class TrapEngine:
                 target.write_register(a.flags, flags & ~a.ac_bit, tid)
                 return Decision.RESUME
         stop = self.session.record_fault(target, tid, info)
-        if not stop and self.out_of_line and self._can_write_code(target):
-            slot = self._slot(target, tid)
+        if not stop and self.out_of_line and offers(target, OutOfLineTarget):
+            slot = self._slot(target, tid, target.write_memory)
             if slot is not None:
                 # One stop per fault: the slot clears AC, runs the copy, sets AC, jumps back.
                 target.write_register(a.pc, slot.start, tid)
@@ -222,17 +220,7 @@ class TrapEngine:
         target.write_register(a.flags, (flags & ~a.ac_bit) | a.tf_bit, tid)
         return Decision.STOP if stop else Decision.RESUME
 
-    def _can_write_code(self, target: Target) -> bool:
-        # isinstance() against a runtime-checkable Protocol costs ~75 us: decide once per type.
-        kind = type(target)
-        ok = self._code_writers.get(kind)
-        if ok is None:
-            ok = self._code_writers[kind] = isinstance(target, OutOfLineTarget)
-        return ok
-
-    def _slot(self, target: Target, tid: int) -> Slot | None:
-        assert self._can_write_code(target)
-        writer: OutOfLineTarget = target  # type: ignore[assignment]
+    def _slot(self, target: Target, tid: int, write_memory: Callable[[int, bytes], None]) -> Slot | None:
         pool = self.slots
         if pool.regions is None:
             mm = self.session.module_map(target)
@@ -240,7 +228,7 @@ class TrapEngine:
                 return None
             pool.find_regions(mm)
         insn = self.session.insn_at(target, target.read_register(self._arch(target).pc, tid))
-        return pool.slot_for(insn, writer.write_memory) if insn is not None else None
+        return pool.slot_for(insn, write_memory) if insn is not None else None
 
     def leave_slots(self, target: Target) -> None:
         """Move threads stopped inside an out-of-line slot back to the program's own code,

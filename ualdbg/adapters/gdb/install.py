@@ -12,8 +12,10 @@ import gdb  # type: ignore[import-not-found]
 from ...commands.all import COMMANDS, GROUPS, CommandSpec, HelpShown, UsageError
 from ...core.settings import SETTINGS
 from ...engines.session import Session
+from ...engines.step import StepControl
 from ...render.console import to_text
 from .hooks import GdbHooks
+from .target import GdbTarget
 
 _STATE: dict[str, Any] = {}
 # Commands that set or clear flags in every thread: in non-stop mode the running threads are
@@ -37,7 +39,7 @@ class _Host:
         self.hooks = hooks
         self.session = hooks.session
 
-    def target(self) -> Any:
+    def target(self) -> GdbTarget | None:
         return self.hooks.target()
 
     def install(self) -> None:
@@ -50,7 +52,7 @@ class _Host:
     def uninstall(self) -> None:
         self.hooks.uninstall()
 
-    def step_control(self) -> Any:
+    def step_control(self) -> StepControl:
         return self.hooks.step_control
 
     def launch_info(self) -> tuple[str, list[str], tuple[str, ...], str]:

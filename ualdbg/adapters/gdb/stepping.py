@@ -49,6 +49,8 @@ class _StepPoint(gdb.Breakpoint):
 class GdbStepControl:
     """The StepControl of engines/step.py over gdb, plus the SIGTRAP routing it needs."""
 
+    eager_returns = False  # a call's return breakpoint is made when a stepped thread leaves the scope
+
     def __init__(self, hooks: StepHooks) -> None:
         self.hooks = hooks
         self.points: dict[int, _StepPoint] = {}

@@ -7,7 +7,17 @@ from contextlib import contextmanager
 
 import gdb  # type: ignore[import-not-found]
 
-from ...core.target import SigInfo
+from ...core.target import (
+    FloatBits,
+    FloatMover,
+    InferiorCalls,
+    LiveThreads,
+    MemoryWriter,
+    RegisterBatch,
+    SigInfo,
+    SymbolLookup,
+    Target,
+)
 from ...isa import arch as archmod
 from ...symbols.maps import read_maps
 from .ptrace import RegisterPoker
@@ -16,7 +26,10 @@ from .threadhold import ThreadHolder
 MASK64 = (1 << 64) - 1
 
 
-class GdbTarget:
+class GdbTarget(Target, MemoryWriter, RegisterBatch, FloatMover, FloatBits, InferiorCalls, SymbolLookup, LiveThreads):
+    """A stopped process seen through gdb, with every optional capability of core/target.py
+    but FaultStepper (named among the bases, so that mypy checks each signature)."""
+
     debugger = "gdb"
 
     def __init__(self) -> None:

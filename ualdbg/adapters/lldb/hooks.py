@@ -24,7 +24,7 @@ from ...symbols.maps import is_loader_path
 from .registry import HOOKS
 from .stepping import LldbStepControl
 from .syscall_sites import SyscallSite, find_sites
-from .target import LldbTarget
+from .target import FaultSteppingLldbTarget, LldbTarget
 
 BP_NAME = "ualdbg"  # every breakpoint ualdbg sets carries it; hidden from `breakpoint list`
 _THIS = __name__  # callbacks and classes are named to lldb by their dotted path from here
@@ -403,7 +403,7 @@ class LldbHooks:
         if state not in (lldb.eStateStopped, lldb.eStateCrashed, lldb.eStateSuspended):
             return None
         self.see_process(process)
-        return LldbTarget(process, thread, step_over=self.queue_fault_step)
+        return FaultSteppingLldbTarget(process, thread, self.queue_fault_step)
 
     def sync(self) -> None:
         """Catch up with what happened while no ualdbg code ran: lldb tells nobody of an exit."""
@@ -620,7 +620,7 @@ class LldbHooks:
             if self.session.step.enabled:
                 self.step_control.arm(process, None)
                 return f"ualdbg: attached: step engine armed: {self.session.step.describe()}"
-            self.session.engine.arm(LldbTarget(process, None, step_over=self.queue_fault_step))
+            self.session.engine.arm(FaultSteppingLldbTarget(process, None, self.queue_fault_step))
             return f"ualdbg: attached: armed {len(self.session.engine.armed)} thread(s)"
         return None
 
@@ -656,7 +656,7 @@ class LldbHooks:
         if self.session.armed and self.session.step.enabled:
             self.step_control.arm(process, thread)
         elif self.session.armed:
-            self.session.engine.arm(LldbTarget(process, thread, step_over=self.queue_fault_step))
+            self.session.engine.arm(FaultSteppingLldbTarget(process, thread, self.queue_fault_step))
 
     def on_site(self, thread: lldb.SBThread, kind: str) -> bool:
         """A syscall site breakpoint's callback: True stops there (the step engine's break)."""
@@ -674,7 +674,7 @@ class LldbHooks:
         e = self.session.engine
         if not e.active:
             return False
-        target = LldbTarget(thread.GetProcess(), thread, step_over=self.queue_fault_step)
+        target = FaultSteppingLldbTarget(thread.GetProcess(), thread, self.queue_fault_step)
         tid = int(thread.GetThreadID())
         pc = thread.GetFrameAtIndex(0).GetPC()
         if kind == "entry":
@@ -832,15 +832,15 @@ class LldbHooks:
             self.stepping.clear()
             self.stepped.clear()
             if s.armed and s.at == "start":
-                s.engine.arm(LldbTarget(process, thread, step_over=self.queue_fault_step))
+                s.engine.arm(FaultSteppingLldbTarget(process, thread, self.queue_fault_step))
             # and stop: lldb stops at exec by default (target.process.stop-on-exec)
         if stop:
-            self._settle(LldbTarget(process, thread, step_over=self.queue_fault_step))
+            self._settle(FaultSteppingLldbTarget(process, thread, self.queue_fault_step))
         return stop
 
     def _on_sigbus(self, process: lldb.SBProcess, thread: lldb.SBThread, stream: lldb.SBStream) -> tuple[bool, list[str]]:
         s = self.session
-        target = LldbTarget(process, thread, step_over=self.queue_fault_step)
+        target = FaultSteppingLldbTarget(process, thread, self.queue_fault_step)
         info = target.siginfo()
         if info is not None and info.signo != SIGBUS:
             # lldb keeps showing a thread's SIGBUS after the thread has moved on (it was

@@ -13,6 +13,7 @@ import lldb  # type: ignore[import-not-found]
 
 from ...commands.all import COMMANDS, GROUPS, CommandSpec, HelpShown, UsageError
 from ...engines.session import Session
+from ...engines.step import StepControl
 from ...render.console import to_text
 from .hooks import LldbHooks, hooks_of
 from .target import LldbTarget
@@ -40,7 +41,7 @@ class _Host:
     def uninstall(self) -> None:
         self.hooks.uninstall()
 
-    def step_control(self) -> Any:
+    def step_control(self) -> StepControl:
         return self.hooks.step_control
 
     def launch_info(self) -> tuple[str, list[str], tuple[str, ...], str]:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import lldb  # type: ignore[import-not-found]
 
-from ...core.target import SigInfo
+from ...core.target import FaultStepper, SigInfo, Target
 from ...isa.arch import BUS_ADRALN, SIGBUS
 from ...symbols.maps import read_maps
 
@@ -16,27 +16,17 @@ _ALIASES = {"eflags": "rflags"}
 _LIVE = (lldb.eStateStopped, lldb.eStateCrashed, lldb.eStateSuspended)
 
 
-class LldbTarget:
+class LldbTarget(Target):
     """A stopped process seen through lldb. `thread` is the thread an event is about (the one
-    that stopped); without it, the process's selected thread."""
+    that stopped); without it, the process's selected thread. No optional capability of
+    core/target.py (FaultSteppingLldbTarget adds one)."""
 
     debugger = "lldb"
 
-    def __init__(self, process: lldb.SBProcess, thread: lldb.SBThread | None = None,
-                 step_over: Callable[[lldb.SBThread], None] | None = None) -> None:
+    def __init__(self, process: lldb.SBProcess, thread: lldb.SBThread | None = None) -> None:
         self.process = process
         self.thread = thread if thread is not None and thread.IsValid() else process.GetSelectedThread()
-        self._step_over = step_over
-        if step_over is not None:
-            # Only a target that can queue a single-step offers the engine's FaultStepper path.
-            self.step_over_fault = self._step_over_fault
 
-    # -- FaultStepper ------------------------------------------------------------------------
-    def _step_over_fault(self, tid: int) -> None:
-        assert self._step_over is not None
-        self._step_over(self._thread(tid))
-
-    # -- Target ----------------------------------------------------------------------------------
     def pid(self) -> int | None:
         if not self.process.IsValid() or self.process.GetState() not in _LIVE:
             return None
@@ -124,3 +114,16 @@ class LldbTarget:
             return read_maps(pid)
         except OSError:
             return None
+
+
+class FaultSteppingLldbTarget(LldbTarget, FaultStepper):
+    """The hooks' target: the trap engine resumes a fault by lldb's own single-step, which
+    `step_over` queues (hooks.queue_fault_step), instead of setting TF itself (FaultStepper)."""
+
+    def __init__(self, process: lldb.SBProcess, thread: lldb.SBThread | None,
+                 step_over: Callable[[lldb.SBThread], None]) -> None:
+        super().__init__(process, thread)
+        self._step_over = step_over
+
+    def step_over_fault(self, tid: int) -> None:
+        self._step_over(self._thread(tid))
