@@ -68,6 +68,8 @@ class Agent:
         self.lib = agent_library()
 
     def env(self, directory: str, **kw: object) -> dict[str, str]:
+        # The trap path: patching (bench/patching.py) would leave two traps per site.
+        kw.setdefault("patch_after", 0)
         run = AgentRun(["bench"], **kw)  # type: ignore[arg-type]
         env = dict(os.environ)
         env.update(agent_environment(run, self.lib, directory, os.environ))
