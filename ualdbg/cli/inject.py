@@ -24,6 +24,8 @@ import struct
 import time
 from dataclasses import dataclass, field
 
+from ..engines.procfs import sigbus_blocked
+
 PTRACE_CONT, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 7, 12, 13, 17
 PTRACE_GETSIGINFO, PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_EVENT_STOP = 0x4202, 0x4206, 0x4207, 128
 BUS_ADRALN = 1
@@ -58,17 +60,6 @@ def _ptrace(req: int, tid: int, addr: int = 0, data: int = 0) -> int:
         e = ctypes.get_errno()
         raise OSError(e, f"ptrace({req:#x}, {tid}): {os.strerror(e)}")
     return int(r)
-
-
-def sigbus_blocked(pid: int, tid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/task/{tid}/status") as f:
-            for line in f:
-                if line.startswith("SigBlk:"):
-                    return bool(int(line.split()[1], 16) >> (signal.SIGBUS - 1) & 1)
-    except (OSError, ValueError):
-        pass
-    return False
 
 
 def _pending(pid: int, tid: int, mask: int = ~0) -> bool:

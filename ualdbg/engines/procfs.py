@@ -6,15 +6,20 @@ import os
 from ..isa.arch import SIGBUS
 
 
-def sigbus_blocked(pid: int, tid: int) -> bool:
+def blocked_signals(pid: int, tid: int) -> int:
+    """The thread's blocked signals (SigBlk of /proc/PID/task/TID/status), 0 when unknown."""
     try:
         with open(f"/proc/{pid}/task/{tid}/status") as f:
             for line in f:
                 if line.startswith("SigBlk:"):
-                    return bool(int(line.split()[1], 16) & (1 << (SIGBUS - 1)))
-    except OSError:
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError):
         pass
-    return False
+    return 0
+
+
+def sigbus_blocked(pid: int, tid: int) -> bool:
+    return bool(blocked_signals(pid, tid) & (1 << (SIGBUS - 1)))
 
 
 class CpuReader:

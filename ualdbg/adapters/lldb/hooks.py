@@ -15,6 +15,7 @@ from typing import Any
 
 import lldb  # type: ignore[import-not-found]
 
+from ...engines.procfs import blocked_signals
 from ...engines.recorder import Decision
 from ...engines.session import Session
 from ...isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP, X86_64
@@ -708,7 +709,7 @@ class LldbHooks:
         target = LldbTarget(process, thread)
         tid = int(thread.GetThreadID())
         how, nset, oset, size = (target.read_register(r, tid) for r in ("rdi", "rsi", "rdx", "r10"))
-        if how != _SIG_BLOCK or not nset or size != 8 or _blocked(int(process.GetProcessID()), tid) & _TRAP_BIT:
+        if how != _SIG_BLOCK or not nset or size != 8 or blocked_signals(int(process.GetProcessID()), tid) & _TRAP_BIT:
             return
         raw = target.read_memory(nset, 8)
         if len(raw) != 8 or not int.from_bytes(raw, "little") & _TRAP_BIT:
@@ -911,16 +912,6 @@ def _after_our_breakpoint(thread: lldb.SBThread) -> bool:
     return bool(module.IsValid() and addr.GetFileAddress() in _module_sites(module).after_ours)
 
 
-def _blocked(pid: int, tid: int) -> int:
-    """The thread's blocked signals (SigBlk in /proc), 0 when unknown."""
-    try:
-        with open(f"/proc/{pid}/task/{tid}/status") as f:
-            for line in f:
-                if line.startswith("SigBlk:"):
-                    return int(line.split()[1], 16)
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 def _attached(pid: int) -> bool:
