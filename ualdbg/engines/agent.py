@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -674,7 +674,6 @@ def _merge(docs: list[tuple[Image, dict[str, Any]]], root: dict[str, Any], capac
     out = dict(root)
     sites: dict[tuple[Any, ...], dict[str, Any]] = {}
     ignored_by: dict[str, int] = {}
-    records: list[dict[str, Any]] = []
     tables: list[RecordTable] = []
     total = ignored = 0
     for _im, d in docs:
@@ -698,23 +697,12 @@ def _merge(docs: list[tuple[Image, dict[str, Any]]], root: dict[str, Any], capac
             if have["access"] != s["access"]:
                 kinds = [AccessKind(a) for a in (have["access"], s["access"]) if a]
                 have["access"] = (kinds[0].merge(kinds[1]) if len(kinds) == 2 else kinds[0]).value if kinds else None
-        if isinstance(d["records"], RecordTable):
-            tables.append(d["records"])
-        else:
-            records.extend(d["records"])
+        assert isinstance(d["records"], RecordTable)  # image_session's, all with the same start
+        tables.append(d["records"])
     # Records are numbered by trap: the faults patched sites counted without a record (issue 21)
-    # are not among them.
+    # are not among them. Ordered by (time, pid, seq), the last `capacity` kept (engines/records.py).
     recorded = total - sum(d.get(_UNRECORDED, 0) for _im, d in docs)
-    kept: Sequence[dict[str, Any]]
-    if tables and not records and all(t.started == tables[0].started for t in tables):  # the records as columns (engines/records.py), in the same order as below
-        kept = merged(tables, tables[0].started, capacity, recorded)
-    else:
-        for t in tables:
-            records.extend(t)
-        records.sort(key=lambda r: (r["time"], r["pid"], r["seq"]))
-        kept = records[-capacity:]
-        for i, r in enumerate(kept):
-            r["seq"] = max(0, recorded - len(kept)) + i + 1
+    kept = merged(tables, tables[0].started, capacity, recorded)
     first = max(0, recorded - len(kept))
     out["sites"] = sorted(sites.values(), key=lambda s: (-s["count"], int(s["pc"], 16)))
     out["faults_total"], out["faults_ignored"] = total, ignored

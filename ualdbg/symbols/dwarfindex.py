@@ -550,7 +550,7 @@ class _Unit:
 
     @cached_property
     def _scopes(self) -> tuple[list[_Node], IntervalTable[int]]:
-        return self._read_scopes(deep=False)
+        return self._read_scopes(self._top, deep=False)
 
     @cached_property
     def _abstract_offsets(self) -> list[int]:
@@ -587,18 +587,11 @@ class _Unit:
                 key = offsets[i]
                 scopes = self._narrow.get(key)
                 if scopes is None:
-                    scopes = self._narrow[key] = self._read_from(self._cu.get_DIE_from_refaddr(key))
+                    scopes = self._narrow[key] = self._read_scopes(self._cu.get_DIE_from_refaddr(key), deep=True)
                 if scopes[1].find(addr) is not None:
                     return scopes
             found = data.find(needle, found + 1)
         return None
-
-    def _read_from(self, die: DIE) -> tuple[list[_Node], IntervalTable[int]]:
-        nodes: list[_Node] = []
-        intervals: list[tuple[int, int, int, int]] = []
-        with suppress(*DWARF_ERRORS):
-            self._walk(die, None, 0, nodes, intervals, True, True)
-        return nodes, IntervalTable(self._segments(intervals))
 
     @cached_property
     def _deep_scopes(self) -> tuple[list[_Node], IntervalTable[int]]:
@@ -606,15 +599,17 @@ class _Unit:
         operator() in a template or inline function), the ones `_scopes` cannot see: read when a
         PC falls in none of those, since it parses every abstract instance's subtree (the
         concrete functions `_scopes` has are skipped, not read twice)."""
-        return self._read_scopes(deep=True)
+        return self._read_scopes(self._top, deep=True)
 
-    def _read_scopes(self, *, deep: bool) -> tuple[list[_Node], IntervalTable[int]]:
+    def _read_scopes(self, die: DIE, *, deep: bool) -> tuple[list[_Node], IntervalTable[int]]:
+        """The function instances under `die`: the unit's top DIE, or one abstract instance
+        (whose children are inside a function)."""
         nodes: list[_Node] = []
         intervals: list[tuple[int, int, int, int]] = []
         # On a DIE pyelftools cannot read, keep the functions read before it: the unit is
         # walked once, never again per lookup.
         with suppress(*DWARF_ERRORS):
-            self._walk(self._top, None, 0, nodes, intervals, False, deep)
+            self._walk(die, None, 0, nodes, intervals, die is not self._top, deep)
         return nodes, IntervalTable(self._segments(intervals))
 
     def _walk(
