@@ -162,7 +162,10 @@ def measure(code: Path, reps: int, log: Any = print, wait: float = 60.0) -> dict
 POST = """
 import io, json, sys, time
 from ualdbg.engines.agent import AgentRun, _load_images, document
-from ualdbg.cli.outputs import write_json
+try:
+    from ualdbg.cli.outputs import write_json
+except ImportError:  # a tree from before the layout of issue 19
+    from ualdbg.ci.outputs import write_json
 from ualdbg.render.console import make_console
 from ualdbg.render.tables import header, summary_table
 a = json.loads(sys.argv[1])
