@@ -176,11 +176,23 @@ def test_site_in_a_shared_library(agent_programs: Path, tmp_path: Path) -> None:
     assert site["module"] == "libhot.so" and site["count"] == 1000 and site.get("patched"), patched.explain()
 
 
+SQL = """CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, v REAL);
+WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<2000)
+  INSERT INTO t SELECT x, 'name' || x, x*1.5 FROM c;
+CREATE INDEX ti ON t(name);
+SELECT count(*), sum(v) FROM t WHERE name LIKE 'name1%';
+"""
+
+
 @pytest.mark.parametrize("argv,stdin", [
     (["/usr/bin/python3", "-c", "import json, sqlite3; print(1)"], None),
-    (["sqlite3", "DB"], "CREATE TABLE t(a); INSERT INTO t VALUES (1),(2); SELECT sum(a) FROM t;\n"),
+    (["sqlite3", "DB"], SQL),
 ], ids=["python3", "sqlite3"])
 def test_real_programs_all_modules(argv: list[str], stdin: str | None, tmp_path: Path) -> None:
+    """Every fault of the whole process (libc, the loader, python3's own code) counted the same,
+    site by site, patched and not. The runs are made identical: ASLR off (ualdbg's default, as
+    gdb's), PYTHONHASHSEED=0, no random SQL, the same argv, and an agent environment of the same
+    size (engines/agent.agent_environment): then any difference is the patcher's."""
     exe = require_tool(argv[0])
     db = tmp_path / "t.db"  # the same argv both times: the stack's layout stays the same
     argv = [exe, *(str(db) if a == "DB" else a for a in argv[1:])]
@@ -188,16 +200,13 @@ def test_real_programs_all_modules(argv: list[str], stdin: str | None, tmp_path:
     patched = trace(argv, tmp_path, "--all-modules", stdin=stdin, env=env)
     db.unlink(missing_ok=True)
     plain = trace(argv, tmp_path, "--all-modules", "--no-patch", stdin=stdin, env=env)
-    assert patched.doc is not None and plain.doc is not None, patched.explain() + plain.explain()
+    p, n = patched.doc, plain.doc
+    assert p is not None and n is not None, patched.explain() + plain.explain()
     why = patched.explain() + plain.explain()
     assert patched.returncode == plain.returncode == 0 and patched.program_stdout == plain.program_stdout, why
     assert patched.stderr == plain.stderr, why
-    assert patched.doc["agent"]["patching"]["sites_patched"] > 0, why
-    # Every patched site counts what it counts without patching. (Sites that are not patched may
-    # not: the patch trampolines change the address space, and python3 hashes objects by
-    # address, so libc's string routines get other arguments; docs/AGENT.md.)
-    plain_sites = sites(plain.doc)
-    for s in patched.doc["sites"]:
-        if s.get("patched"):
-            key = (s["module"], s["offset"])
-            assert plain_sites[key] == (s["count"], tuple(s["sizes"]), s["access"]), why
+    assert p["agent"]["patching"]["sites_patched"] > 0 and n["agent"]["patching"]["sites_patched"] == 0, why
+    assert p["faults_total"] > 10_000, why  # libc's and the loader's faults are in
+    assert p["faults_total"] == n["faults_total"] and p["faults_ignored"] == n["faults_ignored"], why
+    assert sites(p) == sites(n), why
+    assert per_process(p) == per_process(n), why

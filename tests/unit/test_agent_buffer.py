@@ -248,3 +248,24 @@ def test_build_is_cached_by_source_hash(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     with pytest.raises(BuildError, match="no C compiler"):
         build(tmp_path / "other")
+
+
+def test_agent_environment_has_one_size_whatever_the_options() -> None:
+    """The program's initial stack holds its environment: were UALDBG_AGENT longer with
+    `--patch-after 10` than with `--no-patch`, or with ualdbg's PID 100000 than with 99999, the
+    program's stack and everything it copies from it would move, and two traces would count
+    different faults (python3 does). So its size depends only on the directory, the modules and
+    LD_PRELOAD."""
+    from unittest import mock
+
+    from ualdbg.engines.agent import ENV_CONFIG, AgentRun, agent_environment
+
+    sizes = set()
+    for pid in (7, 99_999, 4_194_304):
+        for run in (AgentRun(["p"]), AgentRun(["p"], patch_after=0), AgentRun(["p"], patch_after=1000),
+                    AgentRun(["p"], buffer=5), AgentRun(["p"], buffer=10_000_000), AgentRun(["p"], at="start"),
+                    AgentRun(["p"], follow=False, all_modules=True, skip_out_of_scope=False)):
+            with mock.patch("os.getpid", return_value=pid):
+                env = agent_environment(run, "/lib/agent.so", "/dev/shm/ualdbg-agent-abcdefgh", {})
+            sizes.add(len(env[ENV_CONFIG]))
+    assert len(sizes) == 1, sizes

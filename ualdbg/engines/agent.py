@@ -146,11 +146,14 @@ def _quote(value: str) -> str:
 def agent_environment(run: AgentRun, lib: str, directory: str, base: Mapping[str, str]) -> dict[str, str]:
     """What the program's environment gets: LD_PRELOAD (the agent first) and UALDBG_AGENT."""
     own = base.get("LD_PRELOAD")
+    # Numbers at a fixed width: the environment (and so the program's initial stack, and what
+    # it copies from it to the heap) is the same size whatever the options and ualdbg's PID, so
+    # that a trace with --no-patch or another --buffer sees the same addresses (docs/AGENT.md).
     config = ";".join([
-        "1", f"dir={_quote(directory)}", f"at={run.at}", f"follow={int(run.follow)}",
-        f"all={int(run.all_modules)}", f"noskip={int(not run.skip_out_of_scope)}", f"records={run.buffer}",
-        f"ualdbg={os.getpid()}", f"preload={_quote(own) if own is not None else '-'}",
-        f"modules={_quote(','.join(run.modules))}", f"patch={run.patch_after}",
+        "1", f"dir={_quote(directory)}", f"at={run.at:5}", f"follow={int(run.follow)}",
+        f"all={int(run.all_modules)}", f"noskip={int(not run.skip_out_of_scope)}", f"records={run.buffer:010d}",
+        f"ualdbg={os.getpid():010d}", f"preload={_quote(own) if own is not None else '-'}",
+        f"modules={_quote(','.join(run.modules))}", f"patch={run.patch_after:010d}",
     ])
     return {"LD_PRELOAD": f"{lib}:{own}" if own else lib, ENV_CONFIG: config}
 
