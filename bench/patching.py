@@ -146,8 +146,10 @@ def loops(agent: Agent, exe: dict[str, Path], reps: int, hot_n: int, hot_trap_n:
 
 def real_programs(agent: Agent, reps: int) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
-    python3 = shutil.which("python3")
-    sqlite3 = shutil.which("sqlite3")
+    # The system's programs (Debian's, ELF), not a version manager's shell shim found first on
+    # PATH (pyenv's runs bash, which is not the same run twice: $RANDOM, PIDs).
+    python3 = shutil.which("python3", path="/usr/bin:/bin")
+    sqlite3 = shutil.which("sqlite3", path="/usr/bin:/bin")
     cases: list[tuple[str, list[str], str | None]] = []
     if python3:
         cases.append(("python3 -c 'import json, sqlite3'", [python3, "-c", "import json, sqlite3"], None))
