@@ -107,6 +107,8 @@ def test_children_are_traced_and_joined_by_pid(agent_programs: Path, tmp_path: P
         images = [(p["path"], p["args"]) for p in procs if p["pid"] == pid]
         assert all(a != b for a, b in zip(images, images[1:])), procs
     assert {r["pid"] for r in doc["records"]} == {p["pid"] for p in procs if p["faults_total"]}, run.explain()
+    # Every process ended by exit, _exit (the fork child: exit handlers skipped) or exec.
+    assert {p["end"] for p in procs} == {"exited", "exec"}, procs
 
 
 def test_no_follow_traces_only_the_program(agent_programs: Path, tmp_path: Path) -> None:

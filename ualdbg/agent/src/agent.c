@@ -1023,17 +1023,7 @@ void strip_own_environment(void)
 static void on_exit_cb(int status, void *arg)
 {
     (void)arg;
-    uint64_t was = ac_save_clear();
-    if (G.hdr && G.active) {
-        uint64_t mask = block_all();
-        spin_lock(&maps_lock);
-        maps_snapshot_locked();
-        spin_unlock(&maps_lock);
-        G.hdr->exit_status = status;
-        buffer_mark(UALDBG_EXITED, NULL);
-        unblock_all(mask);
-    }
-    ac_restore(was);
+    process_exited(status);
 }
 
 static void atfork_child(void)

@@ -339,6 +339,24 @@ void buffer_mark(uint32_t state, const char *note)
     __atomic_store_n(&G.hdr->state, state, __ATOMIC_RELEASE);
 }
 
+/* The process ends with `status`: from libc's exit handlers, or from the program's own _exit or
+ * _Exit (which skip them: a fork child that ends so is then "exited", not "ended without exit").
+ * Nothing in a vfork child or a child without a buffer of its own yet: the buffer is the parent's. */
+void process_exited(int status)
+{
+    uint64_t was = ac_save_clear();
+    if (G.hdr && G.active && G.pid == raw_getpid() && G.hdr->pid == (int64_t)G.pid) {
+        uint64_t mask = block_all();
+        spin_lock(&maps_lock);
+        maps_snapshot_locked();
+        spin_unlock(&maps_lock);
+        G.hdr->exit_status = status;
+        buffer_mark(UALDBG_EXITED, NULL);
+        unblock_all(mask);
+    }
+    ac_restore(was);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* The arming point. */
 

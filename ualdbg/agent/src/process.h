@@ -160,6 +160,7 @@ HIDDEN uint8_t *pool_map_near(uint64_t near, size_t size);
 HIDDEN int uses_stack(const struct x86_insn *d);
 HIDDEN struct ualdbg_site *site_slot(uint64_t pc, int *created);
 HIDDEN void buffer_mark(uint32_t state, const char *note);
+HIDDEN void process_exited(int status);
 HIDDEN void arm_here(void);
 HIDDEN int env_has_agent(char *const envp[]);
 HIDDEN char **env_without_agent(char *const envp[]);

@@ -33,6 +33,8 @@ static void (*real_longjmp)(struct __jmp_buf_tag *, int);
 static void (*real__longjmp)(struct __jmp_buf_tag *, int);
 static void (*real_siglongjmp)(struct __jmp_buf_tag *, int);
 static void (*real___longjmp_chk)(struct __jmp_buf_tag *, int);
+static void (*real__exit)(int);
+static void (*real__Exit)(int);
 static int (*real_execve)(const char *, char *const[], char *const[]);
 static int (*real_execvpe)(const char *, char *const[], char *const[]);
 static int (*real_fexecve)(int, char *const[], char *const[]);
@@ -355,13 +357,29 @@ static void before_exec(const char *file, char *const envp[], int foreign)
         __atomic_or_fetch(&G.hdr->flags, UALDBG_F_STRIPPED, __ATOMIC_RELEASE);
     buffer_mark(UALDBG_EXECED, note);
     if (stripped && G.root_line)
-        _exit(127);
+        REAL(_exit)(127); /* libc's: the wrapper below would mark this buffer "exited" */
 }
 
 static void exec_failed(void)
 {
     if (CFG.configured && G.hdr && G.active && raw_getpid() == G.pid)
         buffer_mark(UALDBG_RUNNING, "");
+}
+
+/* _exit and _Exit skip libc's exit handlers, where the agent learns the status (a fork child
+ * usually ends so): the status is noted here, then libc's own ends the process. */
+EXPORT void _exit(int status)
+{
+    process_exited(status);
+    REAL(_exit)(status);
+    __builtin_unreachable();
+}
+
+EXPORT void _Exit(int status)
+{
+    process_exited(status);
+    REAL(_Exit)(status);
+    __builtin_unreachable();
 }
 
 EXPORT int execve(const char *path, char *const argv[], char *const envp[])
