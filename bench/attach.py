@@ -10,7 +10,8 @@ the raw SIGBUS floor measured in the same run:
 4. attach, gdb: the same with `--engine trap` (gdb's trap engine, the fallback where the agent
    cannot be injected).
 
-One faulting thread, so wall time / faults is the cost of one fault. Repetitions interleave the
+One faulting thread, so wall time / faults is the cost of one fault: the agent runs with
+`--no-patch` (a trap per fault, the cost compared here; patching is bench/patching.py's). Repetitions interleave the
 variants; medians with the spread. Writes its section of docs/PERFORMANCE.md between
 `<!-- attach:begin -->` and `<!-- attach:end -->`.
 
@@ -59,7 +60,7 @@ def _start(prog: Path, d: str) -> subprocess.Popen[str]:
 def launch_ns(prog: Path, seconds: float) -> float:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "t.json"
-        cmd = [sys.executable, "-m", "ualdbg", "trace", "--engine", "agent", "--buffer", "1000", "--json", str(out),
+        cmd = [sys.executable, "-m", "ualdbg", "trace", "--engine", "agent", "--no-patch", "--buffer", "1000", "--json", str(out),
                "--", str(prog), d]
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(seconds)
@@ -76,7 +77,8 @@ def attach_ns(prog: Path, seconds: float, engine: str, stops: list[float] | None
         try:
             out = Path(d) / "t.json"
             subprocess.run([sys.executable, "-m", "ualdbg", "trace", "--pid", str(proc.pid), "--duration", str(seconds),
-                            "--buffer", "1000", "--json", str(out), "--engine", engine], cwd=ROOT, check=True,
+                            "--buffer", "1000", "--json", str(out), "--engine", engine,
+                            *(["--no-patch"] if engine == "agent" else [])], cwd=ROOT, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             doc = json.loads(out.read_text())
             assert doc["attached"]["engine"] == engine, doc["attached"]

@@ -52,13 +52,15 @@ def healthy(end: dict[str, str]) -> bool:
 
 @contextmanager
 def live_program(programs: Path, tmp_path: Path, *, delay_us: int = 200, lifetime_ms: int = 0,
-                 prefix: tuple[str, ...] = ()) -> Iterator[Live]:
-    """live_workers started (through `prefix`, a command that execs its arguments) and running."""
+                 prefix: tuple[str, ...] = (), long_access: bool = False) -> Iterator[Live]:
+    """live_workers started (through `prefix`, a command that execs its arguments) and running;
+    `long_access`: its misaligned access is the 7-byte incq the agent can patch with threads."""
     d = tmp_path / "live"
     d.mkdir()
     out = d / "out"
     with open(out, "w") as f:
-        proc = subprocess.Popen([*prefix, str(programs / "live_workers"), str(d), str(WORKERS), str(delay_us), str(lifetime_ms)],
+        proc = subprocess.Popen([*prefix, str(programs / "live_workers"), str(d), str(WORKERS), str(delay_us), str(lifetime_ms),
+                                 *(["long"] if long_access else [])],
                                 stdout=f, stdin=subprocess.DEVNULL)
     live = Live(proc, d, out)
     try:

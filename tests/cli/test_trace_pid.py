@@ -375,3 +375,52 @@ def test_a_second_ualdbg_is_refused_and_a_killed_ones_agent_is_removed(test_prog
     assert f"removed the agent a killed ualdbg (process {first.pid}) left armed" in p.stderr, explain(p)
     assert json.loads(out.read_text())["attached"]["engine"] == "agent"
     assert healthy(end), end
+
+
+def _code_changed(pid: int) -> list[str]:
+    """The executable file mappings of process `pid` whose bytes are not their file's."""
+    changed = []
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        parts = line.split()
+        if len(parts) < 6 or "x" not in parts[1] or not parts[5].startswith("/"):
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        with open(parts[5], "rb") as f:
+            f.seek(int(parts[2], 16))
+            want = f.read(hi - lo)
+        with open(f"/proc/{pid}/mem", "rb") as m:
+            m.seek(lo)
+            if m.read(len(want)) != want:
+                changed.append(line)
+    return changed
+
+
+def test_hot_sites_are_patched_while_attached_and_the_code_is_as_it_was_after(test_programs: Path, tmp_path: Path) -> None:
+    """Issue 21 in a running process: the workers' 7-byte misaligned incq is patched while
+    attached (threads running), counted exactly (the program's own count of the window), and
+    after the detach the program's code is its file's again, byte for byte."""
+    out = tmp_path / "t.json"
+    with live_program(test_programs, tmp_path, long_access=True) as live:
+        assert _code_changed(live.pid) == []
+        cli = subprocess.Popen([sys.executable, "-m", "ualdbg", "trace", "--pid", str(live.pid), "--duration", "1.5",
+                                "--json", str(out)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=scrubbed_env(), cwd=ROOT)
+        assert cli.stderr is not None
+        assert "(agent injected)" in cli.stderr.readline()
+        time.sleep(0.7)
+        during = _code_changed(live.pid)
+        _, stderr = cli.communicate(timeout=60)
+        assert cli.returncode == 0, stderr
+        after = _code_changed(live.pid)  # the program runs on
+        end = live.finish()
+    doc = json.loads(out.read_text())
+    exe = str(test_programs / "live_workers")
+    assert any(line.endswith(exe) for line in during), during  # patched: the jump is in its code
+    assert after == [], after
+    site = next(s for s in doc["sites"] if s["function"] == "bump_long")
+    assert site.get("patched") and site["count"] > site["trapped"], site
+    assert doc["agent"]["patching"]["sites_patched"] >= 1, doc["agent"]["patching"]
+    armed = int(end["armed"])
+    assert armed > 100 and abs(doc["faults_total"] - armed) <= IN_FLIGHT, f"{doc['faults_total']} vs {end}"
+    assert healthy(end), end
+    assert int(end["iterations"]) > armed  # it ran on after the detach

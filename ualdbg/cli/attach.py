@@ -237,10 +237,10 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
     assert req.pid is not None
     pid = req.pid
     exe, args = _program_of(pid)
-    # No hot-site patching in an injected agent yet: its detach would have to leave patched code
-    # behind in a program that goes on (docs/AGENT.md).
+    # Hot sites are patched as at launch; the detach puts the program's code back as it was
+    # (agent/src/patch.c, patch_release).
     run = AgentRun([exe, *args], all_modules=req.all_modules, modules=list(req.modules), buffer=req.buffer,
-                   patch_after=0)
+                   patch_after=req.patch_after)
     directory = tempfile.mkdtemp(prefix="ualdbg-agent-", dir=_shm_dir())
     try:
         st = os.stat(f"/proc/{pid}")

@@ -73,6 +73,7 @@ struct patch_priv {
     uint8_t *slot;
     uint64_t **ptr;
     struct ualdbg_patch e; /* as written in the table, for fork children */
+    uint8_t orig[5];       /* the code the jump replaced: put back when an injected agent leaves */
 };
 
 struct modidx {
@@ -940,6 +941,7 @@ static int try_patch(struct ualdbg_site *s, const struct x86_insn *d, uint64_t p
     h->entry = index;
     __atomic_store_n(&h->origin, pc, __ATOMIC_RELEASE);
     __atomic_store_n(ptr, &tab[index].count, __ATOMIC_RELEASE);
+    memcpy(pv->orig, (const void *)(uintptr_t)pc, sizeof pv->orig);
     int why = write_jump(pc, jmp, alone);
     if (why) {
         __atomic_store_n(ptr, NULL, __ATOMIC_RELEASE);
@@ -1030,10 +1032,16 @@ void patch_disarm(void)
         }
 }
 
-/* Released (the buffer is about to be unmapped): the trampolines stop counting; the patched
- * code stays (a thread may be inside), and runs each instruction with the thread's own AC. */
+/* Released (an injected agent leaving a process that goes on; every thread stopped; the buffer
+ * is about to be unmapped): the program's code as it was, each jump replaced by the bytes it
+ * replaced; the trampolines stay, inert (a thread may be inside one, or a signal frame return
+ * there): they stop counting and run each instruction with the thread's own AC, then jump back
+ * after the code they stood for. */
 void patch_release(void)
 {
     for (int i = 0; i < nppools; i++)
         memset(ppools[i].base, 0, 4096);
+    for (uint32_t i = 0; i < nplist; i++)
+        write_jump(plist[i].pc, plist[i].orig, 1); /* was writable once: mprotect cannot fail now */
+    nplist = 0;
 }
