@@ -11,8 +11,8 @@ the raw SIGBUS floor measured in the same run:
    cannot be injected).
 
 One faulting thread, so wall time / faults is the cost of one fault: the agent runs with
-`--no-patch` (a trap per fault, the cost compared here; patching is bench/patching.py's). Repetitions interleave the
-variants; medians with the spread. Writes its section of docs/PERFORMANCE.md between
+`--no-patch` (a trap per fault, the cost compared here; patching is bench/patching.py's).
+Repetitions interleave the variants; medians with the spread. Writes its section of docs/PERFORMANCE.md between
 `<!-- attach:begin -->` and `<!-- attach:end -->`.
 
     .venv/bin/python bench/attach.py [--reps N] [--seconds S] [--no-doc]
