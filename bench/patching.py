@@ -199,7 +199,8 @@ def machine() -> str:
     except OSError:
         pass
     cc = subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
-    return f"{cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}, {cc}"
+    load = os.getloadavg()[0]  # other work on the machine: the figures are of the same run, but noisier
+    return f"{cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}, {cc}, load average {load:.1f} at the start"
 
 
 def report(r: dict[str, dict[str, list[float]]], rows: list[dict[str, object]], reps: int, hot_n: int,
