@@ -10,9 +10,9 @@ that must not change behaviour (issue 19) shows here as no difference.
 `record REV DIR` puts `git archive REV` at one fixed path (/tmp/ualdbg-compare/src: the traced
 programs see the same environment, so the same stack layout, whichever tree runs) and runs
 `python -m ualdbg trace --json` from there for each example and engine. `diff` compares the
-documents with what varies from run to run left out (durations, pids, tids, cpus, record times,
-temporary paths) and the records ordered by (pc, va, seq) (threads interleave as they like),
-and the report's lines without the duration line."""
+documents with what varies from run to run left out (durations, pids, tids, cpus, record times and
+sequence numbers, thread ids in texts, temporary paths) and the records ordered by (pc, va, size)
+(threads interleave as they like), and the report's lines without the duration line."""
 from __future__ import annotations
 
 import argparse
@@ -93,7 +93,7 @@ def record(rev: str, out: Path) -> None:
         print(f"{name}: exit {proc.returncode}", flush=True)
 
 
-VOLATILE = {"duration_s", "pid", "ppid", "tid", "cpu", "time", "seconds_in_scope", "tracer_cpu", "library",
+VOLATILE = {"duration_s", "pid", "ppid", "tid", "cpu", "time", "seq", "seconds_in_scope", "tracer_cpu", "library",
             "environment_added"}
 
 
@@ -103,7 +103,7 @@ def clean(value: Any) -> Any:
     if isinstance(value, list):
         return [clean(v) for v in value]
     if isinstance(value, str):
-        return re.sub(r"\(pid \d+\)", "(pid N)", value)
+        return re.sub(r"thread \d+", "thread N", re.sub(r"\(pid \d+\)", "(pid N)", value))
     return value
 
 
@@ -112,13 +112,13 @@ def normal(path: Path) -> Any:
         return None
     doc = clean(json.loads(path.read_text()))
     if isinstance(doc.get("records"), list):
-        doc["records"] = sorted(doc["records"], key=lambda r: (r["pc"], r["va"] or "", r["seq"]))
+        doc["records"] = sorted(doc["records"], key=lambda r: (r["pc"], r["va"] or "", r["size"] or 0))
     return doc
 
 
 def report(path: Path) -> list[str]:
     lines = path.read_text().splitlines() if path.exists() else []
-    return [re.sub(r"/tmp/ualdbg-\S+", "TMP", line) for line in lines
+    return [re.sub(r"thread \d+", "thread N", re.sub(r"/tmp/ualdbg-\S+", "TMP", line)) for line in lines
             if not re.match(r"\s+[\d.]+ s, [\d,.]+/s", line) and not re.match(r"\s+[\d.]+ s;", line)]
 
 
