@@ -1,6 +1,8 @@
-"""What every engine records into: settings, scope, the shared trace buffer, and the path from a
-stopped thread to a recorded fault (decode -> policy -> scope -> buffer). It knows no engine:
-session.py puts the trap and step engines on top of it, and each engine holds one of these."""
+"""The fault sink of the debuggers' engines: settings, scope, the shared trace buffer, and the
+path from a stopped thread to a recorded fault (decode -> policy -> scope -> buffer). It knows no
+engine: session.py puts the trap and step engines on top of it, and each holds one of these. The
+agent and the native stepper, which count in their own C code, use its parts (Scope,
+InstructionCache, breaking_access) and make a TraceResult (core/result.py) without one."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
