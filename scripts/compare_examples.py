@@ -16,6 +16,7 @@ sequence numbers, thread ids in texts, temporary paths) and the records ordered 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
@@ -23,7 +24,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import io
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +127,7 @@ def diff(a: Path, b: Path) -> int:
     for engine, _opts, program in runs():
         name = name_of(engine, program)
         da, db = normal(a / f"{name}.json"), normal(b / f"{name}.json")
-        ra, rb = (a / f"{name}.rc").read_text(), (b / f"{name}.rc").read_text()
+        ra, rb = (p.read_text() if p.exists() else "not run" for p in (a / f"{name}.rc", b / f"{name}.rc"))
         same_doc = da == db
         same_text = (a / f"{name}.json").exists() == (b / f"{name}.json").exists() and (
             not (a / f"{name}.json").exists() or _keys(a / f"{name}.json") == _keys(b / f"{name}.json"))
