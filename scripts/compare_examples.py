@@ -7,9 +7,10 @@ that must not change behaviour (issue 19) shows here as no difference.
     .venv/bin/python scripts/compare_examples.py record HEAD /tmp/cmp/after
     .venv/bin/python scripts/compare_examples.py diff /tmp/cmp/before /tmp/cmp/after
 
-`record REV DIR` puts `git archive REV` at one fixed path (/tmp/ualdbg-compare/src: the traced
-programs see the same environment, so the same stack layout, whichever tree runs) and runs
-`python -m ualdbg trace --json` from there for each example and engine. `diff` compares the
+`record REV DIR` puts `git archive REV` at one fixed path (/tmp/ualdbg-compare/src) and runs
+`python -m ualdbg trace --json` from there, in one fixed environment (PATH, HOME, PYTHONPATH,
+LANG), for each example and engine: the traced programs see the same environment, so the same
+stack layout, whichever tree runs and whoever starts it. `diff` compares the
 documents with what varies from run to run left out (durations, pids, tids, cpus, record times and
 sequence numbers, thread ids in texts, temporary paths) and the records ordered by (pc, va, size)
 (threads interleave as they like), and the report's lines without the duration line."""
@@ -82,7 +83,10 @@ def stage(rev: str) -> None:
 def record(rev: str, out: Path) -> None:
     stage(rev)
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=str(STAGE))
+    # One fixed environment, whoever runs this: its size moves the programs' stacks (argv_fields'
+    # addresses) and the C library's own unaligned accesses (the counts ignored out of scope).
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "XDG_CACHE_HOME") if k in os.environ}
+    env.update(PYTHONPATH=str(STAGE), LANG="C.UTF-8")
     for engine, opts, program in runs():
         name = name_of(engine, program)
         doc = out / f"{name}.json"
