@@ -1,6 +1,6 @@
 """The agent's records as columns (ualdbg/engines/records.py) against the per-record path they
 replace: per PC, the columns must give every record the VA, size and access that
-engines/agent._explain gives it from its own registers; the C writer must write exactly
+engines/agent.SavedCode.explain gives it from its own registers; the C writer must write exactly
 json.dumps of each record object (times included: repr(round(t, 6))); merged processes must come
 out in the order and numbering of the dict-based merge."""
 from __future__ import annotations
@@ -17,8 +17,7 @@ from conftest import require_tool
 
 from ualdbg.agent import buffer as ab
 from ualdbg.engines import records as ar
-from ualdbg.engines.agent import _explain, _Frozen
-from ualdbg.engines.session import Session
+from ualdbg.engines.agent import SavedCode
 from ualdbg.isa.alignment import ZEN3_RULES, AcPolicy, NaturalPolicy
 from ualdbg.render.jsondoc import to_text
 
@@ -70,12 +69,6 @@ def random_regs(rng: random.Random) -> list[int]:
     return out
 
 
-def session_with(policy: Any) -> Session:
-    s = Session("none")
-    s.policy = policy
-    return s
-
-
 @pytest.mark.parametrize("policy", [AcPolicy(ZEN3_RULES), AcPolicy(), NaturalPolicy()],
                          ids=["ac-zen3", "ac-measured", "natural"])
 def test_columns_explain_every_record_as_the_per_record_path(policy: Any) -> None:
@@ -89,20 +82,17 @@ def test_columns_explain_every_record_as_the_per_record_path(policy: Any) -> Non
             gprs[1] = 0  # rcx = 0: a rep instruction makes no access
         raws.append(record(seq, 10**9 + seq, rng.choice(pcs), gprs, seg=rng.randrange(1 << 47)))
     raw = b"".join(raws)
-    fast_session, slow_session = session_with(policy), session_with(policy)
-
-    def decode(pc: int) -> Any:
-        return fast_session.code_at(_Frozen(pc, code[pc]), pc)
+    fast, slow_code = SavedCode(code, policy), SavedCode(code, policy)
 
     def slow(pc: int, regs: ab.Registers) -> Any:
-        return _explain(fast_session, pc, code[pc], regs.mapping())[1]
+        return fast.explain(pc, regs.mapping())[1]
 
-    ex = ar.explain(raw, decode, fast_session.policy, slow)
+    ex = ar.explain(raw, fast.insn, fast.policy, slow)
     seen = set()
     for i in range(len(raws)):
         _seq, _t, pc = struct.unpack_from("<QQQ", raw, i * ar.RECORD_SIZE)
         values = struct.unpack_from("<17Q", raw, i * ar.RECORD_SIZE + 40)
-        _insn, acc = _explain(slow_session, pc, code[pc], ab.Registers(values[:16], values[16]).mapping())
+        _insn, acc = slow_code.explain(pc, ab.Registers(values[:16], values[16]).mapping())
         shape = ex.shapes[ex.shape[i]]
         got = (shape.has_va, ex.va[i] if shape.has_va else None, shape.size, shape.access)
         want = (acc is not None, acc.va if acc else None, acc.size if acc else None, acc.kind.value if acc else None)

@@ -59,7 +59,7 @@ def _audit(p: Parser) -> Runner:
             raise UsageError("ualdbg audit: no program loaded; name the ELF file: ualdbg audit PATH")
         live = None
         if args.trace is None and host.session.buffer.total:
-            live = build_document(host.session)
+            live = build_document(host.session.result())
         try:
             result = run_audit(path, args.trace, live)
         except (AuditError, ValueError) as exc:

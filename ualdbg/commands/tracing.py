@@ -78,7 +78,7 @@ def _show(p: Parser) -> Runner:
     p.add_argument("--json", metavar="FILE", default=None, help="also write the JSON document to FILE")
 
     def run(host: Host, args: argparse.Namespace) -> Output:
-        doc = build_document(host.session)
+        doc = build_document(host.session.result())
         if args.json:
             dump(doc, args.json)
         out: Output = [header(doc)]
@@ -98,7 +98,7 @@ def _save(p: Parser) -> Runner:
 
     def run(host: Host, args: argparse.Namespace) -> Output:
         try:
-            dump(build_document(host.session), args.file)
+            dump(build_document(host.session.result()), args.file)
         except OSError as exc:
             raise UsageError(f"cannot write {args.file}: {exc.strerror}") from None
         return [f"ualdbg: {host.session.buffer.total} faults saved to {args.file}"]

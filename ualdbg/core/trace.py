@@ -67,10 +67,18 @@ class TraceBuffer:
             counter = self.counters[fault.pc] = PcCounter(fault.pc)
         counter.add(fault)
 
-    def ignore(self, module: str | None) -> None:
-        self.ignored += 1
+    def ignore(self, module: str | None, count: int = 1) -> None:
+        """`count` faults out of scope, in `module` (None: not in a known module)."""
+        self.ignored += count
         key = module or "?"
-        self.ignored_by_module[key] = self.ignored_by_module.get(key, 0) + 1
+        self.ignored_by_module[key] = self.ignored_by_module.get(key, 0) + count
+
+    def count_site(self, pc: int, count: int, insn: str | None = None) -> PcCounter:
+        """`count` faults in scope at `pc`, counted by an engine's native code (the agent's site
+        table, the stepper's): their counter, for the caller to add sizes and accesses to."""
+        counter = self.counters[pc] = PcCounter(pc, count=count, insn=insn)
+        self.total += count
+        return counter
 
     def clear(self) -> None:
         self.records.clear()

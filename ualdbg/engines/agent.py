@@ -1,7 +1,7 @@
 """The agent engine: run the program with the in-process agent preloaded (LD_PRELOAD), show live
 progress from its shared buffers, and turn them into the same JSON document the trap engine
-makes: the same Session, decoder, policy, scope and symbolizer, fed with the registers the agent
-saved instead of a debugger's."""
+makes: the same decoder, policy, scope, symbolizer and TraceResult (core/result.py), fed with the
+registers the agent saved instead of a debugger's; several processes merged as TraceResults."""
 from __future__ import annotations
 
 import os
@@ -14,21 +14,23 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .. import __version__
 from ..agent import buffer as ab
 from ..agent.build import BuildError, build
-from ..core.model import Access, AccessKind, Module, SourceLoc
-from ..core.trace import PcCounter, TraceBuffer
-from ..isa.decode import Insn, accesses
+from ..core.model import Access, Module, SourceLoc
+from ..core.result import ProgramInfo, Site, TraceResult, sites_of
+from ..core.trace import TraceBuffer
+from ..isa.alignment import AcPolicy, Policy
+from ..isa.decode import Insn
 from ..render.jsondoc import build_document
-from ..symbols.data import describe_saved
+from ..symbols.data import DataRef, describe_saved
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
-from .recorder import ProgramInfo, Scope
+from .recorder import InstructionCache, Scope, breaking_access
 from .records import RecordTable, merged, table_from
-from .session import Session
 
 NAME = "agent"
 ENV_CONFIG = "UALDBG_AGENT"
@@ -453,20 +455,24 @@ class _Frozen:
         return self._code[:size]
 
 
-def _explain(session: Session, pc: int, code: bytes, regs: Mapping[str, int]) -> tuple[Insn | None, Access | None]:
-    """What Session.analyse says of a trapped access, for registers the agent saved: the
-    instruction and its access that breaks the policy (else its first access)."""
-    insn = session.code_at(_Frozen(pc, code), pc)
-    if insn is None:
-        return None, None
-    try:
-        found = accesses(insn, regs)
-    except KeyError:
-        return insn, None
-    for acc in found:
-        if session.policy.violates(acc, insn):
-            return insn, acc
-    return insn, (found[0] if found else None)
+class SavedCode:
+    """The code the agent saved at each faulting PC, decoded once per PC, and what the access of
+    a trapped instruction is for the registers the agent saved (FaultRecorder.analyse's answer
+    for a live thread)."""
+
+    def __init__(self, code: Mapping[int, bytes], policy: Policy) -> None:
+        self.code, self.policy = code, policy
+        self.insns = InstructionCache()
+
+    def insn(self, pc: int) -> Insn | None:
+        return self.insns.at(_Frozen(pc, self.code.get(pc, b"")), pc)
+
+    def explain(self, pc: int, regs: Mapping[str, int]) -> tuple[Insn | None, Access | None]:
+        """The instruction and its access that breaks the policy (else its first access)."""
+        insn = self.insn(pc)
+        if insn is None:
+            return None, None
+        return insn, breaking_access(insn, regs, self.policy)[0]
 
 
 # Programs of the system (build tools, shells, coreutils) that a traced program starts: out of the
@@ -493,19 +499,16 @@ def user_program_path(run: AgentRun, exe: str) -> bool:
     return bool(exe) and not out_of_scope_program(run, exe, False)
 
 
-def image_session(run: AgentRun, image: Image, started: float, lib: str = "", is_root: bool = True) -> Session:
-    """A Session holding what the trap engine would have recorded for this image. The agent's
-    own library is never in scope."""
+def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_root: bool = True) -> TraceResult:
+    """What the trap engine would have recorded for this image. The agent's own library is never
+    in scope."""
     h = image.header
-    session = Session("none")
-    session.scope = Scope(all_modules=run.all_modules, modules=tuple(run.modules))
-    session.at = run.at
-    session.tracing = True
-    buf = session.buffer = TraceBuffer(run.buffer)
+    scope = Scope(all_modules=run.all_modules, modules=tuple(run.modules))
+    buf = TraceBuffer(run.buffer)
     buf.started_at = started
     symbolizer = SnapshotSymbolizer(image.snapshots, h.exe or None)
-    session.symbolizer = symbolizer  # type: ignore[assignment]
-    session.program = ProgramInfo(path=h.exe, args=list(h.argv[1:]), pid=h.pid, exit_status=h.exit_status)
+    saved = SavedCode({s.pc: s.code for s in image.sites}, AcPolicy())
+    data_at: dict[int, DataRef] = {}
 
     agent_lib = os.path.realpath(lib) if lib else ""
     excluded = out_of_scope_program(run, h.exe, is_root)
@@ -515,48 +518,44 @@ def image_session(run: AgentRun, image: Image, started: float, lib: str = "", is
         if excluded:
             return False, hit[1].name if hit is not None else None
         if hit is None:
-            return session.scope.includes(None, False), None
+            return scope.includes(None, False), None
         mm, module = hit
         if agent_lib and os.path.realpath(module.path) == agent_lib:
             return False, module.name
-        return session.scope.includes(module, mm.is_system(module)), module.name
+        return scope.includes(module, mm.is_system(module)), module.name
 
     scoped: dict[int, bool] = {}
     for site in image.sites:
         inside, name = in_scope(site.pc)
         scoped[site.pc] = inside
         if not inside:
-            buf.ignored += site.count
-            key = name or "?"
-            buf.ignored_by_module[key] = buf.ignored_by_module.get(key, 0) + site.count
+            buf.ignore(name, site.count)
             continue
-        counter = buf.counters[site.pc] = PcCounter(site.pc, count=site.count)
-        buf.total += site.count
+        counter = buf.count_site(site.pc, site.count)
         for regs in site.variants:
-            insn, acc = _explain(session, site.pc, site.code, regs.mapping())
+            insn, acc = saved.explain(site.pc, regs.mapping())
             if insn is not None and counter.insn is None:
                 counter.insn = insn.text
             if acc is not None:
                 counter.sizes.add(acc.size)
                 counter.access = acc.kind if counter.access is None else counter.access.merge(acc.kind)
-                if site.pc not in session.data_at:  # what the data is (issue 9): from the saved registers
-                    session.data_at[site.pc] = describe_saved(acc.va, symbolizer.snapshots(), site.pc, h.pid, regs.mapping())
+                if site.pc not in data_at:  # what the data is (issue 9): from the saved registers
+                    data_at[site.pc] = describe_saved(acc.va, symbolizer.snapshots(), site.pc, h.pid, regs.mapping())
     # The records: no Python object per record (engines/records.py). Each PC's instruction is
     # decoded once and its operands evaluated over the PC's records at once; the document's
     # "records" is the table, which writes its own JSON lines.
-    code = {s.pc: s.code for s in image.sites}
-
-    def decode(pc: int) -> Insn | None:
-        return session.code_at(_Frozen(pc, code.get(pc, b"")), pc)
-
     def slow(pc: int, regs: ab.Registers) -> Access | None:
-        return _explain(session, pc, code.get(pc, b""), regs.mapping())[1]
+        return saved.explain(pc, regs.mapping())[1]
 
-    buf.table = table_from(image.ring, started, decode, session.policy, slow, lambda pc: scoped.get(pc, False),
+    buf.table = table_from(image.ring, started, saved.insn, saved.policy, slow, lambda pc: scoped.get(pc, False),
                            run.buffer)
     end = h.end_ns / 1e9 if h.end_ns else time.monotonic()
     buf.stopped_at = max(started, end)
-    return session
+    sites = sites_of(buf, symbolizer.resolve, data_at)
+    program = ProgramInfo(path=h.exe, args=list(h.argv[1:]), pid=h.pid, exit_status=h.exit_status)
+    return TraceResult(engine=NAME, debugger="none", arch=platform.machine(), version=__version__, program=program,
+                       scope=scope.describe(), buffer=buf, sites=sites, recording=True,
+                       unrecorded=_mark_patched(sites, image))
 
 
 def _state(h: ab.Header) -> str:
@@ -566,7 +565,6 @@ def _state(h: ab.Header) -> str:
 def document(run: AgentRun, images: list[Image], root_pid: int, started: float, ended: float,
              exit_status: int | None, exit_signal: int | None, env_added: dict[str, str], lib: str) -> dict[str, Any]:
     """The JSON document of a run: the trap engine's, per process image, joined by PID."""
-    docs = []
     # A system program named on the command line (make, a shell, env) that ran programs of the
     # user's is a driver, like a script's interpreter: those programs are traced, not it.
     def user_program(im: Image) -> bool:
@@ -574,23 +572,19 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     root_exe = next((im.header.exe for im in images if im.header.pid == root_pid), "")
     driver = (not run.all_modules and not user_program_path(run, root_exe)
               and any(im.header.pid != root_pid and user_program(im) for im in images))
-    for image in images:
-        session = image_session(run, image, started, lib, is_root=image.header.pid == root_pid and not driver)
-        doc = build_document(session, engine=NAME)
-        _mark_patched(doc, image)
-        docs.append((image, doc))
-    root = next((d for im, d in docs if im.header.pid == root_pid), docs[0][1])
-    merged = docs[0][1] if len(docs) == 1 else _merge(docs, root, run.buffer)
-    unrecorded = sum(d.pop(_UNRECORDED, 0) for _im, d in docs)
-    merged.pop(_UNRECORDED, None)
-    merged["program"] = dict(root["program"], path=run.program[0], args=list(run.program[1:]), pid=root_pid,
-                             exit_status=exit_status, exit_signal=exit_signal)
-    merged["duration_s"] = round(max(0.0, ended - started), 6)
+    results = [image_result(run, image, started, lib, is_root=image.header.pid == root_pid and not driver)
+               for image in images]
+    one = results[0] if len(results) == 1 else _merge(results, run.buffer)
+    one.program = ProgramInfo(path=run.program[0], args=list(run.program[1:]), pid=root_pid,
+                              exit_status=exit_status, exit_signal=exit_signal)
+    one.buffer.started_at, one.buffer.stopped_at = started, max(started, ended)
+    merged = build_document(one)
+    unrecorded = one.unrecorded
     merged["processes"] = [{
         "pid": im.header.pid, "ppid": im.header.ppid, "image": im.header.gen, "path": im.header.exe,
-        "args": list(im.header.argv[1:]), "faults_total": d["faults_total"], "faults_ignored": d["faults_ignored"],
+        "args": list(im.header.argv[1:]), "faults_total": r.buffer.total, "faults_ignored": r.buffer.ignored,
         "armed": im.header.armed, "end": _state(im.header), "note": im.header.note or None,
-    } for im, d in docs]
+    } for im, r in zip(images, results)]
     merged["agent"] = {
         "library": lib,
         "environment_added": env_added,
@@ -633,27 +627,22 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     return merged
 
 
-def _mark_patched(doc: dict[str, Any], image: Image) -> None:
+def _mark_patched(sites: list[Site], image: Image) -> int:
     """Sites the agent patched (issue 21): their count is exact, but only the faults that trapped
-    (the first patch_after, and any the trampoline sent back to the trap) have records. Those
-    without one did not fall out of the ring: records_dropped leaves them out."""
+    (the first patch_after, and any the trampoline sent back to the trap) have records. Returns
+    how many faults have none: they did not fall out of the ring (TraceResult.records_dropped)."""
     patched = {s.pc: s for s in image.sites if s.patched or s.flags & ab.SITE_PATCHED}
     refused = {p.pc: p.reason for p in image.patches if p.state == ab.PATCH_REFUSED}
     unrecorded = 0
-    for site in doc["sites"]:
-        pc = int(site["pc"], 16)
-        entry = patched.get(pc)
+    for site in sites:
+        entry = patched.get(site.loc.pc)
         if entry is not None:
-            site["patched"] = True
-            site["trapped"] = entry.traps
+            site.patched = True
+            site.trapped = entry.traps
             unrecorded += entry.patched
-        elif pc in refused:
-            site["unpatchable"] = refused[pc]  # why it traps at every fault
-    doc["records_dropped"] = max(0, doc["records_dropped"] - unrecorded)
-    doc[_UNRECORDED] = unrecorded
-
-
-_UNRECORDED = "_faults_counted_by_patches"
+        elif site.loc.pc in refused:
+            site.unpatchable = refused[site.loc.pc]  # why it traps at every fault
+    return unrecorded
 
 
 def _patching_summary(run: AgentRun, images: list[Image]) -> dict[str, Any]:
@@ -671,44 +660,29 @@ def _patching_summary(run: AgentRun, images: list[Image]) -> dict[str, Any]:
             "unpatchable": dict(sorted(refused.items()))}
 
 
-def _merge(docs: list[tuple[Image, dict[str, Any]]], root: dict[str, Any], capacity: int) -> dict[str, Any]:
+def _merge(results: list[TraceResult], capacity: int) -> TraceResult:
     """Several images: sites of the same code (module, offset, PC) add up; records interleave by
     time in one ring of the same capacity."""
-    out = dict(root)
-    sites: dict[tuple[Any, ...], dict[str, Any]] = {}
-    ignored_by: dict[str, int] = {}
+    sites: dict[tuple[str | None, int | None, int], Site] = {}
+    buf = TraceBuffer(capacity)
     tables: list[RecordTable] = []
-    total = ignored = 0
-    for _im, d in docs:
-        total += d["faults_total"]
-        ignored += d["faults_ignored"]
-        for k, v in d["ignored_by_module"].items():
-            ignored_by[k] = ignored_by.get(k, 0) + v
-        for s in d["sites"]:
-            key = (s["module"], s["offset"], s["pc"])
+    for r in results:
+        buf.total += r.buffer.total
+        buf.ignored += r.buffer.ignored
+        for k, v in r.buffer.ignored_by_module.items():
+            buf.ignored_by_module[k] = buf.ignored_by_module.get(k, 0) + v
+        for s in r.sites:
+            key = (s.loc.module_name, s.loc.offset, s.loc.pc)
             have = sites.get(key)
             if have is None:
-                sites[key] = dict(s, sizes=list(s["sizes"]))
-                continue
-            have["count"] += s["count"]
-            if s.get("patched"):
-                have["trapped"] = have.get("trapped", have["count"] - s["count"]) + s["trapped"]
-                have["patched"] = True
-            elif have.get("patched"):
-                have["trapped"] += s["count"]
-            have["sizes"] = sorted(set(have["sizes"]) | set(s["sizes"]))
-            if have["access"] != s["access"]:
-                kinds = [AccessKind(a) for a in (have["access"], s["access"]) if a]
-                have["access"] = (kinds[0].merge(kinds[1]) if len(kinds) == 2 else kinds[0]).value if kinds else None
-        assert isinstance(d["records"], RecordTable)  # image_session's, all with the same start
-        tables.append(d["records"])
+                sites[key] = replace(s)
+            else:
+                have.absorb(s)
+        assert isinstance(r.buffer.table, RecordTable)  # image_result's, all with the same start
+        tables.append(r.buffer.table)
     # Records are numbered by trap: the faults patched sites counted without a record (issue 21)
     # are not among them. Ordered by (time, pid, seq), the last `capacity` kept (engines/records.py).
-    recorded = total - sum(d.get(_UNRECORDED, 0) for _im, d in docs)
-    kept = merged(tables, tables[0].started, capacity, recorded)
-    first = max(0, recorded - len(kept))
-    out["sites"] = sorted(sites.values(), key=lambda s: (-s["count"], int(s["pc"], 16)))
-    out["faults_total"], out["faults_ignored"] = total, ignored
-    out["ignored_by_module"] = dict(sorted(ignored_by.items()))
-    out["records"], out["records_dropped"] = kept, first
-    return out
+    unrecorded = sum(r.unrecorded for r in results)
+    buf.table = merged(tables, tables[0].started, capacity, buf.total - unrecorded)
+    return replace(results[0], buffer=buf, sites=sorted(sites.values(), key=lambda s: (-s.count, s.loc.pc)),
+                   unrecorded=unrecorded)

@@ -1,14 +1,17 @@
-"""What every engine records into: settings, scope, the shared trace buffer, and the path from a
-stopped thread to a recorded fault (decode -> policy -> scope -> buffer). It knows no engine:
-session.py puts the trap and step engines on top of it, and each engine holds one of these."""
+"""The fault sink of the debuggers' engines: settings, scope, the shared trace buffer, and the
+path from a stopped thread to a recorded fault (decode -> policy -> scope -> buffer). It knows no
+engine: session.py puts the trap and step engines on top of it, and each holds one of these. The
+agent and the native stepper, which count in their own C code, use its parts (Scope,
+InstructionCache, breaking_access) and make a TraceResult (core/result.py) without one."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 from .. import __version__
 from ..core.model import Access, Fault, Module, SourceLoc
+from ..core.result import ProgramInfo
 from ..core.settings import Config
 from ..core.target import MemoryReader, SigInfo, Target
 from ..core.trace import TraceBuffer
@@ -93,13 +96,44 @@ class Scope:
         return f"the program and its non-system libraries{extra}"
 
 
-@dataclass
-class ProgramInfo:
-    path: str | None = None
-    args: list[str] = field(default_factory=list)
-    pid: int | None = None
-    exit_status: int | None = None
-    exit_signal: int | None = None
+class InstructionCache:
+    """Instructions decoded once per PC: from a live target, or from the code an engine saved of
+    a process that is gone (the agent)."""
+
+    def __init__(self) -> None:
+        self.decoder = Decoder()
+        self._insns: dict[int, Insn | None] = {}
+
+    def at(self, code: MemoryReader, pc: int, arch: str | None = None, mode: str = "") -> Insn | None:
+        """The instruction at `pc` in `code`, decoded once per PC: in `arch`, else the
+        instruction set decoded last; again if its `mode` (32-bit ARM's Thumb or ARM) changed."""
+        cached = self._insns.get(pc)
+        if pc not in self._insns or (mode and cached is not None and cached.mode != mode):
+            name = arch or self.decoder.arch
+            if name != self.decoder.arch and name in Decoder.ARCHES:
+                self.decoder = Decoder(name)  # the target's instruction set (arm64 for the step engine)
+            try:
+                raw = code.read_memory(pc, self.decoder.max_insn_len)
+            except Exception:
+                raw = b""
+            self._insns[pc] = self.decoder.decode(raw, pc, mode) if raw else None
+        return self._insns[pc]
+
+    def clear(self) -> None:
+        self._insns.clear()
+
+
+def breaking_access(insn: Insn, regs: Mapping[str, int], policy: Policy) -> tuple[Access | None, bool | None]:
+    """The access of `insn` (its operands evaluated over `regs`) that breaks `policy`, else its
+    first access; and whether one breaks it (None: a register the decoder needs is unknown)."""
+    try:
+        found = accesses(insn, regs)
+    except KeyError:
+        return None, None
+    for acc in found:
+        if policy.violates(acc, insn):
+            return acc, True
+    return (found[0] if found else None), False
 
 
 class Decision(Enum):
@@ -124,14 +158,13 @@ class FaultRecorder:
         self.scope = Scope()
         self.buffer = TraceBuffer(self.config["buffer"])
         self.policy: Policy = AcPolicy()
-        self.decoder = Decoder()
+        self.code = InstructionCache()
         self.breaking = False
         self.tracing = False
         self.at = "main"
         self.program = ProgramInfo()
         self.last_fault: Fault | None = None
         self.last_loc: SourceLoc | None = None
-        self._insns: dict[int, Insn | None] = {}
         self._modmap: ModuleMap | None = None
         self._modmap_pid: int | None = None
         self._pc_scope: dict[int, tuple[Module | None, bool]] = {}
@@ -168,19 +201,17 @@ class FaultRecorder:
         return self.code_at(target, pc, name, mode)
 
     def code_at(self, code: MemoryReader, pc: int, arch: str | None = None, mode: str = "") -> Insn | None:
-        """The instruction at `pc` in `code` (a Target, or the code the agent saved of a gone
-        process), decoded once per PC: in `arch`, else the instruction set decoded last."""
-        cached = self._insns.get(pc)
-        if pc not in self._insns or (mode and cached is not None and cached.mode != mode):
-            name = arch or self.decoder.arch
-            if name != self.decoder.arch and name in Decoder.ARCHES:
-                self.decoder = Decoder(name)  # the target's instruction set (arm64 for the step engine)
-            try:
-                raw = code.read_memory(pc, self.decoder.max_insn_len)
-            except Exception:
-                raw = b""
-            self._insns[pc] = self.decoder.decode(raw, pc, mode) if raw else None
-        return self._insns[pc]
+        """The instruction at `pc` in `code` (a Target), decoded once per PC (InstructionCache.at)."""
+        return self.code.at(code, pc, arch, mode)
+
+    @property
+    def decoder(self) -> Decoder:
+        """The decoder of the instruction set decoded last (the step engine's, when it sets one)."""
+        return self.code.decoder
+
+    @decoder.setter
+    def decoder(self, decoder: Decoder) -> None:
+        self.code.decoder = decoder
 
     def module_map(self, target: Target) -> ModuleMap | None:
         pid = target.pid()
@@ -219,7 +250,7 @@ class FaultRecorder:
 
     def new_process(self) -> None:
         """A run, an attach or an exec: addresses mean something new."""
-        self._insns.clear()
+        self.code.clear()
         self._pc_scope.clear()
         self._modmap = None
         self.cpu_of.close()
@@ -231,14 +262,8 @@ class FaultRecorder:
         insn = self.insn_at(target, pc, tid)
         if insn is None:
             return None, None, None
-        try:
-            found = accesses(insn, LazyRegisters(target, tid))
-        except KeyError:
-            return insn, None, None
-        for acc in found:
-            if self.policy.violates(acc, insn):
-                return insn, acc, True
-        return insn, (found[0] if found else None), False
+        acc, explained = breaking_access(insn, LazyRegisters(target, tid), self.policy)
+        return insn, acc, explained
 
     def record_fault(self, target: Target, tid: int, info: SigInfo,
                      decoded: tuple[Insn | None, Access | None, bool | None] | None = None,

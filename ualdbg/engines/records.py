@@ -112,7 +112,7 @@ class Explained(NamedTuple):
 def explain(raw: bytes, decode: Callable[[int], Insn | None], policy: Any,
             slow: Callable[[int, ab.Registers], Access | None], pcs: list[int] | None = None) -> Explained:
     """The VA, size and access of every record: per PC, the access that breaks the policy (else
-    the instruction's first access), as engines/agent._explain finds it for one record. `decode`
+    the instruction's first access), as engines/agent.SavedCode.explain finds it for one record. `decode`
     gives the instruction at a PC; `slow` explains one record the slow way, for the PCs whose
     instruction the columns do not model (gathers, bit-string operands, other policies). `pcs`:
     the records' PCs, when the caller has them already."""

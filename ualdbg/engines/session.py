@@ -1,9 +1,14 @@
 """One ualdbg session inside one debugger: the fault recorder (engines/recorder.py: settings,
-scope, the shared trace buffer, the fault path) with the trap and the step engine that feed it."""
+scope, the shared trace buffer, the fault path) with the trap and the step engine that feed it,
+and what it hands render/: its TraceResult and the report of its last fault."""
 from __future__ import annotations
 
+import platform
+
+from ..core.result import StepSummary, TraceResult, sites_of
 from ..core.target import Target
 from ..isa import arch as archmod
+from ..render.report import fault_report
 from .recorder import FaultRecorder
 from .step import StepEngine
 from .trap import TrapEngine
@@ -31,3 +36,34 @@ class Session(FaultRecorder):
         super().new_process()
         self.engine.forget_threads()
         self.step.forget_threads()
+
+    def result(self) -> TraceResult:
+        """What this session has recorded, for the JSON document (render/jsondoc.py)."""
+        arch = self.engine.arch
+        return TraceResult(
+            engine=self.engine_name, debugger=self.debugger, version=self.version,
+            arch=platform.machine() if arch is None else arch.name,
+            program=self.program, scope=self.scope.describe(), buffer=self.buffer,
+            sites=sites_of(self.buffer, self.resolve, self.data_at), recording=self.armed,
+            step=self._step_summary())
+
+    def _step_summary(self) -> StepSummary | None:
+        """Step mode: its scope and policy, and how many instructions it stepped."""
+        step = self.step
+        if not step.enabled:
+            return None
+        st = step.stats
+        return StepSummary(scope=step.scope.describe() if step.scope is not None else step.request.describe(),
+                           policy=self.policy.name, steps=st.steps, entries=st.entries, calls_run=st.calls_run)
+
+    def break_report(self) -> list[str]:
+        """The break report of the last recorded fault, with its source line when the `source`
+        setting is on: what every adapter prints at a break stop."""
+        fault = self.last_fault
+        if fault is None:
+            return []
+        loc = self.resolve(fault.pc)
+        src = None
+        if self.config["source"] and loc.file and loc.line and self.symbolizer is not None:
+            src = self.symbolizer.source_line(loc.file, loc.line)
+        return fault_report(fault, loc, src, self.last_data, checked_before=self.step.enabled)

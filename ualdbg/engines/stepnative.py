@@ -1,11 +1,12 @@
 """The step engine of the CLI: runs the program under the native stepper (ualdbg/stepper), after
 decoding the scope once with capstone into a table of operand recipes per PC and one bitmap per
 operand class of the addresses (mod 4096) the policy rejects, so the C loop never decodes and
-never re-implements a policy. The records come back into the same Session, TraceBuffer and JSON
-document as the other engines'."""
+never re-implements a policy. The records come back into the same TraceBuffer, TraceResult and
+JSON document as the other engines'."""
 from __future__ import annotations
 
 import os
+import platform
 import struct
 import subprocess
 import tempfile
@@ -14,17 +15,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import __version__
 from ..core.model import Access, AccessKind, Fault
-from ..core.trace import PcCounter, TraceBuffer
+from ..core.result import ProgramInfo, TraceResult, sites_of
+from ..core.trace import TraceBuffer
 from ..isa.alignment import Policy, policy_by_name
 from ..isa.decode import Decoder, Insn, MemOperand, register_slice
 from ..render.jsondoc import build_document
 from ..stepper.build import BuildError, build
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
-from .recorder import ProgramInfo, Scope
+from .recorder import Scope
 from .scope import ScopeError, StepScope, function_ranges, parse_range, resolve_scope
-from .session import Session
 
 NAME = "step"
 
@@ -436,19 +438,12 @@ def _result(run: StepRun, driver: _Driver, data: bytes, started: float, ended: f
     if not entries:
         raise StepUnavailable(f"the program never entered the scope {scope.label}: nothing was stepped")
 
-    session = Session("none")
-    session.scope = Scope(all_modules=run.all_modules, modules=tuple(run.modules))
-    session.at = run.at
-    session.policy = driver.policy
-    session.tracing = True
-    buf = session.buffer = TraceBuffer(run.buffer)
+    user_scope = Scope(all_modules=run.all_modules, modules=tuple(run.modules))
+    buf = TraceBuffer(run.buffer)
     buf.started_at = started
     buf.stopped_at = ended
     mm = driver.modmap
     assert mm is not None
-    session.symbolizer = Symbolizer(mm)
-    session.program = ProgramInfo(path=run.program[0], args=list(run.program[1:]), pid=driver.pid,
-                                  exit_status=exit_status, exit_signal=exit_signal)
 
     # An explicit function or range is the user's scope whatever module it is in; --everywhere
     # keeps ualdbg's module scope (the program and its non-system libraries, by default).
@@ -457,35 +452,35 @@ def _result(run: StepRun, driver: _Driver, data: bytes, started: float, ended: f
         if scope.kind != "everywhere":
             return True, None
         if module is None:
-            return session.scope.includes(None, False), None
-        return session.scope.includes(module, mm.is_system(module)), module.name
+            return user_scope.includes(None, False), None
+        return user_scope.includes(module, mm.is_system(module)), module.name
 
     inside: dict[int, bool] = {}
     for pc, count, kinds, *sizes in sites:
         ok, name = counted(pc)
         inside[pc] = ok
         if not ok:
-            buf.ignored += count
-            buf.ignored_by_module[name or "?"] = buf.ignored_by_module.get(name or "?", 0) + count
+            buf.ignore(name, count)
             continue
         insn = driver.insns.get(pc)
-        counter = buf.counters[pc] = PcCounter(pc, count=count, insn=insn.text if insn is not None else None)
+        counter = buf.count_site(pc, count, insn.text if insn is not None else None)
         counter.sizes.update(s for s in sizes if s)
         for bit, kind in _KIND_BACK.items():
             if kinds >> bit & 1:
                 counter.access = kind if counter.access is None else counter.access.merge(kind)
-        buf.total += count
-    kept = 0
     for seq, time_ns, pc, va, pid, tid, size, kind, rcpu, _ in records:
         if not inside.get(pc, False):
             continue
         insn = driver.insns.get(pc)
-        kept += 1
         buf.records.append(Fault(seq=seq, time=max(0.0, time_ns / 1e9 - started), pid=pid, tid=tid,
                                  cpu=None if rcpu == 255 else rcpu, pc=pc, va=va, size=size, access=_KIND_BACK[kind],
                                  insn=insn.text if insn is not None else None, policy=driver.policy.name))
-    doc = build_document(session, engine=NAME)
-    doc["scope"] = f"{scope.describe()}; policy {driver.policy.name}"
+    program = ProgramInfo(path=run.program[0], args=list(run.program[1:]), pid=driver.pid,
+                          exit_status=exit_status, exit_signal=exit_signal)
+    doc = build_document(TraceResult(
+        engine=NAME, debugger="none", arch=platform.machine(), version=__version__, program=program,
+        scope=f"{scope.describe()}; policy {driver.policy.name}", buffer=buf,
+        sites=sites_of(buf, Symbolizer(mm).resolve), recording=True))
     stats = {"instructions_stepped": steps, "scope_entries": entries, "unmodelled_executions": unmodelled,
              "decoded_on_demand": misses,
              # steps over the stepper's own int3s (entries past three, returns without debug

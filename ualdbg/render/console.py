@@ -14,7 +14,7 @@ def make_console(file: IO[str] | None = None, *, color: bool | None = None, widt
                  terminal: bool = False) -> Console:
     """`terminal`: drive a terminal (cursor moves for a Live display) even without colour (NO_COLOR)."""
     if color is None:
-        color = bool(file is not None and getattr(file, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
+        color = bool(file is not None and file.isatty()) and "NO_COLOR" not in os.environ
     return Console(
         file=file,
         markup=False,

@@ -1,14 +1,14 @@
-"""The versioned JSON document of a trace (ARCHITECTURE.md section 2): built from a session,
-read back for `ualdbg report`, grouped for `--by line|function|module`."""
+"""The versioned JSON document of a trace (ARCHITECTURE.md section 2): built from the
+TraceResult every engine makes (core/result.py), read back for `ualdbg report`, grouped for
+`--by line|function|module`."""
 from __future__ import annotations
 
 import io
 import json
-import platform
-from collections.abc import Iterable, Iterator
-from typing import IO, Any
+from collections.abc import Iterator
+from typing import IO, Any, Protocol, runtime_checkable
 
-from ..core.model import AccessKind, SourceLoc
+from ..core.result import Site, StepSummary, TraceResult
 
 SCHEMA = 1
 
@@ -17,9 +17,9 @@ def _hex(v: int | None) -> str | None:
     return None if v is None else f"{v:#x}"
 
 
-def site_entry(loc: SourceLoc, count: int, sizes: Iterable[int], access: AccessKind | None,
-               data: Any = None) -> dict[str, Any]:
-    entry = {
+def site_entry(site: Site) -> dict[str, Any]:
+    loc = site.loc
+    entry: dict[str, Any] = {
         "pc": _hex(loc.pc),
         "module": loc.module_name,
         "offset": _hex(loc.offset),
@@ -28,22 +28,24 @@ def site_entry(loc: SourceLoc, count: int, sizes: Iterable[int], access: AccessK
         "file": loc.file,
         "line": loc.line,
         "inlined_from": [{"function": f.function, "file": f.file, "line": f.line} for f in loc.inlined_from],
-        "count": count,
-        "sizes": sorted(sizes),
-        "access": access.value if access else None,
+        "count": site.count,
+        "sizes": sorted(site.sizes),
+        "access": site.access.value if site.access else None,
     }
-    if data is not None:  # optional key (schema 1 stays compatible): what the first faulting VA is
-        entry["data"] = data.to_json()
+    if site.data is not None:  # optional key (schema 1 stays compatible): what the first faulting VA is
+        entry["data"] = site.data.to_json()
+    if site.patched:  # the agent's hot-site patching (issue 21): optional keys too
+        entry["patched"] = True
+        entry["trapped"] = site.trapped
+    if site.unpatchable is not None:
+        entry["unpatchable"] = site.unpatchable
     return entry
 
 
-def build_document(session: Any, *, engine: str | None = None) -> dict[str, Any]:
-    buf = session.buffer
-    prog = session.program
-    data_at = getattr(session, "data_at", {})
-    sites = [site_entry(session.resolve(c.pc), c.count, c.sizes, c.access, data_at.get(c.pc)) for c in buf.sites()]
-    table = getattr(buf, "table", None)  # the records already as objects (the agent's RecordTable)
-    records = table if table is not None else [
+def build_document(trace: TraceResult) -> dict[str, Any]:
+    buf = trace.buffer
+    prog = trace.program
+    records = buf.table if buf.table is not None else [  # the agent's records are already a table
         {
             "seq": f.seq,
             "time": round(f.time, 6),
@@ -60,10 +62,10 @@ def build_document(session: Any, *, engine: str | None = None) -> dict[str, Any]
     return {
         "schema": SCHEMA,
         "tool": "ualdbg",
-        "version": session.version,
-        "engine": engine or getattr(session, "engine_name", session.engine.name),
-        "debugger": session.debugger,
-        "arch": platform.machine() if session.engine.arch is None else session.engine.arch.name,
+        "version": trace.version,
+        "engine": trace.engine,
+        "debugger": trace.debugger,
+        "arch": trace.arch,
         "program": {
             "path": prog.path,
             "args": list(prog.args),
@@ -71,29 +73,26 @@ def build_document(session: Any, *, engine: str | None = None) -> dict[str, Any]
             "exit_status": prog.exit_status,
             "exit_signal": prog.exit_signal,
         },
-        "scope": session.scope.describe(),
+        "scope": trace.scope,
         "duration_s": round(buf.duration, 6),
         "faults_total": buf.total,
         "faults_ignored": buf.ignored,
         "ignored_by_module": dict(sorted(buf.ignored_by_module.items())),
-        "buffer": {"capacity": buf.capacity, "recording": session.armed},
-        "sites": sites,
+        "buffer": {"capacity": buf.capacity, "recording": trace.recording},
+        "sites": [site_entry(site) for site in trace.sites],
         "records": records,
-        "records_dropped": buf.dropped,
-        **_step_section(session, engine),
+        "records_dropped": trace.records_dropped,
+        **_step_section(trace.step),
     }
 
 
-def _step_section(session: Any, engine: str | None) -> dict[str, Any]:
-    """Step mode only (an optional key; schema 1 stays compatible): scope, policy and how many
-    instructions were single-stepped, for the cost of a scope to be visible."""
-    step = getattr(session, "step", None)
-    if engine is not None or step is None or not step.enabled:
+def _step_section(step: StepSummary | None) -> dict[str, Any]:
+    """A debugger's step mode only (an optional key; schema 1 stays compatible): scope, policy
+    and how many instructions were single-stepped, for the cost of a scope to be visible."""
+    if step is None:
         return {}
-    st = step.stats
-    return {"step": {"scope": step.scope.describe() if step.scope is not None else step.request.describe(),
-                     "policy": session.policy.name, "steps": st.steps, "entries": st.entries,
-                     "calls_run": st.calls_run}}
+    return {"step": {"scope": step.scope, "policy": step.policy, "steps": step.steps, "entries": step.entries,
+                     "calls_run": step.calls_run}}
 
 
 def load_document(path: str) -> dict[str, Any]:
@@ -247,15 +246,23 @@ _LONG_LISTS = ("records",)
 _CHUNK = 16384  # records per write
 
 
+@runtime_checkable
+class JsonLines(Protocol):
+    """A long list that writes its own JSON lines (ualdbg/engines/records.py: RecordTable)."""
+
+    def __len__(self) -> int: ...
+    def json_chunks(self, indent: str) -> Iterator[str]: ...
+
+
 def _long(value: Any) -> bool:
     """A long list written one item per line: a list, or a table that writes its own lines."""
-    return isinstance(value, list) or hasattr(value, "json_chunks")
+    return isinstance(value, (list, JsonLines))
 
 
 def _lines(value: Any) -> Iterator[str]:
     """The items of a long list, each indented by 4 and on one line, joined by ",\n", in pieces
     (a table writes them itself: ualdbg/engines/records.py, RecordTable.json_chunks)."""
-    if hasattr(value, "json_chunks"):
+    if isinstance(value, JsonLines):
         yield from value.json_chunks("    ")
         return
     for lo in range(0, len(value), _CHUNK):

@@ -1,9 +1,8 @@
 """The break report: OpenVMS's `SET BREAK/UNALIGNED_DATA` message, with Linux detail."""
 from __future__ import annotations
 
-from typing import Any
-
 from ..core.model import Fault, SourceLoc
+from ..core.result import DataDescription
 
 
 def _loc_line(loc: SourceLoc) -> str:
@@ -13,7 +12,7 @@ def _loc_line(loc: SourceLoc) -> str:
     return ", ".join(parts)
 
 
-def data_lines(data: Any) -> list[str]:
+def data_lines(data: DataDescription | None) -> list[str]:
     """What the data is (symbols/data.py DataRef): the object, then the pointer it was reached by."""
     if data is None:
         return []
@@ -29,7 +28,11 @@ def data_lines(data: Any) -> list[str]:
     return lines
 
 
-def fault_report(fault: Fault, loc: SourceLoc, source_text: str | None = None, data: Any = None) -> list[str]:
+def fault_report(fault: Fault, loc: SourceLoc, source_text: str | None = None, data: DataDescription | None = None,
+                 *, checked_before: bool = False) -> list[str]:
+    """The report of one fault at `loc`, with its source line and what its data is when known.
+    `checked_before`: the step engine's, which checks each access against the policy before it
+    executes (the report then says which policy it breaks)."""
     va = f"{fault.va:#x}" if fault.va is not None else "unknown (instruction not decoded)"
     lines = [f"Unaligned data access: virtual address = {va}, PC = {fault.pc:#x}"]
     size = f"{fault.size}-byte" if fault.size else "unknown-size"
@@ -48,22 +51,7 @@ def fault_report(fault: Fault, loc: SourceLoc, source_text: str | None = None, d
         lines.append("  note: the instruction could not be decoded; VA, size and access are unknown")
     if source_text is not None and loc.line:
         lines.append(f"  {loc.line:<8}{source_text.rstrip()}")
-    return lines
-
-
-def last_fault_report(session: Any) -> list[str]:
-    """The break report of the session's last recorded fault, with its source line when the
-    `source` setting is on: what every adapter prints at a break stop."""
-    fault = session.last_fault
-    if fault is None:
-        return []
-    loc = session.resolve(fault.pc)
-    src = None
-    if session.config["source"] and loc.file and loc.line and session.symbolizer is not None:
-        src = session.symbolizer.source_line(loc.file, loc.line)
-    lines = fault_report(fault, loc, src, getattr(session, "last_data", None))
-    step = getattr(session, "step", None)
-    if step is not None and step.enabled:  # step mode: which policy the access breaks
+    if checked_before:
         lines.insert(2, f"  policy: {fault.policy} ({POLICY_TEXT.get(fault.policy, fault.policy)}), checked before it executes")
     return lines
 

@@ -97,5 +97,5 @@ def main(config_json: str) -> None:
         session.program.exit_signal = status["exit_signal"]
     progress.tick(session, force=True)
     sites.tick(session, force=True)
-    dump(build_document(session), cfg["json"])
+    dump(build_document(session.result()), cfg["json"])
     _write(cfg["status"], status)

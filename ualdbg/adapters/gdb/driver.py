@@ -57,6 +57,6 @@ def main(config_json: str) -> None:
     session.program.exit_status = status["exit_status"]
     session.program.exit_signal = status["exit_signal"]
     progress.tick(session, force=True)
-    dump(build_document(session), cfg["json"])
+    dump(build_document(session.result()), cfg["json"])
     with open(cfg["status"], "w") as f:
         json.dump(status, f)

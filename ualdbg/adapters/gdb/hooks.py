@@ -18,7 +18,6 @@ from ...engines.recorder import Decision
 from ...engines.session import Session
 from ...isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP, SYSCALL_NAMES
 from ...render.console import to_text
-from ...render.report import last_fault_report
 from .console import warn as _warn
 from .stepping import GdbStepControl
 from .target import GdbTarget
@@ -442,7 +441,7 @@ class GdbHooks:
                 if self.on_fault_recorded is not None:
                     self.on_fault_recorded()
             if decision is Decision.STOP:
-                self.report_pending = last_fault_report(self.session)
+                self.report_pending = self.session.break_report()
                 return 1
             return 0
 

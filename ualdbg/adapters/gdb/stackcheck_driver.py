@@ -136,7 +136,7 @@ class GdbSweep:
         from ...render.jsondoc import build_document
 
         self.session.program.exit_status = status
-        return build_document(self.session)
+        return build_document(self.session.result())
 
 
 def main(plan_path: str) -> None:

@@ -12,7 +12,6 @@ from ...core.target import Target
 from ...engines.session import Session
 from ...engines.step import TRAP_TRACE, StepDecision, set_trap_flag
 from ...isa import arch as archmod
-from ...render.report import last_fault_report
 from .console import warn
 from .target import GdbTarget
 
@@ -76,7 +75,7 @@ class GdbStepControl:
     # -- events ------------------------------------------------------------------------------
     def _decide(self, decision: StepDecision) -> bool:
         if decision is StepDecision.STOP:
-            self.hooks.report_pending = last_fault_report(self.hooks.session)
+            self.hooks.report_pending = self.hooks.session.break_report()
             return True
         return False
 

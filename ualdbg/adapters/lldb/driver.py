@@ -73,6 +73,6 @@ def main(debugger: lldb.SBDebugger, config_json: str) -> None:
     p = session.program
     status["exit_status"], status["exit_signal"] = p.exit_status, p.exit_signal
     progress.tick(session, force=True)
-    dump(build_document(session), cfg["json"])
+    dump(build_document(session.result()), cfg["json"])
     with open(cfg["status"], "w") as f:
         json.dump(status, f)

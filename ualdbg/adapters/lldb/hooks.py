@@ -20,7 +20,6 @@ from ...engines.recorder import Decision
 from ...engines.session import Session
 from ...isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP, X86_64
 from ...render.console import to_text
-from ...render.report import last_fault_report
 from ...symbols.maps import is_loader_path
 from .registry import HOOKS
 from .stepping import LldbStepControl
@@ -858,7 +857,7 @@ class LldbHooks:
         if self.on_fault_recorded is not None:
             self.on_fault_recorded()
         if decision is Decision.STOP:
-            return True, last_fault_report(s)
+            return True, s.break_report()
         return False, []
 
     def _suppress(self, process: lldb.SBProcess, suppress: bool) -> None:

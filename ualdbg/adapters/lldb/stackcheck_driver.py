@@ -198,7 +198,7 @@ class LldbSweep:
         from ...render.jsondoc import build_document
 
         self.session.program.exit_status = status
-        return build_document(self.session)
+        return build_document(self.session.result())
 
 
 def main(debugger: lldb.SBDebugger, plan_path: str) -> None:

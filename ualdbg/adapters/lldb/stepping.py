@@ -15,7 +15,6 @@ import lldb  # type: ignore[import-not-found]
 from ...core.target import Target
 from ...engines.session import Session
 from ...engines.step import StepDecision
-from ...render.report import last_fault_report
 from .registry import HOOKS
 from .target import LldbTarget
 
@@ -165,7 +164,7 @@ class LldbStepControl:
 
     def _decide(self, thread: lldb.SBThread, decision: StepDecision) -> StepDecision:
         if decision is StepDecision.STOP:
-            self.reports[int(thread.GetThreadID())] = last_fault_report(self.hooks.session)
+            self.reports[int(thread.GetThreadID())] = self.hooks.session.break_report()
         return decision
 
     def on_step(self, thread: lldb.SBThread) -> StepDecision:
