@@ -17,7 +17,7 @@ import capstone
 from capstone import arm64
 
 from ...core.model import Access, AccessKind
-from ..decode import Insn, MemOperand, RegisterUnavailable
+from ..insn import Insn, MemOperand, RegisterUnavailable
 
 MASK64 = (1 << 64) - 1
 
@@ -190,3 +190,50 @@ def effective_address(op: MemOperand, regs: Mapping[str, int]) -> int:
 
 def accesses(insn: Insn, regs: Mapping[str, int]) -> list[Access]:
     return [Access(va=effective_address(op, regs), size=op.size, kind=op.kind) for op in insn.operands]
+
+
+# -- signal mode ---------------------------------------------------------------------------------
+_A64_EXCLUSIVE = ("ldxr", "ldaxr", "stxr", "stlxr", "ldxp", "ldaxp", "stxp", "stlxp")
+_SIGNAL_CS: capstone.Cs | None = None
+
+
+def signal_decode(code: bytes, pc: int = 0) -> Insn | None:
+    """The accesses arm64 traps on even in user mode, for the fix-up of signal mode: exclusive
+    and acquire/release loads and stores, with their data registers as gdb holds them (x0..x30)
+    and stxr's status register, and LSE atomics (reported, not performed: `rmw` "atomic"). None
+    for plain loads and stores, which do not trap on arm64 in user mode."""
+    global _SIGNAL_CS
+    if _SIGNAL_CS is None:
+        _SIGNAL_CS = capstone.Cs(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM)
+        _SIGNAL_CS.detail = True
+    ci = next(_SIGNAL_CS.disasm(bytes(code[:4]), pc & MASK64, 1), None)
+    if ci is None:
+        return None
+    name = ci.mnemonic
+    regs = [ci.reg_name(o.reg) for o in ci.operands if o.type == arm64.ARM64_OP_REG]
+    mems = [o for o in ci.operands if o.type == arm64.ARM64_OP_MEM]
+    if not mems or not regs:
+        return None
+    status = None
+    if name.startswith(("ldxr", "ldaxr", "ldar", "ldapr", "ldlar", "ldxp", "ldaxp")):
+        kind = AccessKind.READ
+    elif name.startswith(("stxr", "stlxr", "stxp", "stlxp")):
+        kind, status, regs = AccessKind.WRITE, reg_name(regs[0]), regs[1:]
+    elif name.startswith(("stlr", "stllr")):
+        kind = AccessKind.WRITE
+    elif name.startswith(_ATOMIC_PREFIXES):
+        kind = AccessKind.READ_WRITE  # trapped and reported, not performed
+    else:
+        return None  # plain loads and stores do not trap on arm64 in user mode
+    width = 4 if regs[0].startswith("w") else 8
+    if name.endswith("b"):
+        width = 1
+    elif name.endswith("h"):
+        width = 2
+    atomic = kind is AccessKind.READ_WRITE
+    data = (reg_name(regs[-1]),) if atomic else tuple(reg_name(r) for r in regs)
+    op = MemOperand(base=reg_name(ci.reg_name(mems[0].mem.base)), index=None, scale=1, disp=mems[0].mem.disp,
+                    segment=None, size=width * len(data), kind=kind, implicit=False, data=data, status=status,
+                    exclusive=name.startswith(_A64_EXCLUSIVE), rmw="atomic" if atomic else "")
+    return Insn(pc=ci.address, size=4, mnemonic=name, op_str=ci.op_str, rep=False, operands=(op,), flow="next",
+                name=name, raw=bytes(ci.bytes), arch="aarch64")

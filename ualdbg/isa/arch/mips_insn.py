@@ -16,7 +16,7 @@ import capstone
 from capstone import mips
 
 from ...core.model import Access, AccessKind
-from ..decode import Insn, MemOperand, RegisterUnavailable
+from ..insn import Insn, MemOperand, RegisterUnavailable
 
 MASK32 = 0xFFFFFFFF
 MASK64 = (1 << 64) - 1

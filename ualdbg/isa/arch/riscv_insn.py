@@ -12,7 +12,7 @@ import capstone
 from capstone import riscv
 
 from ...core.model import Access, AccessKind
-from ..decode import Insn, MemOperand, RegisterUnavailable
+from ..insn import Insn, MemOperand, RegisterUnavailable
 
 MASK64 = (1 << 64) - 1
 _R, _W, _RW = AccessKind.READ, AccessKind.WRITE, AccessKind.READ_WRITE
