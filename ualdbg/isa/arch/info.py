@@ -73,6 +73,9 @@ class ArchInfo:
     # Floating-point registers are 64 bits wide and a single lives in the low word of one
     # (MIPS64's FR=1): a 4-byte float access moves those bits, the upper word kept.
     fpr64: bool = False
+    # Why only the step engine can trace its programs under qemu-user (the emulator performs
+    # misaligned accesses without a trap); None where signal mode can.
+    step_only: str | None = None
     # x86 only: the trap engine's flag bits and the syscalls it follows.
     flags: str = ""
     ac_bit: int = 0  # EFLAGS.AC: alignment check (PLATFORM.md)
