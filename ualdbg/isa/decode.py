@@ -12,6 +12,7 @@ import capstone
 from capstone import x86
 
 from ..core.model import Access, AccessKind
+from .arch import ARCHES as ARCH_TABLE
 from .insn import Insn, MemOperand, RegisterUnavailable, Vsib
 
 __all__ = [
@@ -191,8 +192,8 @@ class Decoder:
     are not free, and callers cache the `Insn` per PC."""
 
     max_insn_len: ClassVar[int] = 15
-    ARCHES: ClassVar[tuple[str, ...]] = ("x86_64", "aarch64", "mips", "mipsel", "mips64el", "armhf", "armel",
-                                          "riscv64")
+    # x86-64 here, and every architecture whose isa/arch module decodes into the model
+    ARCHES: ClassVar[tuple[str, ...]] = ("x86_64", *(a.name for a in ARCH_TABLE.values() if a.insn_module))
 
     def __init__(self, arch: str = "x86_64") -> None:
         if arch not in self.ARCHES:
@@ -580,9 +581,7 @@ def accesses(insn: Insn, regs: Mapping[str, int]) -> list[Access]:
 
 
 def _other_module(arch: str) -> Any:
-    """The module that decodes another instruction set into this module's recipes."""
+    """The module that decodes another instruction set into the one model (ArchInfo.insn_module)."""
     import importlib
 
-    name = {"aarch64": "aarch64_insn", "mips": "mips_insn", "mipsel": "mips_insn", "mips64el": "mips_insn", "armhf": "arm_insn",
-            "armel": "arm_insn", "riscv64": "riscv_insn"}[arch]
-    return importlib.import_module(f".arch.{name}", __package__)
+    return importlib.import_module(f".arch.{ARCH_TABLE[arch].insn_module}", __package__)

@@ -1,5 +1,5 @@
 """AArch64 instructions for the step engine: the memory operands of every load/store form capstone 5
-decodes (CS_ARCH_ARM64), as `decode.MemOperand` recipes, and their evaluation against gdb's
+decodes (CS_ARCH_ARM64), as `MemOperand` recipes (isa/insn.py), and their evaluation against gdb's
 registers (x0..x30, sp, pc).
 
 What a strict-alignment CPU checks, and so what the recipes carry (Arm ARM, "Alignment

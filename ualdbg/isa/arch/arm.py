@@ -30,6 +30,7 @@ _COMMON = dict(
     call_ret="r0",
     return_address="lr",
     stack_align=8,
+    insn_module="arm_insn",
     modes=("arm", "thumb"),
     mode_reg="cpsr",
     mode_bit=CPSR_T,

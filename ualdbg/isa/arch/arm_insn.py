@@ -1,4 +1,4 @@
-"""32-bit ARM and Thumb-2 loads and stores as `decode.Insn` recipes, from capstone 5
+"""32-bit ARM and Thumb-2 loads and stores as recipes of the one instruction model (isa/insn.py), from capstone 5
 (CS_ARCH_ARM), for the step engine and for the fix-up of signal mode alike.
 
 A multi-register transfer (ldrd/strd, ldm/stm, push/pop, vldm/vstm, vpush/vpop) is one recipe

@@ -55,6 +55,10 @@ class ArchInfo:
     qemu_cpu: str | None = None
     triplet: str | None = None  # the GNU triplet of its cross toolchain (Debian package names)
     capstone: tuple[int, int] | None = None  # (CS_ARCH_*, CS_MODE_*) when capstone decodes it
+    # The module of isa/arch that decodes its instructions into the one instruction model for
+    # decode.Decoder (the step engine), with their evaluation: None where only signal mode
+    # decodes them (isa/strict.py) or, x86-64, decode.py itself.
+    insn_module: str | None = None
     # The C calling convention, for calling prctl in the inferior by redirecting a thread.
     call_args: tuple[str, ...] = ()
     call_ret: str = ""

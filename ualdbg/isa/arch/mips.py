@@ -38,6 +38,7 @@ _COMMON = dict(
     return_address="ra",
     call_target="t9",  # o32 PIC: a callee computes its gp from t9
     stack_align=8,
+    insn_module="mips_insn",
 )
 
 MIPS = ArchInfo(name="mips", endian="big", qemu="qemu-mips", triplet="mips-linux-gnu", **_COMMON)  # type: ignore[arg-type]
