@@ -155,16 +155,17 @@ class _Regs:
 
 
 def _perform(raw: str, regs: dict[str, int], mode: str = "") -> _Regs:
-    from ualdbg.engines.fixup import FixupEngine, memop_from_insn
+    from ualdbg.engines.fixup import FixupEngine
     from ualdbg.isa.decode import Decoder
+    from ualdbg.isa.insn import transfer
 
     insn = Decoder("armhf").decode(bytes.fromhex(raw), 0x8000, mode)
     assert insn is not None and insn.exact
-    op = memop_from_insn(insn, "little")
+    op = transfer(insn)
     assert op is not None, insn.text
     t = _Regs(regs)
     engine = FixupEngine(None, arch_by_name("armhf"))  # type: ignore[arg-type]
-    engine.perform(t, 1, op, engine.address(t, 1, op))  # type: ignore[arg-type]
+    engine.perform(t, 1, insn, op, engine.address(t, 1, op))  # type: ignore[arg-type]
     return t
 
 

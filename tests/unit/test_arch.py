@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ualdbg.core.model import AccessKind
 from ualdbg.isa.arch import ALPHA, ARCHES, SPARC64, X86_64, alpha, arch_by_name, arch_info, elf_arch, sparc64
 
 
@@ -64,11 +65,13 @@ def test_sparc_decoder(word: str, text: str) -> None:
 def test_sparc_double_float_register_numbering() -> None:
     # lddf [%o0 + 8], %f32: rd=1 encodes f32 (bit 0 of rd is bit 5 of the register number)
     m = sparc64.decode(0xC31A2008)
-    assert m is not None and m.fmt.name == "lddf" and m.reg_names() == ["f32"]
+    assert m is not None and m.name == "lddf" and m.operands[0].data == ("f32",) and m.text == "lddf [%o0 + 0x8], %f32"
     assert sparc64.decode(0x81C3E008) is None  # retl
 
 
 def test_alpha_decoder() -> None:
     m = alpha.decode(0xB0300000)  # stl t0, 0(a0)
-    assert m is not None and (m.name, m.size, m.kind, m.text) == ("stl", 4, "store", "stl t0, 0(a0)")
+    assert m is not None and len(m.operands) == 1
+    op = m.operands[0]
+    assert (m.name, op.size, op.kind, op.data, op.base, m.text) == ("stl", 4, AccessKind.WRITE, ("t0",), "a0", "stl t0, 0(a0)")
     assert alpha.decode(0x2C300000) is None  # ldq_u: ignores the low address bits, never traps

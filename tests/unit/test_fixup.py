@@ -282,14 +282,17 @@ HPPA_WORDS = [
 @pytest.mark.parametrize(("word", "text", "size", "addr", "disp"), HPPA_WORDS)
 def test_hppa_decodes_the_loads_and_stores_that_can_be_misaligned(word: int, text: str | None, size: int,
                                                                   addr: tuple[str, ...], disp: int) -> None:
-    from ualdbg.engines.fixup import DECODERS
+    from ualdbg.isa.arch import hppa
 
-    op = DECODERS["hppa"](word)
+    insn = hppa.decode(word)
     if text is None:
-        assert op is None
+        assert insn is None
         return
-    assert op is not None
-    assert (op.text, op.size, op.addr_regs, op.disp, op.endian) == (text, size, addr, disp, "big")
+    assert insn is not None and len(insn.operands) == 1
+    op = insn.operands[0]
+    # the registers summed into the address: the base, and the index `scale` times
+    summed = (op.base,) + ((op.index,) * op.scale if op.index is not None else ())
+    assert (insn.text, op.size, summed, op.disp, op.endian) == (text, size, addr, disp, "")
 
 
 def hppa_target(insn: int, regs: dict[str, int], kind: type[FakeTarget] = FakeTarget) -> FakeTarget:
@@ -376,7 +379,10 @@ def test_hppa_fldd_moves_both_halves_as_floats() -> None:
 def test_sh4_decodes_the_moves_that_can_be_misaligned(word: int, text: str, size: int, kind: str, disp: int,
                                                       update: int) -> None:
     m = sh4.decode(word)
-    assert m is not None and (m.text, m.size, m.kind, m.disp, m.update) == (text, size, kind, disp, update)
+    assert m is not None and len(m.operands) == 1
+    op = m.operands[0]
+    access = AccessKind.READ if kind == "load" else AccessKind.WRITE
+    assert (m.text, op.size, op.kind, op.disp, op.writeback) == (text, size, access, disp, update)
 
 
 def test_sh4_leaves_bytes_pc_relative_loads_and_branches_alone() -> None:
@@ -419,18 +425,18 @@ class _Regs(MemoryWriter, RegisterBatch):
 
 
 def test_sh4_post_increment_moves_the_base_unless_it_is_the_destination() -> None:
-    from ualdbg.engines.fixup import FixupEngine, _sh4
+    from ualdbg.engines.fixup import FixupEngine
 
     eng = FixupEngine.__new__(FixupEngine)
     eng.arch, eng.zero_regs, eng.mask = SH4, frozenset(), 0xFFFFFFFF
     mem = {0x1001 + k: b for k, b in enumerate((0x80, 0xFF, 0x00, 0x00))}
     t = _Regs({"r4": 0x1001, "r1": 0, "pc": 0x400000}, dict(mem))
-    op = _sh4(0x6145)  # mov.w @r4+,r1: sign-extended, r4 += 2
-    assert op is not None
-    eng.perform(t, 1, op, 0x1001)  # type: ignore[arg-type]
+    insn = sh4.decode(0x6145)  # mov.w @r4+,r1: sign-extended, r4 += 2
+    assert insn is not None
+    eng.perform(t, 1, insn, insn.operands[0], 0x1001)  # type: ignore[arg-type]
     assert t.regs == {"r4": 0x1003, "r1": 0xFFFFFF80, "pc": 0x400002}
     t = _Regs({"r4": 0x1001, "pc": 0x400000}, dict(mem))
-    op = _sh4(0x6446)  # mov.l @r4+,r4: the loaded value wins
-    assert op is not None
-    eng.perform(t, 1, op, 0x1001)  # type: ignore[arg-type]
+    insn = sh4.decode(0x6446)  # mov.l @r4+,r4: the loaded value wins
+    assert insn is not None
+    eng.perform(t, 1, insn, insn.operands[0], 0x1001)  # type: ignore[arg-type]
     assert t.regs == {"r4": 0x0000FF80, "pc": 0x400002}

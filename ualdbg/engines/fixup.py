@@ -9,18 +9,14 @@ The address comes from the decoded instruction and the registers, never from si_
 runs (all-stop), so emulating swap/cas here is as atomic for the program as the instruction."""
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
-
-import capstone
-from capstone import arm64
+from typing import TYPE_CHECKING
 
 from ..core.model import Access, AccessKind
 from ..core.target import FloatBits, FloatMover, InferiorCalls, MemoryWriter, RegisterBatch, SigInfo, SymbolLookup, Target, offers
 from ..isa import arch as archmod
-from ..isa.arch import alpha, arm, arm_insn, hppa, mips, sh4, sparc64
-from ..isa.decode import Decoder, Insn
+from ..isa.arch import sparc64
+from ..isa.insn import Insn, MemOperand, transfer
+from ..isa.strict import strict
 from .recorder import Decision
 
 if TYPE_CHECKING:
@@ -33,222 +29,18 @@ class NotEmulated(Exception):
     """The instruction traps but ualdbg cannot perform it (float registers, an unusual ASI)."""
 
 
-@dataclass(frozen=True)
-class MemOp:
-    """One decoded load/store, whatever the instruction set."""
-
-    text: str  # disassembly, for reports
-    size: int  # bytes accessed
-    kind: str  # "load" | "store" | "swap" | "cas"
-    signed: bool
-    regs: tuple[str, ...]  # data registers in address order (ldd/std, ldxp/stxp: a pair)
-    float_regs: bool
-    addr_regs: tuple[str, ...]  # summed with disp to form the address
-    disp: int
-    endian: str  # "big" | "little"; "asi": decided by SPARC's %asi register at run time
-    cas_compare: str | None = None  # cas: the register compared with memory
-    status: str | None = None  # arm64 stxr: the register that gets 0 (the store succeeded)
-    exclusive: bool = False  # arm64 ldxr/stxr: a load/store-exclusive pair
-    float_reg: str | None = None  # the one floating-point register as gdb names it (d8, f32)
-    # A float access gdb holds as several 4-byte registers, in address order (PA-RISC's
-    # double frN: halves frN and frNR), each moved as one C float.
-    float_parts: tuple[str, ...] = ()
-    # A base register the instruction moves by this many bytes (SH's @Rm+ and @-Rn), unless the
-    # instruction also loads into it (the loaded value wins).
-    update: tuple[str, int] | None = None
-    # A base register that moves by another register times a multiplier after the access
-    # (ARM's `[rn], rm` and `[rn, rm]!`): (base, rm, multiplier).
-    update_reg: tuple[str, str, int] | None = None
-    # ARM VLDn/VSTn: per memory element (`size // len(lanes)` bytes each, in address order) the
-    # d-register lanes it fills or empties: "d3[1]" lane 1 of d3, "d3[]" every lane of d3.
-    lanes: tuple[tuple[str, ...], ...] = ()
-    addr_sub: tuple[str, ...] = ()  # subtracted from the address (ARM's [rn, -rm])
-    align: int = 0  # the alignment the CPU checks, when not `size` (ARMv7 ldrd/ldm/vldr: a word)
-    length: int = 0  # the instruction's bytes, when the architecture's are not fixed (Thumb)
-
-    @property
-    def access(self) -> AccessKind:
-        return {"load": AccessKind.READ, "store": AccessKind.WRITE}.get(self.kind, AccessKind.READ_WRITE)
-
-    def as_insn(self, pc: int, raw: bytes) -> Insn:
-        mnemonic, _, ops = self.text.partition(" ")
-        return Insn(pc=pc, size=self.length or len(raw), mnemonic=mnemonic, op_str=ops, rep=False, operands=(),
-                    flow="next", name=mnemonic, raw=raw)
-
-
-def _sparc(word: int) -> MemOp | None:
-    m = sparc64.decode(word)
-    if m is None:
-        return None
-    f = m.fmt
-    if f.alternate:
-        if m.asi is None:
-            endian = "asi"
-        elif m.asi in sparc64.ASI_BIG:
-            endian = "big"
-        elif m.asi in sparc64.ASI_LITTLE:
-            endian = "little"
-        else:
-            endian = "unknown"
-    else:
-        endian = "big"
-    addr = (sparc64.GPRS[m.rs1],) + ((sparc64.GPRS[m.rs2],) if m.rs2 is not None else ())
-    kind = {sparc64.LOAD: "load", sparc64.STORE: "store", sparc64.SWAP: "swap", sparc64.CAS: "cas"}[f.kind]
-    if f.kind == sparc64.CAS:
-        # casa [rs1] asi, rs2, rd: the address is rs1 alone; rs2 is compared with memory
-        addr = (sparc64.GPRS[m.rs1],)
-        return MemOp(m.text, f.size, kind, False, (sparc64.GPRS[m.rd],), False, addr, 0, endian,
-                     cas_compare=sparc64.GPRS[m.rs2 or 0])
-    names = m.reg_names()
-    float_reg = None
-    if f.reg_file == "float":
-        float_reg = names[0]
-    elif f.reg_file == "double":  # f0..f30 pairs are gdb's d0..d30; f32..f62 are doubles already
-        float_reg = names[0] if len(names) == 1 else "d" + names[0][1:]
-    return MemOp(m.text, f.size, kind, f.signed, tuple(names), f.reg_file != "int", addr,
-                 m.simm13, endian, float_reg=float_reg)
-
-
-def _alpha(word: int) -> MemOp | None:
-    m = alpha.decode(word)
-    if m is None:
-        return None
-    reg = f"f{m.ra}" if m.float_reg else alpha.GPRS[m.ra]
-    return MemOp(m.text, m.size, m.kind, m.signed, (reg,), m.float_reg, (alpha.GPRS[m.rb],), m.disp, "little",
-                 float_reg=reg if m.float_reg else None)
-
-
-def _hppa(word: int) -> MemOp | None:
-    m = hppa.decode(word)
-    if m is None:
-        return None
-    # base + index * size for the scaled indexed form: the index summed `size` times
-    addr = (hppa.GPRS[m.base],) + ((hppa.GPRS[m.index],) * (m.size if m.scaled else 1) if m.index is not None else ())
-    regs = m.reg_names
-    return MemOp(m.text, m.size, m.kind, False, regs, m.float_reg, addr, m.disp, "big",
-                 float_reg=regs[0] if m.float_reg and len(regs) == 1 else None,
-                 float_parts=regs if m.float_reg and len(regs) > 1 else ())
-
-
-def _sh4(word: int) -> MemOp | None:
-    m = sh4.decode(word)
-    if m is None:
-        return None
-    addr = (m.base,) + ((m.index,) if m.index else ())
-    return MemOp(m.text, m.size, m.kind, m.signed, (m.reg,), m.float_reg, addr, m.disp, "little",
-                 float_reg=m.reg if m.float_reg else None, update=(m.base, m.update) if m.update else None)
-
-
-_A64: Any = None
-_A64_EXCLUSIVE = ("ldxr", "ldaxr", "stxr", "stlxr", "ldxp", "ldaxp", "stxp", "stlxp")
-_A64_ATOMICS = ("cas", "swp", "ldadd", "ldclr", "ldeor", "ldset", "ldsmax", "ldsmin", "ldumax", "ldumin",
-                "stadd", "stclr", "steor", "stset", "stsmax", "stsmin", "stumax", "stumin")
-
-
-def _x(reg: str) -> str:
-    """gdb holds w0..w30 as the low halves of x0..x30."""
-    return "x" + reg[1:] if reg[0] == "w" and reg[1:].isdigit() else reg
-
-
-def _aarch64(word: int) -> MemOp | None:
-    """The accesses arm64 traps on even in user mode: exclusive and acquire/release loads and
-    stores (capstone decodes them; what a kernel cannot emulate, LSE atomics, is reported)."""
-    global _A64
-    if _A64 is None:
-        _A64 = capstone.Cs(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM)
-        _A64.detail = True
-    found = list(_A64.disasm(word.to_bytes(4, "little"), 0))
-    if not found:
-        return None
-    ci = found[0]
-    name = ci.mnemonic
-    regs = [ci.reg_name(o.reg) for o in ci.operands if o.type == arm64.ARM64_OP_REG]
-    mems = [o for o in ci.operands if o.type == arm64.ARM64_OP_MEM]
-    if not mems or not regs:
-        return None
-    base = (_x(ci.reg_name(mems[0].mem.base)),)
-    text = f"{name} {ci.op_str}"
-    status = None
-    if name.startswith(("ldxr", "ldaxr", "ldar", "ldapr", "ldlar", "ldxp", "ldaxp")):
-        kind = "load"
-    elif name.startswith(("stxr", "stlxr", "stxp", "stlxp")):
-        kind, status, regs = "store", _x(regs[0]), regs[1:]
-    elif name.startswith(("stlr", "stllr")):
-        kind = "store"
-    elif name.startswith(_A64_ATOMICS):
-        kind = "atomic"  # trapped and reported, not performed
-    else:
-        return None  # plain loads and stores do not trap on arm64 in user mode
-    width = 4 if regs[0].startswith("w") else 8
-    if name.endswith("b"):
-        width = 1
-    elif name.endswith("h"):
-        width = 2
-    data = tuple(_x(r) for r in regs) if kind != "atomic" else (_x(regs[-1]),)
-    return MemOp(text, width * len(data), kind, False, data, False, base, mems[0].mem.disp, "little",
-                 status=status, exclusive=name.startswith(_A64_EXCLUSIVE))
-
-
-def memop_from_insn(insn: Insn, endian: str) -> MemOp | None:
-    """The fix-up's view of an instruction decoded into `decode.Insn` recipes (ARM, MIPS: one
-    instruction model for the step engine and for signal mode), None when it has no memory
-    operand that carries its data registers."""
-    ops = [op for op in insn.operands if op.data]
-    if not ops or len(ops) != len(insn.operands) or ops[0].base is None:
-        return None
-    lanes = tuple(o.data for o in ops) if any("[" in r for o in ops for r in o.data) else ()
-    if len(ops) > 1:
-        # ldrd, ldm, vldm, vldN...: one recipe per register (per element), consecutive: one
-        # access of them all.
-        first = ops[0]
-        for k, later in enumerate(ops[1:], 1):
-            if (later.base, later.index, later.scale, later.kind, later.size) != (
-                    first.base, first.index, first.scale, first.kind, first.size) or later.disp != first.disp + k * first.size:
-                return None
-        op = replace(first, size=first.size * len(ops), data=tuple(r for o in ops for r in o.data),
-                     writeback=sum(o.writeback for o in ops), align=first.align or first.size)
-    else:
-        op = ops[0]
-    base = op.base
-    kind = {AccessKind.READ: "load", AccessKind.WRITE: "store"}.get(op.kind, "atomic")
-    assert base is not None
-    # ARM's [rn, -rm, lsl #k]: the index subtracted 2**k times
-    addr = (base,) + ((op.index,) * op.scale if op.index is not None and op.scale > 0 else ())
-    subtract = (op.index,) * -op.scale if op.index is not None and op.scale < 0 else ()
-    flt = op.float_data
-    by_register = arm_insn.register_writeback(insn) if insn.arch in ("armhf", "armel") else None
-    return MemOp(insn.text, op.size, kind, op.signed, op.data, flt, addr, op.disp, endian, status=op.status,
-                 exclusive=op.exclusive, float_reg=op.data[0] if flt and len(op.data) == 1 and not lanes else None,
-                 float_parts=op.data if flt and len(op.data) > 1 and not lanes else (),
-                 update=(base, op.writeback) if op.writeback else None, align=op.align, length=insn.size,
-                 update_reg=by_register, lanes=lanes, addr_sub=subtract)
-
-
-# Architectures whose loads and stores `decode.Decoder` decodes (capstone) for the fix-up too.
-INSN_ARCHES = frozenset({"mips", "mipsel", "mips64el", "armhf", "armel"})
-
-# Per architecture: how to decode one instruction word into a MemOp.
-DECODERS: dict[str, Callable[[int], MemOp | None]] = {"sparc64": _sparc, "alpha": _alpha, "hppa": _hppa,
-                                                      "sh4": _sh4, "aarch64": _aarch64}
-# Per architecture with delay slots whose faults qemu reports at the slot: is this instruction
-# word a delayed branch (so the faulting instruction after it is its slot), and where does it go
-# (from the word, its address and a register reader)?
-DELAY_SLOTS: dict[str, tuple[Callable[[int], bool], Callable[[int, int, Callable[[str], int]], int | None]]] = {
-    "sh4": (sh4.is_delayed_branch, sh4.branch_continuation),
-    "mips": (mips.is_delayed_branch, mips.branch_continuation),
-    "mipsel": (mips.is_delayed_branch, mips.branch_continuation),
-    "mips64el": (mips.is_delayed_branch, mips.branch_continuation64)}
-# The `nop` a fault in a delay slot resumes through: (word, bytes).
-NOPS = {"sh4": (sh4.NOP, 2), "mips": (mips.NOP, 4), "mipsel": (mips.NOP, 4), "mips64el": (mips.NOP, 4)}
-# Architectures gdb single-steps in software (a breakpoint after the instruction): running the
-# `nop` as a slot goes where a taken branch goes, past that breakpoint, so the step must stop
-# there too (engines/fixup.FixupEngine.slot_catch).
-SOFTWARE_STEP = frozenset({"mips", "mipsel", "mips64el"})
-
-
 def has_signal_engine(arch: archmod.ArchInfo) -> bool:
     """Whether ualdbg can decode and perform this architecture's faulting loads and stores."""
-    return arch.name in DECODERS or arch.name in INSN_ARCHES
+    return strict(arch.name) is not None
+
+
+def _operation(op: MemOperand) -> str:
+    """What the fix-up does: "load", "store", or a read-modify-write's kind (swap, cas, atomic)."""
+    if op.kind is AccessKind.READ:
+        return "load"
+    if op.kind is AccessKind.WRITE:
+        return "store"
+    return op.rmw or "atomic"
 
 
 class FixupEngine:
@@ -257,11 +49,11 @@ class FixupEngine:
     def __init__(self, session: FaultRecorder, arch: archmod.ArchInfo) -> None:
         self.session = session
         self.arch = arch
-        self.decode_word = DECODERS.get(arch.name)
-        self.decoder = Decoder(arch.name) if arch.name in INSN_ARCHES else None
+        self.strict = strict(arch.name)
+        self.decode = self.strict.decoder() if self.strict is not None else None
         self.zero_regs = frozenset(arch.zero_regs)
         self.mask = MASK64 if arch.elf_class == 64 else 0xFFFFFFFF
-        self.delay_slots = DELAY_SLOTS.get(arch.name)
+        self.delay_slots = self.strict.delay_slot if self.strict is not None else None
         self.slot_branch: dict[int, int | None] = {}  # faulting PC -> the delayed branch before it
         self.slot_nop: int | None = None  # SH: a `nop` in the program's code (resuming from a slot)
         self.slot_resume: dict[int, int] = {}  # tid -> where its delayed branch goes (after one step)
@@ -277,30 +69,31 @@ class FixupEngine:
             self.mechanism = f"{arch.name}'s own alignment trap (SIGBUS), accesses performed by ualdbg"
 
     # -- decoding ----------------------------------------------------------------------------
-    def decode_at(self, target: Target, pc: int, tid: int | None = None) -> tuple[MemOp | None, bytes]:
+    def decode_at(self, target: Target, pc: int, tid: int | None = None) -> tuple[Insn | None, MemOperand | None]:
+        """The instruction at `pc` in the one instruction model, and the one access the fix-up
+        performs for it (None when it is no access the architecture traps, or the decoder
+        cannot say what it moves)."""
         size = self.arch.insn_size or 4
         try:
             raw = target.read_memory(pc, size)
         except Exception:
-            return None, b""
-        if self.decoder is not None:
-            mode = ""
-            if self.arch.name in ("armhf", "armel") and target.read_register("cpsr", tid) & arm.CPSR_T:
-                mode = "thumb"
-            insn = self.decoder.decode(raw, pc, mode)
-            if insn is None:
-                return None, raw
-            return memop_from_insn(insn, self.arch.endian), raw[:insn.size]
-        if len(raw) < size or self.decode_word is None:
-            return None, raw
-        return self.decode_word(int.from_bytes(raw, self.arch.endian)), raw  # type: ignore[arg-type]
+            return None, None
+        if self.decode is None:
+            return None, None
+        mode = self.arch.mode(target.read_register(self.arch.mode_reg, tid)) if self.arch.mode_reg else ""
+        insn = self.decode(raw, pc, mode)
+        if insn is None:
+            return None, None
+        op = transfer(insn)
+        return (insn, op) if op is not None else (None, None)
 
-    def address(self, target: Target, tid: int, op: MemOp) -> int:
+    def address(self, target: Target, tid: int, op: MemOperand) -> int:
+        """base + index * scale + disp (a negative scale subtracts: ARM's [rn, -rm]), the zero
+        registers reading 0."""
         ea = op.disp
-        for reg in op.addr_regs:
-            ea += 0 if reg in self.zero_regs else target.read_register(reg, tid)
-        for reg in op.addr_sub:
-            ea -= target.read_register(reg, tid)
+        for reg, times in ((op.base, 1), (op.index, op.scale)):
+            if reg is not None and reg not in self.zero_regs:
+                ea += target.read_register(reg, tid) * times
         return ea & self.mask
 
     # -- events --------------------------------------------------------------------------------
@@ -309,28 +102,29 @@ class FixupEngine:
             return Decision.NOT_OURS  # code 0: no siginfo (qemu's stub): the decode decides
         tid = target.current_tid()
         pc = target.read_register(self.arch.pc, tid)
-        op, raw = self.decode_at(target, pc, tid)
-        if op is None:
+        insn, op = self.decode_at(target, pc, tid)
+        if insn is None or op is None:
             if info.code != archmod.BUS_ADRALN:
                 return Decision.NOT_OURS
             # The kernel says alignment, the decoder cannot tell the access: report the PC and
             # si_addr, size unknown; the program gets its SIGBUS (nothing to emulate with).
             self.session.record_fault(target, tid, info, decoded=(None, None, None))
             return Decision.NOT_OURS
-        op = self._refine(target, tid, op)
+        if self.strict is not None and self.strict.refine is not None:
+            insn, op = self.strict.refine(insn, op, lambda reg: target.read_register(reg, tid))
         va = self.address(target, tid, op)
         if va % (op.align or op.size) == 0:
             return Decision.NOT_OURS  # an aligned access that raised SIGBUS: not an alignment trap
         if self.reported.pop(tid, None) != pc:
-            acc = Access(va=va, size=op.size, kind=op.access)
-            if self.session.record_fault(target, tid, info, decoded=(op.as_insn(pc, raw), acc, True)):
+            acc = Access(va=va, size=op.size, kind=op.kind)
+            if self.session.record_fault(target, tid, info, decoded=(insn, acc, True)):
                 # Stop AT the instruction, not performed yet: the user's resume re-executes it,
                 # it traps again, and that trap is performed without being counted twice.
                 self.reported[tid] = pc
                 return Decision.STOP
         try:
             branch_to = self._slot_continuation(target, tid, pc)  # before the slot's own effect
-            self.perform(target, tid, op, va, None if branch_to is None else self._nop(target, pc))
+            self.perform(target, tid, insn, op, va, None if branch_to is None else self._nop(target, pc))
         except NotEmulated as exc:
             self.not_emulated[pc] = str(exc)  # `ualdbg status` says why the program got SIGBUS
             return Decision.NOT_OURS
@@ -367,7 +161,7 @@ class FixupEngine:
     def slot_catch(self, tid: int) -> int | None:
         """Before the single step of STEP_THEN_RESUME, where gdb steps in software (MIPS): the
         address a taken branch makes the `nop` go to, which the step must stop at too."""
-        if self.arch.name not in SOFTWARE_STEP:
+        if self.strict is None or not self.strict.software_step:
             return None
         return self.slot_resume.get(tid)
 
@@ -379,156 +173,150 @@ class FixupEngine:
         self._write_regs(target, {self.arch.pc: to}, tid)
         return True
 
-    def _refine(self, target: Target, tid: int, op: MemOp) -> MemOp:
-        """What the instruction word alone does not say: SH's fmov moves 8 bytes (a register
-        pair) while FPSCR.SZ is set."""
-        if self.arch.name == "sh4" and op.float_regs:
-            try:
-                sz = target.read_register("fpscr", tid) & sh4.FPSCR_SZ
-            except Exception:
-                sz = 0  # gdb's plain `sh` has no FPU registers: the ELF is no SH-4 FPU program
-            if sz:
-                return replace(op, size=8, text=op.text.replace("fmov.s", "fmov"), float_reg=None,
-                               update=(op.update[0], op.update[1] * 2) if op.update else None,
-                               disp=op.disp * 2)
-        return op
-
     # -- the fix-up ---------------------------------------------------------------------------
-    def _endian(self, target: Target, tid: int, op: MemOp) -> str:
-        if op.endian != "asi":
-            return op.endian
+    def _endian(self, target: Target, tid: int, insn: Insn, op: MemOperand) -> str:
+        endian = op.endian or self.arch.endian
+        if endian != "asi":
+            return endian
         asi = target.read_register("asi", tid)
-        if asi in sparc64.ASI_BIG:
-            return "big"
-        if asi in sparc64.ASI_LITTLE:
-            return "little"
-        raise NotEmulated(f"{op.text}: address space {asi:#x} is not plain memory")
+        order = sparc64.asi_endian(asi)
+        if order is None:
+            raise NotEmulated(f"{insn.text}: address space {asi:#x} is not plain memory")
+        return order
 
-    def perform(self, target: Target, tid: int, op: MemOp, va: int, next_pc: int | None = None) -> None:
+    def perform(self, target: Target, tid: int, insn: Insn, op: MemOperand, va: int, next_pc: int | None = None) -> None:
         """Do what the instruction would have done, then step the PC past it (or to next_pc)."""
-        if op.float_regs:
-            self._perform_float(target, tid, op, va, next_pc)
+        if op.float_data:
+            self._perform_float(target, tid, insn, op, va, next_pc)
             return
-        if op.kind == "atomic":
-            raise NotEmulated(f"{op.text}: an atomic read-modify-write is not emulated")
+        operation = _operation(op)
+        if operation == "atomic":
+            raise NotEmulated(f"{insn.text}: an atomic read-modify-write is not emulated")
         if op.exclusive:
             # Performing ldxr here leaves the CPU's exclusive monitor unset: the stxr that
             # follows fails and the program loops back to the ldxr forever.
-            raise NotEmulated(f"{op.text}: an exclusive access needs the CPU's exclusive monitor")
+            raise NotEmulated(f"{insn.text}: an exclusive access needs the CPU's exclusive monitor")
         if op.endian == "unknown":
-            raise NotEmulated(f"{op.text}: the address space identifier is not plain memory")
+            raise NotEmulated(f"{insn.text}: the address space identifier is not plain memory")
         if not offers(target, MemoryWriter):
             raise NotEmulated("the debugger cannot write the program's memory")
-        order = self._endian(target, tid, op)
-        word = op.size // len(op.regs)
+        order = self._endian(target, tid, insn, op)
+        word = op.size // len(op.data)
         regs: dict[str, int] = {}
-        if op.kind == "load":
+        if operation == "load":
             data = target.read_memory(va, op.size)
-            for k, reg in enumerate(op.regs):
+            for k, reg in enumerate(op.data):
                 value = int.from_bytes(data[k * word:(k + 1) * word], order, signed=op.signed)  # type: ignore[arg-type]
                 regs[reg] = value & self.mask
-        elif op.kind == "store":
+        elif operation == "store":
             data = b"".join((target.read_register(r, tid) & ((1 << 8 * word) - 1)).to_bytes(word, order)  # type: ignore[arg-type]
-                            for r in op.regs)
+                            for r in op.data)
             target.write_memory(va, data)
             if op.status is not None:
                 regs[op.status] = 0  # the exclusive store succeeded: the debugger holds every thread
         else:  # swap, cas: read the old value, maybe write the register's, return the old one
             old = target.read_memory(va, op.size)
             mask = (1 << 8 * op.size) - 1
-            reg = op.regs[0]
+            reg = op.data[0]
             new = target.read_register(reg, tid) & mask
-            if op.kind == "swap" or (op.cas_compare is not None and
-                                     int.from_bytes(old, order) == target.read_register(op.cas_compare, tid) & mask):  # type: ignore[arg-type]
+            if operation == "swap" or (op.compare is not None and
+                                       int.from_bytes(old, order) == target.read_register(op.compare, tid) & mask):  # type: ignore[arg-type]
                 target.write_memory(va, new.to_bytes(op.size, order))  # type: ignore[arg-type]
             regs[reg] = int.from_bytes(old, order)  # type: ignore[arg-type]
         for name in [r for r in regs if r in self.zero_regs]:
             del regs[name]
         branch = self._interwork(target, tid, regs)
         regs.update(self._update(target, tid, op, regs))
-        regs.update(branch or (self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc}))
+        regs.update(branch or (self.advance(target, tid, insn.size) if next_pc is None else {self.arch.pc: next_pc}))
         self._write_regs(target, regs, tid)
 
     def _interwork(self, target: Target, tid: int, loaded: dict[str, int]) -> dict[str, int] | None:
         """ARM: a load into the PC (ldr pc, ldm/pop {.., pc}) is a branch to the loaded address,
         whose bit 0 selects Thumb state (ARMv5T and later: BXWritePC; qemu's gen_bx): the PC
         and the CPSR's T bit, written after the other registers. None for any other load."""
-        if self.arch.name not in ("armhf", "armel") or "pc" not in loaded:
+        mode_reg = self.arch.mode_reg
+        if mode_reg is None or "pc" not in loaded:
             return None
         value = loaded.pop("pc")
-        cpsr = target.read_register("cpsr", tid)
-        cpsr = cpsr | arm.CPSR_T if value & 1 else cpsr & ~arm.CPSR_T
-        return {"pc": value & ~1 & self.mask, "cpsr": cpsr & 0xFFFFFFFF}
+        state = target.read_register(mode_reg, tid)
+        state = state | self.arch.mode_bit if value & 1 else state & ~self.arch.mode_bit
+        return {"pc": value & ~1 & self.mask, mode_reg: state & 0xFFFFFFFF}
 
-    def _perform_single_in_fr1(self, target: Target, tid: int, op: MemOp, va: int, next_pc: int | None) -> None:
+    def _perform_single_in_fr1(self, target: Target, tid: int, insn: Insn, op: MemOperand, va: int,
+                               next_pc: int | None) -> None:
         """MIPS64 with FR=1: lwc1/swc1 move the low word of a 64-bit $fN, which gdb holds as a
         double: the bits go through unchanged (a float's value converted to a double would not
         be them); lwc1 keeps the upper word as it was."""
-        if not offers(target, FloatBits) or not offers(target, MemoryWriter) or op.float_reg is None:
-            raise NotEmulated(f"{op.text}: this floating-point access is not emulated")
+        if not offers(target, FloatBits) or not offers(target, MemoryWriter):
+            raise NotEmulated(f"{insn.text}: this floating-point access is not emulated")
         order = self.arch.endian
-        old = target.float_bits(op.float_reg, tid)
-        if op.kind == "load":
+        reg = op.data[0]
+        old = target.float_bits(reg, tid)
+        if op.kind is AccessKind.READ:
             low = int.from_bytes(target.read_memory(va, 4), order)  # type: ignore[arg-type]
-            target.set_float_bits(op.float_reg, (old & ~0xFFFFFFFF) | low, tid)
+            target.set_float_bits(reg, (old & ~0xFFFFFFFF) | low, tid)
         else:
             target.write_memory(va, (old & 0xFFFFFFFF).to_bytes(4, order))  # type: ignore[arg-type]
-        after = self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc}
+        after = self.advance(target, tid, insn.size) if next_pc is None else {self.arch.pc: next_pc}
         self._write_regs(target, {**self._update(target, tid, op, {}), **after}, tid)
 
-    def _update(self, target: Target, tid: int, op: MemOp, loaded: dict[str, int]) -> dict[str, int]:
+    def _update(self, target: Target, tid: int, op: MemOperand, loaded: dict[str, int]) -> dict[str, int]:
         """The base register's post-increment or pre-decrement (by a constant or, ARM, by a
         register), unless the load wrote it. Registers as they were before the instruction."""
         out = {}
-        if op.update is not None and op.update[0] not in loaded:
-            reg, delta = op.update
-            out[reg] = (target.read_register(reg, tid) + delta) & self.mask
-        if op.update_reg is not None and op.update_reg[0] not in loaded:
-            reg, rm, times = op.update_reg
+        if op.writeback and op.base is not None and op.base not in loaded:
+            out[op.base] = (target.read_register(op.base, tid) + op.writeback) & self.mask
+        if op.writeback_by is not None and op.writeback_by[0] not in loaded:
+            reg, rm, times = op.writeback_by
             out[reg] = (target.read_register(reg, tid) + target.read_register(rm, tid) * times) & self.mask
         return out
 
-    def _perform_float(self, target: Target, tid: int, op: MemOp, va: int, next_pc: int | None = None) -> None:
+    def _perform_float(self, target: Target, tid: int, insn: Insn, op: MemOperand, va: int,
+                       next_pc: int | None = None) -> None:
         """A float register's bits cannot go through an int: the debugger copies them between
         the register and memory itself, as the same C type on both sides (bit-exact)."""
-        if op.lanes:
-            self._perform_lanes(target, tid, op, va, next_pc)
+        lanes = tuple(o.data for o in insn.operands) if any("[" in r for r in op.data) else ()
+        if lanes:
+            self._perform_lanes(target, tid, insn, op, lanes, va, next_pc)
             return
-        parts = op.float_parts or ((op.float_reg,) if op.float_reg else ())
-        if self.arch.name == "mips64el" and op.size == 4 and op.float_reg:
-            self._perform_single_in_fr1(target, tid, op, va, next_pc)
+        parts = op.data
+        if self.arch.fpr64 and op.size == 4 and len(parts) == 1:
+            self._perform_single_in_fr1(target, tid, insn, op, va, next_pc)
             return
+        endian = op.endian or self.arch.endian
         # Each part one C float or double (vldm/vld1: several d registers, each 8 bytes).
-        if not offers(target, FloatMover) or not parts or op.size // len(parts) not in (4, 8) or op.endian not in ("big", "little"):
-            raise NotEmulated(f"{op.text}: this floating-point access is not emulated")
-        if op.endian != self.arch.endian:
-            raise NotEmulated(f"{op.text}: a byte-swapping floating-point access is not emulated")
+        if not offers(target, FloatMover) or not parts or op.size // len(parts) not in (4, 8) or endian not in ("big", "little"):
+            raise NotEmulated(f"{insn.text}: this floating-point access is not emulated")
+        if endian != self.arch.endian:
+            raise NotEmulated(f"{insn.text}: a byte-swapping floating-point access is not emulated")
         part = op.size // len(parts)
         for k, reg in enumerate(parts):
-            target.move_float(reg, va + k * part, part, op.kind == "store", tid)
-        after = self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc}
+            target.move_float(reg, va + k * part, part, op.kind is AccessKind.WRITE, tid)
+        after = self.advance(target, tid, insn.size) if next_pc is None else {self.arch.pc: next_pc}
         self._write_regs(target, {**self._update(target, tid, op, {}), **after}, tid)
 
-    def _perform_lanes(self, target: Target, tid: int, op: MemOp, va: int, next_pc: int | None) -> None:
+    def _perform_lanes(self, target: Target, tid: int, insn: Insn, op: MemOperand, lanes: tuple[tuple[str, ...], ...],
+                       va: int, next_pc: int | None) -> None:
         """ARM VLDn/VSTn (whole registers, interleaved structures, one lane, all lanes): the
-        transfer's bytes in one read or write, each element moved between memory and its
-        lanes of the d registers' raw bits (the debugger's float_bits/set_float_bits, no
-        conversion), lanes not named keep their bits; then writeback and the PC."""
-        if not offers(target, FloatBits) or not offers(target, MemoryWriter) or op.endian != "little":
-            raise NotEmulated(f"{op.text}: this NEON access is not emulated")
-        esize = op.size // len(op.lanes)
+        transfer's bytes in one read or write, each element (one recipe each, `lanes`: the
+        lanes it fills or empties) moved between memory and its lanes of the d registers' raw
+        bits (the debugger's float_bits/set_float_bits, no conversion), lanes not named keep
+        their bits; then writeback and the PC."""
+        if not offers(target, FloatBits) or not offers(target, MemoryWriter) or (op.endian or self.arch.endian) != "little":
+            raise NotEmulated(f"{insn.text}: this NEON access is not emulated")
+        esize = op.size // len(lanes)
         width = 8 * esize
         emask = (1 << width) - 1
-        parsed = [[(lane.partition("[")[0], lane.partition("[")[2].rstrip("]")) for lane in lanes] for lanes in op.lanes]
+        parsed = [[(lane.partition("[")[0], lane.partition("[")[2].rstrip("]")) for lane in element] for element in lanes]
         names = list(dict.fromkeys(reg for lanes in parsed for reg, _ in lanes))
         values = {reg: target.float_bits(reg, tid) & MASK64 for reg in names}
-        if op.kind == "load":
+        if op.kind is AccessKind.READ:
             data = target.read_memory(va, op.size)
             if len(data) != op.size:
-                raise NotEmulated(f"{op.text}: {va:#x} cannot be read")
-            for k, lanes in enumerate(parsed):
+                raise NotEmulated(f"{insn.text}: {va:#x} cannot be read")
+            for k, targets in enumerate(parsed):
                 element = int.from_bytes(data[k * esize:(k + 1) * esize], "little")
-                for reg, index in lanes:
+                for reg, index in targets:
                     if index == "":  # every lane
                         values[reg] = sum(element << (width * i) for i in range(64 // width))
                     else:
@@ -538,8 +326,8 @@ class FixupEngine:
                 target.set_float_bits(reg, values[reg], tid)
         else:
             target.write_memory(va, b"".join(((values[reg] >> (width * int(index or 0))) & emask).to_bytes(esize, "little")
-                                             for reg, index in (lanes[0] for lanes in parsed)))
-        after = self.advance(target, tid, op.length) if next_pc is None else {self.arch.pc: next_pc}
+                                             for reg, index in (targets[0] for targets in parsed)))
+        after = self.advance(target, tid, insn.size) if next_pc is None else {self.arch.pc: next_pc}
         self._write_regs(target, {**self._update(target, tid, op, {}), **after}, tid)
 
     @staticmethod
@@ -564,7 +352,8 @@ class FixupEngine:
         """The address of a `nop` in the program's code near `pc` (found once per process)."""
         if self.slot_nop is not None:
             return self.slot_nop
-        word, width = NOPS[self.arch.name]
+        assert self.strict is not None and self.strict.nop is not None
+        word, width = self.strict.nop
         chunk = 512
         first = pc & ~(width - 1)
         for start in range(first, first + 64 * 1024, chunk):
@@ -584,7 +373,7 @@ class FixupEngine:
         send SIGBUS instead of fixing up, remembering the old setting for `off`."""
         if self.arch.mechanism != archmod.MECH_PRCTL or self.prctl_state == "armed":
             return
-        if self.decode_word is None and self.decoder is None:
+        if self.decode is None:
             # riscv64: no decoder here, so a fault could be neither located exactly nor
             # performed (README: architectures).
             raise RuntimeError(f"signal mode on {self.arch.name} is not supported: no decoder for its loads and stores")

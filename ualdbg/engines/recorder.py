@@ -192,13 +192,9 @@ class FaultRecorder:
     def insn_at(self, target: Target, pc: int, tid: int | None = None) -> Insn | None:
         """The instruction at `pc`, decoded once. 32-bit ARM: in the instruction set the CPSR's
         T bit says (of `tid`, else the current thread), decoded again if it changed."""
-        name = self.arch_of(target).name
-        mode = ""
-        if name in ("armhf", "armel"):
-            from ..isa.arch.arm import CPSR_T
-
-            mode = "thumb" if target.read_register("cpsr", tid) & CPSR_T else "arm"
-        return self.code_at(target, pc, name, mode)
+        a = self.arch_of(target)
+        mode = a.mode(target.read_register(a.mode_reg, tid)) if a.mode_reg is not None else ""
+        return self.code_at(target, pc, a.name, mode)
 
     def code_at(self, code: MemoryReader, pc: int, arch: str | None = None, mode: str = "") -> Insn | None:
         """The instruction at `pc` in `code` (a Target), decoded once per PC (InstructionCache.at)."""

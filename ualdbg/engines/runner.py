@@ -290,10 +290,9 @@ def _cross_arch(req: RunRequest) -> ArchInfo | None:
         return None
     from .fixup import has_signal_engine
 
-    if not has_signal_engine(arch) and not (req.engine == "step" and arch.name == "riscv64"):  # README: architectures
-        if arch.name == "riscv64":
-            raise ToolError("riscv64 programs: qemu-riscv64 performs misaligned accesses without a trap; "
-                            "use --engine step --in FUNC (README: architectures)")
+    if not has_signal_engine(arch) and not (req.engine == "step" and arch.step_only):  # README: architectures
+        if arch.step_only:
+            raise ToolError(f"{arch.name} programs: {arch.step_only}; use --engine step --in FUNC (README: architectures)")
         raise ToolError(f"{arch.name} programs: ualdbg has no engine for them yet (see README: architectures)")
     return arch
 

@@ -262,9 +262,9 @@ class StepEngine:
         its mapping symbols or its function symbols' bit 0 (elfindex.arm_modes); where no
         symbol says, what Debian's gcc emits by default (Thumb-2 on armhf, ARM on armel). A
         breakpoint hit decodes by the CPSR's T bit all the same (FaultRecorder.insn_at)."""
-        if a.name not in ("armhf", "armel"):
+        if not a.modes:
             return None
-        default = "thumb" if a.name == "armhf" else "arm"
+        default = a.default_mode
         module, _ = self.session.module_of(target, addr)
         index = elf_index(module.path) if module is not None else None
         if index is None or module is None:

@@ -1,5 +1,5 @@
 """Instruction decoding (capstone): the memory operands of one instruction as reusable recipes
-(`Insn`, `MemOperand`), computed once per PC, and their evaluation against live registers into
+(insn.py's `Insn`, `MemOperand`: the one instruction model), computed once per PC, and their evaluation against live registers into
 `Access` records. Knows x86-64 semantics capstone leaves out (implicit stack/string operands)."""
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import capstone
 from capstone import x86
 
 from ..core.model import Access, AccessKind
+from .arch import ARCHES as ARCH_TABLE
+from .insn import Insn, MemOperand, RegisterUnavailable, Vsib
 
 __all__ = [
     "Decoder",
@@ -56,10 +58,6 @@ _SEGMENT_BASE = {"fs": "fs_base", "gs": "gs_base"}  # other segments have base 0
 _SEGMENT_PREFIX = {0x64: "fs", 0x65: "gs"}
 
 
-class RegisterUnavailable(KeyError):
-    """`accesses()` needs a register the caller's register set does not hold."""
-
-
 def register_slice(name: str) -> tuple[str, int, int]:
     """(64-bit register, bit shift, width) of a general register name ("ah" -> ("rax", 8, 8)),
     for evaluators outside Python (the native stepper); KeyError for other names."""
@@ -94,107 +92,7 @@ def _sext(value: int, bits: int) -> int:
     return value - (1 << bits) if value >> (bits - 1) else value
 
 
-# --------------------------------------------------------------------------------------------
-# Recipes
-
-
-@dataclass(frozen=True)
-class Vsib:
-    """A VSIB operand (gather/scatter): one element per lane at base + index[lane]*scale + disp."""
-
-    index_size: int  # bytes per index element in the index vector (4 = "d", 8 = "q")
-    lanes: int  # lanes that can access memory
-    mask: str | None  # the VEX mask vector register or the EVEX opmask register
-    mask_elem: int  # bytes per lane in a VEX mask vector (its top bit enables the lane); 0 = k-reg
-
-
-@dataclass(frozen=True)
-class MemOperand:
-    """How to compute one memory access of an instruction from the registers at that PC.
-
-    EA = base' + index*scale + disp (+ bit-string offset), truncated to `addr_size`, then plus
-    the fs/gs segment base. base' is the base register, except that RIP means the next
-    instruction's address and RSP gets `rsp_adjust` added: a push-like implicit store goes to
-    rsp - N, and `pop [rsp+d]` computes its destination after rsp has been incremented
-    (Intel SDM, POP: "If the destination operand uses RSP as a base, the address is computed
-    after the pop"), so its recipe carries rsp_adjust = +N.
-    """
-
-    base: str | None
-    index: str | None
-    scale: int
-    disp: int
-    segment: str | None  # 'fs' or 'gs' only: the segments whose base is not 0 in 64-bit mode
-    size: int  # bytes accessed; the element size for string and VSIB operands
-    kind: AccessKind
-    implicit: bool  # not encoded as a ModRM operand: stack, string, xlat, maskmov
-    addr_size: int = 8  # 4 with the 0x67 prefix: the EA wraps at 32 bits
-    rsp_adjust: int = 0
-    bit_offset: str | None = None  # bt*/bts/btr/btc [m], reg: the register holding the bit index
-    vsib: Vsib | None = None
-    extend: str | None = None  # AArch64 index register extension: "uxtw", "sxtw" (then << log2 scale)
-    # What a fix-up needs to perform the access in signal mode (ARM, MIPS): the registers the data
-    # goes to or comes from, as gdb names them, in address order (ldm, ldrd: several, each
-    # `size // len(data)` bytes), and how a load widens them.
-    data: tuple[str, ...] = ()
-    signed: bool = False
-    float_data: bool = False  # `data` are floating-point registers (the debugger moves their bits)
-    align: int = 0  # the alignment the CPU checks when not `size` (ARMv7 ldrd/ldm/vldr: 4)
-    writeback: int = 0  # bytes the base register moves by after the access (ARM `!`, post-index)
-    exclusive: bool = False  # a load/store-exclusive (ldrex/strex, ll/sc): needs the CPU's monitor
-    status: str | None = None  # strex: the register that gets 0 when the store succeeded
-
-    @property
-    def text(self) -> str:
-        """`fs:[rax + rbx*4 - 0x8]`, for reports and test failures. Offsets are relative to the
-        registers before the instruction runs (rsp_adjust is folded into the displacement)."""
-        terms: list[str] = []
-        disp = self.disp
-        if self.base is not None:
-            terms.append(self.base)
-            if _GPR.get(self.base, ("",))[0] == "rsp":
-                disp += self.rsp_adjust
-        if self.index is not None:
-            terms.append(("+ " if terms else "") + f"{self.index}*{self.scale}")
-        if self.bit_offset is not None:
-            terms.append(f"+ bitoffset({self.bit_offset})")
-        if disp or not terms:
-            if terms:
-                terms.append(f"{'-' if disp < 0 else '+'} {abs(disp):#x}")
-            else:
-                terms.append(f"{disp & _MASK64:#x}")
-        seg = f"{self.segment}:" if self.segment else ""
-        return f"{seg}[{' '.join(terms)}]"
-
-
-@dataclass(frozen=True)
-class Insn:
-    """A decoded instruction: what it is, where control goes, and its memory operand recipes."""
-
-    pc: int
-    size: int
-    mnemonic: str  # as capstone prints it, prefixes included ("rep movsq", "lock cmpxchg")
-    op_str: str
-    rep: bool  # a rep/repe/repne string instruction: `operands` describe one iteration
-    operands: tuple[MemOperand, ...]
-    flow: str  # 'next' | 'jump' | 'call' | 'ret' | 'cond' | 'other'
-    name: str = ""  # capstone's canonical instruction name, without prefixes ("movsq")
-    target: int | None = None  # destination of a direct jump/call/conditional branch
-    exact: bool = True  # False: the instruction touches memory this decoder does not fully model
-    vsib: bool = False  # gather/scatter (never raises #AC)
-    masked: bool = False  # masked move (vmaskmov*, vpmaskmov*, maskmovdqu, AVX-512 {k}) (no #AC)
-    gp_align: int = 0  # misalignment to this many bytes raises #GP (SIGSEGV), not #AC
-    raw: bytes = b""
-    arch: str = "x86_64"  # whose registers `operands` name (accesses() evaluates per architecture)
-    mode: str = ""  # ARM: "arm" or "thumb", the instruction set it was decoded in
-
-    @property
-    def text(self) -> str:
-        return f"{self.mnemonic} {self.op_str}".rstrip()
-
-    @property
-    def next_pc(self) -> int:
-        return (self.pc + self.size) & _MASK64
+# Recipes: the one instruction model (`Insn`, `MemOperand`) lives in insn.py.
 
 
 # --------------------------------------------------------------------------------------------
@@ -294,8 +192,8 @@ class Decoder:
     are not free, and callers cache the `Insn` per PC."""
 
     max_insn_len: ClassVar[int] = 15
-    ARCHES: ClassVar[tuple[str, ...]] = ("x86_64", "aarch64", "mips", "mipsel", "mips64el", "armhf", "armel",
-                                          "riscv64")
+    # x86-64 here, and every architecture whose isa/arch module decodes into the model
+    ARCHES: ClassVar[tuple[str, ...]] = ("x86_64", *(a.name for a in ARCH_TABLE.values() if a.insn_module))
 
     def __init__(self, arch: str = "x86_64") -> None:
         if arch not in self.ARCHES:
@@ -683,9 +581,7 @@ def accesses(insn: Insn, regs: Mapping[str, int]) -> list[Access]:
 
 
 def _other_module(arch: str) -> Any:
-    """The module that decodes another instruction set into this module's recipes."""
+    """The module that decodes another instruction set into the one model (ArchInfo.insn_module)."""
     import importlib
 
-    name = {"aarch64": "aarch64_insn", "mips": "mips_insn", "mipsel": "mips_insn", "mips64el": "mips_insn", "armhf": "arm_insn",
-            "armel": "arm_insn", "riscv64": "riscv_insn"}[arch]
-    return importlib.import_module(f".arch.{name}", __package__)
+    return importlib.import_module(f".arch.{ARCH_TABLE[arch].insn_module}", __package__)

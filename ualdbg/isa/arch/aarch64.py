@@ -26,5 +26,6 @@ AARCH64 = ArchInfo(
     # machines in service (ARMv8.0) traps them.
     qemu_cpu="cortex-a72",
     triplet="aarch64-linux-gnu",
+    insn_module="aarch64_insn",
     capstone=(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM),
 )

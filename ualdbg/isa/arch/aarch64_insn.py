@@ -1,5 +1,5 @@
 """AArch64 instructions for the step engine: the memory operands of every load/store form capstone 5
-decodes (CS_ARCH_ARM64), as `decode.MemOperand` recipes, and their evaluation against gdb's
+decodes (CS_ARCH_ARM64), as `MemOperand` recipes (isa/insn.py), and their evaluation against gdb's
 registers (x0..x30, sp, pc).
 
 What a strict-alignment CPU checks, and so what the recipes carry (Arm ARM, "Alignment
@@ -8,7 +8,11 @@ register's size; an exclusive pair (ldxp/stxp/ldaxp/stlxp) and a compare-and-swa
 must be aligned to their total size; a SIMD structure load/store (ld1..ld4, st1..st4, ld1r..)
 is checked at its element size, so it is one recipe of the element size at the base (the lanes
 after it are at multiples of that size and share its alignment). Post-index forms address the
-base before the writeback; pre-index forms base + offset. Prefetches touch nothing."""
+base before the writeback; pre-index forms base + offset. Prefetches touch nothing.
+
+The accesses arm64 traps on in user mode (exclusive, acquire/release, LSE atomics) also carry
+what signal mode's fix-up needs (their data registers as gdb holds them, stxr's status
+register): `signal_decode` gives only those."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -17,7 +21,7 @@ import capstone
 from capstone import arm64
 
 from ...core.model import Access, AccessKind
-from ..decode import Insn, MemOperand, RegisterUnavailable
+from ..insn import Insn, MemOperand, RegisterUnavailable
 
 MASK64 = (1 << 64) - 1
 
@@ -98,6 +102,24 @@ def _flow(ci: capstone.CsInsn) -> tuple[str, int | None]:
     return "next", None
 
 
+_EXCLUSIVE = ("ldxr", "ldaxr", "stxr", "stlxr", "ldxp", "ldaxp", "stxp", "stlxp")
+
+
+def _traps(name: str, data: list[str]) -> str | None:
+    """The accesses arm64 traps on even in user mode (SCTLR_EL1.A clear): exclusive and
+    acquire/release loads ("load") and stores ("store"), LSE atomics ("atomic"); None for plain
+    loads and stores, which do not trap there."""
+    if not data:
+        return None
+    if name.startswith(("ldxr", "ldaxr", "ldar", "ldapr", "ldlar", "ldxp", "ldaxp")):
+        return "load"
+    if name.startswith(("stxr", "stlxr", "stxp", "stlxp", "stlr", "stllr")):
+        return "store"
+    if name.startswith(_ATOMIC_PREFIXES):
+        return "atomic"
+    return None
+
+
 def operands(ci: capstone.CsInsn) -> tuple[tuple[MemOperand, ...], bool]:
     """The memory operand recipes of one capstone instruction, and whether they are exact."""
     name = ci.mnemonic
@@ -107,8 +129,9 @@ def operands(ci: capstone.CsInsn) -> tuple[tuple[MemOperand, ...], bool]:
     mem_at = next((i for i, o in enumerate(ops) if o.type == arm64.ARM64_OP_MEM), None)
     data = [ci.reg_name(o.reg) for o in ops[:mem_at] if o.type == arm64.ARM64_OP_REG]
     vas = next((o.vas for o in ops[:mem_at] if o.type == arm64.ARM64_OP_REG and o.vas), 0)
+    status = None
     if name.startswith(_STORE_STATUS) and data:
-        data = data[1:]
+        status, data = reg_name(data[0]), data[1:]
     kind = _kind(name)
     if mem_at is None:
         # ldr/ldrsw/ldr (SIMD) literal: PC-relative, the address is capstone's immediate.
@@ -118,6 +141,7 @@ def operands(ci: capstone.CsInsn) -> tuple[tuple[MemOperand, ...], bool]:
                                size=size, kind=AccessKind.READ, implicit=False),), size > 0
         return (), True
     mem = ops[mem_at].mem
+    traps = _traps(name, data)
     base = reg_name(ci.reg_name(mem.base)) if mem.base else None
     index = ci.reg_name(mem.index) if mem.index else None
     extend = _EXTEND.get(ops[mem_at].ext)
@@ -128,8 +152,16 @@ def operands(ci: capstone.CsInsn) -> tuple[tuple[MemOperand, ...], bool]:
     exact = not name.startswith(_STRUCTURES) and base is not None
 
     def recipe(disp: int, nbytes: int) -> MemOperand:
+        if traps is None:
+            return MemOperand(base=base, index=index, scale=scale, disp=disp, segment=None, size=nbytes,
+                              kind=kind, implicit=False, extend=extend)
+        # What signal mode performs (or reports): the data registers as gdb holds them, stxr's
+        # status register; an LSE atomic is reported, not performed.
+        atomic = traps == "atomic"
         return MemOperand(base=base, index=index, scale=scale, disp=disp, segment=None, size=nbytes,
-                          kind=kind, implicit=False, extend=extend)
+                          kind=kind, implicit=False, extend=extend,
+                          data=(reg_name(data[-1]),) if atomic else tuple(reg_name(r) for r in data),
+                          status=status, exclusive=name.startswith(_EXCLUSIVE), rmw="atomic" if atomic else "")
 
     if name.startswith(_EXCLUSIVE_PAIRS) or name.startswith("casp"):
         return (recipe(mem.disp, size * 2),), exact
@@ -190,3 +222,19 @@ def effective_address(op: MemOperand, regs: Mapping[str, int]) -> int:
 
 def accesses(insn: Insn, regs: Mapping[str, int]) -> list[Access]:
     return [Access(va=effective_address(op, regs), size=op.size, kind=op.kind) for op in insn.operands]
+
+
+_SIGNAL: Aarch64Decoder | None = None
+
+
+def signal_decode(code: bytes, pc: int = 0) -> Insn | None:
+    """For the fix-up of signal mode: the instruction at `pc` when it is one arm64 traps on in
+    user mode (its recipe names its data registers), else None: plain loads and stores do not
+    trap there."""
+    global _SIGNAL
+    if _SIGNAL is None:
+        _SIGNAL = Aarch64Decoder()
+    insn = _SIGNAL.decode(code, pc)
+    if insn is None or not insn.operands or not insn.operands[0].data:
+        return None
+    return insn

@@ -1,11 +1,12 @@
 """Alpha: the kernel fixes up unaligned loads and stores silently (and logs them) unless the
 program asked for prctl(PR_SET_UNALIGN, PR_UNALIGN_SIGBUS); then SIGBUS/BUS_ADRALN with the
 data address in si_addr (arch/alpha/kernel/traps.c, do_entUnaUser). Little-endian. capstone 5
-has no Alpha: the memory format (opcode, ra, rb, 16-bit displacement) is decoded here."""
+has no Alpha: the memory format (opcode, ra, rb, 16-bit displacement) is decoded here, into the
+one instruction model (isa/insn.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ...core.model import AccessKind
+from ..insn import Insn, MemOperand
 from .info import MECH_PRCTL, ArchInfo
 
 GPRS = ("v0", "t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7", "s0", "s1", "s2", "s3", "s4", "s5", "fp",
@@ -34,23 +35,6 @@ ALPHA = ArchInfo(
 CALLSYS = 0x00000083  # call_pal callsys: v0 = number, a0..a5 = arguments, a3 != 0 on error
 
 
-@dataclass(frozen=True)
-class MemInsn:
-    name: str
-    size: int
-    kind: str  # "load" | "store"
-    signed: bool
-    ra: int
-    rb: int
-    disp: int
-    float_reg: bool = False
-
-    @property
-    def text(self) -> str:
-        reg = f"$f{self.ra}" if self.float_reg else GPRS[self.ra]
-        return f"{self.name} {reg}, {self.disp}({GPRS[self.rb]})"
-
-
 # Opcodes that can trap on misalignment (ldq_u/stq_u ignore the low bits; ldbu/stb are bytes).
 # ldl sign-extends; lds/ldt are the float loads (lds converts the S format: left undecoded).
 _OPS = {
@@ -61,12 +45,18 @@ _OPS = {
 }
 
 
-def decode(word: int) -> MemInsn | None:
-    op = word >> 26
-    spec = _OPS.get(op)
+def decode(word: int, pc: int = 0) -> Insn | None:
+    """A load or store that can fault on alignment, else None."""
+    spec = _OPS.get(word >> 26)
     if spec is None:
         return None
     disp = word & 0xFFFF
     disp = disp - 0x10000 if disp & 0x8000 else disp
     name, size, kind, signed, flt = spec
-    return MemInsn(name, size, kind, signed, (word >> 21) & 0x1F, (word >> 16) & 0x1F, disp, flt)
+    ra, rb = (word >> 21) & 0x1F, (word >> 16) & 0x1F
+    reg = f"f{ra}" if flt else GPRS[ra]
+    op = MemOperand(base=GPRS[rb], index=None, scale=1, disp=disp, segment=None, size=size,
+                    kind=AccessKind.READ if kind == "load" else AccessKind.WRITE, implicit=False, addr_size=8,
+                    data=(reg,), signed=signed, float_data=flt)
+    return Insn(pc=pc, size=4, mnemonic=name, op_str=f"{'$' if flt else ''}{reg}, {disp}({GPRS[rb]})", rep=False,
+                operands=(op,), flow="next", name=name, raw=word.to_bytes(4, "little"), arch="alpha")

@@ -30,9 +30,13 @@ _COMMON = dict(
     call_ret="r0",
     return_address="lr",
     stack_align=8,
+    insn_module="arm_insn",
+    modes=("arm", "thumb"),
+    mode_reg="cpsr",
+    mode_bit=CPSR_T,
 )
 
 ARMHF = ArchInfo(name="armhf", gdb_names=("armv7", "armv8", "armv6t2"), e_flags=(0x400, 0x400), qemu="qemu-arm",
-                 triplet="arm-linux-gnueabihf", **_COMMON)  # type: ignore[arg-type]
+                 triplet="arm-linux-gnueabihf", default_mode="thumb", **_COMMON)  # type: ignore[arg-type]
 ARMEL = ArchInfo(name="armel", gdb_names=("armv5", "armv4", "armv6", "arm"), e_flags=(0x400, 0), qemu="qemu-arm",
-                 triplet="arm-linux-gnueabi", **_COMMON)  # type: ignore[arg-type]
+                 triplet="arm-linux-gnueabi", default_mode="arm", **_COMMON)  # type: ignore[arg-type]

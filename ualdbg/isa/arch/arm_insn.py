@@ -1,9 +1,9 @@
-"""32-bit ARM and Thumb-2 loads and stores as `decode.Insn` recipes, from capstone 5
+"""32-bit ARM and Thumb-2 loads and stores as recipes of the one instruction model (isa/insn.py), from capstone 5
 (CS_ARCH_ARM), for the step engine and for the fix-up of signal mode alike.
 
 A multi-register transfer (ldrd/strd, ldm/stm, push/pop, vldm/vstm, vpush/vpop) is one recipe
 per register, in address order, each checked at its own size by the natural policy; the fix-up
-joins them back into one access (engines/fixup.memop_from_insn) and signal mode compares the
+joins them back into one access (insn.transfer) and signal mode compares the
 first address with what ARMv7 checks (`align`: a word for ldrd/ldm/vldr).
 
 vld1..vld4/vst1..vst4 (whole registers, interleaved structures, one lane, all lanes) are decoded
@@ -18,7 +18,7 @@ holds it in bits), else the element size (never checked by qemu-arm, SCTLR.A bei
 
 Writeback: `!` after an immediate offset or a vldN is the recipe's `writeback` (bytes); a base
 that moves by a register (`[rn], rm`, `[rn, rm]!`, `[rn, -rm, lsl #2]!`, `vld2.8 {..}, [r0], r2`)
-is `register_writeback(insn)`, read by the fix-up. A load into the PC (`ldr pc`, `ldm`/`pop`
+is the first recipe's `writeback_by`, read by the fix-up. A load into the PC (`ldr pc`, `ldm`/`pop`
 with pc) is performed as a branch, bit 0 of the loaded word selecting Thumb (ARMv5T and later);
 a stored PC and a writeback to a base that is also loaded are not. PC-relative literals are
 turned into absolute addresses when decoded. A conditional instruction (its condition field, or
@@ -27,12 +27,13 @@ the CPSR when it is given."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import capstone
 from capstone import arm
 
 from ...core.model import Access, AccessKind
-from ..decode import Insn, MemOperand, RegisterUnavailable
+from ..insn import Insn, MemOperand, RegisterUnavailable
 
 MASK32 = 0xFFFFFFFF
 _ALIASES = {"sb": "r9", "sl": "r10", "fp": "r11", "ip": "r12", "r13": "sp", "r14": "lr", "r15": "pc"}
@@ -127,7 +128,17 @@ def _mem(base: str | None, disp: int, size: int, kind: AccessKind, data: tuple[s
 
 
 def operands(ci: capstone.CsInsn, name: str, thumb: bool) -> tuple[tuple[MemOperand, ...], bool]:
-    """The recipes of one capstone instruction, and whether they are exact."""
+    """The recipes of one capstone instruction, and whether they are exact; the first carries
+    a writeback by a register (`writeback_by`)."""
+    ops, exact = _operands(ci, name, thumb)
+    if ops:
+        by_register = _writeback_by(ci, name, thumb)
+        if by_register is not None:
+            ops = (replace(ops[0], writeback_by=by_register),) + ops[1:]
+    return ops, exact
+
+
+def _operands(ci: capstone.CsInsn, name: str, thumb: bool) -> tuple[tuple[MemOperand, ...], bool]:
     ops = list(ci.operands)
     regs = [gdb_reg(ci.reg_name(o.reg)) for o in ops if o.type == arm.ARM_OP_REG]
     if name in _MULTIPLE:
@@ -155,7 +166,7 @@ def operands(ci: capstone.CsInsn, name: str, thumb: bool) -> tuple[tuple[MemOper
         writeback = -after[0].imm if after[0].subtracted else after[0].imm
     elif ci.writeback and not after and index is None:  # pre-indexed with writeback: [rn, #imm]!
         writeback = disp
-    # [rn], rm and [rn, rm]!: the base moves by a register (register_writeback); the address
+    # [rn], rm and [rn, rm]!: the base moves by a register (writeback_by); the address
     # is rn's, or rn + rm as without the `!`.
     by_register = _register_writeback(ci, mem, after, base)
     if base == "pc":  # a literal: the word-aligned PC of the instruction + 8 (ARM) or + 4 (Thumb)
@@ -333,26 +344,12 @@ def _register_writeback(ci: capstone.CsInsn, mem: arm.ArmOp, after: list, base: 
     return None
 
 
-_REDECODE: dict[str, capstone.Cs] = {}
-
-
-def register_writeback(insn: Insn) -> tuple[str, str, int] | None:
-    """For the fix-up: (base, rm, multiplier) when `insn` (decoded here) moves its base register
-    by rm * multiplier after the access (`ldr r0, [r1], r2`, `ldrd r0, r1, [r2, r3]!`,
-    `vld2.8 {d0, d1}, [r0], r2`), else None. The recipes say where the access goes; this, the
-    one effect they cannot hold."""
-    mode = "thumb" if insn.mode == "thumb" else "arm"
-    cs = _REDECODE.get(mode)
-    if cs is None:
-        cs = _REDECODE[mode] = capstone.Cs(capstone.CS_ARCH_ARM, (capstone.CS_MODE_THUMB if mode == "thumb" else
-                                                                  capstone.CS_MODE_ARM) | capstone.CS_MODE_LITTLE_ENDIAN)
-        cs.detail = True
-    ci = next(cs.disasm(insn.raw, insn.pc & MASK32, 1), None)
-    if ci is None:
-        return None
-    name = ci.insn_name()
+def _writeback_by(ci: capstone.CsInsn, name: str, thumb: bool) -> tuple[str, str, int] | None:
+    """(base, rm, multiplier) when the instruction moves its base register by rm * multiplier
+    after the access (`ldr r0, [r1], r2`, `ldrd r0, r1, [r2, r3]!`, `vld2.8 {d0, d1}, [r0], r2`),
+    else None: the recipe's `writeback_by`, which the fix-up performs."""
     if name.startswith(("vld", "vst")) and name not in ("vldr", "vstr") and name not in _MULTIPLE:
-        layout = neon_layout(_word(ci, mode == "thumb"))
+        layout = neon_layout(_word(ci, thumb))
         if layout is None or layout[4] in (13, 15):
             return None
         return _GPR_NAMES[layout[3]], _GPR_NAMES[layout[4]], 1

@@ -3,11 +3,11 @@ asked for prctl(PR_SET_UNALIGN, PR_UNALIGN_SIGBUS); then SIGBUS/BUS_ADRALN with 
 (regs->ior) in si_addr (arch/parisc/kernel/unaligned.c). Big-endian, and the stack grows up.
 capstone has no PA-RISC: the loads and stores that can be misaligned (ldh/ldw/sth/stw and the
 FPU's fldw/fldd/fstw/fstd, displacement and indexed forms) are decoded here, as the kernel's
-fix-up handler does."""
+fix-up handler does, into the one instruction model (isa/insn.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ...core.model import AccessKind
+from ..insn import Insn, MemOperand
 from .info import MECH_PRCTL, ArchInfo
 
 GPRS = ("r0", "r1", "rp", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13", "r14",
@@ -40,35 +40,26 @@ HPPA = ArchInfo(
 )
 
 
-@dataclass(frozen=True)
-class MemInsn:
-    name: str
-    size: int
-    kind: str  # "load" | "store"
-    reg: int  # the loaded or stored register
-    base: int
-    index: int | None  # indexed form: base + index (times size when scaled)
-    scaled: bool
-    disp: int
-    float_reg: bool = False
-    right: bool = False  # fldw/fstw: the right half of the 64-bit float register (gdb's frNR)
-
-    @property
-    def reg_names(self) -> tuple[str, ...]:
-        """The data registers as gdb names them, in address order: a double is gdb's two
-        32-bit halves frN (the high word, first in memory) and frNR."""
-        if not self.float_reg:
-            return (GPRS[self.reg],)
-        if self.size == 8:
-            return (f"fr{self.reg}", f"fr{self.reg}R")
-        return (f"fr{self.reg}" + ("R" if self.right else ""),)
-
-    @property
-    def text(self) -> str:
-        where = (f"{GPRS[self.index]}({GPRS[self.base]})" if self.index is not None else f"{self.disp}({GPRS[self.base]})")
-        name = self.name + (",s" if self.scaled else "")
-        reg = self.reg_names[0]
-        return f"{name} {where},{reg}" if self.kind == "load" else f"{name} {reg},{where}"
+def _insn(word: int, pc: int, name: str, size: int, kind: str, reg: int, base: int, index: int | None, scaled: bool,
+          disp: int, float_reg: bool = False, right: bool = False) -> Insn:
+    """One load or store in the one instruction model. The data registers as gdb names them, in
+    address order: a double is gdb's two 32-bit halves frN (the high word, first in memory) and
+    frNR; fldw/fstw's `right` is the right half of the 64-bit float register (frNR)."""
+    if not float_reg:
+        data: tuple[str, ...] = (GPRS[reg],)
+    elif size == 8:
+        data = (f"fr{reg}", f"fr{reg}R")
+    else:
+        data = (f"fr{reg}" + ("R" if right else ""),)
+    where = f"{GPRS[index]}({GPRS[base]})" if index is not None else f"{disp}({GPRS[base]})"
+    name += ",s" if scaled else ""
+    ops = f"{where},{data[0]}" if kind == "load" else f"{data[0]},{where}"
+    # base + index * size for the scaled indexed form
+    op = MemOperand(base=GPRS[base], index=GPRS[index] if index is not None else None, scale=size if scaled else 1,
+                    disp=disp, segment=None, size=size, kind=AccessKind.READ if kind == "load" else AccessKind.WRITE,
+                    implicit=False, addr_size=4, data=data, float_data=float_reg)
+    return Insn(pc=pc, size=4, mnemonic=name, op_str=ops, rep=False, operands=(op,), flow="next", name=name,
+                raw=word.to_bytes(4, "big"), arch="hppa")
 
 
 def _low_sign_ext(value: int, bits: int) -> int:
@@ -83,13 +74,13 @@ _DISP14 = {0x11: ("ldh", 2, "load"), 0x12: ("ldw", 4, "load"), 0x19: ("sth", 2, 
 _EXT4 = {1: ("ldh", 2, "load"), 2: ("ldw", 4, "load"), 9: ("sth", 2, "store"), 10: ("stw", 4, "store")}
 
 
-def decode(word: int) -> MemInsn | None:
+def decode(word: int, pc: int = 0) -> Insn | None:
     """A PA-RISC 1.1 load or store that can fault on alignment, else None."""
     op = word >> 26
     base, field = (word >> 21) & 0x1F, (word >> 16) & 0x1F
     if op in _DISP14:
         name, size, kind = _DISP14[op]
-        return MemInsn(name, size, kind, field, base, None, False, _low_sign_ext(word & 0x3FFF, 14))
+        return _insn(word, pc, name, size, kind, field, base, None, False, _low_sign_ext(word & 0x3FFF, 14))
     modify, short, ua = (word >> 5) & 1, (word >> 12) & 1, (word >> 13) & 1
     if op in (0x09, 0x0B):  # coprocessor word/doubleword: fldw/fstw, fldd/fstd
         if modify or (word >> 7) & 3:
@@ -98,7 +89,7 @@ def decode(word: int) -> MemInsn | None:
         size = 4 if op == 0x09 else 8
         name = ("fst" if store else "fld") + ("w" if size == 4 else "d")
         disp = _low_sign_ext(field, 5) if short else 0
-        return MemInsn(name, size, "store" if store else "load", word & 0x1F, base, None if short else field,
+        return _insn(word, pc, name, size, "store" if store else "load", word & 0x1F, base, None if short else field,
                        bool(ua) and not short, disp, float_reg=True, right=size == 4 and bool((word >> 6) & 1))
     if op != 0x03:
         return None
@@ -108,8 +99,8 @@ def decode(word: int) -> MemInsn | None:
     name, size, kind = _EXT4[ext4]
     if short:
         if kind == "load":
-            return MemInsn(name, size, kind, word & 0x1F, base, None, False, _low_sign_ext(field, 5))
-        return MemInsn(name, size, kind, field, base, None, False, _low_sign_ext(word & 0x1F, 5))
+            return _insn(word, pc, name, size, kind, word & 0x1F, base, None, False, _low_sign_ext(field, 5))
+        return _insn(word, pc, name, size, kind, field, base, None, False, _low_sign_ext(word & 0x1F, 5))
     if kind != "load":
         return None  # stores have no indexed form
-    return MemInsn(name, size, kind, word & 0x1F, base, field, bool(ua), 0)
+    return _insn(word, pc, name, size, kind, word & 0x1F, base, field, bool(ua), 0)

@@ -55,6 +55,10 @@ class ArchInfo:
     qemu_cpu: str | None = None
     triplet: str | None = None  # the GNU triplet of its cross toolchain (Debian package names)
     capstone: tuple[int, int] | None = None  # (CS_ARCH_*, CS_MODE_*) when capstone decodes it
+    # The module of isa/arch that decodes its instructions into the one instruction model for
+    # decode.Decoder (the step engine), with their evaluation: None where only signal mode
+    # decodes them (isa/strict.py) or, x86-64, decode.py itself.
+    insn_module: str | None = None
     # The C calling convention, for calling prctl in the inferior by redirecting a thread.
     call_args: tuple[str, ...] = ()
     call_ret: str = ""
@@ -62,6 +66,20 @@ class ArchInfo:
     call_target: str | None = None  # a register that must hold the callee's address (Alpha pv)
     stack_align: int = 16
     stack_grows_up: bool = False  # PA-RISC: the free stack is above sp, the live frames below
+    # Several instruction sets (ARM, Thumb): their names (the one with `mode_bit` clear first),
+    # the register and bit that select one, which a load into the PC also sets from the loaded
+    # address's bit 0 (interworking, ARMv5T and later), and the one the distribution's compiler
+    # emits where no symbol says (Debian: Thumb-2 on armhf, ARM on armel).
+    modes: tuple[str, ...] = ()
+    mode_reg: str | None = None
+    mode_bit: int = 0
+    default_mode: str = ""
+    # Floating-point registers are 64 bits wide and a single lives in the low word of one
+    # (MIPS64's FR=1): a 4-byte float access moves those bits, the upper word kept.
+    fpr64: bool = False
+    # Why only the step engine can trace its programs under qemu-user (the emulator performs
+    # misaligned accesses without a trap); None where signal mode can.
+    step_only: str | None = None
     # x86 only: the trap engine's flag bits and the syscalls it follows.
     flags: str = ""
     ac_bit: int = 0  # EFLAGS.AC: alignment check (PLATFORM.md)
@@ -76,6 +94,13 @@ class ArchInfo:
     def si_addr_is_data(self) -> bool:
         """Whether SIGBUS si_addr is the data address (x86 #AC gives NULL, riscv the PC)."""
         return self.si_addr == "data"
+
+    def mode(self, mode_value: int) -> str:
+        """The instruction set a thread runs, from the value of its `mode_reg` ("arm" or
+        "thumb"); "" where the architecture has one."""
+        if not self.modes:
+            return ""
+        return self.modes[1] if mode_value & self.mode_bit else self.modes[0]
 
     @property
     def pc_writable(self) -> str:

@@ -38,6 +38,7 @@ _COMMON = dict(
     return_address="ra",
     call_target="t9",  # o32 PIC: a callee computes its gp from t9
     stack_align=8,
+    insn_module="mips_insn",
 )
 
 MIPS = ArchInfo(name="mips", endian="big", qemu="qemu-mips", triplet="mips-linux-gnu", **_COMMON)  # type: ignore[arg-type]
@@ -48,7 +49,7 @@ MIPSEL = ArchInfo(name="mipsel", endian="little", qemu="qemu-mipsel", triplet="m
 GPRS64 = GPRS[:8] + ("a4", "a5", "a6", "a7", "t0", "t1", "t2", "t3") + GPRS[16:]
 MIPS64EL = ArchInfo(**{**_COMMON, "gdb_names": ("mips:isa64", "mips:5000", "mips:octeon", "mips:loongson"),
                        "elf_class": 64, "gprs": GPRS64, "prctl_nr": 5153, "stack_align": 16,
-                       "call_args": ("a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7")},  # type: ignore[arg-type]
+                       "call_args": ("a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7"), "fpr64": True},  # type: ignore[arg-type]
                     name="mips64el", endian="little", qemu="qemu-mips64el", triplet="mips64el-linux-gnuabi64")
 
 NOP = 0x00000000  # sll zero, zero, 0

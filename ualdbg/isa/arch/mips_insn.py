@@ -1,4 +1,4 @@
-"""MIPS32 loads and stores as `decode.Insn` recipes, from capstone 5 (CS_ARCH_MIPS): the memory
+"""MIPS32 loads and stores as recipes of the one instruction model (isa/insn.py), from capstone 5 (CS_ARCH_MIPS): the memory
 operand of each (base + 16-bit displacement; the indexed FPU forms base + index), the data
 registers as gdb names them, and signedness, for the step engine and for the fix-up of signal
 mode alike. lwl/lwr/swl/swr are the unaligned-access idiom itself (they never trap, each touches
@@ -16,7 +16,7 @@ import capstone
 from capstone import mips
 
 from ...core.model import Access, AccessKind
-from ..decode import Insn, MemOperand, RegisterUnavailable
+from ..insn import Insn, MemOperand, RegisterUnavailable
 
 MASK32 = 0xFFFFFFFF
 MASK64 = (1 << 64) - 1

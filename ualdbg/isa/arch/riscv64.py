@@ -24,4 +24,6 @@ RISCV64 = ArchInfo(
     prctl_nr=167,
     qemu="qemu-riscv64",
     triplet="riscv64-linux-gnu",
+    insn_module="riscv_insn",
+    step_only="qemu-riscv64 performs misaligned accesses without a trap",
 )

@@ -1,4 +1,4 @@
-"""RISC-V 64 (RV64GC) loads, stores and atomics as `decode.Insn` recipes, from capstone 5
+"""RISC-V 64 (RV64GC) loads, stores and atomics as recipes of the one instruction model (isa/insn.py), from capstone 5
 (CS_ARCH_RISCV with the compressed extension), for the step engine: every misaligned access
 a core without misaligned support traps on, and that the Linux kernel then emulates slowly
 (or, on recent kernels, sends SIGBUS for after prctl(PR_SET_UNALIGN)). capstone gives a
@@ -12,7 +12,7 @@ import capstone
 from capstone import riscv
 
 from ...core.model import Access, AccessKind
-from ..decode import Insn, MemOperand, RegisterUnavailable
+from ..insn import Insn, MemOperand, RegisterUnavailable
 
 MASK64 = (1 << 64) - 1
 _R, _W, _RW = AccessKind.READ, AccessKind.WRITE, AccessKind.READ_WRITE

@@ -3,7 +3,8 @@ for prctl(PR_SET_UNALIGN, PR_UNALIGN_SIGBUS); then SIGBUS/BUS_ADRALN with the da
 (arch/sh/kernel/traps_32.c). Little-endian as Debian builds it; 16-bit instructions. capstone 5
 has SH but does not give operands ualdbg can perform: the moves that can be misaligned (mov.w,
 mov.l and fmov.s in every addressing mode but the PC-relative ones, which are aligned by
-construction) are decoded here, as the kernel's handle_unaligned_ins does.
+construction) are decoded here, as the kernel's handle_unaligned_ins does, into the one
+instruction model (isa/insn.py). Measured against capstone 5's SH: docs/ARCHITECTURES.md.
 
 Branches have a delay slot. qemu-sh4 reports a fault in a slot with the PC at the slot (Linux
 puts it at the branch) and keeps its own "in a delay slot" state, so whatever the PC is set to
@@ -13,8 +14,10 @@ performs the access, steps once through a `nop` and sets the PC to where the bra
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 
+from ...core.model import AccessKind
+from ..insn import Insn, MemOperand
 from .info import MECH_PRCTL, ArchInfo
 
 SH4 = ArchInfo(
@@ -42,75 +45,76 @@ NOP = 0x0009
 FPSCR_SZ = 1 << 20  # fmov moves 64-bit register pairs
 
 
-@dataclass(frozen=True)
-class MemInsn:
-    name: str
-    size: int
-    kind: str  # "load" | "store"
-    reg: str  # the loaded or stored register, as gdb names it (r5, fr3)
-    base: str  # r0..r15, or gbr
-    index: str | None  # @(R0,Rn): r0
-    disp: int
-    update: int = 0  # @Rm+: +size after the access; @-Rn: -size before it (disp is -size then)
-    float_reg: bool = False
+def _insn(w: int, pc: int, name: str, size: int, kind: str, reg: str, base: str, index: str | None, disp: int,
+          update: int = 0, float_reg: bool = False) -> Insn:
+    """One move in the one instruction model. `update`: @Rm+ moves the base by +size after the
+    access, @-Rn by -size before it (disp is -size then): the recipe's writeback. A mov.w/mov.l
+    load sign-extends into 32 bits."""
+    if index:
+        where = f"@(r0,{base})"
+    elif update > 0:
+        where = f"@{base}+"
+    elif update < 0:
+        where = f"@-{base}"
+    elif disp or base == "gbr":
+        where = f"@({disp},{base})"
+    else:
+        where = f"@{base}"
+    load = kind == "load"
+    op = MemOperand(base=base, index=index, scale=1, disp=disp, segment=None, size=size,
+                    kind=AccessKind.READ if load else AccessKind.WRITE, implicit=False, addr_size=4, data=(reg,),
+                    signed=load and not float_reg, float_data=float_reg, writeback=update)
+    return Insn(pc=pc, size=2, mnemonic=name, op_str=f"{where},{reg}" if load else f"{reg},{where}", rep=False,
+                operands=(op,), flow="next", name=name, raw=w.to_bytes(2, "little"), arch="sh4")
 
-    @property
-    def signed(self) -> bool:
-        return self.kind == "load" and not self.float_reg  # mov.w sign-extends into 32 bits
 
-    @property
-    def text(self) -> str:
-        if self.index:
-            where = f"@(r0,{self.base})"
-        elif self.update > 0:
-            where = f"@{self.base}+"
-        elif self.update < 0:
-            where = f"@-{self.base}"
-        elif self.disp or self.base == "gbr":
-            where = f"@({self.disp},{self.base})"
-        else:
-            where = f"@{self.base}"
-        return f"{self.name} {where},{self.reg}" if self.kind == "load" else f"{self.name} {self.reg},{where}"
+def refine(insn: Insn, op: MemOperand, fpscr: int) -> tuple[Insn, MemOperand]:
+    """What the instruction word alone does not say: fmov moves 8 bytes (a register pair) while
+    FPSCR.SZ is set; such a pair is not performed (no data registers)."""
+    if not op.float_data or not fpscr & FPSCR_SZ:
+        return insn, op
+    op = replace(op, size=8, data=(), writeback=op.writeback * 2, disp=op.disp * 2)
+    return replace(insn, mnemonic=insn.mnemonic.replace("fmov.s", "fmov"), operands=(op,)), op
 
 
 def _r(n: int) -> str:
     return f"r{n}"
 
 
-def decode(w: int) -> MemInsn | None:
+def decode(w: int, pc: int = 0) -> Insn | None:
     """An SH-4 move that can fault on alignment, else None (bytes cannot be misaligned)."""
     top, n, m, lo = w >> 12, (w >> 8) & 0xF, (w >> 4) & 0xF, w & 0xF
     if top == 0x2 and lo in (1, 2, 5, 6):  # mov.w/mov.l Rm,@Rn and Rm,@-Rn
         size = 2 if lo in (1, 5) else 4
         pre = lo in (5, 6)
-        return MemInsn(f"mov.{'w' if size == 2 else 'l'}", size, "store", _r(m), _r(n), None,
+        return _insn(w, pc, f"mov.{'w' if size == 2 else 'l'}", size, "store", _r(m), _r(n), None,
                        -size if pre else 0, -size if pre else 0)
     if top == 0x6 and lo in (1, 2, 5, 6):  # mov.w/mov.l @Rm,Rn and @Rm+,Rn
         size = 2 if lo in (1, 5) else 4
         post = lo in (5, 6)  # @Rm+ into Rm itself: the loaded value wins (engines/fixup.py)
-        return MemInsn(f"mov.{'w' if size == 2 else 'l'}", size, "load", _r(n), _r(m), None, 0,
+        return _insn(w, pc, f"mov.{'w' if size == 2 else 'l'}", size, "load", _r(n), _r(m), None, 0,
                        size if post else 0)
     if top == 0x0 and lo in (5, 6, 0xD, 0xE):  # @(R0,Rn)
         size = 2 if lo in (5, 0xD) else 4
         load = lo >= 0xD
-        return MemInsn(f"mov.{'w' if size == 2 else 'l'}", size, "load" if load else "store",
+        return _insn(w, pc, f"mov.{'w' if size == 2 else 'l'}", size, "load" if load else "store",
                        _r(n) if load else _r(m), _r(m) if load else _r(n), "r0", 0)
     if top == 0x1:  # mov.l Rm,@(disp,Rn)
-        return MemInsn("mov.l", 4, "store", _r(m), _r(n), None, lo * 4)
+        return _insn(w, pc, "mov.l", 4, "store", _r(m), _r(n), None, lo * 4)
     if top == 0x5:  # mov.l @(disp,Rm),Rn
-        return MemInsn("mov.l", 4, "load", _r(n), _r(m), None, lo * 4)
+        return _insn(w, pc, "mov.l", 4, "load", _r(n), _r(m), None, lo * 4)
     if top == 0x8 and n in (1, 5):  # mov.w R0,@(disp,Rn) / mov.w @(disp,Rm),R0
-        return MemInsn("mov.w", 2, "store" if n == 1 else "load", "r0", _r(m), None, lo * 2)
+        return _insn(w, pc, "mov.w", 2, "store" if n == 1 else "load", "r0", _r(m), None, lo * 2)
     if top == 0xC and n in (1, 2, 5, 6):  # @(disp,GBR)
         size = 2 if n in (1, 5) else 4
-        return MemInsn(f"mov.{'w' if size == 2 else 'l'}", size, "store" if n <= 2 else "load", "r0", "gbr",
+        return _insn(w, pc, f"mov.{'w' if size == 2 else 'l'}", size, "store" if n <= 2 else "load", "r0", "gbr",
                        None, (w & 0xFF) * size)
     if top == 0xF and lo in (6, 7, 8, 9, 0xA, 0xB):  # fmov.s (4 bytes while FPSCR.SZ is 0)
         load = lo in (6, 8, 9)
         reg = f"fr{n}" if load else f"fr{m}"
         base = _r(m) if load else _r(n)
         update = 4 if lo == 9 else -4 if lo == 0xB else 0
-        return MemInsn("fmov.s", 4, "load" if load else "store", reg, base, "r0" if lo in (6, 7) else None,
+        return _insn(w, pc, "fmov.s", 4, "load" if load else "store", reg, base, "r0" if lo in (6, 7) else None,
                        -4 if update < 0 else 0, update, float_reg=True)
     return None
 

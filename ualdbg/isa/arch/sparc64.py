@@ -2,13 +2,16 @@
 SIGBUS/BUS_ADRALN with the data address in si_addr (arch/sparc/kernel/traps_64.c, do_mna; user
 accesses are not fixed up). Big-endian; a delayed-branch machine with PC and nPC. capstone 5's
 SPARC decoder misses integer ldd/std and the alternate-space forms, so the load/store format
-(op=3), which is all a fix-up needs, is decoded here from the manual (SPARC V9, appendix A)."""
+(op=3), which is all a fix-up needs, is decoded here from the manual (SPARC V9, appendix A),
+into the one instruction model (isa/insn.py). Measured against capstone: docs/ARCHITECTURES.md."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import capstone
 
+from ...core.model import AccessKind
+from ..insn import Insn, MemOperand
 from .info import MECH_NATIVE, ArchInfo
 
 GPRS = ("g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7",
@@ -77,49 +80,47 @@ ASI_BIG = frozenset({0x80, 0x81, 0x82, 0x83})  # ASI_P, ASI_S, ASI_PNF, ASI_SNF
 ASI_LITTLE = frozenset({0x88, 0x89, 0x8A, 0x8B})  # ..._L
 
 
-@dataclass(frozen=True)
-class MemInsn:
-    """One decoded SPARC load/store: how to compute its address and which register it uses."""
-
-    fmt: MemFormat
-    rd: int  # the destination (load) or source (store) register number, as encoded
-    rs1: int
-    rs2: int | None  # index register, or None with an immediate
-    simm13: int
-    asi: int | None  # immediate ASI of an alternate form; None: %asi register (i=1) or none
-
-    @property
-    def text(self) -> str:
-        addr = f"%{GPRS[self.rs1]}"
-        if self.rs2:  # [%rs1 + %g0] is [%rs1]
-            addr += f" + %{GPRS[self.rs2]}"
-        elif self.simm13:
-            addr += f" {'-' if self.simm13 < 0 else '+'} {abs(self.simm13):#x}"
-        mem = f"[{addr}]" + ("" if not self.fmt.alternate else (f" {self.asi:#x}" if self.asi is not None else " %asi"))
-        reg = "%" + self.reg_names()[0]
-        if self.fmt.kind == LOAD:
-            return f"{self.fmt.name} {mem}, {reg}"
-        if self.fmt.kind == CAS:
-            return f"{self.fmt.name} {mem}, %{GPRS[self.rs2 or 0]}, {reg}"
-        if self.fmt.kind == SWAP:
-            return f"{self.fmt.name} {mem}, {reg}"
-        return f"{self.fmt.name} {reg}, {mem}"
-
-    def reg_names(self) -> list[str]:
-        """The register(s) the data goes to or comes from, most significant first."""
-        f = self.fmt
-        if f.reg_file == "int":
-            return [GPRS[self.rd & ~1], GPRS[self.rd | 1]] if f.pair else [GPRS[self.rd]]
-        if f.reg_file == "float":
-            return [f"f{self.rd}"]
-        # Doubles and quads: bit 0 of rd is bit 5 of the register number (f32..f62).
-        n = (self.rd & 0x1E) | ((self.rd & 1) << 5)
-        if f.reg_file == "double":
-            return [f"f{n}"] if n >= 32 else [f"f{n}", f"f{n + 1}"]
-        return [f"f{n}", f"f{n + 2}"] if n >= 32 else [f"f{n + k}" for k in range(4)]
+def reg_names(fmt: MemFormat, rd: int) -> list[str]:
+    """The register(s) the data goes to or comes from, most significant first."""
+    if fmt.reg_file == "int":
+        return [GPRS[rd & ~1], GPRS[rd | 1]] if fmt.pair else [GPRS[rd]]
+    if fmt.reg_file == "float":
+        return [f"f{rd}"]
+    # Doubles and quads: bit 0 of rd is bit 5 of the register number (f32..f62).
+    n = (rd & 0x1E) | ((rd & 1) << 5)
+    if fmt.reg_file == "double":
+        return [f"f{n}"] if n >= 32 else [f"f{n}", f"f{n + 1}"]
+    return [f"f{n}", f"f{n + 2}"] if n >= 32 else [f"f{n + k}" for k in range(4)]
 
 
-def decode(word: int) -> MemInsn | None:
+def _data(fmt: MemFormat, names: list[str]) -> tuple[str, ...]:
+    """The data registers as gdb moves them: integer registers (ldd/std: the pair), a single
+    fN, a double as gdb's dN (f0..f30 pairs; f32..f62 are doubles already), a quad as qN."""
+    if fmt.reg_file == "double":
+        return (names[0],) if len(names) == 1 else ("d" + names[0][1:],)
+    if fmt.reg_file == "quad":
+        return ("q" + names[0][1:],)
+    return tuple(names)
+
+
+def _endian(fmt: MemFormat, asi: int | None) -> str:
+    """The byte order an alternate-space form names ("asi": the %asi register decides)."""
+    if not fmt.alternate:
+        return ""
+    if asi is None:
+        return "asi"
+    return "big" if asi in ASI_BIG else "little" if asi in ASI_LITTLE else "unknown"
+
+
+def asi_endian(asi: int) -> str | None:
+    """The byte order of the %asi register's address space; None: not plain memory."""
+    return "big" if asi in ASI_BIG else "little" if asi in ASI_LITTLE else None
+
+
+_KIND = {LOAD: AccessKind.READ, STORE: AccessKind.WRITE, SWAP: AccessKind.READ_WRITE, CAS: AccessKind.READ_WRITE}
+
+
+def decode(word: int, pc: int = 0) -> Insn | None:
     """Decode one instruction word; None unless it is a load/store this module models."""
     if word >> 30 != 3:
         return None
@@ -127,9 +128,33 @@ def decode(word: int) -> MemInsn | None:
     if fmt is None:
         return None
     rd, rs1 = (word >> 25) & 0x1F, (word >> 14) & 0x1F
+    rs2: int | None
     if word >> 13 & 1:
         simm = word & 0x1FFF
         simm = simm - 0x2000 if simm & 0x1000 else simm
-        return MemInsn(fmt, rd, rs1, None, simm, None)
-    asi = (word >> 5) & 0xFF if fmt.alternate else None
-    return MemInsn(fmt, rd, rs1, word & 0x1F, 0, asi)
+        rs2, asi = None, None
+    else:
+        simm, rs2 = 0, word & 0x1F
+        asi = (word >> 5) & 0xFF if fmt.alternate else None
+    names = reg_names(fmt, rd)
+    addr = f"%{GPRS[rs1]}"
+    if rs2:  # [%rs1 + %g0] is [%rs1]
+        addr += f" + %{GPRS[rs2]}"
+    elif simm:
+        addr += f" {'-' if simm < 0 else '+'} {abs(simm):#x}"
+    mem = f"[{addr}]" + ("" if not fmt.alternate else (f" {asi:#x}" if asi is not None else " %asi"))
+    reg = "%" + names[0]
+    if fmt.kind == CAS:
+        # casa [rs1] asi, rs2, rd: the address is rs1 alone; rs2 is compared with memory
+        ops = f"{mem}, %{GPRS[rs2 or 0]}, {reg}"
+        op = MemOperand(base=GPRS[rs1], index=None, scale=1, disp=0, segment=None, size=fmt.size,
+                        kind=AccessKind.READ_WRITE, implicit=False, addr_size=8, data=(GPRS[rd],), rmw="cas",
+                        compare=GPRS[rs2 or 0], endian=_endian(fmt, asi))
+    else:
+        ops = f"{reg}, {mem}" if fmt.kind == STORE else f"{mem}, {reg}"
+        op = MemOperand(base=GPRS[rs1], index=GPRS[rs2] if rs2 is not None else None, scale=1, disp=simm,
+                        segment=None, size=fmt.size, kind=_KIND[fmt.kind], implicit=False, addr_size=8,
+                        data=_data(fmt, names), signed=fmt.signed, float_data=fmt.reg_file != "int",
+                        rmw="swap" if fmt.kind == SWAP else "", endian=_endian(fmt, asi))
+    return Insn(pc=pc, size=4, mnemonic=fmt.name, op_str=ops, rep=False, operands=(op,), flow="next",
+                name=fmt.name, raw=word.to_bytes(4, "big"), arch="sparc64")
