@@ -1,9 +1,11 @@
 """One ualdbg session inside one debugger: the fault recorder (engines/recorder.py: settings,
-scope, the shared trace buffer, the fault path) with the trap and the step engine that feed it."""
+scope, the shared trace buffer, the fault path) with the trap and the step engine that feed it,
+and the lifecycle (engines/lifecycle.py) that the adapters call at each event of a process."""
 from __future__ import annotations
 
 from ..core.target import Target
 from ..isa import arch as archmod
+from .lifecycle import Events, Lifecycle
 from .recorder import FaultRecorder
 from .step import StepEngine
 from .trap import TrapEngine
@@ -14,6 +16,8 @@ class Session(FaultRecorder):
         super().__init__(debugger)
         self.engine = TrapEngine(self)
         self.step = StepEngine(self)  # step mode (`--engine step`), enabled instead of the trap engine
+        self.events = Events()
+        self.lifecycle = Lifecycle(self, self.engine, self.step, self.events)
 
     @property
     def engine_name(self) -> str:
@@ -25,9 +29,3 @@ class Session(FaultRecorder):
     def fixup_reported(self) -> dict[int, int] | None:
         fixup = self.engine.fixup
         return fixup.reported if fixup is not None else None
-
-    def new_process(self) -> None:
-        """A run, an attach or an exec: addresses mean something new."""
-        super().new_process()
-        self.engine.forget_threads()
-        self.step.forget_threads()
