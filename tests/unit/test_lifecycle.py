@@ -276,3 +276,19 @@ def test_off_disarms_both_engines() -> None:
     s2.lifecycle.arm_point(t, control)
     s2.lifecycle.disarm(t)
     assert ("unstep", 7) in control.calls and not s2.step.enabled and not s2.step.threads
+
+
+def test_a_task_creating_syscall_starts_the_new_task_unarmed() -> None:
+    s, _ = _session()
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    s.lifecycle.syscall(t, 7, 435, entry=True)  # clone3, as lldb's site breakpoint knows it
+    assert not t.regs["eflags"] & AC and s.engine.in_clone == {7}
+    s.lifecycle.syscall(t, 7, 435, entry=False)
+    assert t.regs["eflags"] & AC and not s.engine.in_clone
+    t.regs.update(orig_rax=56, rax=-38 & 0xFFFFFFFFFFFFFFFF)  # gdb's catchpoint: read from registers
+    s.lifecycle.syscall(t)
+    assert not t.regs["eflags"] & AC and s.engine.in_clone == {7}
+    s2, _ = _session()
+    s2.lifecycle.syscall(t, 7, 435, entry=True)  # not armed: nothing to do
+    assert not s2.engine.in_clone

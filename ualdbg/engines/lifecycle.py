@@ -14,6 +14,7 @@ adapter's own per-process state, a line for the user).
     STEP_ARMED      arm_point, attached              the Target the step engine armed
     FAULT_RECORDED  fault                            the engine's Decision
     NEW_PROCESS     new_process (run, attach, exec)  the pid
+                    (syscall: a task made, a mask changed: the engines' own, nothing told)
     THREAD_EXITED   thread_exited, threads_gone      the tid
     EXITED          exited                           None
     DETACHING       before_detach                    the Target (or None)
@@ -161,6 +162,16 @@ class Lifecycle:
         self.step.forget_threads()
         self.recorder.program.pid = pid
         self.events.emit(Kind.NEW_PROCESS, pid)
+
+    def syscall(self, target: Target, tid: int | None = None, nr: int | None = None,
+                entry: bool | None = None) -> None:
+        """A thread is at the entry or the exit of a syscall that makes a task (clone, fork,
+        vfork, clone3) or changes its signal mask: the trap engine starts new tasks unarmed
+        and re-decides the thread's arming after a mask change. What the debugger does not
+        tell (gdb's catchpoint), the engine reads from the thread's registers. The step
+        engine's new threads are the adapters' own: gdb's inherit TF, lldb's thread plans are
+        not inherited (adapters/*/stepping.py)."""
+        self.engine.on_syscall(target, tid, nr, entry)
 
     def thread_exited(self, tid: int) -> None:
         self.engine.thread_exited(tid)

@@ -479,7 +479,7 @@ class GdbHooks:
 
     def on_syscall(self) -> int:
         with self.target_.event():
-            self.session.engine.on_syscall(self.target_)
+            self.session.lifecycle.syscall(self.target_)
             if self.session.step.enabled:
                 return self.step_control.on_syscall()
         return 0

@@ -660,32 +660,23 @@ class LldbHooks:
 
     def on_site(self, thread: lldb.SBThread, kind: str) -> bool:
         """A syscall site breakpoint's callback: True stops there (the step engine's break)."""
-        if kind == "entry" and _site_nr(thread, thread.GetFrameAtIndex(0).GetPC(), entry=True) == _MASK:
+        entry = kind == "entry"
+        # Which syscall is known by the site (at an exit, rax holds the result).
+        nr = _site_nr(thread, thread.GetFrameAtIndex(0).GetPC(), entry=entry)
+        if entry and nr == _MASK:
             self.open_sigtrap(thread)
             return False
-        if kind == "exit":
+        if not entry:
             self.close_sigtrap(thread)
         if self.session.step.enabled:
             # The step engine's new threads: their first stop is the exit of the clone that
             # made them (lldb's thread plans, unlike gdb's TF, are not inherited).
-            if kind == "exit" and _site_nr(thread, thread.GetFrameAtIndex(0).GetPC()) in _TASK:
+            if not entry and nr in _TASK:
                 return self.step_control.on_thread_start(thread)
             return False
-        e = self.session.engine
-        if not e.active:
-            return False
-        target = FaultSteppingLldbTarget(thread.GetProcess(), thread, self.queue_fault_step)
-        tid = int(thread.GetThreadID())
-        pc = thread.GetFrameAtIndex(0).GetPC()
-        if kind == "entry":
-            e.before_task_creation(target, tid)
-            return False
-        # An exit site: which syscall returned is known by the site (rax holds the result).
-        nr = _site_nr(thread, pc)
-        if nr in _TASK:
-            e.after_task_creation(target, tid)
-        elif nr == X86_64.sigprocmask_syscall:
-            e.after_mask_change(target, tid)
+        if self.session.engine.active and nr is not None:
+            target = FaultSteppingLldbTarget(thread.GetProcess(), thread, self.queue_fault_step)
+            self.session.lifecycle.syscall(target, int(thread.GetThreadID()), nr, entry)
         return False
 
     # -- no trap with SIGTRAP blocked -----------------------------------------------------------
