@@ -10,7 +10,7 @@ from stepfakes import FakeControl
 from stepfakes import FakeTarget as _FakeTarget
 
 from ualdbg.core.target import SigInfo
-from ualdbg.engines.lifecycle import Events, Kind
+from ualdbg.engines.lifecycle import Events, Kind, arm_function
 from ualdbg.engines.recorder import Decision
 from ualdbg.engines.session import Session
 from ualdbg.engines.step import ScopeRequest
@@ -292,3 +292,9 @@ def test_a_task_creating_syscall_starts_the_new_task_unarmed() -> None:
     s2, _ = _session()
     s2.lifecycle.syscall(t, 7, 435, entry=True)  # not armed: nothing to do
     assert not s2.engine.in_clone
+
+
+def test_a_stripped_program_is_armed_at_libc_start_main_and_told_so() -> None:
+    assert arm_function(True) == ("main", None)
+    name, said = arm_function(False)
+    assert name == "__libc_start_main" and said is not None and "no symbol `main`" in said

@@ -72,6 +72,15 @@ class Events:
             handler(payload)
 
 
+def arm_function(has_main: bool) -> tuple[str, str | None]:
+    """The function whose entry is the arm point with `--at main`: `main`, or for a stripped
+    program libc's `__libc_start_main` (which calls main, after only the program's constructors
+    and libc's own start-up); and, for the latter, the line that tells the user."""
+    if has_main:
+        return "main", None
+    return "__libc_start_main", "ualdbg: the program has no symbol `main` (stripped?): arming at __libc_start_main"
+
+
 class Lifecycle:
     """The decisions of one session over its processes, for the trap and the step engine. Every
     method runs while the debugger has the process stopped (or gone)."""

@@ -14,7 +14,7 @@ from typing import Any
 import gdb  # type: ignore[import-not-found]
 
 from ...core.target import SigInfo
-from ...engines.lifecycle import Kind
+from ...engines.lifecycle import Kind, arm_function
 from ...engines.recorder import Decision
 from ...engines.session import Session
 from ...isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP, SYSCALL_NAMES
@@ -230,16 +230,18 @@ class GdbHooks:
         self.installed = True
 
     def _arm_spec(self) -> str | None:
-        """`main`, or for a stripped program libc's `__libc_start_main` (which calls main, after
-        only the program's constructors and libc's own start-up)."""
+        """The arm point's breakpoint with `--at main` (lifecycle.arm_function)."""
         if self.session.at != "main":
             return None
         try:
             gdb.execute("info address main", to_string=True)
-            return "main"
+            has_main = True
         except gdb.error:
-            gdb.write("ualdbg: the program has no symbol `main` (stripped?): arming at __libc_start_main\n")
-            return "__libc_start_main"
+            has_main = False
+        name, said = arm_function(has_main)
+        if said:
+            gdb.write(said + "\n")
+        return name
 
     def _place_arm_point(self) -> None:
         spec = self._arm_spec()

@@ -16,7 +16,7 @@ from typing import Any
 
 import lldb  # type: ignore[import-not-found]
 
-from ...engines.lifecycle import Kind
+from ...engines.lifecycle import Kind, arm_function
 from ...engines.procfs import blocked_signals
 from ...engines.recorder import Decision
 from ...engines.session import Session
@@ -498,13 +498,13 @@ class LldbHooks:
         return [found.GetBreakpointAtIndex(i) for i in range(found.GetSize())]
 
     def _arm_function(self, target: lldb.SBTarget) -> str:
-        """`main`, or for a stripped program libc's `__libc_start_main` (which calls main, after
-        only the program's constructors and libc's own start-up), as gdb's adapter does."""
+        """The arm point's function with `--at main` (lifecycle.arm_function)."""
         exe = target.GetModuleAtIndex(0) if target.GetNumModules() else None
-        if exe is None or not exe.IsValid() or exe.FindSymbols("main", lldb.eSymbolTypeCode).GetSize():
-            return "main"
-        self.notices.append("ualdbg: the program has no symbol `main` (stripped?): arming at __libc_start_main")
-        return "__libc_start_main"
+        has_main = exe is None or not exe.IsValid() or bool(exe.FindSymbols("main", lldb.eSymbolTypeCode).GetSize())
+        name, said = arm_function(has_main)
+        if said:
+            self.notices.append(said)
+        return name
 
     def _place_arm_point(self, target: lldb.SBTarget) -> None:
         for bp in self._ours(target, "arm_point_hit"):
