@@ -114,8 +114,7 @@ def _off(p: Parser) -> Runner:
         s = host.session
         s.breaking = s.tracing = False
         s.buffer.stopped_at = s.buffer.stopped_at or None
-        s.engine.disarm(host.target())
-        s.step.disarm(host.target())
+        s.lifecycle.disarm(host.target())
         host.uninstall()
         if s.engine.fixup is not None:
             return [f"ualdbg: off; {s.engine.fixup.off_summary()}, signal settings restored"]

@@ -50,8 +50,7 @@ def _stop(p: Parser) -> Runner:
         s.tracing = False
         s.buffer.stopped_at = s.buffer.started_at + s.buffer.now()
         if not s.breaking:
-            s.engine.disarm(host.target())
-            s.step.disarm(host.target())
+            s.lifecycle.disarm(host.target())
             host.uninstall()
         return [f"ualdbg: trace stopped; {s.buffer.total} faults recorded"]
 

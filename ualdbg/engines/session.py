@@ -1,6 +1,7 @@
 """One ualdbg session inside one debugger: the fault recorder (engines/recorder.py: settings,
 scope, the shared trace buffer, the fault path) with the trap and the step engine that feed it,
-and what it hands render/: its TraceResult and the report of its last fault."""
+and what it hands render/ (its TraceResult and the report of its last fault), and the lifecycle
+(engines/lifecycle.py) that the adapters call at each event of a process."""
 from __future__ import annotations
 
 import platform
@@ -9,6 +10,7 @@ from ..core.result import StepSummary, TraceResult, sites_of
 from ..core.target import Target
 from ..isa import arch as archmod
 from ..render.report import fault_report
+from .lifecycle import Events, Lifecycle
 from .recorder import FaultRecorder
 from .step import StepEngine
 from .trap import TrapEngine
@@ -19,6 +21,8 @@ class Session(FaultRecorder):
         super().__init__(debugger)
         self.engine = TrapEngine(self)
         self.step = StepEngine(self)  # step mode (`--engine step`), enabled instead of the trap engine
+        self.events = Events()
+        self.lifecycle = Lifecycle(self, self.engine, self.step, self.events, self.break_report)
 
     @property
     def engine_name(self) -> str:
@@ -30,12 +34,6 @@ class Session(FaultRecorder):
     def fixup_reported(self) -> dict[int, int] | None:
         fixup = self.engine.fixup
         return fixup.reported if fixup is not None else None
-
-    def new_process(self) -> None:
-        """A run, an attach or an exec: addresses mean something new."""
-        super().new_process()
-        self.engine.forget_threads()
-        self.step.forget_threads()
 
     def result(self) -> TraceResult:
         """What this session has recorded, for the JSON document (render/jsondoc.py)."""

@@ -301,15 +301,20 @@ class TrapEngine:
         # A program that single-steps itself (TF already set) still gets its own SIGTRAP.
         return Decision.NOT_OURS if tf_was_set else Decision.RESUME
 
-    def on_syscall(self, target: Target) -> None:
-        """At entry and exit of clone/fork/vfork/clone3 and rt_sigprocmask (gdb's catchpoint)."""
+    def on_syscall(self, target: Target, tid: int | None = None, nr: int | None = None,
+                   entry: bool | None = None) -> None:
+        """At entry and exit of clone/fork/vfork/clone3 and rt_sigprocmask: gdb's catchpoint
+        (the current thread; the syscall and the side read from its registers), lldb's site
+        breakpoints (which know both)."""
         if not self.active or self.fixup is not None:
             return
         a = self._arch(target)
-        tid = target.current_tid()
-        nr = target.read_register(a.syscall_nr, tid)
-        ret = target.read_register(a.syscall_ret, tid)
-        entry = ret == (-archmod.ENOSYS & 0xFFFFFFFFFFFFFFFF)
+        if tid is None:
+            tid = target.current_tid()
+        if nr is None:
+            nr = target.read_register(a.syscall_nr, tid)
+        if entry is None:
+            entry = target.read_register(a.syscall_ret, tid) == (-archmod.ENOSYS & 0xFFFFFFFFFFFFFFFF)
         if nr in a.task_creating_syscalls:
             if entry:
                 self.before_task_creation(target, tid)

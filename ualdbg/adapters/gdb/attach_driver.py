@@ -11,6 +11,8 @@ from typing import Any
 import gdb  # type: ignore[import-not-found]
 
 from ...core.progress import ProgressFile, SitesFile
+from ...engines.lifecycle import Kind
+from ...engines.recorder import Decision
 from ...render.jsondoc import build_document, dump
 from .install import install, installed
 
@@ -41,11 +43,11 @@ def main(config_json: str) -> None:
     progress = ProgressFile(cfg.get("progress"))
     sites = SitesFile(cfg.get("sites"))
 
-    def recorded() -> None:
+    def recorded(decision: Decision) -> None:
         progress.tick(session)
         sites.tick(session)
 
-    hooks.on_fault_recorded = recorded
+    session.events.subscribe(Kind.FAULT_RECORDED, recorded)
     hooks.driver = True
     status: dict[str, Any] = {"exit_status": None, "exit_signal": None, "error": None, "detached": False}
     pid = int(cfg["attach_pid"])

@@ -8,6 +8,7 @@ from typing import Any
 import gdb  # type: ignore[import-not-found]
 
 from ...core.progress import ProgressFile
+from ...engines.lifecycle import Kind
 from ...render.jsondoc import build_document, dump
 from .install import install, installed
 
@@ -17,7 +18,7 @@ def main(config_json: str) -> None:
     session = install()
     host, hooks = installed()
     progress = ProgressFile(cfg.get("progress"))
-    hooks.on_fault_recorded = lambda: progress.tick(session)
+    session.events.subscribe(Kind.FAULT_RECORDED, lambda decision: progress.tick(session))
     hooks.driver = True  # this loop takes the steps after delay-slot faults (hooks.finish_slot)
     args = ["--buffer", str(cfg["buffer"]), "--at", cfg["at"]]
     if cfg.get("all_modules"):

@@ -14,6 +14,7 @@ from typing import Any
 import gdb  # type: ignore[import-not-found]
 
 from ...core.target import SigInfo
+from ...engines.lifecycle import Kind, arm_function
 from ...engines.recorder import Decision
 from ...engines.session import Session
 from ...isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP, SYSCALL_NAMES
@@ -85,7 +86,10 @@ class ArmPoint(gdb.Breakpoint):
 
 
 class GdbHooks:
-    """All of ualdbg's presence in one gdb: installed by `break`/`trace start`, removed by `off`."""
+    """All of ualdbg's presence in one gdb: installed by `break`/`trace start`, removed by `off`.
+    What the engines do at each event of the process is the session's lifecycle
+    (engines/lifecycle.py); this translates gdb's events into its calls and carries out its
+    verdicts with gdb's means (catchpoints, `handle` settings, held threads)."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -100,7 +104,6 @@ class GdbHooks:
         self.passing: dict[int, bool] = {SIGBUS: False, SIGTRAP: False}
         self.report_pending: list[str] | None = None
         self.env_fixed = False
-        self.on_fault_recorded: Any = None  # the batch driver's progress callback
         self.restore_pass_on_resume = False
         self.seen_pid: int | None = None
         self.loader_armed = False
@@ -128,6 +131,7 @@ class GdbHooks:
         gdb.events.thread_exited.connect(self.on_thread_exit) if hasattr(gdb.events, "thread_exited") else None
         gdb.events.new_thread.connect(self.on_new_thread)
         gdb.events.before_prompt.connect(self.on_prompt)
+        session.events.subscribe(Kind.STEP_ARMED, lambda target: self.hint_all_stop())
 
     # -- the Host side ---------------------------------------------------------------------
     def target(self) -> GdbTarget | None:
@@ -226,16 +230,18 @@ class GdbHooks:
         self.installed = True
 
     def _arm_spec(self) -> str | None:
-        """`main`, or for a stripped program libc's `__libc_start_main` (which calls main, after
-        only the program's constructors and libc's own start-up)."""
+        """The arm point's breakpoint with `--at main` (lifecycle.arm_function)."""
         if self.session.at != "main":
             return None
         try:
             gdb.execute("info address main", to_string=True)
-            return "main"
+            has_main = True
         except gdb.error:
-            gdb.write("ualdbg: the program has no symbol `main` (stripped?): arming at __libc_start_main\n")
-            return "__libc_start_main"
+            has_main = False
+        name, said = arm_function(has_main)
+        if said:
+            gdb.write(said + "\n")
+        return name
 
     def _place_arm_point(self) -> None:
         spec = self._arm_spec()
@@ -345,19 +351,7 @@ class GdbHooks:
     def before_detach(self) -> None:
         try:
             with self.hold_running(self.touched_threads()):
-                target = self.target() or (self.target_ if self.target_.held else None)
-                if target is not None and (self.session.engine.armed or self.session.engine.pending):
-                    self.session.engine.disarm(target)
-                    self.session.engine.active = False
-                step = self.session.step
-                if target is not None and step.threads:
-                    # A stepped thread keeps TF: detached, its next instruction would kill it.
-                    # The scope stays chosen: an `attach` arms it again (on_stop).
-                    live = set(target.threads())
-                    for tid in [t for t in step.threads if t in live]:
-                        self.step_control.unstep(target, tid)
-                    self.step_control.clear_breakpoints()
-                    step.forget_threads()
+                self.session.lifecycle.before_detach(self.target() or (self.target_ if self.target_.held else None))
         except Exception as exc:
             _warn(f"disarming before detach: {exc}")
 
@@ -397,17 +391,17 @@ class GdbHooks:
 
     # -- engine events -----------------------------------------------------------------------
     def on_arm_point(self) -> None:
-        if self.session.armed:
-            self.session.program.pid = self.target_.pid()
-            if self.session.step.enabled:
-                with self.target_.event():
-                    self.step_control.arm()
-                return
+        if not self.session.step.enabled:
+            # The trap engine's arming may call prctl: the target must know that gdb is inside
+            # a breakpoint's stop(), where no inferior call can run.
             self.target_.in_stop_callback = True
             try:
-                self.session.engine.arm(self.target_)
+                self.session.lifecycle.arm_point(self.target_, self.step_control)
             finally:
                 self.target_.in_stop_callback = False
+            return
+        with self.target_.event():
+            self.session.lifecycle.arm_point(self.target_, self.step_control)
 
     def on_signal(self, signo: int) -> int:
         s = self.session
@@ -427,21 +421,16 @@ class GdbHooks:
             info = self.target_.siginfo() or s.engine.siginfo_unavailable(self.target_, signo)
             if info is None:
                 return 1
-            decision = s.engine.on_signal(self.target_, info)
+            decision, report = s.lifecycle.fault(self.target_, info)
             if decision is Decision.NOT_OURS:
                 return self._as_user_would(info)
             self._set_pass(info.signo, False)
             if decision is Decision.STEP_THEN_RESUME:
                 self.slot_pending = True
                 self._silence_catchpoints(True)
-                if self.on_fault_recorded is not None:
-                    self.on_fault_recorded()
                 return 1
-            if info.signo == SIGBUS:
-                if self.on_fault_recorded is not None:
-                    self.on_fault_recorded()
             if decision is Decision.STOP:
-                self.report_pending = self.session.break_report()
+                self.report_pending = report
                 return 1
             return 0
 
@@ -492,7 +481,7 @@ class GdbHooks:
 
     def on_syscall(self) -> int:
         with self.target_.event():
-            self.session.engine.on_syscall(self.target_)
+            self.session.lifecycle.syscall(self.target_)
             if self.session.step.enabled:
                 return self.step_control.on_syscall()
         return 0
@@ -559,18 +548,11 @@ class GdbHooks:
                 self.report_pending = None
             target = self.target()
             if target is not None and (self.session.armed or self.session.engine.pending):
-                if self.session.armed and self.session.step.enabled:
-                    if not self.session.step.armed and gdb.selected_inferior().was_attached:
-                        # Armed before `attach PID`: resolve the scope where the process is.
-                        self.session.program.pid = target.pid()
-                        self.step_control.arm()
-                        gdb.write(f"ualdbg: attached: step engine armed: {self.session.step.describe()}\n")
-                elif self.session.armed and not self.session.engine.active and gdb.selected_inferior().was_attached:
-                    # Armed before `attach PID`: main is long past, arm where the process is.
-                    self.session.program.pid = target.pid()
-                    self.session.engine.arm(target)
-                    gdb.write(f"ualdbg: attached: armed {len(self.session.engine.armed)} thread(s)\n")
-                self.session.engine.reconcile(target)
+                if gdb.selected_inferior().was_attached:
+                    said = self.session.lifecycle.attached(target, self.step_control)
+                    if said:
+                        gdb.write(said + "\n")
+                self.session.lifecycle.stopped(target)
         except Exception as exc:
             _warn(f"stop handler: {exc}")
 
@@ -584,12 +566,10 @@ class GdbHooks:
     def on_exit(self, event: Any) -> None:
         if not self.installed and self.catchpoints:
             self.finish_drain()
-        p = self.session.program
-        p.exit_status = int(event.exit_code) if hasattr(event, "exit_code") else None
-        self.session.engine.forget_threads()
-        if self.session.step.enabled:
-            self.step_control.process_gone()
-        self.session.buffer.stopped_at = self.session.buffer.started_at + self.session.buffer.now()
+        self.session.program.exit_status = int(event.exit_code) if hasattr(event, "exit_code") else None
+        said = self.session.lifecycle.exited()
+        if said:
+            gdb.write(said + "\n")
 
     def on_new_thread(self, event: Any) -> None:
         try:
@@ -613,9 +593,9 @@ class GdbHooks:
 
     def on_thread_exit(self, event: Any) -> None:
         try:
-            self.kicks.pop(int(event.inferior_thread.ptid[1]), None)
-            self.session.engine.thread_exited(int(event.inferior_thread.ptid[1]))
-            self.session.step.thread_exited(int(event.inferior_thread.ptid[1]))
+            tid = int(event.inferior_thread.ptid[1])
+            self.kicks.pop(tid, None)
+            self.session.lifecycle.thread_exited(tid)
         except Exception:
             pass
 
@@ -631,13 +611,10 @@ class GdbHooks:
             is_exec = name == gdb.current_progspace().filename and self.seen_pid == pid
             if pid != self.seen_pid or is_exec:
                 self.seen_pid = pid
-                self.session.new_process()
-                self.session.program.pid = pid
+                self.session.lifecycle.new_process(pid)
                 self.loader_armed = False
-            if (self.session.armed and self.session.at == "start" and not self.loader_armed
-                    and self.target() is not None):
-                self.loader_armed = True
-                self.session.engine.arm(self.target_)
+            if not self.loader_armed and self.target() is not None:
+                self.loader_armed = self.session.lifecycle.arm_at_start(self.target_)
         except Exception as exc:
             _warn(f"new objfile: {exc}")
 

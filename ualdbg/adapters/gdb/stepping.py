@@ -4,7 +4,7 @@ trap reaches ualdbg's `catch signal SIGTRAP` condition without a round trip thro
 at scope entries and at the return addresses of calls out of the scope."""
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import gdb  # type: ignore[import-not-found]
 
@@ -24,8 +24,6 @@ class StepHooks(Protocol):
     report_pending: list[str] | None
 
     def _set_pass(self, signo: int, pas: bool) -> None: ...
-
-    def hint_all_stop(self) -> None: ...
 
 
 class _StepPoint(gdb.Breakpoint):
@@ -129,20 +127,3 @@ class GdbStepControl:
         else:
             return False
         return bool(flags & 0x10000)  # CLONE_THREAD
-
-    def process_gone(self) -> None:
-        """The process exited: say if the scope was never entered; its breakpoints go (a
-        breakpoint at a PIE address would fail to insert at the next `run`)."""
-        self.warn_unentered()
-        self.clear_breakpoints()
-        self.hooks.session.step.forget_threads()
-
-    def arm(self, tid: int | None = None) -> None:
-        self.hooks.session.step.arm(self.hooks.target_, self, tid)
-        self.hooks.hint_all_stop()
-
-    def warn_unentered(self, write: Any = gdb.write) -> None:
-        msg = self.hooks.session.step.never_entered_message()
-        if msg and not self.hooks.session.step.reported_unentered:
-            self.hooks.session.step.reported_unentered = True
-            write(msg + "\n")

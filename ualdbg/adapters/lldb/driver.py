@@ -11,6 +11,7 @@ import lldb  # type: ignore[import-not-found]
 
 from ...commands.all import COMMANDS
 from ...core.progress import ProgressFile
+from ...engines.lifecycle import Kind
 from ...render.jsondoc import build_document, dump
 from .install import install, installed
 
@@ -34,7 +35,7 @@ def main(debugger: lldb.SBDebugger, config_json: str) -> None:
     session = install(debugger)
     host, hooks = installed(debugger)
     progress = ProgressFile(cfg.get("progress"))
-    hooks.on_fault_recorded = lambda: progress.tick(session)
+    session.events.subscribe(Kind.FAULT_RECORDED, lambda decision: progress.tick(session))
     debugger.SetAsync(False)
     try:
         # The program's file, so that the arm point is chosen from its symbols; lldb shows the

@@ -11,10 +11,12 @@ import os
 import re
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import lldb  # type: ignore[import-not-found]
 
+from ...engines.lifecycle import Kind, arm_function
 from ...engines.procfs import blocked_signals
 from ...engines.recorder import Decision
 from ...engines.session import Session
@@ -351,7 +353,10 @@ class StopHook:
 # -- the hooks of one debugger -------------------------------------------------------------------
 class LldbHooks:
     """All of ualdbg's presence in one lldb debugger: installed by `break`/`trace start`,
-    removed by `off`."""
+    removed by `off`. What the engines do at each event of the process is the session's
+    lifecycle (engines/lifecycle.py); this translates lldb's stops and breakpoint callbacks into
+    its calls and carries out its verdicts with lldb's means (signal settings, thread plans,
+    breakpoints)."""
 
     def __init__(self, debugger: lldb.SBDebugger, session: Session) -> None:
         self.debugger = debugger
@@ -368,7 +373,6 @@ class LldbHooks:
         self.exit_time: float | None = None
         self.exit_code: int | None = None  # the status the program passed to libc's _exit
         self.sites_active = False  # the site breakpoints have their locations
-        self.on_fault_recorded: Any = None  # the batch driver's progress callback
         self.notices: list[str] = []  # lines for the user from install, shown by the command
         self.leaving: set[int] = set()  # threads stepping over a fault after `off`
         # tid -> (its exit breakpoint, what to put back there: ("rsi", value) or (address, bytes))
@@ -376,6 +380,9 @@ class LldbHooks:
         self.set_swaps: dict[int, tuple[int, tuple[Any, Any]]] = {}
         self.deferred: SignalSettings | None = None  # the user's settings, for when they have
         self.step_control = LldbStepControl(self)  # the step engine's primitives (stepping.py)
+        session.events.subscribe(Kind.STEP_ARMED, self.step_control.warn_split)
+        session.events.subscribe(Kind.NEW_PROCESS, lambda pid: self._forget_steps())
+        session.events.subscribe(Kind.EXITED, lambda _: self._forget_steps(exited=True))
         _HOOKS[debugger.GetID()] = self
         if hasattr(debugger, "AddDestroyCallback"):
             # lldb detaches from an attached process when it quits: nothing may stay armed
@@ -491,13 +498,13 @@ class LldbHooks:
         return [found.GetBreakpointAtIndex(i) for i in range(found.GetSize())]
 
     def _arm_function(self, target: lldb.SBTarget) -> str:
-        """`main`, or for a stripped program libc's `__libc_start_main` (which calls main, after
-        only the program's constructors and libc's own start-up), as gdb's adapter does."""
+        """The arm point's function with `--at main` (lifecycle.arm_function)."""
         exe = target.GetModuleAtIndex(0) if target.GetNumModules() else None
-        if exe is None or not exe.IsValid() or exe.FindSymbols("main", lldb.eSymbolTypeCode).GetSize():
-            return "main"
-        self.notices.append("ualdbg: the program has no symbol `main` (stripped?): arming at __libc_start_main")
-        return "__libc_start_main"
+        has_main = exe is None or not exe.IsValid() or bool(exe.FindSymbols("main", lldb.eSymbolTypeCode).GetSize())
+        name, said = arm_function(has_main)
+        if said:
+            self.notices.append(said)
+        return name
 
     def _place_arm_point(self, target: lldb.SBTarget) -> None:
         for bp in self._ours(target, "arm_point_hit"):
@@ -572,10 +579,7 @@ class LldbHooks:
     def before_detach(self) -> None:
         """Clear AC everywhere before lldb lets go of the process (quit)."""
         try:
-            target = self.target()
-            e = self.session.engine
-            if target is not None and (e.armed or e.pending):
-                e.disarm(target)
+            self.session.lifecycle.before_detach(self.target())
         except Exception as exc:
             _warn(None, f"disarming before detach: {exc}")
         self._settle_sigtraps_safely(self.sbtarget().GetProcess())
@@ -606,23 +610,27 @@ class LldbHooks:
         if pid == self.seen_pid:
             return None
         self.seen_pid = pid
-        self.session.new_process()
+        self.session.lifecycle.new_process(pid)
         self.suppressing = True  # a new process starts with the target's `-p false`
+        self.exit_time = self.exit_code = None
+        p = self.session.program
+        p.exit_status, p.exit_signal = None, None
+        if self.arm_on_attach and self.session.armed and _attached(pid):
+            # Armed before `process attach`: main is long past; the site breakpoints get their
+            # locations, and the lifecycle arms where the process is.
+            self.ensure_sites(process.GetTarget())
+            return self.session.lifecycle.attached(FaultSteppingLldbTarget(process, None, self.queue_fault_step),
+                                                   self.step_control)
+        return None
+
+    def _forget_steps(self, exited: bool = False) -> None:
+        """A new process, an exec or an exit: the per-thread state of lldb's own steps ends
+        (and at an exit, the break reports no stop will show)."""
         self.set_swaps.clear()
         self.stepping.clear()
         self.stepped.clear()
-        self.exit_time = self.exit_code = None
-        p = self.session.program
-        p.pid, p.exit_status, p.exit_signal = pid, None, None
-        if self.arm_on_attach and self.session.armed and _attached(pid):
-            # Armed before `process attach`: main is long past, arm where the process is.
-            self.ensure_sites(process.GetTarget())
-            if self.session.step.enabled:
-                self.step_control.arm(process, None)
-                return f"ualdbg: attached: step engine armed: {self.session.step.describe()}"
-            self.session.engine.arm(FaultSteppingLldbTarget(process, None, self.queue_fault_step))
-            return f"ualdbg: attached: armed {len(self.session.engine.armed)} thread(s)"
-        return None
+        if exited:
+            self.step_control.reports.clear()
 
     def note_exit(self, process: lldb.SBProcess) -> None:
         p = self.session.program
@@ -636,56 +644,39 @@ class LldbHooks:
             p.exit_signal = status
         else:
             p.exit_status = status
-        self.session.engine.forget_threads()
-        if self.session.step.enabled:
-            said = self.step_control.process_gone()
-            if said:
-                self.notices.append(said)
-        self.set_swaps.clear()
-        self.stepping.clear()
-        self.stepped.clear()
-        buf = self.session.buffer
-        if buf.stopped_at is None:
-            buf.stopped_at = self.exit_time if self.exit_time is not None else time.monotonic()
+        # The clock ends at libc's `_exit` when the program called it; a `trace stop` before
+        # keeps its end.
+        said = self.session.lifecycle.exited(self.exit_time, keep_end=True)
+        if said:
+            self.notices.append(said)
 
     # -- engine events -----------------------------------------------------------------------
     def on_arm_point(self, thread: lldb.SBThread) -> None:
         process = thread.GetProcess()
         self.see_process(process)
         self.ensure_sites(process.GetTarget())
-        if self.session.armed and self.session.step.enabled:
-            self.step_control.arm(process, thread)
-        elif self.session.armed:
-            self.session.engine.arm(FaultSteppingLldbTarget(process, thread, self.queue_fault_step))
+        self.session.lifecycle.arm_point(FaultSteppingLldbTarget(process, thread, self.queue_fault_step),
+                                         self.step_control)
 
     def on_site(self, thread: lldb.SBThread, kind: str) -> bool:
         """A syscall site breakpoint's callback: True stops there (the step engine's break)."""
-        if kind == "entry" and _site_nr(thread, thread.GetFrameAtIndex(0).GetPC(), entry=True) == _MASK:
+        entry = kind == "entry"
+        # Which syscall is known by the site (at an exit, rax holds the result).
+        nr = _site_nr(thread, thread.GetFrameAtIndex(0).GetPC(), entry=entry)
+        if entry and nr == _MASK:
             self.open_sigtrap(thread)
             return False
-        if kind == "exit":
+        if not entry:
             self.close_sigtrap(thread)
         if self.session.step.enabled:
             # The step engine's new threads: their first stop is the exit of the clone that
             # made them (lldb's thread plans, unlike gdb's TF, are not inherited).
-            if kind == "exit" and _site_nr(thread, thread.GetFrameAtIndex(0).GetPC()) in _TASK:
+            if not entry and nr in _TASK:
                 return self.step_control.on_thread_start(thread)
             return False
-        e = self.session.engine
-        if not e.active:
-            return False
-        target = FaultSteppingLldbTarget(thread.GetProcess(), thread, self.queue_fault_step)
-        tid = int(thread.GetThreadID())
-        pc = thread.GetFrameAtIndex(0).GetPC()
-        if kind == "entry":
-            e.before_task_creation(target, tid)
-            return False
-        # An exit site: which syscall returned is known by the site (rax holds the result).
-        nr = _site_nr(thread, pc)
-        if nr in _TASK:
-            e.after_task_creation(target, tid)
-        elif nr == X86_64.sigprocmask_syscall:
-            e.after_mask_change(target, tid)
+        if self.session.engine.active and nr is not None:
+            target = FaultSteppingLldbTarget(thread.GetProcess(), thread, self.queue_fault_step)
+            self.session.lifecycle.syscall(target, int(thread.GetThreadID()), nr, entry)
         return False
 
     # -- no trap with SIGTRAP blocked -----------------------------------------------------------
@@ -781,72 +772,91 @@ class LldbHooks:
 
     def on_stop(self, thread: lldb.SBThread, stream: lldb.SBStream) -> bool:
         """The stop hook, once per thread with a stop reason: True keeps the stop, False
-        auto-continues (lldb stops if any call says stop)."""
-        s = self.session
+        auto-continues (lldb stops if any call says stop). The step engine's break reports
+        come first; then _STOP_RULES, by the thread's stop reason, decide."""
         process = thread.GetProcess()
         said = self.see_process(process)
         if said:
             stream.Print(said + "\n")
-        reason = thread.GetStopReason()
-        stop = True  # the user's breakpoints, steps, signals: lldb's business
-        step_report = self.step_control.take_report(thread) if self.session.step.enabled else None
-        if (not step_report and reason == lldb.eStopReasonBreakpoint and self.session.step.enabled
-                and self.step_control.is_ours(thread)):
-            # An entry or return breakpoint of the step engine: it decides, like a callback.
-            stop = self.step_control.on_breakpoint(thread)
-            step_report = self.step_control.take_report(thread) if stop else None
-            if not stop:
-                return False
-        if step_report:  # the step engine stopped before an offending instruction
-            stream.Print(to_text(step_report, color=bool(self.debugger.GetUseColor()) and "NO_COLOR" not in os.environ))
-        elif reason == lldb.eStopReasonTrace and self.step_control.stepping(thread):
-            stop = False  # a step its ScopeStep plan has decided; another thread made the stop public
-        elif reason in (lldb.eStopReasonNone, lldb.eStopReasonInvalid):
-            stop = False  # another thread's stop: that thread's call decides
-        elif (reason == lldb.eStopReasonSignal and thread.GetStopReasonDataAtIndex(0) == SIGBUS
-              and self.stepping.get(int(thread.GetThreadID())) == thread.GetFrameAtIndex(0).GetPC()):
-            stop = False  # the fault its FaultStep plan is about to step over, not a new one
-        elif reason == lldb.eStopReasonSignal and thread.GetStopReasonDataAtIndex(0) == SIGBUS:
-            stop, report = self._on_sigbus(process, thread, stream)
-            if report:
-                stream.Print(to_text(report, color=bool(self.debugger.GetUseColor()) and "NO_COLOR" not in os.environ))
-        elif reason == lldb.eStopReasonBreakpoint and self._our_breakpoint(process.GetTarget(), thread):
-            stop = False  # our callbacks said continue; another thread made this stop public
-        elif reason == lldb.eStopReasonPlanComplete and (thread.GetStopDescription(64) or "").startswith("ualdbg:"):
-            stop = False  # a FaultStep that completed while another thread stopped
-        elif reason == lldb.eStopReasonTrace and self.stepped.get(int(thread.GetThreadID())) == thread.GetFrameAtIndex(0).GetPC():
-            stop = False  # the trap of a FaultStep, shown again because the thread has not run since
-        elif reason == lldb.eStopReasonTrace and _after_our_breakpoint(thread):
-            # lldb single-stepped the instruction under one of our breakpoints to get past it
-            # (the `syscall` of clone3, say), and another thread stopped meanwhile.
-            stop = False
-        elif reason == lldb.eStopReasonSignal:
-            # The program's other signals: as lldb's `process handle` says (this may be an old
-            # stop of a thread that was held while another one ran, shown again).
-            stop = bool(process.GetUnixSignals().GetShouldStop(thread.GetStopReasonDataAtIndex(0)))
-        elif reason == lldb.eStopReasonExec:
-            # AC died with the old image (PLATFORM.md); main re-resolves in the new one.
-            s.new_process()
-            s.engine.forget_threads()
-            self.set_swaps.clear()
-            self.stepping.clear()
-            self.stepped.clear()
-            if s.armed and s.at == "start":
-                s.engine.arm(FaultSteppingLldbTarget(process, thread, self.queue_fault_step))
-            # and stop: lldb stops at exec by default (target.process.stop-on-exec)
+        stop = self._decide_stop(_Stop(process, thread, stream))
         if stop:
             self._settle(FaultSteppingLldbTarget(process, thread, self.queue_fault_step))
         return stop
 
+    def _decide_stop(self, st: _Stop) -> bool:
+        reason = st.thread.GetStopReason()
+        step = self.session.step
+        step_report = self.step_control.take_report(st.thread) if step.enabled else None
+        if (not step_report and reason == lldb.eStopReasonBreakpoint and step.enabled
+                and self.step_control.is_ours(st.thread)):
+            # An entry or return breakpoint of the step engine: it decides, like a callback.
+            if not self.step_control.on_breakpoint(st.thread):
+                return False
+            step_report = self.step_control.take_report(st.thread)
+        if step_report:  # the step engine stopped before an offending instruction
+            self._print_report(st.stream, step_report)
+            return True
+        for applies, verdict in _STOP_RULES.get(reason, ()):
+            if applies(self, st):
+                return verdict(self, st)
+        return True  # the user's breakpoints, steps, signals: lldb's business
+
+    def _print_report(self, stream: lldb.SBStream, report: list[str]) -> None:
+        stream.Print(to_text(report, color=bool(self.debugger.GetUseColor()) and "NO_COLOR" not in os.environ))
+
+    # -- the stop rules' tests and verdicts (_STOP_RULES) -----------------------------------------
+    def _scope_stepping(self, st: _Stop) -> bool:
+        """A step its ScopeStep plan has decided; another thread made the stop public."""
+        return self.step_control.stepping(st.thread)
+
+    def _fault_stepped_trap(self, st: _Stop) -> bool:
+        """The trap of a FaultStep, shown again because the thread has not run since."""
+        return self.stepped.get(st.tid) == st.pc
+
+    def _past_our_breakpoint(self, st: _Stop) -> bool:
+        """lldb single-stepped the instruction under one of our breakpoints to get past it (the
+        `syscall` of clone3, say), and another thread stopped meanwhile."""
+        return _after_our_breakpoint(st.thread)
+
+    def _fault_being_stepped(self, st: _Stop) -> bool:
+        """The SIGBUS its FaultStep plan is about to step over, not a new one."""
+        return st.signo == SIGBUS and self.stepping.get(st.tid) == st.pc
+
+    def _our_breakpoint_stop(self, st: _Stop) -> bool:
+        """Our callbacks said continue; another thread made this stop public."""
+        return self._our_breakpoint(st.process.GetTarget(), st.thread)
+
+    def _our_plan_complete(self, st: _Stop) -> bool:
+        """A FaultStep that completed while another thread stopped."""
+        return (st.thread.GetStopDescription(64) or "").startswith("ualdbg:")
+
+    def _on_sigbus_stop(self, st: _Stop) -> bool:
+        stop, report = self._on_sigbus(st.process, st.thread, st.stream)
+        if report:
+            self._print_report(st.stream, report)
+        return stop
+
+    def _programs_signal(self, st: _Stop) -> bool:
+        """The program's other signals: as lldb's `process handle` says (this may be an old stop
+        of a thread that was held while another one ran, shown again)."""
+        return bool(st.process.GetUnixSignals().GetShouldStop(st.signo))
+
+    def _on_exec(self, st: _Stop) -> bool:
+        """AC died with the old image (PLATFORM.md); main re-resolves in the new one. The stop
+        stays: lldb stops at exec by default (target.process.stop-on-exec)."""
+        lifecycle = self.session.lifecycle
+        lifecycle.new_process(int(st.process.GetProcessID()))
+        lifecycle.arm_at_start(FaultSteppingLldbTarget(st.process, st.thread, self.queue_fault_step))
+        return True
+
     def _on_sigbus(self, process: lldb.SBProcess, thread: lldb.SBThread, stream: lldb.SBStream) -> tuple[bool, list[str]]:
-        s = self.session
         target = FaultSteppingLldbTarget(process, thread, self.queue_fault_step)
         info = target.siginfo()
         if info is not None and info.signo != SIGBUS:
             # lldb keeps showing a thread's SIGBUS after the thread has moved on (it was
             # suspended while another thread ran); the kernel's siginfo tells the truth.
             return False, []
-        decision = s.engine.on_signal(target, info) if info is not None else Decision.NOT_OURS
+        decision, report = self.session.lifecycle.fault(target, info) if info is not None else (Decision.NOT_OURS, None)
         if decision is Decision.NOT_OURS:
             pas, stop, notify = self.saved.effective() if self.saved is not None else (True, True, True)
             self._suppress(process, not pas)
@@ -854,11 +864,7 @@ class LldbHooks:
                 stream.Print(f"Process {process.GetProcessID()} received signal SIGBUS (thread {thread.GetThreadID()}): not an alignment check, {'passed' if pas else 'not passed'}\n")
             return stop, []
         self._suppress(process, True)
-        if self.on_fault_recorded is not None:
-            self.on_fault_recorded()
-        if decision is Decision.STOP:
-            return True, s.break_report()
-        return False, []
+        return decision is Decision.STOP, report or []
 
     def _suppress(self, process: lldb.SBProcess, suppress: bool) -> None:
         if suppress != self.suppressing:
@@ -870,23 +876,65 @@ class LldbHooks:
         return bool(bp.IsValid() and bp.MatchesName(BP_NAME))
 
     def _settle(self, target: LldbTarget) -> None:
-        """At a stop the user sees: forget threads that are gone, re-arm a thread whose
-        single-step plan was lost, arm threads no hook saw being born."""
+        """At a stop the user sees: forget threads that are gone (lldb tells no thread's end),
+        re-arm a thread whose single-step plan was lost; then the lifecycle's stop."""
         e = self.session.engine
         if self.set_swaps:
             self.settle_sigtraps(target.process, leaving=False)
         live = set(target.threads())
-        for tid in list(e.armed | e.sigbus_blocked | e.in_clone | set(e.pending) | set(e.reported)):
-            if tid not in live:
-                e.thread_exited(tid)
+        self.session.lifecycle.threads_gone(live)
         for tid, pc in list(self.stepping.items()):
             if tid not in live:
                 self.stepping.pop(tid, None)
             elif target.read_register("rip", tid) != pc:
                 self.stepping.pop(tid, None)
                 e.fault_stepped(target, tid)
-        if self.session.armed:
-            e.reconcile(target)
+        self.session.lifecycle.stopped(target)
+
+
+class _Stop:
+    """One thread's stop as the stop rules read it (each SB call made once)."""
+
+    def __init__(self, process: lldb.SBProcess, thread: lldb.SBThread, stream: lldb.SBStream) -> None:
+        self.process = process
+        self.thread = thread
+        self.stream = stream
+        self.tid = int(thread.GetThreadID())
+
+    @property
+    def pc(self) -> int:
+        return int(self.thread.GetFrameAtIndex(0).GetPC())
+
+    @property
+    def signo(self) -> int:
+        return int(self.thread.GetStopReasonDataAtIndex(0))
+
+
+def _always(hooks: LldbHooks, st: _Stop) -> bool:
+    return True
+
+
+def _go_on(hooks: LldbHooks, st: _Stop) -> bool:
+    """Auto-continue: another thread's stop (or another call of this hook) decides."""
+    return False
+
+
+_Rule = tuple[Callable[[LldbHooks, _Stop], bool], Callable[[LldbHooks, _Stop], bool]]
+# The stop hook's decision per stop reason: the first rule whose test applies gives the verdict
+# (True keeps the stop); a reason without a rule that applies keeps it.
+_STOP_RULES: dict[int, tuple[_Rule, ...]] = {
+    lldb.eStopReasonTrace: ((LldbHooks._scope_stepping, _go_on),
+                            (LldbHooks._fault_stepped_trap, _go_on),
+                            (LldbHooks._past_our_breakpoint, _go_on)),
+    lldb.eStopReasonNone: ((_always, _go_on),),  # another thread's stop: that thread's call decides
+    lldb.eStopReasonInvalid: ((_always, _go_on),),
+    lldb.eStopReasonSignal: ((LldbHooks._fault_being_stepped, _go_on),
+                             (lambda hooks, st: st.signo == SIGBUS, LldbHooks._on_sigbus_stop),
+                             (_always, LldbHooks._programs_signal)),
+    lldb.eStopReasonBreakpoint: ((LldbHooks._our_breakpoint_stop, _go_on),),
+    lldb.eStopReasonPlanComplete: ((LldbHooks._our_plan_complete, _go_on),),
+    lldb.eStopReasonExec: ((_always, LldbHooks._on_exec),),
+}
 
 
 def _on_destroy(debugger_id: int, *baton: Any) -> None:

@@ -199,23 +199,15 @@ class LldbStepControl:
         """For the stop hook: the report of a break stop of this thread (once)."""
         return self.reports.pop(int(thread.GetThreadID()), None)
 
-    def arm(self, process: lldb.SBProcess, thread: lldb.SBThread | None, tid: int | None = None) -> None:
+    def warn_split(self, target: Target) -> None:
+        """When the lifecycle has armed the step engine (--everywhere): split_function_warning,
+        once."""
         step = self.hooks.session.step
-        step.arm(LldbTarget(process, thread), self, tid)
         if step.scope is not None and step.scope.kind == "everywhere" and not self.warned_split:
-            said = split_function_warning(process.GetTarget())
+            assert isinstance(target, LldbTarget)
+            said = split_function_warning(target.process.GetTarget())
             if said:
                 self.warned_split = True
                 import sys
 
                 sys.stdout.write(said + "\n")
-
-    def process_gone(self) -> str | None:
-        msg = self.hooks.session.step.never_entered_message()
-        if msg and self.hooks.session.step.reported_unentered:
-            msg = None
-        self.hooks.session.step.reported_unentered = True
-        self.clear_breakpoints()
-        self.hooks.session.step.forget_threads()
-        self.reports.clear()
-        return msg

@@ -1,0 +1,300 @@
+"""The process lifecycle (engines/lifecycle.py) with a fake Target and StepControl: what the trap
+and the step engine do at the arm point, an attach, a fault, a new process, a thread's end, an
+exit, a detach and `off`, and what each tells on the event bus. The adapters only translate
+their debugger's events into these calls (tests/gdb, tests/lldb check that they do)."""
+from __future__ import annotations
+
+from typing import Any
+
+from stepfakes import FakeControl
+from stepfakes import FakeTarget as _FakeTarget
+
+from ualdbg.core.target import SigInfo
+from ualdbg.engines.lifecycle import Events, Kind, arm_function
+from ualdbg.engines.recorder import Decision
+from ualdbg.engines.session import Session
+from ualdbg.engines.step import ScopeRequest
+from ualdbg.isa.arch import BUS_ADRALN, SIGBUS
+
+AC, TF = 0x40000, 0x100
+# 0x1000: mov rax, qword ptr [rdi] (an 8-byte read); 0x1003: call 0x2000
+CODE = {0x1000: bytes.fromhex("488b07" "e8f80f0000")}
+FAULT = SigInfo(SIGBUS, BUS_ADRALN, None)
+
+
+class FakeTarget(_FakeTarget):
+    """stepfakes' one-thread target with a pid and a thread list the test changes."""
+
+    def __init__(self, pid: int | None = 4242) -> None:
+        super().__init__({"eflags": 0x202, "rip": 0x1000, "rdi": 0x5001, "rsp": 0x7000}, CODE)
+        self._pid = pid
+        self.tids = [7]
+
+    def pid(self) -> int | None:
+        return self._pid
+
+    def threads(self) -> list[int]:
+        return list(self.tids)
+
+
+def _session(tracing: bool = True, breaking: bool = False) -> tuple[Session, list[tuple[Kind, Any]]]:
+    s = Session("fake")
+    s.tracing, s.breaking = tracing, breaking
+    told: list[tuple[Kind, Any]] = []
+    for kind in Kind:
+        s.events.subscribe(kind, lambda payload, kind=kind: told.append((kind, payload)))
+    return s, told
+
+
+def _kinds(told: list[tuple[Kind, Any]]) -> list[Kind]:
+    return [kind for kind, _ in told]
+
+
+def _step_session(tracing: bool = True) -> tuple[Session, list[tuple[Kind, Any]]]:
+    s, told = _session(tracing)
+    s.step.configure(ScopeRequest(ranges=("0x1000,0x1008",)), "natural")
+    return s, told
+
+
+# -- the bus ---------------------------------------------------------------------------------------
+def test_events_reach_every_handler_in_order_until_unsubscribed() -> None:
+    bus = Events()
+    got: list[str] = []
+    bus.subscribe(Kind.EXITED, lambda p: got.append(f"a{p}"))
+    drop = bus.subscribe(Kind.EXITED, lambda p: got.append(f"b{p}"))
+    bus.subscribe(Kind.OFF, lambda p: got.append("off"))
+    bus.emit(Kind.EXITED, 1)
+    drop()
+    drop()  # twice is harmless
+    bus.emit(Kind.EXITED, 2)
+    bus.emit(Kind.NEW_PROCESS, 3)  # no handler
+    assert got == ["a1", "b1", "a2"]
+
+
+# -- arming ----------------------------------------------------------------------------------------
+def test_arm_point_arms_nothing_when_ualdbg_is_not_armed() -> None:
+    s, told = _session(tracing=False)
+    t = FakeTarget()
+    assert s.lifecycle.arm_point(t, FakeControl()) is False
+    assert not s.engine.active and not t.regs["eflags"] & AC and told == []
+    assert s.program.pid is None
+
+
+def test_arm_point_arms_the_trap_engine_in_every_thread() -> None:
+    s, told = _session()
+    t = FakeTarget()
+    control = FakeControl()
+    assert s.lifecycle.arm_point(t, control) is True
+    assert s.engine.active and s.engine.armed == {7} and t.regs["eflags"] & AC
+    assert s.program.pid == 4242 and told == [(Kind.ARMED, t)] and control.calls == []
+
+
+def test_arm_point_arms_the_step_engine_instead_when_chosen() -> None:
+    s, told = _step_session()
+    t = FakeTarget()
+    control = FakeControl()
+    assert s.lifecycle.arm_point(t, control) is True
+    assert not s.engine.active and not t.regs["eflags"] & AC
+    assert s.step.armed and s.step.control is control
+    assert ("break", 0x1000) in control.calls and ("step", 7) in control.calls
+    assert told == [(Kind.STEP_ARMED, t)]
+
+
+def test_arm_at_start_only_with_at_start() -> None:
+    s, told = _session()
+    t = FakeTarget()
+    assert s.lifecycle.arm_at_start(t) is False and not s.engine.active
+    s.at = "start"
+    assert s.lifecycle.arm_at_start(t) is True and s.engine.active and told == [(Kind.ARMED, t)]
+    s.tracing = False
+    s.engine.forget_threads()
+    assert s.lifecycle.arm_at_start(t) is False and not s.engine.active
+
+
+def test_attached_arms_once_where_the_process_is() -> None:
+    s, told = _session()
+    t = FakeTarget()
+    assert s.lifecycle.attached(t, FakeControl()) == "ualdbg: attached: armed 1 thread(s)"
+    assert s.engine.active and s.program.pid == 4242
+    assert s.lifecycle.attached(t, FakeControl()) is None  # armed already: nothing to say
+    assert _kinds(told) == [Kind.ARMED]
+    s2, _ = _session(tracing=False)
+    assert s2.lifecycle.attached(FakeTarget(), FakeControl()) is None and not s2.engine.active
+
+
+def test_attached_arms_the_step_engine_once() -> None:
+    s, told = _step_session()
+    t = FakeTarget()
+    said = s.lifecycle.attached(t, FakeControl())
+    assert said == f"ualdbg: attached: step engine armed: {s.step.describe()}" and s.step.armed
+    assert s.lifecycle.attached(t, FakeControl()) is None
+    assert not s.engine.active and _kinds(told) == [Kind.STEP_ARMED]
+
+
+# -- faults and stops ------------------------------------------------------------------------------
+def test_a_traced_fault_is_recorded_told_and_resumed() -> None:
+    s, told = _session()
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    decision, report = s.lifecycle.fault(t, FAULT)
+    assert decision is Decision.RESUME and report is None
+    assert s.buffer.total == 1 and told[-1] == (Kind.FAULT_RECORDED, Decision.RESUME)
+    assert not t.regs["eflags"] & AC and t.regs["eflags"] & TF  # the instruction runs once unarmed
+
+
+def test_a_break_fault_stops_with_its_report() -> None:
+    s, told = _session(tracing=False, breaking=True)
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    decision, report = s.lifecycle.fault(t, FAULT)
+    assert decision is Decision.STOP and report and any("0x1000" in line for line in report)
+    assert told[-1] == (Kind.FAULT_RECORDED, Decision.STOP)
+
+
+def test_a_signal_that_is_not_ours_is_neither_recorded_nor_told() -> None:
+    s, told = _session()
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    decision, report = s.lifecycle.fault(t, SigInfo(SIGBUS, 2, 0x1234))  # BUS_ADRERR: the program's
+    assert decision is Decision.NOT_OURS and report is None
+    assert s.buffer.total == 0 and Kind.FAULT_RECORDED not in _kinds(told)
+
+
+def test_a_stop_arms_threads_no_hook_saw_born() -> None:
+    s, _ = _session()
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    t.tids = [7, 8]
+    t.regs["eflags"] = 0x202  # (one register file: thread 8 reads as unarmed)
+    s.lifecycle.stopped(t)
+    assert s.engine.armed == {7, 8} and t.regs["eflags"] & AC
+
+
+def test_a_stop_when_not_armed_changes_nothing() -> None:
+    s, _ = _session(tracing=False)
+    t = FakeTarget()
+    s.lifecycle.stopped(t)
+    assert not s.engine.armed and not t.regs["eflags"] & AC
+
+
+# -- processes and threads -------------------------------------------------------------------------
+def test_a_new_process_forgets_every_thread_until_its_arm_point() -> None:
+    s, told = _step_session()
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    s.lifecycle.new_process(99)
+    assert s.program.pid == 99 and not s.step.armed and not s.step.threads
+    assert told[-1] == (Kind.NEW_PROCESS, 99)
+    s2, _ = _session()
+    s2.lifecycle.arm_point(t, FakeControl())
+    s2.lifecycle.new_process(100)
+    assert not s2.engine.active and not s2.engine.armed
+
+
+def test_thread_ends_are_forgotten_by_both_engines() -> None:
+    s, told = _session()
+    t = FakeTarget()
+    t.tids = [7, 8]
+    s.lifecycle.arm_point(t, FakeControl())
+    s.step.returns[8] = [(0x1008, 0x7000)]  # as if stepped, out of the scope for a call
+    s.lifecycle.thread_exited(8)
+    assert s.engine.armed == {7} and 8 not in s.step.returns and told[-1] == (Kind.THREAD_EXITED, 8)
+    t.tids = [7, 9]
+    s.lifecycle.stopped(t)  # 9 is armed at the stop
+    s.lifecycle.threads_gone([9])  # a debugger that tells no thread's end: 7 is gone
+    assert s.engine.armed == {9} and told[-1] == (Kind.THREAD_EXITED, 7)
+
+
+def test_an_exit_forgets_threads_and_ends_the_clock() -> None:
+    s, told = _session()
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    assert s.lifecycle.exited(ended_at=123.0) is None
+    assert not s.engine.active and not s.engine.armed and s.buffer.stopped_at == 123.0
+    assert told[-1] == (Kind.EXITED, None)
+    s.lifecycle.exited(ended_at=456.0, keep_end=True)  # an end already set stays
+    assert s.buffer.stopped_at == 123.0
+    s.lifecycle.exited(ended_at=456.0)
+    assert s.buffer.stopped_at == 456.0
+    s.buffer.stopped_at = None
+    s.lifecycle.exited(keep_end=True)  # now, when no time is given
+    assert s.buffer.stopped_at is not None and s.buffer.stopped_at > 456.0
+
+
+def test_an_exit_says_once_that_the_step_scope_was_never_entered() -> None:
+    s, _ = _session()
+    s.step.configure(ScopeRequest(ranges=("0x3000,0x3008",)), "natural")  # nothing runs there
+    control = FakeControl()
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, control)
+    said = s.lifecycle.exited()
+    assert said is not None and "was never entered" in said
+    assert control.calls[-1] == ("clear", 0) and not s.step.armed
+    s.lifecycle.arm_point(t, control)  # the next run, never entered either: said once
+    assert s.lifecycle.exited() is None
+    s.step.configure(ScopeRequest(ranges=("0x3000,0x3008",)), "natural")  # configured again
+    s.lifecycle.arm_point(t, control)
+    assert s.lifecycle.exited() is not None
+
+
+def test_an_exit_of_an_entered_scope_says_nothing() -> None:
+    s, _ = _step_session()
+    s.lifecycle.arm_point(FakeTarget(), FakeControl())
+    assert s.lifecycle.exited() is None
+
+
+def test_before_detach_no_thread_keeps_a_flag_of_ualdbg() -> None:
+    s, told = _session()
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    s.lifecycle.before_detach(t)
+    assert not t.regs["eflags"] & (AC | TF) and not s.engine.active and not s.engine.armed
+    assert told[-1] == (Kind.DETACHING, t)
+    s.lifecycle.before_detach(None)  # no process to reach: nothing to do but tell
+    assert told[-1] == (Kind.DETACHING, None)
+
+
+def test_before_detach_stepped_threads_stop_stepping_and_the_scope_stays() -> None:
+    s, _ = _step_session()
+    t = FakeTarget()
+    control = FakeControl()
+    s.lifecycle.arm_point(t, control)
+    assert s.step.threads
+    s.lifecycle.before_detach(t)
+    assert control.calls[-2:] == [("unstep", 7), ("clear", 0)]
+    assert not s.step.threads and not s.step.armed and s.step.enabled  # an attach arms it again
+
+
+def test_off_disarms_both_engines() -> None:
+    s, told = _session()
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    s.lifecycle.disarm(t)
+    assert not t.regs["eflags"] & AC and not s.engine.active and told[-1] == (Kind.OFF, None)
+    s2, _ = _step_session()
+    control = FakeControl()
+    s2.lifecycle.arm_point(t, control)
+    s2.lifecycle.disarm(t)
+    assert ("unstep", 7) in control.calls and not s2.step.enabled and not s2.step.threads
+
+
+def test_a_task_creating_syscall_starts_the_new_task_unarmed() -> None:
+    s, _ = _session()
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    s.lifecycle.syscall(t, 7, 435, entry=True)  # clone3, as lldb's site breakpoint knows it
+    assert not t.regs["eflags"] & AC and s.engine.in_clone == {7}
+    s.lifecycle.syscall(t, 7, 435, entry=False)
+    assert t.regs["eflags"] & AC and not s.engine.in_clone
+    t.regs.update(orig_rax=56, rax=-38 & 0xFFFFFFFFFFFFFFFF)  # gdb's catchpoint: read from registers
+    s.lifecycle.syscall(t)
+    assert not t.regs["eflags"] & AC and s.engine.in_clone == {7}
+    s2, _ = _session()
+    s2.lifecycle.syscall(t, 7, 435, entry=True)  # not armed: nothing to do
+    assert not s2.engine.in_clone
+
+
+def test_a_stripped_program_is_armed_at_libc_start_main_and_told_so() -> None:
+    assert arm_function(True) == ("main", None)
+    name, said = arm_function(False)
+    assert name == "__libc_start_main" and said is not None and "no symbol `main`" in said
