@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import platform
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, require_tool, scrubbed_env
+from support.build import build_source
+from support.cli import run_cli
+from support.env import FIXTURES as ALL_FIXTURES
+from support.env import require_tool
+from support.run import Result
 
-FIXTURES = ROOT / "tests" / "fixtures" / "agent"
+FIXTURES = ALL_FIXTURES / "agent"
 
 
 def build_agent_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -24,14 +26,12 @@ def build_agent_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("agent-programs")
     for src in FIXTURES.glob("*.c"):
         # Built from the fixture folder with a bare file name: DWARF says "signals.c".
-        subprocess.run(["gcc", "-g", "-O1", "-pthread", "-o", str(out / src.stem), src.name], check=True, cwd=FIXTURES)
+        build_source(src, out, flags=("-g", "-O1", "-pthread"))
     return out
 
 
 def require_agent() -> None:
     """The agent needs an x86-64 host and a C compiler; a real absence skips (never under CI)."""
-    import platform
-
     if platform.machine() != "x86_64":
         if os.environ.get("CI") == "true":
             pytest.fail("the agent tests need an x86-64 host")
@@ -39,40 +39,14 @@ def require_agent() -> None:
     require_tool("cc")
 
 
-@dataclass
-class Traced:
-    cmd: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-    doc: dict[str, Any] | None
-    report: str = ""  # ualdbg's own report (--log-file): never in the program's streams
-
-    def explain(self) -> str:
-        return f"command: {' '.join(self.cmd)}\nexit {self.returncode}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
-
-    @property
-    def program_stdout(self) -> str:
-        """What the program wrote: ualdbg's report goes to stderr or --log-file, never stdout."""
-        return self.stdout
-
-
-def ualdbg(*args: str, json_path: Path | None = None, stdin: str | None = None, env: dict[str, str] | None = None,
-           timeout: float = 300, cwd: Path | None = None) -> Traced:
-    cmd = [sys.executable, "-m", "ualdbg", *args]
-    p = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout, env=scrubbed_env(env),
-                       cwd=cwd or ROOT, stdin=None if stdin is not None else subprocess.DEVNULL)
-    doc = json.loads(json_path.read_text()) if json_path is not None and json_path.exists() else None
-    return Traced(cmd, p.returncode, p.stdout, p.stderr, doc)
-
-
-def trace(program: list[str], tmp_path: Path, *options: str, engine: str = "agent", **kw: Any) -> Traced:
+def trace(program: list[str], tmp_path: Path, *options: str, engine: str = "agent", **kw: Any) -> Result:
+    """`ualdbg trace --engine ENGINE OPTIONS -- PROGRAM` with its JSON document (the result's
+    doc) and its report in a --log-file, so that the result's stdout and stderr are the
+    program's own."""
     n = len(list(tmp_path.iterdir()))
     out, log = tmp_path / f"{engine}-{n}.json", tmp_path / f"{engine}-{n}.log"
-    run = ualdbg("trace", "--engine", engine, *options, "--json", str(out), "--log-file", str(log), "--", *program,
-                 json_path=out, **kw)
-    run.report = log.read_text() if log.exists() else ""
-    return run
+    return run_cli("trace", "--engine", engine, *options, "--json", str(out), "--log-file", str(log), "--", *program,
+                   json_path=out, **kw)
 
 
 def by_function(doc: dict[str, Any]) -> Counter[str]:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from agentrun import build_agent_programs, by_function, require_agent, trace
-from conftest import BUILD, ROOT, scrubbed_env
+from support.build import BuildError, build_program
+from support.env import BUILD, EXAMPLES, ROOT, scrubbed_env
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +36,7 @@ def test_own_signal_handlers_masks_altstack_and_longjmp(agent_programs: Path, tm
     alone = native(argv)
     run = trace(argv, tmp_path)
     assert run.returncode == alone.returncode == 0, run.explain()
-    assert run.program_stdout == alone.stdout and run.stderr == alone.stderr, run.explain()
+    assert run.stdout == alone.stdout and run.stderr == alone.stderr, run.explain()
     assert "sigbus action is ours: 1, siginfo: 1" in alone.stdout and "bus error handled: si_code=2" in alone.stdout
     assert run.doc is not None
     # 5 in the loop, 1 in the SIGSEGV handler on the alternate stack, 1 after siglongjmp out of
@@ -46,8 +47,8 @@ def test_own_signal_handlers_masks_altstack_and_longjmp(agent_programs: Path, tm
     # A plain longjmp out of a handler that blocks SIGBUS leaves it blocked: no tracing (and no
     # armed thread to kill) until the program unblocks it.
     assert counts["read_still_blocked"] == 0 and counts["read_unblocked_again"] == 1, run.explain()
-    assert "raised SIGBUS with a signal() handler: -100" in run.program_stdout
-    assert run.doc["agent"]["single_stepped"] == 1 and "traps=2" in run.program_stdout, run.explain()
+    assert "raised SIGBUS with a signal() handler: -100" in run.stdout
+    assert run.doc["agent"]["single_stepped"] == 1 and "traps=2" in run.stdout, run.explain()
 
 
 def test_default_action_of_a_real_bus_error_is_kept(agent_programs: Path, tmp_path: Path) -> None:
@@ -56,7 +57,7 @@ def test_default_action_of_a_real_bus_error_is_kept(agent_programs: Path, tmp_pa
     assert alone.returncode == -signal.SIGBUS
     run = trace(argv, tmp_path)
     assert run.returncode in (-signal.SIGBUS, 128 + signal.SIGBUS), run.explain()
-    assert run.program_stdout == alone.stdout, run.explain()
+    assert run.stdout == alone.stdout, run.explain()
     assert run.doc is not None and run.doc["program"]["exit_signal"] == signal.SIGBUS, run.explain()
 
 
@@ -64,7 +65,7 @@ def test_masks_that_block_sigbus_and_threads_started_blocked(agent_programs: Pat
     argv = [str(agent_programs / "masks"), "4"]
     alone = native(argv)
     run = trace(argv, tmp_path)
-    assert run.returncode == alone.returncode == 0 and run.program_stdout == alone.stdout, run.explain()
+    assert run.returncode == alone.returncode == 0 and run.stdout == alone.stdout, run.explain()
     assert run.doc is not None
     assert by_function(run.doc) == Counter({"read_in_main": 4, "read_in_thread": 4}), run.explain()
     assert run.doc["agent"]["threads"] == 1 and run.doc["agent"]["threads_started_with_sigbus_blocked"] == 1
@@ -74,7 +75,7 @@ def test_instructions_that_cannot_be_copied(agent_programs: Path, tmp_path: Path
     argv = [str(agent_programs / "odd_insns"), "4"]
     alone = native(argv)
     run = trace(argv, tmp_path)
-    assert run.returncode == 0 and run.program_stdout == alone.stdout, run.explain()
+    assert run.returncode == 0 and run.stdout == alone.stdout, run.explain()
     assert run.doc is not None
     per_round = {"misaligned_stack": 3, "leaf": 1, "through_pointer": 2, "jump_through_pointer": 2,
                  "rip_relative": 1, "compare_quads": 4, "store_quads": 3, "far_return": 3}
@@ -89,7 +90,7 @@ def test_children_are_traced_and_joined_by_pid(agent_programs: Path, tmp_path: P
     alone = native(argv)
     run = trace(argv, tmp_path)
     assert run.returncode == alone.returncode == 0, run.explain()
-    assert run.program_stdout == alone.stdout and run.stderr == alone.stderr, run.explain()
+    assert run.stdout == alone.stdout and run.stderr == alone.stderr, run.explain()
     doc = run.doc
     assert doc is not None
     counts = by_function(doc)
@@ -115,7 +116,7 @@ def test_no_follow_traces_only_the_program(agent_programs: Path, tmp_path: Path)
     argv = [str(agent_programs / "children"), "3"]
     alone = native(argv)
     run = trace(argv, tmp_path, "--no-follow")
-    assert run.returncode == 0 and run.program_stdout == alone.stdout, run.explain()
+    assert run.returncode == 0 and run.stdout == alone.stdout, run.explain()
     assert run.doc is not None
     assert by_function(run.doc) == Counter({"in_parent": 3}), run.explain()
     assert [p["pid"] for p in run.doc["processes"]] == [run.doc["program"]["pid"]]
@@ -126,12 +127,12 @@ def test_program_sees_its_environment_without_the_agent_when_not_following(tmp_p
     env = {"UALDBG_TEST_VAR": "x" * 100}
     alone = subprocess.run(["/usr/bin/env"], capture_output=True, text=True, env=scrubbed_env(env))
     run = trace(["/usr/bin/env"], tmp_path, "--no-follow", env=env)
-    assert sorted(run.program_stdout.splitlines()) == sorted(alone.stdout.splitlines()), run.explain()
+    assert sorted(run.stdout.splitlines()) == sorted(alone.stdout.splitlines()), run.explain()
     # Following children, the agent stays in the environment, and the JSON says what it added.
     run = trace(["/usr/bin/env"], tmp_path, env=env)
     assert run.doc is not None
     added = run.doc["agent"]["environment_added"]
-    lines = set(run.program_stdout.splitlines())
+    lines = set(run.stdout.splitlines())
     assert f"LD_PRELOAD={added['LD_PRELOAD']}" in lines and f"UALDBG_AGENT={added['UALDBG_AGENT']}" in lines
     assert set(alone.stdout.splitlines()) <= lines, run.explain()
 
@@ -142,7 +143,7 @@ def test_exit_status_and_signals_pass_through(tmp_path: Path) -> None:
     run = trace(["/bin/sh", "-c", "kill -SEGV $$"], tmp_path)
     assert run.returncode in (-11, 139) and run.doc is not None and run.doc["program"]["exit_signal"] == 11, run.explain()
     run = trace(["/bin/cat"], tmp_path, stdin="hello\nworld\n")
-    assert run.program_stdout == "hello\nworld\n", run.explain()
+    assert run.stdout == "hello\nworld\n", run.explain()
 
 
 def test_a_program_that_strips_ld_preload_falls_back_to_the_trap_engine(agent_programs: Path, tmp_path: Path) -> None:
@@ -151,16 +152,16 @@ def test_a_program_that_strips_ld_preload_falls_back_to_the_trap_engine(agent_pr
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "removes LD_PRELOAD" in lines[0] and "trap engine" in lines[0], run.explain()
     assert run.doc is not None and run.doc["engine"] == "trap" and run.doc["faults_total"] == 10, run.explain()
-    assert run.program_stdout.count("iterations=10") == 1, run.explain()
+    assert run.stdout.count("iterations=10") == 1, run.explain()
 
 
 def test_a_static_program_falls_back_to_the_trap_engine(tmp_path: Path) -> None:
     static = tmp_path / "static_not_aligned"
-    built = subprocess.run(["gcc", "-O1", "-static", "-o", str(static), str(ROOT / "examples" / "not_aligned.c")],
-                           capture_output=True, text=True)
-    if built.returncode != 0:
+    try:
+        build_program(static, EXAMPLES / "not_aligned.c", flags=("-O1", "-static"))
+    except BuildError as e:
         if os.environ.get("CI") == "true":
-            pytest.fail(f"cannot link statically: {built.stderr}")
+            pytest.fail(f"cannot link statically: {e.result.stderr}")
         pytest.skip("no static libc to link with")
     run = trace([str(static), "10"], tmp_path)
     lines = [line for line in run.stderr.splitlines() if line.strip()]
@@ -188,7 +189,7 @@ def test_missing_compiler_gives_one_line_and_the_trap_engine(tmp_path: Path) -> 
 
 def test_debugger_option_means_the_trap_engine(tmp_path: Path) -> None:
     out = tmp_path / "t.json"
-    from agentrun import ualdbg
+    from support.cli import run_cli as ualdbg
 
     run = ualdbg("trace", "--debugger", "gdb", "--json", str(out), "--", str(BUILD / "not_aligned"), "5", json_path=out)
     assert run.doc is not None and run.doc["engine"] == "trap", run.explain()
@@ -226,7 +227,7 @@ def test_exact_out_of_scope_counts_without_routine_skipping() -> None:
 def test_many_threads_at_the_same_new_pcs(agent_programs: Path, tmp_path: Path) -> None:
     threads, n = 8, 5000
     run = trace([str(agent_programs / "stress"), str(threads), str(n)], tmp_path, "--buffer", "500")
-    assert run.returncode == 0 and f"total={threads * n}" in run.program_stdout, run.explain()
+    assert run.returncode == 0 and f"total={threads * n}" in run.stdout, run.explain()
     doc = run.doc
     assert doc is not None
     bump = [s for s in doc["sites"] if s["function"] == "bump"]

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from agentrun import build_agent_programs, comparable, require_agent, trace
-from conftest import BUILD, ROOT, by_location, expected_by_program, require_tool, scrubbed_env
+from support.env import BUILD, ROOT, require_tool, scrubbed_env
+from support.expected import by_location, expected_by_program
 
 CASES = sorted(expected_by_program().items())
 
@@ -90,7 +91,7 @@ def test_program_behaves_as_alone(prog: str, args: list[str], tmp_path: Path) ->
     direct = subprocess.run([str(BUILD / prog), *args], capture_output=True, text=True, env=scrubbed_env(), cwd=ROOT)
     run = trace([str(BUILD / prog), *args], tmp_path)
     scrub = lambda s: re.sub(r"0x[0-9a-f]+", "ADDR", s)  # noqa: E731 - heap addresses move with ASLR
-    assert scrub(run.program_stdout) == scrub(direct.stdout), run.explain()
+    assert scrub(run.stdout) == scrub(direct.stdout), run.explain()
     assert run.returncode == direct.returncode and run.stderr == direct.stderr, run.explain()
 
 
@@ -113,7 +114,7 @@ def test_same_json_as_the_trap_engine_on_odd_instructions(agent_programs: Path, 
     agent, trap = trace(prog, tmp_path, "--no-patch"), trace(prog, tmp_path, engine="trap")
     assert agent.doc is not None and trap.doc is not None, agent.explain() + trap.explain()
     assert comparable(agent.doc) == comparable(trap.doc), agent.explain() + trap.explain()
-    assert agent.program_stdout == trap.program_stdout
+    assert agent.stdout == trap.stdout
 
 
 def test_faults_out_of_scope_are_counted_per_module(tmp_path: Path) -> None:

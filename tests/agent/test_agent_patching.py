@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentrun import FIXTURES, Traced, build_agent_programs, require_agent, trace
-from conftest import BUILD, ROOT, expected_by_program, require_tool, scrubbed_env
+from agentrun import FIXTURES, build_agent_programs, require_agent, trace
+from support.build import build_program
+from support.env import BUILD, ROOT, require_tool, scrubbed_env
+from support.expected import expected_by_program
+from support.run import Result
 
 CASES = sorted(expected_by_program())
 
@@ -26,8 +29,7 @@ def _agent() -> None:
 @pytest.fixture(scope="module")
 def agent_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = build_agent_programs(tmp_path_factory)
-    subprocess.run(["gcc", "-g", "-O1", "-shared", "-fPIC", "-o", str(out / "libhot.so"), "lib/hotlib.c"], check=True,
-                   cwd=FIXTURES)
+    build_program(out / "libhot.so", "lib/hotlib.c", flags=("-g", "-O1", "-shared", "-fPIC"), cwd=FIXTURES)
     return out
 
 
@@ -43,14 +45,14 @@ def scrub(text: str) -> str:
     return re.sub(r"0x[0-9a-f]+", "ADDR", text)
 
 
-def both(argv: list[str], tmp_path: Path, *options: str, **kw: Any) -> tuple[Traced, Traced]:
+def both(argv: list[str], tmp_path: Path, *options: str, **kw: Any) -> tuple[Result, Result]:
     patched = trace(argv, tmp_path, *options, **kw)
     plain = trace(argv, tmp_path, "--no-patch", *options, **kw)
     assert patched.doc is not None and plain.doc is not None, patched.explain() + plain.explain()
     return patched, plain
 
 
-def assert_same_counts(patched: Traced, plain: Traced) -> None:
+def assert_same_counts(patched: Result, plain: Result) -> None:
     p, n = patched.doc, plain.doc
     assert p is not None and n is not None
     why = patched.explain() + plain.explain()
@@ -59,7 +61,7 @@ def assert_same_counts(patched: Traced, plain: Traced) -> None:
     assert sites(p) == sites(n), why
     assert per_process(p) == per_process(n), why
     assert patched.returncode == plain.returncode, why
-    assert scrub(patched.program_stdout) == scrub(plain.program_stdout) and patched.stderr == plain.stderr, why
+    assert scrub(patched.stdout) == scrub(plain.stdout) and patched.stderr == plain.stderr, why
     assert p["program"]["exit_status"] == n["program"]["exit_status"], why
     # --no-patch: one record per fault in scope; patched: one per fault that trapped.
     assert n["agent"]["patching"]["sites_patched"] == 0 and len(n["records"]) == n["faults_total"], why
@@ -99,7 +101,7 @@ def test_hot_site_is_patched_and_counts_exactly(agent_programs: Path, tmp_path: 
     assert 1 <= site["trapped"] < count, patched.explain()  # the first traps keep their records
     direct = subprocess.run([str(agent_programs / "hotpatch"), mode, str(n)], capture_output=True, text=True,
                             env=scrubbed_env(), cwd=ROOT)
-    assert patched.program_stdout == direct.stdout and patched.returncode == direct.returncode, patched.explain()
+    assert patched.stdout == direct.stdout and patched.returncode == direct.returncode, patched.explain()
 
 
 def test_rip_relative_sites(agent_programs: Path, tmp_path: Path) -> None:
@@ -110,7 +112,7 @@ def test_rip_relative_sites(agent_programs: Path, tmp_path: Path) -> None:
     rip = [s for s in patched.doc["sites"] if s["function"] == "rip_rmw"]
     assert sorted((s["count"], s["access"]) for s in rip) == [(1000, "read"), (1000, "read-write")], patched.explain()
     assert all(s.get("patched") for s in rip), patched.explain()
-    assert "rip 2507500" in patched.program_stdout  # 5 added 1000 times, read back each time
+    assert "rip 2507500" in patched.stdout  # 5 added 1000 times, read back each time
 
 
 def test_threads(agent_programs: Path, tmp_path: Path) -> None:
@@ -136,7 +138,7 @@ def test_fork_children_inherit_patches_and_count_their_own(agent_programs: Path,
     assert doc is not None
     assert sorted(p["faults_total"] for p in doc["processes"] if p["faults_total"]) == [1000, 2000], patched.explain()
     assert patched_site(doc, "long_load")["count"] == 3000 and patched_site(doc, "long_load").get("patched")
-    assert "child exit 0" in patched.program_stdout
+    assert "child exit 0" in patched.stdout
 
 
 def test_unarmed_thread_counts_nothing(agent_programs: Path, tmp_path: Path) -> None:
@@ -203,7 +205,7 @@ def test_real_programs_all_modules(argv: list[str], stdin: str | None, tmp_path:
     p, n = patched.doc, plain.doc
     assert p is not None and n is not None, patched.explain() + plain.explain()
     why = patched.explain() + plain.explain()
-    assert patched.returncode == plain.returncode == 0 and patched.program_stdout == plain.program_stdout, why
+    assert patched.returncode == plain.returncode == 0 and patched.stdout == plain.stdout, why
     assert patched.stderr == plain.stderr, why
     assert p["agent"]["patching"]["sites_patched"] > 0 and n["agent"]["patching"]["sites_patched"] == 0, why
     assert p["faults_total"] > 10_000, why  # libc's and the loader's faults are in

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 from agentrun import require_agent, trace
-from conftest import ROOT, require_tool, scrubbed_env
+from support.env import require_tool
+from support.run import run
 
 SQL = """CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, v REAL);
 WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<5000)
@@ -20,10 +21,7 @@ SELECT * FROM t WHERE id = 42;
 
 
 def alone(argv: list[str], stdin: str | None = None) -> tuple[int, str, str]:
-    import subprocess
-
-    p = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=scrubbed_env(), cwd=ROOT, timeout=120,
-                       stdin=None if stdin is not None else subprocess.DEVNULL)
+    p = run(argv, stdin=stdin, timeout=120).fail_on_timeout()
     return p.returncode, p.stdout, p.stderr
 
 
@@ -40,7 +38,7 @@ def test_real_program_unchanged(argv: list[str], stdin: str | None, tmp_path: Pa
     code, out, err = alone(direct_argv, stdin)
     run = trace(argv, tmp_path, "--all-modules", stdin=stdin)
     assert run.returncode == code == 0, run.explain()
-    assert run.program_stdout == out and run.stderr == err, run.explain()
+    assert run.stdout == out and run.stderr == err, run.explain()
     assert run.doc is not None and run.doc["engine"] == "agent" and run.doc["faults_total"] > 0, run.explain()
     assert run.doc["faults_ignored"] == 0 and run.doc["agent"]["single_stepped"] == 0, run.explain()
     # Every record decodes to an access the x86 alignment check explains.

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clirun import explain, run_cli
-from conftest import require_tool
+from support.build import build_source
+from support.cli import run_cli
+from support.env import require_tool
 
 from ualdbg.isa.alignment import AcRules, measure_ac_rules
 
@@ -36,9 +37,7 @@ def vector_moves(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if platform.machine() != "x86_64":
         pytest.fail("the alignment-check probe tests need an x86-64 host")
     require_tool("cc")
-    out = tmp_path_factory.mktemp("vector-moves") / "vector_moves"
-    subprocess.run(["gcc", "-g", "-O1", "-o", str(out), "vector_moves.c"], check=True, cwd=PROGRAMS)
-    return out
+    return build_source(PROGRAMS / "vector_moves.c", tmp_path_factory.mktemp("vector-moves"))
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +56,7 @@ def units(prog: Path) -> dict[str, bool]:
 def trace(tmp_path: Path, name: str, *args: str) -> dict[str, Any]:
     out = tmp_path / f"{name}.json"
     proc = run_cli("trace", *args[:-2], "--json", str(out), "--", *args[-2:])
-    assert proc.returncode == 0 and out.exists(), explain(proc)
+    assert proc.returncode == 0 and out.exists(), proc.explain()
     doc: dict[str, Any] = json.loads(out.read_text())
     return doc
 
@@ -108,7 +107,7 @@ def test_trap_engine_agrees(vector_moves: Path, rules: AcRules, tmp_path: Path) 
 
 
 def test_status_names_the_rule_in_use(vector_moves: Path, rules: AcRules, tmp_path: Path) -> None:
-    from gdbrun import run_gdb
+    from support.debuggers import run_gdb
 
     run = run_gdb([str(vector_moves), "1"], ["ualdbg status"])
     line = next((x for x in run.stdout.splitlines() if "#AC rule:" in x), None)

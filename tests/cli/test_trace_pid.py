@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-from clirun import explain, run_cli
-from conftest import ROOT, scrubbed_env
-from liverun import WORKERS, healthy, live_program
+from support.build import build_program
+from support.cli import run_cli
+from support.env import FIXTURES, ROOT, scrubbed_env
+from support.live import WORKERS, healthy, live_program
 
 IN_FLIGHT = 2 * (WORKERS + 1)
 
@@ -33,11 +34,11 @@ def test_trace_pid_counts_the_attached_window(test_programs: Path, tmp_path: Pat
         p = run_cli("trace", "--pid", str(live.pid), "--duration", "1.5", "--json", str(out),
                     *(["--engine", "trap"] if engine == "trap" else []), timeout=120)
         end = live.finish()
-    assert p.returncode == 0, explain(p)
-    assert f"attached to process {live.pid}" in p.stderr and "detached from process" in p.stderr, explain(p)
+    assert p.returncode == 0, p.explain()
+    assert f"attached to process {live.pid}" in p.stderr and "detached from process" in p.stderr, p.explain()
     how = "agent injected" if engine == "agent" else "trap engine under gdb"
-    assert f"attached to process {live.pid} ({how})" in p.stderr, explain(p)  # which engine, in the line
-    assert "instead" not in p.stderr, explain(p)  # no fallback
+    assert f"attached to process {live.pid} ({how})" in p.stderr, p.explain()  # which engine, in the line
+    assert "instead" not in p.stderr, p.explain()  # no fallback
     doc = json.loads(out.read_text())
     assert doc["attached"]["engine"] == engine, doc["attached"]
     if engine == "agent":
@@ -47,11 +48,11 @@ def test_trace_pid_counts_the_attached_window(test_programs: Path, tmp_path: Pat
         # Stopped only while injecting and removing: milliseconds, not the window.
         assert doc["attached"]["stopped_s"]["attach"] < 0.5 and doc["attached"]["stopped_s"]["detach"] < 0.5, doc["attached"]
     armed = int(end["armed"])
-    assert armed > 100, f"{end}\n{explain(p)}"
-    assert abs(doc["faults_total"] - armed) <= IN_FLIGHT, f"{doc['faults_total']} vs {end}\n{explain(p)}"
+    assert armed > 100, f"{end}\n{p.explain()}"
+    assert abs(doc["faults_total"] - armed) <= IN_FLIGHT, f"{doc['faults_total']} vs {end}\n{p.explain()}"
     assert doc["program"]["pid"] == live.pid and doc["attached"]["ended_by"] == "duration", doc["attached"]
     assert len({r["tid"] for r in doc["records"]} - before) >= 3  # threads started while attached
-    assert healthy(end), f"{end}\n{explain(p)}"
+    assert healthy(end), f"{end}\n{p.explain()}"
     assert int(end["iterations"]) > armed  # it ran on after the detach
 
 
@@ -80,9 +81,9 @@ def test_check_pid_gates_on_the_window(test_programs: Path, tmp_path: Path) -> N
     with live_program(test_programs, tmp_path) as live:
         p = run_cli("check", "--pid", str(live.pid), "--duration", "1", "--sarif", str(sarif), timeout=120)
         end = live.finish()
-    assert p.returncode == 1 and "ualdbg check: FAIL" in p.stderr, explain(p)
+    assert p.returncode == 1 and "ualdbg check: FAIL" in p.stderr, p.explain()
     assert "live_workers.c" in sarif.read_text()
-    assert healthy(end), f"{end}\n{explain(p)}"
+    assert healthy(end), f"{end}\n{p.explain()}"
 
 
 def test_the_process_exits_during_the_trace(test_programs: Path, tmp_path: Path) -> None:
@@ -90,8 +91,8 @@ def test_the_process_exits_during_the_trace(test_programs: Path, tmp_path: Path)
     with live_program(test_programs, tmp_path, lifetime_ms=1500) as live:
         p = run_cli("trace", "--pid", str(live.pid), "--json", str(out), timeout=120)
         live.proc.wait(timeout=30)
-    assert p.returncode == 0, explain(p)
-    assert f"note: process {live.pid} exited during the trace (exit status 0)" in p.stderr, explain(p)
+    assert p.returncode == 0, p.explain()
+    assert f"note: process {live.pid} exited during the trace (exit status 0)" in p.stderr, p.explain()
     doc = json.loads(out.read_text())
     text = live.out.read_text()
     assert "live: iterations=" in text and live.proc.returncode == 0
@@ -99,9 +100,9 @@ def test_the_process_exits_during_the_trace(test_programs: Path, tmp_path: Path)
 
 
 def _one_line_status_2(p: subprocess.CompletedProcess[str], words: str) -> None:
-    assert p.returncode == 2, explain(p)
+    assert p.returncode == 2, p.explain()
     lines = [line for line in p.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and words in lines[0], explain(p)
+    assert len(lines) == 1 and words in lines[0], p.explain()
 
 
 def test_no_such_process(tmp_path: Path) -> None:
@@ -184,23 +185,21 @@ def test_usage_errors() -> None:
 def test_a_static_binary_falls_back_to_gdb_in_one_line(tmp_path: Path) -> None:
     # The same program, linked statically: no dlopen in it to load the agent with.
     programs = tmp_path / "static"
-    programs.mkdir()
-    src = ROOT / "tests" / "fixtures" / "programs" / "live_workers.c"
-    subprocess.run(["gcc", "-g", "-O1", "-static", "-pthread", "-o", str(programs / "live_workers"), str(src)], check=True)
+    build_program(programs / "live_workers", FIXTURES / "programs" / "live_workers.c", flags=("-g", "-O1", "-static", "-pthread"))
     out = tmp_path / "t.json"
     with live_program(programs, tmp_path) as live:
         p = run_cli("trace", "--pid", str(live.pid), "--duration", "1.5", "--json", str(out), timeout=120)
         end = live.finish()
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     said = [line for line in p.stderr.splitlines() if "instead" in line]
     assert said == [f"ualdbg: --pid: process {live.pid} (live_workers) is statically linked: there is no dlopen in it "
-                    "to load the agent with; tracing with the trap engine under gdb instead"], explain(p)
+                    "to load the agent with; tracing with the trap engine under gdb instead"], p.explain()
     doc = json.loads(out.read_text())
     assert doc["attached"]["engine"] == "trap"
     # libc is part of the program here, and in scope: the program's own count is bump's
     bump = sum(site["count"] for site in doc["sites"] if site["function"] == "bump")
-    assert abs(bump - int(end["armed"])) <= IN_FLIGHT and int(end["armed"]) > 100, f"{end}\n{explain(p)}"
-    assert healthy(end), f"{end}\n{explain(p)}"
+    assert abs(bump - int(end["armed"])) <= IN_FLIGHT and int(end["armed"]) > 100, f"{end}\n{p.explain()}"
+    assert healthy(end), f"{end}\n{p.explain()}"
 
 
 def test_attach_twice_to_the_same_process(test_programs: Path, tmp_path: Path) -> None:
@@ -210,7 +209,7 @@ def test_attach_twice_to_the_same_process(test_programs: Path, tmp_path: Path) -
         for i in range(2):
             out = tmp_path / f"t{i}.json"
             p = run_cli("trace", "--pid", str(live.pid), "--duration", "0.7", "--json", str(out), timeout=120)
-            assert p.returncode == 0 and "(agent injected)" in p.stderr, explain(p)
+            assert p.returncode == 0 and "(agent injected)" in p.stderr, p.explain()
             docs.append(json.loads(out.read_text()))
         end = live.finish()
     assert all(d["faults_total"] > 50 for d in docs), [d["faults_total"] for d in docs]
@@ -280,9 +279,9 @@ def test_seccomp_falls_back_to_gdb_in_one_line(test_programs: Path, tmp_path: Pa
         assert "Seccomp:\t2" in Path(f"/proc/{live.pid}/status").read_text()
         p = run_cli("trace", "--pid", str(live.pid), "--duration", "1", "--json", str(out), timeout=120)
         end = live.finish()
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     said = [line for line in p.stderr.splitlines() if "instead" in line]
-    assert len(said) == 1 and "runs under seccomp (mode 2)" in said[0] and "trap engine under gdb" in said[0], explain(p)
+    assert len(said) == 1 and "runs under seccomp (mode 2)" in said[0] and "trap engine under gdb" in said[0], p.explain()
     doc = json.loads(out.read_text())
     assert doc["attached"]["engine"] == "trap" and abs(doc["faults_total"] - int(end["armed"])) <= IN_FLIGHT, end
     assert healthy(end), end
@@ -371,8 +370,8 @@ def test_a_second_ualdbg_is_refused_and_a_killed_ones_agent_is_removed(test_prog
         out = tmp_path / "t.json"
         p = run_cli("trace", "--pid", str(live.pid), "--duration", "1", "--json", str(out), timeout=120)
         end = live.finish()
-    assert p.returncode == 0, explain(p)
-    assert f"removed the agent a killed ualdbg (process {first.pid}) left armed" in p.stderr, explain(p)
+    assert p.returncode == 0, p.explain()
+    assert f"removed the agent a killed ualdbg (process {first.pid}) left armed" in p.stderr, p.explain()
     assert json.loads(out.read_text())["attached"]["engine"] == "agent"
     assert healthy(end), end
 

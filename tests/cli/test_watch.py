@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from clirun import explain, run_cli
-from conftest import ROOT, scrubbed_env
-from liverun import WORKERS, healthy, live_program
+from support.cli import run_cli
+from support.env import ROOT, scrubbed_env
+from support.live import WORKERS, healthy, live_program
 
 IN_FLIGHT = 2 * (WORKERS + 1)
 
@@ -23,9 +23,9 @@ def test_watch_pid_json_lines(test_programs: Path, tmp_path: Path) -> None:
         p = run_cli("watch", "--pid", str(live.pid), "--duration", "3.2", "--json-lines", "--json", str(final),
                     timeout=120)
         end = live.finish()
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     lines = [json.loads(line) for line in p.stdout.splitlines()]
-    assert len(lines) >= 3, explain(p)
+    assert len(lines) >= 3, p.explain()
     for a, b in zip(lines, lines[1:]):
         assert b["time"] > a["time"] and b["faults_total"] >= a["faults_total"], lines
     first = lines[0]
@@ -34,20 +34,20 @@ def test_watch_pid_json_lines(test_programs: Path, tmp_path: Path) -> None:
     assert site["function"] == "bump" and Path(site["file"]).name == "live_workers.c" and site["line"] == 38, site
     assert site["peak"] >= site["rate"] > 0
     doc = json.loads(final.read_text())
-    assert lines[-1]["faults_total"] == doc["faults_total"], explain(p)
+    assert lines[-1]["faults_total"] == doc["faults_total"], p.explain()
     assert abs(doc["faults_total"] - int(end["armed"])) <= IN_FLIGHT, f"{doc['faults_total']} {end}"
-    assert "detached from process" in p.stderr, explain(p)
-    assert healthy(end), f"{end}\n{explain(p)}"
+    assert "detached from process" in p.stderr, p.explain()
+    assert healthy(end), f"{end}\n{p.explain()}"
 
 
 def test_watch_program_lines_under_the_agent(test_programs: Path, tmp_path: Path) -> None:
     d = tmp_path / "d"
     d.mkdir()
     p = run_cli("watch", "--", str(test_programs / "live_workers"), str(d), str(WORKERS), "200", "2500", timeout=120)
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     rows = [line for line in p.stderr.splitlines() if line.startswith("ualdbg watch:")]
-    assert len(rows) >= 2 and all("top bump live_workers.c:38" in r for r in rows), explain(p)
-    assert "engine agent" in p.stderr and "live: iterations=" in p.stdout, explain(p)  # the program's stdout is its own
+    assert len(rows) >= 2 and all("top bump live_workers.c:38" in r for r in rows), p.explain()
+    assert "engine agent" in p.stderr and "live: iterations=" in p.stdout, p.explain()  # the program's stdout is its own
 
 
 def test_watch_on_a_terminal_q_detaches(test_programs: Path, tmp_path: Path) -> None:
@@ -95,6 +95,6 @@ def test_watch_on_a_terminal_q_detaches(test_programs: Path, tmp_path: Path) -> 
 
 def test_watch_needs_a_pid_or_a_program() -> None:
     p = run_cli("watch")
-    assert p.returncode == 2 and "give --pid PID or -- PROG ARGS" in p.stderr, explain(p)
+    assert p.returncode == 2 and "give --pid PID or -- PROG ARGS" in p.stderr, p.explain()
     p = run_cli("watch", "--pid", "4000000")
-    assert p.returncode == 2 and p.stderr.strip() == "ualdbg: no process 4000000", explain(p)
+    assert p.returncode == 2 and p.stderr.strip() == "ualdbg: no process 4000000", p.explain()

@@ -1,18 +1,17 @@
 """Helpers of the cross-architecture suite: the toolchains it needs (missing ones fail under
 CI=true, skip locally), the cross-built examples, the expected rows of examples/README.md's
-strict-alignment table, and gdb-multiarch driven against a program under qemu-user."""
+strict-alignment table, and the counts its programs print (gdb-multiarch against qemu-user is
+support.debuggers.run_gdb_multiarch)."""
 from __future__ import annotations
 
 import collections
 import re
 import subprocess
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import EXAMPLES, ROOT, Expected, require_tool, scrubbed_env
+from support.env import EXAMPLES, require_tool
+from support.expected import Expected
 
-from ualdbg.isa import qemu
 from ualdbg.isa.arch import arch_by_name
 
 CROSS_ARCHES = ("sparc64", "alpha", "hppa", "sh4")
@@ -51,41 +50,6 @@ def cross_rows() -> dict[tuple[str, str, tuple[str, ...]], list[Expected]]:
                        access if access not in ("-", "") else None)
         out.setdefault((arch, prog, row.args), []).append(row)
     return out
-
-
-@dataclass
-class GdbRun:
-    cmd: list[str]
-    returncode: int
-    output: str
-    program_exit: tuple[int | None, int | None]
-
-    def explain(self) -> str:
-        return f"command: {' '.join(self.cmd)}\nexit status: {self.returncode}\n--- output ---\n{self.output}"
-
-
-def run_gdb_multiarch(arch: str, program: list[str], commands: list[str], timeout: float = 120) -> GdbRun:
-    """qemu-ARCH -g on a private socket, gdb-multiarch -batch connected to it running `commands`
-    after `source gdb/ualdbg.py`; the program's own output is in the returned output too."""
-    info = arch_by_name(arch)
-    gdb = require_tool("gdb-multiarch")
-    with tempfile.TemporaryDirectory(prefix="ualdbg-cross-") as tmp:
-        out_path = Path(tmp) / "out"
-        with open(out_path, "w") as out:
-            run = qemu.start(info, program, tmp, stdout=out)
-            cmd = [gdb, "-q", "-nx", "-batch", "-ex", f"file {program[0]}"]
-            if info.sysroot:
-                cmd += ["-ex", f"set sysroot {info.sysroot}"]
-            cmd += ["-ex", f"target remote {run.endpoint}", "-x", str(ROOT / "gdb" / "ualdbg.py")]
-            for c in commands:
-                cmd += ["-ex", c]
-            try:
-                proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                      timeout=timeout, env=scrubbed_env(), cwd=ROOT)
-                ended = run.wait(timeout=10)
-            finally:
-                run.stop()
-        return GdbRun(cmd, proc.returncode, out_path.read_text(errors="replace"), ended)
 
 
 def routine_counts(doc: dict) -> dict[str, int]:  # type: ignore[type-arg]

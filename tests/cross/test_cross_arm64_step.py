@@ -10,10 +10,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clirun import explain, run_cli
-from conftest import BUILD, EXAMPLES, by_location
-from crossrun import build, run_gdb_multiarch
-from gdbrun import REPORT1
+from crossrun import build
+from support.build import build_program
+from support.cli import run_cli
+from support.debuggers import run_gdb_multiarch
+from support.env import BUILD, EXAMPLES
+from support.expected import by_location
+from support.reports import REPORT1
 
 SECTION = "## Expected faults on arm64 with the step engine"
 
@@ -54,13 +57,13 @@ def trace(prog: str, args: tuple[str, ...], funcs: tuple[str, ...], out: Path,
 def test_counts_per_line(key: tuple[str, tuple[str, ...], tuple[str, ...]], tmp_path: Path) -> None:
     prog, args, funcs = key
     p = trace(prog, args, funcs, tmp_path / "t.json")  # no --policy: natural is arm64's default
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     doc = json.loads((tmp_path / "t.json").read_text())
-    assert (doc["arch"], doc["engine"], doc["step"]["policy"]) == ("aarch64", "step", "natural"), explain(p)
+    assert (doc["arch"], doc["engine"], doc["step"]["policy"]) == ("aarch64", "step", "natural"), p.explain()
     assert doc["program"]["exit_status"] == 0
-    assert doc["step"]["steps"] > 0 and doc["step"]["entries"] > 0, explain(p)  # the scope ran
+    assert doc["step"]["steps"] > 0 and doc["step"]["entries"] > 0, p.explain()  # the scope ran
     want = {loc: n for loc, n, _, _ in ROWS[key] if n}
-    assert dict(by_location(doc)) == want, explain(p)
+    assert dict(by_location(doc)) == want, p.explain()
     assert doc["faults_total"] == sum(want.values())
     for loc, n, size, access in ROWS[key]:
         if not n:
@@ -73,7 +76,7 @@ def test_counts_per_line(key: tuple[str, tuple[str, ...], tuple[str, ...]], tmp_
     assert all(int(r["va"], 16) % r["size"] for r in doc["records"])
     # The program ran as it does natively (the x86-64 build prints the same results).
     native = subprocess.run([str(BUILD / prog), *args], capture_output=True, text=True, check=True)
-    assert native.stdout.splitlines()[-1] in p.stdout.splitlines(), explain(p)
+    assert native.stdout.splitlines()[-1] in p.stdout.splitlines(), p.explain()
 
 
 def printed(pattern: str, text: str) -> int:
@@ -84,7 +87,7 @@ def printed(pattern: str, text: str) -> int:
 
 def test_vas_are_the_programs_addresses(tmp_path: Path) -> None:
     p = trace("not_aligned", ("50",), ("bump",), tmp_path / "n.json")
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     base = printed(r"not_aligned: p=(0x[0-9a-f]+)", p.stdout)
     recs = json.loads((tmp_path / "n.json").read_text())["records"]
     assert len(recs) == 100 and all((int(r["va"], 16) - base) % 8 == 0 and 0 <= int(r["va"], 16) - base < 64 * 8
@@ -97,29 +100,29 @@ def test_vas_are_the_programs_addresses(tmp_path: Path) -> None:
     p = trace("packed_header", ("2",), ("parse_frame",), tmp_path / "p.json")
     saddr = printed(r"ip saddr at (0x[0-9a-f]+)", p.stdout)
     doc = json.loads((tmp_path / "p.json").read_text())
-    assert saddr in {int(r["va"], 16) for r in doc["records"]}, explain(p)
+    assert saddr in {int(r["va"], 16) for r in doc["records"]}, p.explain()
 
 
 def test_policy_cacheline_counts_follow_the_printed_address_and_bad_scopes_are_one_line(tmp_path: Path) -> None:
     p = trace("memalign", ("20", "1"), ("fill",), tmp_path / "cl.json", "--policy", "cacheline")
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     doc = json.loads((tmp_path / "cl.json").read_text())
     v = printed(r"memalign: v=(0x[0-9a-f]+)", p.stdout)
     # fill writes 40 ints at v, v+4, ...: those that straddle a 64-byte line, no others
     split = [v + 4 * k for k in range(40) if (v + 4 * k) % 64 > 60]
     assert doc["step"]["policy"] == "cacheline" and doc["step"]["steps"] > 0
-    assert sorted(int(r["va"], 16) for r in doc["records"]) == split and split, explain(p)
+    assert sorted(int(r["va"], 16) for r in doc["records"]) == split and split, p.explain()
     e = run_cli("trace", "--arch", "aarch64", "--engine", "step", "--everywhere", "--",
                 str(build("aarch64") / "memalign"), "3", "1")
-    assert e.returncode == 2 and len(e.stderr.strip().splitlines()) == 1 and "--everywhere" in e.stderr, explain(e)
+    assert e.returncode == 2 and len(e.stderr.strip().splitlines()) == 1 and "--everywhere" in e.stderr, e.explain()
     assert "Traceback" not in e.stderr
 
     for scope, says in ((["--in", "no_such_function"], "no function named no_such_function"),
                         (["--range", "0x10,0x20"], "never entered the scope 0x10-0x20")):
         e = run_cli("trace", "--arch", "aarch64", "--engine", "step", *scope, "--",
                     str(build("aarch64") / "memalign"), "3", "1")
-        assert e.returncode == 2 and e.stderr.strip().splitlines() == [e.stderr.strip()], explain(e)
-        assert says in e.stderr and "Traceback" not in e.stderr, explain(e)
+        assert e.returncode == 2 and e.stderr.strip().splitlines() == [e.stderr.strip()], e.explain()
+        assert says in e.stderr and "Traceback" not in e.stderr, e.explain()
 
 
 def test_gdb_trace_start_then_save(tmp_path: Path) -> None:
@@ -129,12 +132,12 @@ def test_gdb_trace_start_then_save(tmp_path: Path) -> None:
                             ["ualdbg trace start --engine step --in fill --in total", "ualdbg status", "continue",
                              f"ualdbg trace save {out}"])
     assert run.returncode == 0, run.explain()
-    assert "policy natural" in run.output, run.explain()  # the default off x86
+    assert "policy natural" in run.stdout, run.explain()  # the default off x86
     doc = json.loads(out.read_text())
     assert dict(by_location(doc)) == {"memalign.c:31": 10, "memalign.c:32": 10, "memalign.c:40": 40}, run.explain()
-    v = printed(r"memalign: v=(0x[0-9a-f]+)", run.output)
+    v = printed(r"memalign: v=(0x[0-9a-f]+)", run.stdout)
     assert int(doc["records"][0]["va"], 16) == v
-    assert "memalign: count=10 reps=2 sum=270" in run.output and run.program_exit == (0, None), run.explain()
+    assert "memalign: count=10 reps=2 sum=270" in run.stdout and run.program_exit == (0, None), run.explain()
 
 
 def test_gdb_break_stops_before_each_access(tmp_path: Path) -> None:
@@ -144,7 +147,7 @@ def test_gdb_break_stops_before_each_access(tmp_path: Path) -> None:
                             ["ualdbg break --engine step --in fill --policy natural", "continue",
                              "python print('PC-AT-STOP', hex(int(gdb.parse_and_eval('$pc'))))", "x/i $pc",
                              *["continue"] * stops])
-    out = run.output
+    out = run.stdout
     reports = [m for m in map(REPORT1.match, out.splitlines()) if m]
     assert len(reports) == stops, run.explain()
     v = printed(r"memalign: v=(0x[0-9a-f]+)", out)
@@ -158,9 +161,9 @@ def test_gdb_unknown_function_is_one_line() -> None:
     prog = build("aarch64") / "memalign"
     run = run_gdb_multiarch("aarch64", [str(prog), "3", "1"],
                             ["ualdbg trace start --engine step --in no_such_function", "continue"])
-    lines = [line for line in run.output.splitlines() if "no_such_function" in line]
+    lines = [line for line in run.stdout.splitlines() if "no_such_function" in line]
     assert len(lines) == 1 and lines[0].startswith("ualdbg: "), run.explain()
-    assert "Traceback" not in run.output and run.program_exit == (0, None), run.explain()
+    assert "Traceback" not in run.stdout and run.program_exit == (0, None), run.explain()
 
 
 def test_addressing_forms_end_to_end(tmp_path: Path) -> None:
@@ -169,13 +172,13 @@ def test_addressing_forms_end_to_end(tmp_path: Path) -> None:
     src = Path(__file__).resolve().parent / "programs" / "forms_arm64.c"
     build("aarch64")  # the toolchain (fails under CI=true when missing)
     exe = tmp_path / "forms"
-    subprocess.run(["aarch64-linux-gnu-gcc", "-g", "-O1", "-Wall", "-static", "-o", str(exe), str(src)], check=True)
+    build_program(exe, src, flags=("-g", "-O1", "-Wall", "-static"), compiler="aarch64-linux-gnu-gcc")
     lines = {m.group(1): n for n, text in enumerate(src.read_text().splitlines(), 1)
              if (m := re.search(r"/\* L:(\w+) \*/", text))}
     funcs = ["pair", "post", "regoff", "sxtw", "vec", "aligned_pair"]
     p = run_cli("trace", "--engine", "step", *[a for f in funcs for a in ("--in", f)], "--json", str(tmp_path / "f.json"),
                 "--", str(exe), timeout=240)
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     base = printed(r"forms: p=(0x[0-9a-f]+)", p.stdout)
     doc = json.loads((tmp_path / "f.json").read_text())
     line_of = {s["pc"]: s["line"] for s in doc["sites"]}
@@ -186,15 +189,15 @@ def test_addressing_forms_end_to_end(tmp_path: Path) -> None:
         (lines["regoff"], 20, 4, "read"),  # [p, 5, lsl #2]
         (lines["sxtw"], 8, 4, "read"),  # [p + 16, w(-2), sxtw #2]
         (lines["ld1"], 0, 4, "read"), (lines["st1"], 0, 4, "write"),  # {v0.4s}: element size 4
-    ], explain(p)
+    ], p.explain()
     assert "forms: sum=" in p.stdout and doc["program"]["exit_status"] == 0
 
 
 def test_check_exit_status(tmp_path: Path) -> None:
     bad = run_cli("check", "--engine", "step", "--in", "fill", "--json", str(tmp_path / "b.json"), "--",
                   str(build("aarch64") / "memalign"), "5", "1")
-    assert bad.returncode == 1 and json.loads((tmp_path / "b.json").read_text())["faults_total"] == 10, explain(bad)
+    assert bad.returncode == 1 and json.loads((tmp_path / "b.json").read_text())["faults_total"] == 10, bad.explain()
     good = run_cli("check", "--engine", "step", "--in", "fill", "--json", str(tmp_path / "g.json"), "--",
                    str(build("aarch64") / "memalign_aligned"), "5", "1")
-    assert good.returncode == 0, explain(good)
+    assert good.returncode == 0, good.explain()
     assert json.loads((tmp_path / "g.json").read_text())["step"]["steps"] > 0

@@ -14,9 +14,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clirun import explain, run_cli
-from crossrun import require_cross, run_gdb_multiarch
-from gdbrun import REPORT1
+from crossrun import require_cross
+from support.build import build_program
+from support.cli import run_cli
+from support.debuggers import run_gdb_multiarch
+from support.reports import REPORT1
 
 from ualdbg.isa.arch import arch_by_name
 
@@ -30,8 +32,7 @@ FUNCS = ("a_str", "a_ldr", "a_strh", "a_ldrsh", "c_a_str", "t_str", "t_ldr", "t_
 def build(arch: str, tmp_path: Path) -> Path:
     require_cross(arch)
     exe = tmp_path / f"plain_arm.{arch}"
-    subprocess.run([f"{arch_by_name(arch).triplet}-gcc", "-g", "-O1", "-Wall", "-static", "-o", str(exe), str(SOURCE)],
-                   check=True)
+    build_program(exe, SOURCE, flags=("-g", "-O1", "-Wall", "-static"), compiler=f"{arch_by_name(arch).triplet}-gcc")
     return exe
 
 
@@ -67,14 +68,14 @@ def test_step_natural_counts_every_plain_access_in_arm_and_thumb(arch: str, tmp_
     t = tmp_path / "t.json"
     scope = [a for f in FUNCS for a in ("--in", f)]
     p = run_cli("trace", "--engine", "step", *scope, "--json", str(t), "--", str(exe), "60", "7", timeout=300)
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     own = own_counts(p.stdout)
     assert own == {"a_str": 45, "a_ldr": 45, "a_strh": 30, "a_ldrsh": 30, "c_a_str": 15, "t_str": 45, "t_ldr": 45,
-                   "t_strh": 30, "t_ldrh": 30, "t_ldr_far": 45, "c_t_str": 15, "d_str": 45}, explain(p)
+                   "t_strh": 30, "t_ldrh": 30, "t_ldr_far": 45, "c_t_str": 15, "d_str": 45}, p.explain()
     doc = json.loads(t.read_text())
-    assert (doc["arch"], doc["engine"], doc["step"]["policy"]) == (arch, "step", "natural"), explain(p)
+    assert (doc["arch"], doc["engine"], doc["step"]["policy"]) == (arch, "step", "natural"), p.explain()
     line = lines_of()
-    assert by_line(doc) == {(f, line[f]): own[f] for f in FUNCS}, explain(p)
+    assert by_line(doc) == {(f, line[f]): own[f] for f in FUNCS}, p.explain()
     for r in doc["records"]:
         assert int(r["va"], 16) % (4 if r["size"] == 8 else r["size"]), r
     sizes = {s["function"]: s["sizes"] for s in doc["sites"]}
@@ -86,20 +87,20 @@ def test_signal_mode_sees_only_the_strd_and_counts_it_alike(arch: str, tmp_path:
     exe = build(arch, tmp_path)
     t = tmp_path / "t.json"
     p = run_cli("trace", "--json", str(t), "--", str(exe), "60", "7", timeout=300)
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     own = own_counts(p.stdout)
     doc = json.loads(t.read_text())
-    assert doc["engine"] != "step" and by_line(doc) == {("d_str", lines_of()["d_str"]): own["d_str"]}, explain(p)
+    assert doc["engine"] != "step" and by_line(doc) == {("d_str", lines_of()["d_str"]): own["d_str"]}, p.explain()
     # The step engine over d_str alone: its SIGBUS is performed, not counted a second time.
     s = tmp_path / "s.json"
     q = run_cli("trace", "--engine", "step", "--in", "d_str", "--in", "t_ldr", "--json", str(s), "--", str(exe),
                 "60", "7", timeout=300)
-    assert q.returncode == 0, explain(q)
+    assert q.returncode == 0, q.explain()
     # The values the program read back: the same whichever engine saw the accesses.
     own_lines = re.compile(r"^plain_arm: .*$", re.M)
-    assert own_lines.findall(q.stdout) == own_lines.findall(p.stdout) and own_lines.findall(p.stdout), explain(q)
+    assert own_lines.findall(q.stdout) == own_lines.findall(p.stdout) and own_lines.findall(p.stdout), q.explain()
     assert by_line(json.loads(s.read_text())) == {("d_str", lines_of()["d_str"]): own["d_str"],
-                                                  ("t_ldr", lines_of()["t_ldr"]): own["t_ldr"]}, explain(q)
+                                                  ("t_ldr", lines_of()["t_ldr"]): own["t_ldr"]}, q.explain()
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -111,16 +112,16 @@ def test_break_with_the_step_engine_in_gdb(arch: str, tmp_path: Path) -> None:
                             [f"ualdbg break --engine step {scope} --policy natural", "continue",
                              "python print('CPSR-T', int(gdb.parse_and_eval('$cpsr')) >> 5 & 1)", "x/i $pc",
                              *["continue"] * 24])
-    own = own_counts(run.output)
+    own = own_counts(run.stdout)
     # d_str's strd traps under qemu: signal mode stops there too, outside the step scope.
     want = {f: own[f] for f in (*funcs, "d_str")}
     assert want == {"t_ldr": 6, "a_strh": 4, "c_t_str": 2, "d_str": 6}, run.explain()
-    reports = [m for m in map(REPORT1.match, run.output.splitlines()) if m]
+    reports = [m for m in map(REPORT1.match, run.stdout.splitlines()) if m]
     assert len(reports) == sum(want.values()), run.explain()
     # The first stop: a_strh of record 1 (buf + 7 + 4) in ARM state, before its strh runs.
-    assert "CPSR-T 0" in run.output and int(reports[0].group(1), 16) % 4 == 3, run.explain()
-    assert re.search(r"=> 0x[0-9a-f]+ <a_strh>:\s+strh\s+r1, \[r0, #4\]", run.output), run.explain()
-    lines = [ln for ln in run.output.splitlines() if ln.startswith("  ") and "plain_arm.c:" in ln]
+    assert "CPSR-T 0" in run.stdout and int(reports[0].group(1), 16) % 4 == 3, run.explain()
+    assert re.search(r"=> 0x[0-9a-f]+ <a_strh>:\s+strh\s+r1, \[r0, #4\]", run.stdout), run.explain()
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("  ") and "plain_arm.c:" in ln]
     got = collections.Counter(int(ln.rsplit(":", 1)[1].split()[0]) for ln in lines)
     line = lines_of()
     assert dict(got) == {line[f]: n for f, n in want.items()}, run.explain()

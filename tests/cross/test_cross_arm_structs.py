@@ -17,9 +17,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clirun import explain, run_cli
-from crossrun import require_cross, routine_counts, run_gdb_multiarch
-from gdbrun import REPORT1
+from crossrun import require_cross, routine_counts
+from support.build import build_program
+from support.cli import run_cli
+from support.debuggers import run_gdb_multiarch
+from support.reports import REPORT1
 
 from ualdbg.isa.arch import arch_by_name
 
@@ -37,8 +39,7 @@ ARMEL_FORMS = {"a_ldrd_postreg", "a_strd_prereg", "a_ldrd_preneg", "a_ldr_postre
 def build(arch: str, tmp_path: Path) -> Path:
     require_cross(arch)
     exe = tmp_path / f"structs_arm.{arch}"
-    subprocess.run([f"{arch_by_name(arch).triplet}-gcc", "-g", "-O1", "-Wall", "-static", "-o", str(exe), str(SOURCE)],
-                   check=True)
+    build_program(exe, SOURCE, flags=("-g", "-O1", "-Wall", "-static"), compiler=f"{arch_by_name(arch).triplet}-gcc")
     return exe
 
 
@@ -67,22 +68,22 @@ def test_signal_mode_performs_every_form_bit_exact(arch: str, tmp_path: Path) ->
     exe = build(arch, tmp_path)
     t = tmp_path / "t.json"
     p = run_cli("trace", "--json", str(t), "--", str(exe), str(ROUNDS), timeout=240)
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     counts = own(p.stdout)
     assert set(counts) == (ARMEL_FORMS if arch == "armel" else set(counts)) and len(counts) >= len(ARMEL_FORMS), \
-        explain(p)
+        p.explain()
     if arch == "armhf":
-        assert len(counts) == 29, explain(p)
+        assert len(counts) == 29, p.explain()
         # Each kind of trap occurs: the hint alone (.8 elements), the element too, a lane, all lanes.
-        assert counts["a_vld4_8_reg"] == {"trap": 14, "elem": 0, "either": 14}, explain(p)
-        assert counts["a_vld3_32_wb"]["trap"] == 0 and counts["a_vld3_32_wb"]["elem"] == 12, explain(p)
-    assert digest(p.stdout) == aligned_digest(arch, exe, ROUNDS) and digest(p.stdout).endswith(" ok"), explain(p)
+        assert counts["a_vld4_8_reg"] == {"trap": 14, "elem": 0, "either": 14}, p.explain()
+        assert counts["a_vld3_32_wb"]["trap"] == 0 and counts["a_vld3_32_wb"]["elem"] == 12, p.explain()
+    assert digest(p.stdout) == aligned_digest(arch, exe, ROUNDS) and digest(p.stdout).endswith(" ok"), p.explain()
     doc = json.loads(t.read_text())
-    assert doc["arch"] == arch and doc["program"]["exit_status"] == 0, explain(p)
-    assert routine_counts(doc) == {f: c["trap"] for f, c in counts.items() if c["trap"]}, explain(p)
+    assert doc["arch"] == arch and doc["program"]["exit_status"] == 0, p.explain()
+    assert routine_counts(doc) == {f: c["trap"] for f, c in counts.items() if c["trap"]}, p.explain()
     for site in doc["sites"]:
         assert site["sizes"] == [SIZES[site["function"]]], site
-    assert not re.search(r"not performed", p.stdout + p.stderr), explain(p)
+    assert not re.search(r"not performed", p.stdout + p.stderr), p.explain()
 
 
 @pytest.mark.parametrize("arch", ("armhf", "armel"))
@@ -97,33 +98,33 @@ def test_step_natural_counts_each_misaligned_element_once(arch: str, tmp_path: P
     t = tmp_path / "t.json"
     p = run_cli("trace", "--engine", "step", "--policy", "natural", *scope, "--json", str(t), "--", str(exe),
                 str(ROUNDS), timeout=300)
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     counts = own(p.stdout)
-    assert sorted(counts) == names, explain(p)
-    assert digest(p.stdout) == aligned_digest(arch, exe, ROUNDS), explain(p)
+    assert sorted(counts) == names, p.explain()
+    assert digest(p.stdout) == aligned_digest(arch, exe, ROUNDS), p.explain()
     doc = json.loads(t.read_text())
-    assert (doc["engine"], doc["step"]["policy"]) == ("step", "natural"), explain(p)
+    assert (doc["engine"], doc["step"]["policy"]) == ("step", "natural"), p.explain()
     # The natural policy sees a misaligned element; signal mode under it a failed hint: one
     # record per call either way. ldr_pc's two loads (r4, then the PC) are each misaligned.
     want = {f: c["either"] * (2 if f.endswith("ldr_pc") else 1) for f, c in counts.items() if c["either"]}
-    assert routine_counts(doc) == want, explain(p)
+    assert routine_counts(doc) == want, p.explain()
 
 
 def test_break_stops_at_each_neon_and_pc_fault_once_then_performs_it(tmp_path: Path) -> None:
     exe = build("armhf", tmp_path)
     run = run_gdb_multiarch("armhf", [str(exe), "2"], ["ualdbg break", "continue", "x/i $pc",
                                                         *["continue"] * 60, "ualdbg status"], timeout=240)
-    counts = own(run.output)
+    counts = own(run.stdout)
     want = sum(c["trap"] for c in counts.values())
     assert want == 33, run.explain()
-    reports = [m for m in map(REPORT1.match, run.output.splitlines()) if m]
+    reports = [m for m in map(REPORT1.match, run.stdout.splitlines()) if m]
     assert len(reports) == want, run.explain()
-    where = collections.Counter(re.findall(r"^  \d+-byte (?:read|write), (\w+)\+0x[0-9a-f]+ in ", run.output, re.M))
+    where = collections.Counter(re.findall(r"^  \d+-byte (?:read|write), (\w+)\+0x[0-9a-f]+ in ", run.stdout, re.M))
     assert where == {f: c["trap"] for f, c in counts.items() if c["trap"]}, run.explain()
     # The first stop: round 0's strd (its ldrd is aligned), before it runs.
-    assert re.search(r"=> 0x[0-9a-f]+ <a_strd_prereg\+16>:\s+strd\s+r4, (r5, )?\[r0, r2\]!", run.output), run.explain()
-    assert digest(run.output) == aligned_digest("armhf", exe, 2) and run.program_exit == (0, None), run.explain()
-    assert "not performed" not in run.output, run.explain()
+    assert re.search(r"=> 0x[0-9a-f]+ <a_strd_prereg\+16>:\s+strd\s+r4, (r5, )?\[r0, r2\]!", run.stdout), run.explain()
+    assert digest(run.stdout) == aligned_digest("armhf", exe, 2) and run.program_exit == (0, None), run.explain()
+    assert "not performed" not in run.stdout, run.explain()
 
 
 class _Regs:

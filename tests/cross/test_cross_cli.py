@@ -9,9 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clirun import explain, run_cli
-from conftest import BUILD, by_location
 from crossrun import build, cross_rows
+from support.build import build_program
+from support.cli import run_cli
+from support.env import BUILD
+from support.expected import by_location
 
 ROWS = cross_rows()
 
@@ -29,14 +31,14 @@ def test_counts_per_line(key: tuple[str, str, tuple[str, ...]], tmp_path: Path) 
     build_dir = build(arch)
     out = tmp_path / "trace.json"
     p = run_cli("trace", "--json", str(out), "--", str(build_dir / prog), *args, timeout=240)
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     doc = json.loads(out.read_text())
-    assert doc["arch"] == arch and doc["debugger"] == "gdb", explain(p)
+    assert doc["arch"] == arch and doc["debugger"] == "gdb", p.explain()
     assert doc["program"]["exit_status"] == 0
     rows = ROWS[key]
     want = {r.location: r.count for r in rows if r.count}
     got = by_location(doc)
-    assert dict(got) == want, explain(p)
+    assert dict(got) == want, p.explain()
     assert doc["faults_total"] == sum(want.values())
     for r in rows:
         if not r.count:
@@ -56,8 +58,8 @@ def test_program_output_and_results_unchanged(arch: str, tmp_path: Path) -> None
     build_dir = build(arch)
     native = subprocess.run([str(BUILD / "memalign"), "100", "5"], capture_output=True, text=True, check=True)
     p = run_cli("trace", "--json", str(tmp_path / "t.json"), "--", str(build_dir / "memalign"), "100", "5", timeout=240)
-    assert p.returncode == 0, explain(p)
-    assert native.stdout.splitlines()[-1] in p.stdout.splitlines(), explain(p)
+    assert p.returncode == 0, p.explain()
+    assert native.stdout.splitlines()[-1] in p.stdout.splitlines(), p.explain()
 
 
 def test_exit_status_passes_through(tmp_path: Path) -> None:
@@ -66,15 +68,15 @@ def test_exit_status_passes_through(tmp_path: Path) -> None:
     src = tmp_path / "exit3.c"
     src.write_text("int main(void) { return 3; }\n")
     exe = tmp_path / "exit3"
-    subprocess.run(["sparc64-linux-gnu-gcc", "-static", "-o", str(exe), str(src)], check=True)
+    build_program(exe, src, flags=("-static",), compiler="sparc64-linux-gnu-gcc")
     p = run_cli("check", "--json", str(tmp_path / "c.json"), "--", str(exe))
-    assert p.returncode == 3, explain(p)  # check: the program failed -> its own status (docs/CI.md)
+    assert p.returncode == 3, p.explain()  # check: the program failed -> its own status (docs/CI.md)
     doc = json.loads((tmp_path / "c.json").read_text())
     assert doc["program"]["exit_status"] == 3 and doc["arch"] == "sparc64"
     t = run_cli("trace", "--json", str(tmp_path / "t.json"), "--", str(exe))
-    assert t.returncode == 3, explain(t)
+    assert t.returncode == 3, t.explain()
     c = run_cli("check", "--json", str(tmp_path / "m.json"), "--", str(build_dir / "memalign"), "10", "1")
-    assert c.returncode == 1, explain(c)
+    assert c.returncode == 1, c.explain()
 
 
 def test_arch_mismatch_is_one_line(tmp_path: Path) -> None:
@@ -92,7 +94,7 @@ def test_architectures_without_an_engine_are_refused_in_one_line(tmp_path: Path)
     exe.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(9) + (2).to_bytes(2, "little") + (243).to_bytes(2, "little") + bytes(64))
     exe.chmod(0o755)
     p = run_cli("trace", "--", str(exe))
-    assert p.returncode == 2, explain(p)
+    assert p.returncode == 2, p.explain()
     assert p.stderr.strip().splitlines() == ["ualdbg: riscv64 programs: qemu-riscv64 performs misaligned accesses without a trap; use --engine step --in FUNC (README: architectures)"]
     q = run_cli("check", "--arch", "sparc64", "--", "/bin/true")
-    assert q.returncode == 2 and q.stderr.strip() == "ualdbg: /bin/true is a x86_64 program, not sparc64", explain(q)
+    assert q.returncode == 2 and q.stderr.strip() == "ualdbg: /bin/true is a x86_64 program, not sparc64", q.explain()

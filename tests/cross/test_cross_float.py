@@ -8,8 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clirun import explain, run_cli
 from crossrun import require_cross
+from support.build import build_program
+from support.cli import run_cli
 
 from ualdbg.isa.arch import arch_by_name
 
@@ -19,7 +20,7 @@ N = 12
 
 def native(tmp_path: Path, offset: str) -> str:
     exe = tmp_path / "native"
-    subprocess.run(["gcc", "-O1", "-o", str(exe), str(SRC)], check=True)
+    build_program(exe, SRC, flags=("-O1",))
     return subprocess.run([str(exe), str(N), offset], capture_output=True, text=True, check=True).stdout.strip()
 
 
@@ -35,12 +36,12 @@ def test_float_accesses_are_performed_bit_exactly(arch: str, offset: str, faults
     require_cross(arch)
     exe = tmp_path / f"md_{arch}"
     link = "-static" if arch == "sparc64" else "-no-pie"
-    subprocess.run([f"{arch_by_name(arch).triplet}-gcc", "-g", "-O1", "-Wall", link, "-o", str(exe), str(SRC)], check=True)
+    build_program(exe, SRC, flags=("-g", "-O1", "-Wall", link), compiler=f"{arch_by_name(arch).triplet}-gcc")
     p = run_cli("trace", "--json", str(tmp_path / "t.json"), "--", str(exe), str(N), offset)
-    assert p.returncode == 0, explain(p)
-    assert native(tmp_path, offset) in p.stdout.splitlines(), explain(p)
+    assert p.returncode == 0, p.explain()
+    assert native(tmp_path, offset) in p.stdout.splitlines(), p.explain()
     doc = json.loads((tmp_path / "t.json").read_text())
-    assert doc["faults_total"] == faults, explain(p)
+    assert doc["faults_total"] == faults, p.explain()
     recs = doc["records"]
     assert all(r["size"] == 8 for r in recs)
     assert sum(r["access"] == "write" for r in recs) == faults // 3  # scale()'s stores

@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 import subprocess
 
-from conftest import BUILD
-from crossrun import build, run_gdb_multiarch
-from gdbrun import REPORT1
+from crossrun import build
+from support.debuggers import run_gdb_multiarch
+from support.env import BUILD
+from support.reports import REPORT1
 
 
 def native_last_line(*args: str) -> str:
@@ -21,7 +22,7 @@ def test_sparc64_break_stops_at_each_fault_then_performs_it() -> None:
     run = run_gdb_multiarch("sparc64", [str(prog), "3", "2"],
                             ["ualdbg break", "continue", "python print('PC-AT-STOP', hex(int(gdb.parse_and_eval('$pc'))))",
                              "x/i $pc", *["continue"] * faults, "ualdbg status"])
-    out = run.output
+    out = run.stdout
     reports = [REPORT1.match(line) for line in out.splitlines()]
     reports = [m for m in reports if m]
     assert len(reports) == faults, run.explain()
@@ -37,7 +38,7 @@ def test_alpha_break_then_off_restores_the_programs_prctl_setting() -> None:
     prog = build("alpha") / "memalign"
     run = run_gdb_multiarch("alpha", [str(prog), "3", "2"],
                             ["ualdbg break", "continue", "ualdbg status", "ualdbg off", "continue"])
-    out = run.output
+    out = run.stdout
     assert len([line for line in out.splitlines() if REPORT1.match(line)]) == 1, run.explain()
     assert re.search(r"prctl\(PR_SET_UNALIGN\): armed \(the program's own setting: 0x[0-9a-f]+\)", out), run.explain()
     assert "ualdbg: off; the program's own PR_SET_UNALIGN setting is back" in out, run.explain()
@@ -51,7 +52,7 @@ def test_alpha_break_when_stopped_past_main_arms_by_an_inferior_call() -> None:
     run = run_gdb_multiarch("alpha", [str(prog), "3", "2"],
                             ["break fill", "continue", "ualdbg break", "ualdbg status", "continue", "continue",
                              "ualdbg off", "continue"])
-    out = run.output
+    out = run.stdout
     assert "prctl(PR_SET_UNALIGN): armed" in out.split("Catchpoint", 1)[0], run.explain()  # before any fault
     reports = [m for m in map(REPORT1.match, out.splitlines()) if m]
     assert len(reports) == 2, run.explain()  # v[0].a and v[0].b, then off: no more stops
@@ -64,7 +65,7 @@ def test_alpha_break_at_the_entry_says_it_arms_at_main() -> None:
     # there cannot be done now, and the command must not claim it was.
     prog = build("alpha") / "memalign"
     run = run_gdb_multiarch("alpha", [str(prog), "3", "2"], ["ualdbg break", "ualdbg status", "continue"])
-    out = run.output
+    out = run.stdout
     assert "armed at main: libc's prctl is not loaded yet" in out and "armed now" not in out, run.explain()
     assert "prctl(PR_SET_UNALIGN): off" in out and "#AC rule" not in out, run.explain()  # no x86 rule on Alpha
     assert len([line for line in out.splitlines() if REPORT1.match(line)]) == 1, run.explain()
@@ -76,7 +77,7 @@ def test_hppa_break_stops_at_each_fault_then_off_gives_the_setting_back() -> Non
     prog = build("hppa") / "memalign"
     run = run_gdb_multiarch("hppa", [str(prog), "3", "2"],
                             ["ualdbg break", "continue", "x/i $pc", "continue", "ualdbg status", "ualdbg off", "continue"])
-    out = run.output
+    out = run.stdout
     reports = [m for m in map(REPORT1.match, out.splitlines()) if m]
     assert len(reports) == 2, run.explain()  # v[0].a, v[0].b, then off: qemu fixes up silently
     v = int(re.search(r"memalign: v=(0x[0-9a-f]+)", out).group(1), 16)  # type: ignore[union-attr]

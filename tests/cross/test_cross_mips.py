@@ -13,11 +13,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clirun import explain, run_cli
-from conftest import EXAMPLES
 from crossrun import pair_stream_counts as own_counts
-from crossrun import require_cross, routine_counts, run_gdb_multiarch
-from gdbrun import REPORT1
+from crossrun import require_cross, routine_counts
+from support.build import build_program
+from support.cli import run_cli
+from support.debuggers import run_gdb_multiarch
+from support.env import EXAMPLES
+from support.reports import REPORT1
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 ARCHES = ("mips", "mipsel")
@@ -30,7 +32,7 @@ PER_ROUND = {"ld_jr": 1, "ld_beq": 2, "ld_beql": 1, "ld_bgez": 2, "ld_j": 1, "st
 def build(arch: str, src: Path, tmp_path: Path) -> Path:
     require_cross(arch)
     exe = tmp_path / f"{src.stem}.{arch}"
-    subprocess.run([f"{arch}-linux-gnu-gcc", "-g", "-O1", "-Wall", "-static", "-o", str(exe), str(src)], check=True)
+    build_program(exe, src, flags=("-g", "-O1", "-Wall", "-static"), compiler=f"{arch}-linux-gnu-gcc")
     return exe
 
 
@@ -48,11 +50,11 @@ def test_every_form_is_performed_in_and_out_of_delay_slots(arch: str, tmp_path: 
     exe = build(arch, PROGRAMS / "forms_mips.c", tmp_path)
     rounds = 12
     p = run_cli("trace", "--json", str(tmp_path / "t.json"), "--", str(exe), str(rounds), timeout=240)
-    assert p.returncode == 0, explain(p)
-    assert f"forms_mips: ok rounds={rounds}" in p.stdout.splitlines(), explain(p)
+    assert p.returncode == 0, p.explain()
+    assert f"forms_mips: ok rounds={rounds}" in p.stdout.splitlines(), p.explain()
     doc = json.loads((tmp_path / "t.json").read_text())
-    assert doc["arch"] == arch and doc["program"]["exit_status"] == 0, explain(p)
-    assert routine_counts(doc) == {k: v * rounds for k, v in PER_ROUND.items()}, explain(p)
+    assert doc["arch"] == arch and doc["program"]["exit_status"] == 0, p.explain()
+    assert routine_counts(doc) == {k: v * rounds for k, v in PER_ROUND.items()}, p.explain()
     assert doc["faults_total"] == rounds * sum(PER_ROUND.values())
     sizes = {site["function"]: set() for site in doc["sites"]}
     for site in doc["sites"]:
@@ -67,16 +69,16 @@ def test_every_form_is_performed_in_and_out_of_delay_slots(arch: str, tmp_path: 
 def test_pair_stream_counts_equal_the_programs_own(arch: str, tmp_path: Path) -> None:
     exe = build(arch, EXAMPLES / "pair_stream.c", tmp_path)
     native = tmp_path / "native"
-    subprocess.run(["gcc", "-O1", "-o", str(native), str(EXAMPLES / "pair_stream.c")], check=True)
+    build_program(native, EXAMPLES / "pair_stream.c", flags=("-O1",))
     want_out = subprocess.run([str(native), "300", "13"], capture_output=True, text=True, check=True).stdout
     p = run_cli("trace", "--json", str(tmp_path / "t.json"), "--", str(exe), "300", "13", timeout=240)
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     own = own_counts(p.stdout)
     assert own["key4"] == 225 and own["weight8"] == 262  # 13 is odd: 3 in 4 and 7 in 8 records
     # The sums come from the values ualdbg stored and loaded: the native program's.
-    assert want_out.splitlines()[-1] in p.stdout.splitlines(), explain(p)
+    assert want_out.splitlines()[-1] in p.stdout.splitlines(), p.explain()
     doc = json.loads((tmp_path / "t.json").read_text())
-    assert routine_counts(doc) == pair_expected(own), explain(p)
+    assert routine_counts(doc) == pair_expected(own), p.explain()
     # Every site is on a line of its function (its statement, or the closing brace that gcc
     # gives the delay slot of its `jr ra`).
     src = (EXAMPLES / "pair_stream.c").read_text().splitlines()
@@ -88,9 +90,9 @@ def test_pair_stream_counts_equal_the_programs_own(arch: str, tmp_path: Path) ->
     for site in doc["sites"]:
         by_line[site["line"]] += site["count"]
     get_weight_line = 1 + next(i for i, line in enumerate(src) if "->weight;" in line)
-    assert by_line[get_weight_line] == own["weight8"], explain(p)
+    assert by_line[get_weight_line] == own["weight8"], p.explain()
     get_key_line = 1 + next(i for i, line in enumerate(src) if "->key;" in line)
-    assert by_line[get_key_line] == own["key4"], explain(p)
+    assert by_line[get_key_line] == own["key4"], p.explain()
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -100,16 +102,16 @@ def test_break_in_gdb_stops_at_each_fault_once(arch: str, tmp_path: Path) -> Non
     run = run_gdb_multiarch(arch, [str(exe), "6", "13"],
                             ["ualdbg break", "continue", "python print('PC-AT-STOP', hex(int(gdb.parse_and_eval('$pc'))))",
                              "x/i $pc", *["continue"] * 60, "ualdbg status"])
-    own = own_counts(run.output)
+    own = own_counts(run.stdout)
     want = sum(pair_expected(own).values())
     assert own["key4"] == 4 and want > 30, run.explain()
-    reports = [m for m in map(REPORT1.match, run.output.splitlines()) if m]
+    reports = [m for m in map(REPORT1.match, run.stdout.splitlines()) if m]
     assert len(reports) == want, run.explain()
-    assert f"PC-AT-STOP {reports[0].group(2)}" in run.output, run.explain()  # AT the instruction
-    assert re.search(r"=> 0x[0-9a-f]+ <put_key\+4>:\s+sw\s+a1,0\(a0\)", run.output), run.explain()
+    assert f"PC-AT-STOP {reports[0].group(2)}" in run.stdout, run.explain()  # AT the instruction
+    assert re.search(r"=> 0x[0-9a-f]+ <put_key\+4>:\s+sw\s+a1,0\(a0\)", run.stdout), run.explain()
     # The first fault is record 1's key, at stream + 13.
     assert int(reports[0].group(1), 16) % 4 == 1, run.explain()
-    assert "keys=45 weights=7.5 totals=128849018880" in run.output and run.program_exit == (0, None), run.explain()
+    assert "keys=45 weights=7.5 totals=128849018880" in run.stdout and run.program_exit == (0, None), run.explain()
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -117,6 +119,6 @@ def test_trace_typed_in_gdb_counts_slots_once_and_silently(arch: str, tmp_path: 
     exe = build(arch, PROGRAMS / "forms_mips.c", tmp_path)
     run = run_gdb_multiarch(arch, [str(exe), "20"], ["ualdbg trace start", "continue", "ualdbg trace show --summary"],
                             timeout=240)
-    assert "forms_mips: ok rounds=20" in run.output and run.program_exit == (0, None), run.explain()
-    assert f"{20 * sum(PER_ROUND.values())} in scope" in run.output, run.explain()
-    assert "Program received signal" not in run.output, run.explain()
+    assert "forms_mips: ok rounds=20" in run.stdout and run.program_exit == (0, None), run.explain()
+    assert f"{20 * sum(PER_ROUND.values())} in scope" in run.stdout, run.explain()
+    assert "Program received signal" not in run.stdout, run.explain()

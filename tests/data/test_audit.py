@@ -5,21 +5,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clirun import explain, run_cli
-from conftest import BUILD
 from datarun import cli_trace, decl_line
+from support.cli import run_cli
+from support.env import BUILD
 
 
 def audit_json(tmp_path: Path, *args: str) -> tuple[dict, object]:
     out = tmp_path / "audit.json"
     p = run_cli("audit", "--json", str(out), *args)
-    assert out.exists(), explain(p)
+    assert out.exists(), p.explain()
     return json.loads(out.read_text()), p
 
 
 def test_packed_header_members(tmp_path: Path) -> None:
     doc, p = audit_json(tmp_path, str(BUILD / "packed_header"))
-    assert p.returncode == 1 and doc["dwarf"] is True, explain(p)  # type: ignore[attr-defined]
+    assert p.returncode == 1 and doc["dwarf"] is True, p.explain()  # type: ignore[attr-defined]
     got = {(f["struct"], f["member"]): f for f in doc["findings"] if f["kind"] == "packed-member"}
     assert set(got) == {("struct app_hdr", "seq"), ("struct app_hdr", "len"), ("struct app_hdr", "stamp")}, doc
     for member, offset, align, ctype in (("seq", 1, 4, "uint32_t"), ("len", 5, 2, "uint16_t"), ("stamp", 7, 8, "uint64_t")):
@@ -28,12 +28,12 @@ def test_packed_header_members(tmp_path: Path) -> None:
         assert (f["offset"], f["align"], f["type"], f["file"], f["line"]) == (offset, align, ctype, "packed_header.c", line), f
     # the packed ip_hdr keeps every member at a multiple of its alignment: nothing to flag
     assert not any(f.get("struct") == "struct ip_hdr" for f in doc["findings"])
-    assert "struct app_hdr.seq" in p.stdout and "packed member" in p.stdout, explain(p)  # type: ignore[attr-defined]
+    assert "struct app_hdr.seq" in p.stdout and "packed member" in p.stdout, p.explain()  # type: ignore[attr-defined]
 
 
 def test_common_block_layout(tmp_path: Path) -> None:
     doc, p = audit_json(tmp_path, str(BUILD / "common_block"))
-    assert p.returncode == 1, explain(p)  # type: ignore[attr-defined]
+    assert p.returncode == 1, p.explain()  # type: ignore[attr-defined]
     (block,) = doc["commons"]
     assert block["name"] == "data" and block["symbol"] == "data_" and block["line"] == decl_line("common_block.f90", r"^\s*common /data/")
     members = {m["name"]: m for m in block["members"]}
@@ -47,12 +47,12 @@ def test_common_block_layout(tmp_path: Path) -> None:
 
 def test_clean_file_exits_zero(tmp_path: Path) -> None:
     doc, p = audit_json(tmp_path, str(BUILD / "mpi_status"))
-    assert p.returncode == 0 and doc["findings"] == [] and doc["checked"]["structs"] >= 1, explain(p)  # type: ignore[attr-defined]
+    assert p.returncode == 0 and doc["findings"] == [] and doc["checked"]["structs"] >= 1, p.explain()  # type: ignore[attr-defined]
 
 
 def test_without_dwarf_symbol_table_and_what_is_missing(tmp_path: Path) -> None:
     doc, p = audit_json(tmp_path, str(BUILD / "not_aligned_nodwarf"))
-    assert p.returncode == 0 and doc["dwarf"] is False, explain(p)  # type: ignore[attr-defined]
+    assert p.returncode == 0 and doc["dwarf"] is False, p.explain()  # type: ignore[attr-defined]
     assert any("no DWARF" in m for m in doc["missing"]) and "missing: no DWARF" in p.stdout  # type: ignore[attr-defined]
     names = {s["name"]: s for s in doc["symbols"]}
     assert "lcg_state" in names and names["lcg_state"]["size"] == 4, doc["symbols"]
@@ -73,10 +73,10 @@ def test_bad_input_one_line_exit_2(tmp_path: Path) -> None:
     for target, words in ((str(text), "not an ELF file"), (str(tmp_path / "missing"), "no such file"),
                           (str(tmp_path), "is a directory")):
         p = run_cli("audit", target)
-        assert p.returncode == 2 and words in p.stderr and len(p.stderr.strip().splitlines()) == 1, explain(p)
-        assert "Traceback" not in p.stderr and p.stdout == "", explain(p)
+        assert p.returncode == 2 and words in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.explain()
+        assert "Traceback" not in p.stderr and p.stdout == "", p.explain()
     p = run_cli("audit", "--trace", str(text), str(BUILD / "common_block"))
-    assert p.returncode == 2 and "not a ualdbg JSON trace" in p.stderr and "Traceback" not in p.stderr, explain(p)
+    assert p.returncode == 2 and "not a ualdbg JSON trace" in p.stderr and "Traceback" not in p.stderr, p.explain()
 
 
 def test_trace_hits_common_and_packed(tmp_path: Path) -> None:
@@ -85,7 +85,7 @@ def test_trace_hits_common_and_packed(tmp_path: Path) -> None:
     (f,) = doc["findings"]
     assert f["hits"] == trace["faults_total"] == sum(s["count"] for s in trace["sites"]), log
     assert sorted(f["sites"]) == sorted({f"{s['file']}:{s['line']}" for s in trace["sites"]})
-    assert doc["trace"]["faults_explained"] == trace["faults_total"] and p.returncode == 1, explain(p)  # type: ignore[attr-defined]
+    assert doc["trace"]["faults_explained"] == trace["faults_total"] and p.returncode == 1, p.explain()  # type: ignore[attr-defined]
 
     trace, log = cli_trace("packed_header", "20", tmp_path=tmp_path)
     doc, p = audit_json(tmp_path, "--trace", str(tmp_path / "packed_header.json"), str(BUILD / "packed_header"))
@@ -102,4 +102,4 @@ def test_trace_hits_common_and_packed(tmp_path: Path) -> None:
 def test_trace_of_a_clean_run_exits_zero(tmp_path: Path) -> None:
     cli_trace("mpi_status", "5", tmp_path=tmp_path)
     doc, p = audit_json(tmp_path, "--trace", str(tmp_path / "mpi_status.json"), str(BUILD / "mpi_status"))
-    assert p.returncode == 0 and doc["trace"]["faults_explained"] == 0 and len(doc["trace"]["unexplained"]) == 2, explain(p)  # type: ignore[attr-defined]
+    assert p.returncode == 0 and doc["trace"]["faults_explained"] == 0 and len(doc["trace"]["unexplained"]) == 2, p.explain()  # type: ignore[attr-defined]

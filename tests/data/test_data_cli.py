@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
-from clirun import explain, run_cli
-from conftest import BUILD, require_tool
-from datarun import cli_trace, decl_line, libc_data_fixture, stack_locals_fixture  # noqa: F401 - fixtures
+from datarun import cli_trace, decl_line
+from support.cli import run_cli
+from support.env import BUILD, require_tool
 
 
 def test_common_block_member_and_fortran_view(tmp_path: Path) -> None:
@@ -100,9 +100,9 @@ def test_trap_engine_names_the_same_data(tmp_path: Path) -> None:
 def test_summary_and_sarif_carry_data_and_advice(tmp_path: Path) -> None:
     sarif = tmp_path / "out.sarif"
     p = run_cli("check", "--sarif", str(sarif), "--", str(BUILD / "packed_header"), "20")
-    assert p.returncode == 1 and sarif.exists(), explain(p)
+    assert p.returncode == 1 and sarif.exists(), p.explain()
     # table cells wrap: look for words that fit in one line of a cell
-    assert "data and advice per site" in p.stderr and "memcpy: app->seq+0" in p.stderr, explain(p)
+    assert "data and advice per site" in p.stderr and "memcpy: app->seq+0" in p.stderr, p.explain()
     results = json.loads(sarif.read_text())["runs"][0]["results"]
     assert len(results) == 5
     for r in results:
@@ -124,7 +124,7 @@ def test_advice_per_example(prog: str, args: list[str], remedy: str, needle: str
     hits = [a for a in advice.values() if a.remedy == remedy and needle in a.text]
     assert hits, (log, advice)
     p = run_cli("report", "--summary", str(tmp_path / f"{prog}.json"))
-    assert p.returncode == 0 and "data and advice per site" in p.stdout and f"{remedy}:" in p.stdout, explain(p)
+    assert p.returncode == 0 and "data and advice per site" in p.stdout and f"{remedy}:" in p.stdout, p.explain()
 
 
 def test_advice_counts_make_it_worth_it(tmp_path: Path) -> None:
@@ -141,15 +141,15 @@ def test_agent_names_the_faulting_frames_local_not_its_callers(stack_locals: Pat
     the CFI), a caller's are not, and the report says only whose stack it is."""
     out = tmp_path / "s.json"
     p = run_cli("trace", "--json", str(out), "--", str(stack_locals), "4")
-    assert out.exists(), explain(p)
+    assert out.exists(), p.explain()
     doc = json.loads(out.read_text())
     by_func = {s["function"]: s for s in doc["sites"]}
     own = by_func["own_local"]["data"]
-    assert (own["kind"], own["path"], own["offset"], own["frame"]) == ("local", "r.words[1]", 1, 0), explain(p)
+    assert (own["kind"], own["path"], own["offset"], own["frame"]) == ("local", "r.words[1]", 1, 0), p.explain()
     caller = by_func["read8"]["data"]
-    assert caller["kind"] == "stack" and caller["tid"] == doc["program"]["pid"], explain(p)
+    assert caller["kind"] == "stack" and caller["tid"] == doc["program"]["pid"], p.explain()
     assert caller["text"] == f"stack of thread {doc['program']['pid']}, no local or parameter of the faulting frame holds it"
-    assert caller["via"]["path"] == "p[0]+0" and by_func["read8"]["count"] == 4, explain(p)
+    assert caller["via"]["path"] == "p[0]+0" and by_func["read8"]["count"] == 4, p.explain()
 
 
 def test_trace_records_name_their_element(tmp_path: Path) -> None:
@@ -165,7 +165,7 @@ def test_trace_records_name_their_element(tmp_path: Path) -> None:
     assert [record_data(fill, va) for va in vas] == [f"r2[{2 * i}]+0" for i in range(5)], log
     assert record_data(fill, f"{int(d['start'], 16) + 4000:#x}") == "-"  # past r2: not said to be r2
     p = run_cli("report", str(tmp_path / "common_block.json"))
-    assert p.returncode == 0 and "r2[8]+0" in p.stdout, explain(p)
+    assert p.returncode == 0 and "r2[8]+0" in p.stdout, p.explain()
 
 
 def test_system_library_data_by_its_symbol(libc_data: Path, tmp_path: Path) -> None:
@@ -173,11 +173,11 @@ def test_system_library_data_by_its_symbol(libc_data: Path, tmp_path: Path) -> N
 
     out = tmp_path / "l.json"
     p = run_cli("trace", "--json", str(out), "--", str(libc_data))
-    assert out.exists(), explain(p)
+    assert out.exists(), p.explain()
     (site,) = json.loads(out.read_text())["sites"]
     d = site["data"]
     libc = next(line.split()[2] for line in subprocess.run(["ldd", str(libc_data)], capture_output=True, text=True).stdout.splitlines()
                 if "libc.so" in line)
     dyn = subprocess.run(["nm", "-D", "--defined-only", libc], capture_output=True, text=True).stdout
-    assert re.search(rf"\sD {re.escape(d['name'])}(@.*)?$", dyn, re.M), (d, explain(p))  # a data symbol of libc
-    assert (d["kind"], d["module"], d["offset"]) == ("symbol", "libc.so.6", 1) and "no type" in d["text"], explain(p)
+    assert re.search(rf"\sD {re.escape(d['name'])}(@.*)?$", dyn, re.M), (d, p.explain())  # a data symbol of libc
+    assert (d["kind"], d["module"], d["offset"]) == ("symbol", "libc.so.6", 1) and "no type" in d["text"], p.explain()

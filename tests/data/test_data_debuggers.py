@@ -3,15 +3,11 @@ and the `ualdbg audit` debugger command on the loaded program with the session's
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
-from conftest import BUILD, ROOT
-from datarun import decl_line, stack_locals_fixture  # noqa: F401 - the stack_locals fixture
-from gdbrun import run_gdb
-
-sys.path.insert(0, str(ROOT / "tests" / "lldb"))
-from lldbrun import run_lldb  # noqa: E402
+from datarun import decl_line
+from support.debuggers import run_gdb, run_lldb
+from support.env import BUILD, ROOT
 
 
 def data_lines(out: str) -> list[str]:

@@ -4,9 +4,9 @@ choice of advice."""
 from __future__ import annotations
 
 import pytest
-from conftest import BUILD
 from datarun import decl_line
 from elftools.dwarf.dwarf_expr import DWARFExprParser
+from support.env import BUILD
 
 from ualdbg.core.advice import ALIGN, COPY_ONCE, MEMCPY, advise
 from ualdbg.symbols.data import Frame, describe, module_data

@@ -7,17 +7,14 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import BUILD, ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from targets import baseline_target, elf_target, json_target  # noqa: E402
+from support.cli import run_cli
+from support.env import BUILD
+from targets import baseline_target, elf_target, json_target
 
 EXAMPLES = int(os.environ.get("UALDBG_FUZZ_EXAMPLES", "150"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=os.environ.get("UALDBG_FUZZ_RANDOM") is None,
@@ -30,8 +27,8 @@ def _seed_trace() -> bytes:
     """A real trace: the agent on memalign (sites with data naming, records, processes)."""
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"ualdbg-fuzz-seed-{os.getpid()}.json"
     if not out.exists():
-        subprocess.run([sys.executable, "-m", "ualdbg", "trace", "--json", str(out), "--buffer", "20", "--",
-                        str(BUILD / "memalign"), "10", "2"], check=True, capture_output=True, cwd=ROOT, timeout=120)
+        r = run_cli("trace", "--json", str(out), "--buffer", "20", "--", str(BUILD / "memalign"), "10", "2", timeout=120)
+        assert r.returncode == 0, r.explain()
     return out.read_bytes()
 
 

@@ -13,34 +13,21 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, require_tool, scrubbed_env
+from support.build import build_program, build_source
+from support.cli import run_cli
+from support.env import ROOT, require_tool, scrubbed_env
+from support.run import Result
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 
-class Ran:
-    def __init__(self, cmd: list[str], proc: subprocess.CompletedProcess[bytes]) -> None:
-        self.cmd, self.returncode = cmd, proc.returncode
-        self.stdout_bytes = proc.stdout
-        self.stdout = proc.stdout.decode(errors="replace")
-        self.stderr = proc.stderr.decode(errors="replace")
-
-    def explain(self) -> str:
-        return f"command: {' '.join(self.cmd)}\nexit {self.returncode}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
-
-
-def ualdbg(*args: str, cwd: Path | None = None, timeout: float = 300) -> Ran:
-    cmd = [sys.executable, "-m", "ualdbg", *args]
-    proc = subprocess.run(cmd, capture_output=True, timeout=timeout, env=scrubbed_env(), cwd=cwd or ROOT,
-                          stdin=subprocess.DEVNULL)
-    return Ran(cmd, proc)
+def ualdbg(*args: str, cwd: Path | None = None, timeout: float = 300) -> Result:
+    return run_cli(*args, cwd=cwd, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def gate(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("gate") / "gate"
-    subprocess.run(["gcc", "-g", "-O1", "-o", str(out), "gate.c"], check=True, cwd=PROGRAMS)
-    return out
+    return build_source(PROGRAMS / "gate.c", tmp_path_factory.mktemp("gate"))
 
 
 ENGINES = {
@@ -186,8 +173,7 @@ def test_records_of_a_program_killed_by_sigkill(gate: Path, tmp_path: Path) -> N
 # --- baselines, merged runs, SARIF fingerprints ----------------------------------------------
 
 def _build(src: Path, out: Path, *flags: str) -> Path:
-    subprocess.run(["gcc", "-g", "-O1", *flags, "-o", str(out), src.name], check=True, cwd=src.parent)
-    return out
+    return build_program(out, src.name, flags=("-g", "-O1", *flags), cwd=src.parent)
 
 
 def test_baseline_accepts_known_sites_and_fails_on_new_ones(gate: Path, tmp_path: Path) -> None:

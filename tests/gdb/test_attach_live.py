@@ -9,8 +9,9 @@ import json
 import re
 from pathlib import Path
 
-from gdbrun import parse_reports, run_gdb
-from liverun import WORKERS, healthy, live_program
+from support.debuggers import run_gdb
+from support.live import WORKERS, healthy, live_program
+from support.reports import parse_reports
 
 # A thread may be between its AC check and its access when AC is set, and again when it is
 # cleared: the workers and one short-lived thread, at each end of the window.

@@ -8,8 +8,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import BUILD, expected_by_program, scrubbed_env
-from gdbrun import break_through, run_gdb, run_gdb_script
+from support.debuggers import gdb_break_through, run_gdb, run_gdb_script
+from support.env import BUILD, scrubbed_env
+from support.expected import expected_by_program
 
 CASES = sorted(expected_by_program().items())
 
@@ -17,7 +18,7 @@ CASES = sorted(expected_by_program().items())
 @pytest.mark.parametrize("key,rows", CASES, ids=[f"{p}-{'-'.join(a)}" for (p, a), _ in CASES])
 def test_break_stops_exactly_at_documented_sites(key, rows, tmp_path: Path) -> None:
     prog, args = key
-    run, reports, status = break_through([str(BUILD / prog), *args], tmp_path)
+    run, reports, status = gdb_break_through([str(BUILD / prog), *args], tmp_path)
     got = Counter(r.location for r in reports)
     want = Counter({r.location: r.count for r in rows if r.count})
     assert got == want, run.explain()
@@ -33,7 +34,7 @@ def test_break_stops_exactly_at_documented_sites(key, rows, tmp_path: Path) -> N
 
 
 def test_report_va_is_the_address_the_program_uses(tmp_path: Path) -> None:
-    run, reports, _ = break_through([str(BUILD / "not_aligned"), "50"], tmp_path)
+    run, reports, _ = gdb_break_through([str(BUILD / "not_aligned"), "50"], tmp_path)
     base = int(re.search(r"not_aligned: p=(0x[0-9a-f]+)", run.stdout).group(1), 16)
     assert len(reports) == 50, run.explain()
     for r in reports:
@@ -91,7 +92,7 @@ print("EXIT-STATUS", code)
 
 
 def test_threads_example_stops_in_every_thread(tmp_path: Path) -> None:
-    run, reports, status = break_through([str(BUILD / "threads"), "10"], tmp_path)
+    run, reports, status = gdb_break_through([str(BUILD / "threads"), "10"], tmp_path)
     tids_per_line: dict[str, set[int | None]] = {}
     for r in reports:
         tids_per_line.setdefault(r.location, set()).add(r.tid)
@@ -140,14 +141,14 @@ print(gdb.execute("info signals SIGBUS", to_string=True))
 def test_programs_own_sigbus_handler_with_gdb_default_handling(tmp_path: Path) -> None:
     """With gdb's default `handle SIGBUS stop print pass`, the real bus error stops as it would
     without ualdbg, and `continue` delivers it to the program's handler."""
-    run, reports, status = break_through([str(BUILD / "sigbus_handler"), "3"], tmp_path)
+    run, reports, status = gdb_break_through([str(BUILD / "sigbus_handler"), "3"], tmp_path)
     assert len(reports) == 3, run.explain()
     assert "handler ran: si_code=2" in run.stdout, run.explain()
     assert status == 0, run.explain()
 
 
 def test_rep_string_counts_one_fault_per_misaligned_element(tmp_path: Path) -> None:
-    run, reports, _ = break_through([str(BUILD / "rep_string"), "7"], tmp_path)
+    run, reports, _ = gdb_break_through([str(BUILD / "rep_string"), "7"], tmp_path)
     assert len(reports) == 7, run.explain()
     assert len({r.pc for r in reports}) == 1, run.explain()
     vas = [r.va for r in reports]
@@ -155,21 +156,21 @@ def test_rep_string_counts_one_fault_per_misaligned_element(tmp_path: Path) -> N
 
 
 def test_all_modules_widens_the_scope(tmp_path: Path) -> None:
-    run, reports, status = break_through([str(BUILD / "aligned"), "10"], tmp_path, opts="--all-modules")
+    run, reports, status = gdb_break_through([str(BUILD / "aligned"), "10"], tmp_path, opts="--all-modules")
     assert reports and any(" in libc" in r.where or " in ld-linux" in r.where for r in reports), run.explain()
-    _, none, _ = break_through([str(BUILD / "aligned"), "10"], tmp_path)
+    _, none, _ = gdb_break_through([str(BUILD / "aligned"), "10"], tmp_path)
     assert none == [], run.explain()
 
 
 def test_stripped_binary_falls_back_to_module_offset(tmp_path: Path) -> None:
-    run, reports, status = break_through([str(BUILD / "not_aligned_stripped"), "20"], tmp_path)
+    run, reports, status = gdb_break_through([str(BUILD / "not_aligned_stripped"), "20"], tmp_path)
     assert len(reports) == 20, run.explain()
     assert {r.where for r in reports} == {"not_aligned_stripped+0x119c"}, run.explain()
     assert all(r.file is None for r in reports)
 
 
 def test_no_dwarf_binary_uses_the_symbol_table(tmp_path: Path) -> None:
-    run, reports, status = break_through([str(BUILD / "not_aligned_nodwarf"), "20"], tmp_path)
+    run, reports, status = gdb_break_through([str(BUILD / "not_aligned_nodwarf"), "20"], tmp_path)
     assert len(reports) == 20, run.explain()
     assert {r.where for r in reports} == {"bump+0x23 in not_aligned_nodwarf"}, run.explain()
 
@@ -191,7 +192,7 @@ gdb.execute("continue")
 
 
 def test_source_twice_is_harmless_and_catch_unaligned_is_an_alias(tmp_path: Path) -> None:
-    from conftest import ROOT
+    from support.env import ROOT
 
     run = run_gdb([str(BUILD / "not_aligned"), "2"], [f"source {ROOT}/gdb/ualdbg.py", "catch unaligned", "run",
                                                        "continue", "continue"])

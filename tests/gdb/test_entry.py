@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from conftest import BUILD, ROOT
-from gdbrun import run_gdb
+from support.debuggers import run_gdb
+from support.env import BUILD, ROOT
 
 
 def test_source_by_relative_path_from_another_directory(tmp_path: Path) -> None:

@@ -8,18 +8,19 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import BUILD
-from gdbrun import break_through, parse_reports, run_gdb, run_gdb_script
+from support.debuggers import gdb_break_through, run_gdb, run_gdb_script
+from support.env import BUILD
+from support.reports import parse_reports
 
 
 def test_fork_child_runs_unarmed_and_exec_rearms(test_programs: Path, tmp_path: Path) -> None:
     # Parent: main's store (1) + bump before and after fork (2 faults each). The forked child
     # is not traced: it must start with AC clear or its bump would kill it with SIGBUS.
-    run, reports, status = break_through([str(test_programs / "forker")], tmp_path)
+    run, reports, status = gdb_break_through([str(test_programs / "forker")], tmp_path)
     assert len(reports) == 5, run.explain()
     assert "parent: child status 0 signaled 0" in run.stdout, run.explain()
     # exec: 1 + 2 before execve, AC is cleared by exec and re-armed at the new main: 1 + 4.
-    run, reports, status = break_through([str(test_programs / "forker"), "exec"], tmp_path)
+    run, reports, status = gdb_break_through([str(test_programs / "forker"), "exec"], tmp_path)
     assert len(reports) == 8, run.explain()
     assert "exec'd child ok" in run.stdout and status == 0, run.explain()
 
@@ -27,8 +28,8 @@ def test_fork_child_runs_unarmed_and_exec_rearms(test_programs: Path, tmp_path: 
 def test_at_start_includes_the_loader(tmp_path: Path) -> None:
     # From the first instruction the loader's relocation and libc's start-up are seen too; from
     # main only what runs after it (lazy PLT binding in ld.so, stdio in libc).
-    run, reports, _ = break_through([str(BUILD / "aligned"), "10"], tmp_path, opts="--at start --all-modules")
-    run2, reports2, _ = break_through([str(BUILD / "aligned"), "10"], tmp_path, opts="--all-modules")
+    run, reports, _ = gdb_break_through([str(BUILD / "aligned"), "10"], tmp_path, opts="--at start --all-modules")
+    run2, reports2, _ = gdb_break_through([str(BUILD / "aligned"), "10"], tmp_path, opts="--all-modules")
     in_loader = sum("ld-linux" in r.where for r in reports)
     assert in_loader > 10 * max(1, sum("ld-linux" in r.where for r in reports2)), run.explain()
     assert len(reports) > len(reports2), run.explain()

@@ -5,8 +5,8 @@ import json
 import re
 from pathlib import Path
 
-from conftest import BUILD
-from gdbrun import run_gdb, run_gdb_script
+from support.debuggers import run_gdb, run_gdb_script
+from support.env import BUILD
 
 
 def rows(text: str) -> list[list[str]]:

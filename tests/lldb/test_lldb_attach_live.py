@@ -8,8 +8,9 @@ import json
 import re
 from pathlib import Path
 
-from liverun import WORKERS, healthy, live_program
-from lldbrun import parse_reports, run_lldb
+from support.debuggers import run_lldb
+from support.live import WORKERS, healthy, live_program
+from support.reports import parse_reports
 
 IN_FLIGHT = 2 * (WORKERS + 1)
 

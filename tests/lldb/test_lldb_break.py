@@ -9,8 +9,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import BUILD, ROOT, expected_by_program, scrubbed_env
-from lldbrun import break_through, exit_status, run_lldb
+from support.debuggers import lldb_break_through, lldb_exit_status, run_lldb
+from support.env import BUILD, ROOT, scrubbed_env
+from support.expected import expected_by_program
 
 CASES = sorted(expected_by_program().items())
 
@@ -19,7 +20,7 @@ CASES = sorted(expected_by_program().items())
 def test_break_stops_exactly_at_documented_sites(key, rows, tmp_path: Path) -> None:
     prog, args = key
     total = sum(r.count for r in rows)
-    run, reports, status = break_through([str(BUILD / prog), *args], stops=total)
+    run, reports, status = lldb_break_through([str(BUILD / prog), *args], stops=total)
     got = Counter(r.location for r in reports)
     want = Counter({r.location: r.count for r in rows if r.count})
     assert got == want, run.explain()
@@ -35,7 +36,7 @@ def test_break_stops_exactly_at_documented_sites(key, rows, tmp_path: Path) -> N
 
 
 def test_report_va_is_the_address_the_program_uses() -> None:
-    run, reports, _ = break_through([str(BUILD / "not_aligned"), "50"], stops=50)
+    run, reports, _ = lldb_break_through([str(BUILD / "not_aligned"), "50"], stops=50)
     base = int(re.search(r"not_aligned: p=(0x[0-9a-f]+)", run.stdout).group(1), 16)
     assert len(reports) == 50, run.explain()
     for r in reports:
@@ -85,7 +86,7 @@ def test_step_over_and_finish_complete_and_keep_counting() -> None:
     assert "stop reason = step out" in run.stdout, run.explain()
     _, flags = _flags(run.stdout, "AFTER-FINISH")
     assert not flags & 0x40000, run.explain()
-    assert "iterations=3 sum=3" in run.stdout and exit_status(run) == 0, run.explain()
+    assert "iterations=3 sum=3" in run.stdout and lldb_exit_status(run) == 0, run.explain()
 
 
 def test_continue_reaches_the_next_fault() -> None:
@@ -114,11 +115,11 @@ def test_off_leaves_no_thread_with_ac_and_restores_signal_settings() -> None:
     assert settings == [("true", "false", "true")] * 2, run.explain()
     # Two stops; threads that fault at the same moment are reported at the same stop.
     assert run.stdout.count("Unaligned data access") >= 2, run.explain()
-    assert exit_status(run) == 0, run.explain()
+    assert lldb_exit_status(run) == 0, run.explain()
 
 
 def test_threads_example_stops_in_every_thread() -> None:
-    run, reports, status = break_through([str(BUILD / "threads"), "10"], stops=60)
+    run, reports, status = lldb_break_through([str(BUILD / "threads"), "10"], stops=60)
     tids_per_line: dict[str, set[int | None]] = {}
     for r in reports:
         tids_per_line.setdefault(r.location, set()).add(r.tid)
@@ -139,13 +140,13 @@ def test_program_output_and_status_unchanged(prog: str, args: list[str], tmp_pat
     scrub = lambda s: re.sub(r"0x[0-9a-f]+", "ADDR", s)  # noqa: E731 - heap addresses move with ASLR
     assert scrub(out.read_text()) == scrub(direct.stdout), run.explain()
     assert err.read_text() == direct.stderr, run.explain()
-    assert exit_status(run) == direct.returncode, run.explain()
+    assert lldb_exit_status(run) == direct.returncode, run.explain()
     assert "exit status" in run.stdout and "in scope" in run.stdout, run.explain()
 
 
 def test_programs_own_sigbus_handler_still_runs_while_armed() -> None:
     # The user lets SIGBUS through silently: the real bus error goes straight to the handler.
-    run, reports, status = break_through([str(BUILD / "sigbus_handler"), "3"], stops=3,
+    run, reports, status = lldb_break_through([str(BUILD / "sigbus_handler"), "3"], stops=3,
                                          before=["process handle -s false -n false -p true SIGBUS"])
     assert len(reports) == 3, run.explain()
     assert "handler ran: si_code=2" in run.stdout, run.explain()
@@ -155,7 +156,7 @@ def test_programs_own_sigbus_handler_still_runs_while_armed() -> None:
 def test_programs_own_sigbus_handler_with_lldb_default_handling() -> None:
     """With lldb's default (stop, pass, notify), the real bus error stops as it would without
     ualdbg, and `continue` delivers it to the program's handler."""
-    run, reports, status = break_through([str(BUILD / "sigbus_handler"), "3"], stops=4)
+    run, reports, status = lldb_break_through([str(BUILD / "sigbus_handler"), "3"], stops=4)
     assert len(reports) == 3, run.explain()
     assert "signal SIGBUS: illegal address" in run.stdout or "SIGBUS" in run.stdout.split("Unaligned")[-1], run.explain()
     assert "handler ran: si_code=2" in run.stdout, run.explain()
@@ -163,7 +164,7 @@ def test_programs_own_sigbus_handler_with_lldb_default_handling() -> None:
 
 
 def test_rep_string_counts_one_fault_per_misaligned_element() -> None:
-    run, reports, _ = break_through([str(BUILD / "rep_string"), "7"], stops=7)
+    run, reports, _ = lldb_break_through([str(BUILD / "rep_string"), "7"], stops=7)
     assert len(reports) == 7, run.explain()
     assert len({r.pc for r in reports}) == 1, run.explain()
     vas = [r.va for r in reports]
@@ -171,21 +172,21 @@ def test_rep_string_counts_one_fault_per_misaligned_element() -> None:
 
 
 def test_all_modules_widens_the_scope() -> None:
-    run, reports, _ = break_through([str(BUILD / "aligned"), "10"], "--all-modules", stops=60)
+    run, reports, _ = lldb_break_through([str(BUILD / "aligned"), "10"], "--all-modules", stops=60)
     assert reports and any(" in libc" in r.where or " in ld-linux" in r.where for r in reports), run.explain()
-    run, none, status = break_through([str(BUILD / "aligned"), "10"], stops=0)
+    run, none, status = lldb_break_through([str(BUILD / "aligned"), "10"], stops=0)
     assert none == [] and status == 0, run.explain()
 
 
 def test_stripped_binary_falls_back_to_module_offset() -> None:
-    run, reports, _ = break_through([str(BUILD / "not_aligned_stripped"), "20"], stops=20)
+    run, reports, _ = lldb_break_through([str(BUILD / "not_aligned_stripped"), "20"], stops=20)
     assert len(reports) == 20, run.explain()
     assert {r.where for r in reports} == {"not_aligned_stripped+0x119c"}, run.explain()
     assert all(r.file is None for r in reports)
 
 
 def test_no_dwarf_binary_uses_the_symbol_table() -> None:
-    run, reports, _ = break_through([str(BUILD / "not_aligned_nodwarf"), "20"], stops=20)
+    run, reports, _ = lldb_break_through([str(BUILD / "not_aligned_nodwarf"), "20"], stops=20)
     assert len(reports) == 20, run.explain()
     assert {r.where for r in reports} == {"bump+0x23 in not_aligned_nodwarf"}, run.explain()
 
@@ -223,7 +224,7 @@ def test_program_sees_the_users_environment(tmp_path: Path) -> None:
 
 
 def test_help_comes_from_the_same_declaration_as_gdbs() -> None:
-    from gdbrun import run_gdb
+    from support.debuggers import run_gdb
 
     lldb_run = run_lldb([], ["ualdbg break --help", "help ualdbg", "help ualdbg trace show"])
     gdb_run = run_gdb([str(BUILD / "aligned")], ["ualdbg break --help"])

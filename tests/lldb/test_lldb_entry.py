@@ -6,8 +6,8 @@ import os
 import re
 from pathlib import Path
 
-from conftest import BUILD, ROOT
-from lldbrun import ENTRY, run_lldb
+from support.debuggers import LLDB_ENTRY, run_lldb
+from support.env import BUILD, ROOT
 
 
 def _works(run) -> None:  # type: ignore[no-untyped-def]
@@ -16,7 +16,7 @@ def _works(run) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_import_by_relative_path_from_another_directory_twice(tmp_path: Path) -> None:
-    rel = os.path.relpath(ENTRY, tmp_path)
+    rel = os.path.relpath(LLDB_ENTRY, tmp_path)
     run = run_lldb([str(BUILD / "not_aligned"), "1"], [f"command script import {rel}", f"command script import {rel}",
                                                        "ualdbg break", "process launch"], source=False, cwd=tmp_path)
     _works(run)
@@ -27,13 +27,13 @@ def test_import_after_script_import_ualdbg() -> None:
     # finds the entry file. Either way the command import that follows installs ualdbg.
     for cwd, entry in ((ROOT, "lldb/ualdbg.py"), (ROOT / "lldb", "ualdbg.py")):
         run = run_lldb([str(BUILD / "not_aligned"), "1"], ["script import ualdbg", f"command script import {entry}",
-                                                           f"command script import {ENTRY}", "ualdbg break",
+                                                           f"command script import {LLDB_ENTRY}", "ualdbg break",
                                                            "process launch"], source=False, cwd=cwd)
         _works(run)
 
 
 def test_commands_are_installed_once() -> None:
-    run = run_lldb([], ["command script import " + str(ENTRY), "help ualdbg"])
+    run = run_lldb([], ["command script import " + str(LLDB_ENTRY), "help ualdbg"])
     assert len(re.findall(r"^\s+break\s+--", run.stdout, re.M)) == 1, run.explain()
     from commands_registry import declared_verbs
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from liverun import FINAL, WORKERS
-from lldbrun import exit_status, parse_reports, run_lldb
+from support.debuggers import lldb_exit_status, run_lldb
+from support.live import FINAL, WORKERS
+from support.reports import parse_reports
 
 IN_FLIGHT = 2 * (WORKERS + 1)
 KEYS = ("iterations", "armed", "threads", "spawned", "ac_left", "own_sigbus", "handlers", "masks", "pending")
@@ -31,7 +32,7 @@ def test_trace_of_a_launched_program_keeps_its_signal_state(test_programs: Path,
     run = run_lldb([str(test_programs / "live_workers"), str(tmp_path), str(WORKERS), "200", "1500"], [
         "ualdbg trace start", "process launch", f"ualdbg trace save {saved}"], batch=False, timeout=180)
     out = run.explain()
-    assert exit_status(run) == 0, out
+    assert lldb_exit_status(run) == 0, out
     end = _final(run.stdout, out)
     assert int(end["spawned"]) >= 1, out  # a thread created by the main loop while armed
     assert _state_kept(end), out + f"\n{end}"
@@ -48,6 +49,6 @@ def test_break_on_a_launched_program_keeps_its_signal_state(test_programs: Path,
         batch=False, timeout=180)
     out = run.explain()
     assert len(parse_reports(run.stdout)) >= 3, out
-    assert exit_status(run) == 0, out
+    assert lldb_exit_status(run) == 0, out
     end = _final(run.stdout, out)
     assert end["ac_left"] == "0" and _state_kept(end), out + f"\n{end}"

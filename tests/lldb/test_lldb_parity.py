@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BUILD, expected_by_program
-from gdbrun import run_gdb
-from lldbrun import run_lldb
+from support.debuggers import run_gdb, run_lldb
+from support.env import BUILD
+from support.expected import expected_by_program
 
 PROGRAMS = sorted(expected_by_program())
 

@@ -9,18 +9,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from conftest import BUILD
-from lldbrun import break_through, exit_status, run_lldb
+from support.debuggers import lldb_break_through, lldb_exit_status, run_lldb
+from support.env import BUILD
 
 
 def test_fork_child_runs_unarmed_and_exec_rearms(test_programs: Path) -> None:
     # Parent: main's store (1) + bump before and after fork (2 faults each). The forked child
     # is not traced: it must start with AC clear or its bump would kill it with SIGBUS.
-    run, reports, status = break_through([str(test_programs / "forker")], stops=5)
+    run, reports, status = lldb_break_through([str(test_programs / "forker")], stops=5)
     assert len(reports) == 5, run.explain()
     assert "parent: child status 0 signaled 0" in run.stdout and status == 0, run.explain()
     # exec: 1 + 2 before execve, AC is cleared by exec and re-armed at the new main: 1 + 4.
-    run, reports, status = break_through([str(test_programs / "forker"), "exec"], stops=9)
+    run, reports, status = lldb_break_through([str(test_programs / "forker"), "exec"], stops=9)
     assert len(reports) == 8, run.explain()
     assert "stop reason = exec" in run.stdout, run.explain()  # lldb's own stop, kept
     assert "exec'd child ok" in run.stdout and status == 0, run.explain()
@@ -34,12 +34,12 @@ def test_new_threads_start_unarmed_then_armed_at_their_start() -> None:
                                                   "ualdbg trace show --by function"])
     for fn, n in (("worker_a", 10), ("worker_b", 20), ("worker_c", 30)):
         assert re.search(rf"^\s*{n}\s+\S+%.*\b{fn}\b", run.stdout, re.M), run.explain()
-    assert exit_status(run) == 0, run.explain()
+    assert lldb_exit_status(run) == 0, run.explain()
 
 
 def test_at_start_includes_the_loader() -> None:
-    run, reports, _ = break_through([str(BUILD / "aligned"), "10"], "--at start --all-modules", stops=800)
-    run2, reports2, _ = break_through([str(BUILD / "aligned"), "10"], "--all-modules", stops=200)
+    run, reports, _ = lldb_break_through([str(BUILD / "aligned"), "10"], "--at start --all-modules", stops=800)
+    run2, reports2, _ = lldb_break_through([str(BUILD / "aligned"), "10"], "--all-modules", stops=200)
     in_loader = sum("ld-linux" in r.where for r in reports)
     assert in_loader > 10 * max(1, sum("ld-linux" in r.where for r in reports2)), run.explain()
     assert len(reports) > len(reports2), run.explain()

@@ -11,9 +11,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from clirun import explain, run_cli
-from conftest import BUILD, ROOT, by_location, expected_by_program, scrubbed_env
-from lldbrun import exit_status, lldb_path, run_lldb
+from support.cli import run_cli
+from support.debuggers import lldb_exit_status, lldb_path, run_lldb
+from support.env import BUILD, ROOT, scrubbed_env
+from support.expected import by_location, expected_by_program
+from support.run import Result
 
 CASES = sorted(expected_by_program().items())
 
@@ -54,7 +56,7 @@ def test_break_records_into_the_shared_buffer_and_stop_clear() -> None:
     before, after = run.stdout.split("==CLEARED==")
     assert len([line for line in before.splitlines() if re.match(r"^\s*\d+\s+\d+\.\d{6}", line)]) == 2, run.explain()
     assert "0 in scope" in after and "ualdbg 0.1.0 in lldb: off" in after, run.explain()
-    assert exit_status(run) == 0, run.explain()
+    assert lldb_exit_status(run) == 0, run.explain()
 
 
 def test_trace_stop_disarms_and_keeps_the_records() -> None:
@@ -63,7 +65,7 @@ def test_trace_stop_disarms_and_keeps_the_records() -> None:
         "ualdbg trace stop", "ualdbg status", "continue", "ualdbg trace show --summary"], batch=False)
     assert "trace stopped; 0 faults recorded" in run.stdout, run.explain()
     assert "set   armed" not in run.stdout.split("trace stopped")[1], run.explain()
-    assert exit_status(run) == 0, run.explain()
+    assert lldb_exit_status(run) == 0, run.explain()
 
 
 def test_bad_command_input_is_one_line() -> None:
@@ -78,7 +80,7 @@ def test_bad_command_input_is_one_line() -> None:
 
 # -- the shell: `ualdbg trace --debugger lldb` ---------------------------------------------------
 def ualdbg(*args: str, stdin: str | None = None, env: dict[str, str] | None = None,
-           timeout: float = 300) -> subprocess.CompletedProcess[str]:
+           timeout: float = 300) -> Result:
     lldb_path()  # skips without lldb, fails under CI=true
     return run_cli(*args, stdin=stdin, env=env, timeout=timeout)
 
@@ -88,10 +90,10 @@ def test_cli_trace_json_counts_are_exact(key, rows, tmp_path: Path) -> None:
     prog, args = key
     out = tmp_path / "t.json"
     p = ualdbg("trace", "--debugger", "lldb", "--json", str(out), "--", str(BUILD / prog), *args)
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     doc = json.loads(out.read_text())
-    assert by_location(doc) == Counter({r.location: r.count for r in rows if r.count}), explain(p)
-    assert doc["faults_total"] == sum(r.count for r in rows), explain(p)
+    assert by_location(doc) == Counter({r.location: r.count for r in rows if r.count}), p.explain()
+    assert doc["faults_total"] == sum(r.count for r in rows), p.explain()
     assert doc["debugger"] == "lldb" and doc["program"]["exit_status"] == 0 and doc["program"]["args"] == list(args)
     assert len(doc["records"]) == doc["faults_total"] and doc["records_dropped"] == 0
 
@@ -105,10 +107,10 @@ def test_cli_program_behaves_as_alone(prog: str, args: list[str]) -> None:
     # The program is attached to, not launched on lldb's terminal: its output is its own, byte
     # for byte but the addresses (ASLR is off under the debugger, as gdb and lldb do).
     scrub = lambda s: re.sub(r"0x[0-9a-f]+", "ADDR", s)  # noqa: E731
-    assert scrub(program_out) == scrub(direct.stdout), explain(p)
-    assert p.returncode == direct.returncode and p.stderr.startswith(direct.stderr), explain(p)
-    assert "Unaligned accesses in " in p.stderr[len(direct.stderr):], explain(p)
-    assert "(lldb)" not in p.stdout + p.stderr, explain(p)
+    assert scrub(program_out) == scrub(direct.stdout), p.explain()
+    assert p.returncode == direct.returncode and p.stderr.startswith(direct.stderr), p.explain()
+    assert "Unaligned accesses in " in p.stderr[len(direct.stderr):], p.explain()
+    assert "(lldb)" not in p.stdout + p.stderr, p.explain()
 
 
 def test_cli_stdin_environment_and_exit_status_pass_through(tmp_path: Path) -> None:
@@ -116,20 +118,20 @@ def test_cli_stdin_environment_and_exit_status_pass_through(tmp_path: Path) -> N
     direct = subprocess.run(["/usr/bin/env"], capture_output=True, text=True, env=scrubbed_env(env))
     p = ualdbg("trace", "--debugger", "lldb", "--json", str(tmp_path / "e.json"), "--", "/usr/bin/env", env=env)
     # The very same variables in the very same order (lldb's own launches reorder them).
-    assert p.stdout.split("Unaligned accesses in ")[0] == direct.stdout, explain(p)
+    assert p.stdout.split("Unaligned accesses in ")[0] == direct.stdout, p.explain()
     p = ualdbg("trace", "--debugger", "lldb", "--json", str(tmp_path / "c.json"), "--", "/bin/cat", stdin="hello\nworld\n")
-    assert p.stdout.startswith("hello\nworld\n"), explain(p)
+    assert p.stdout.startswith("hello\nworld\n"), p.explain()
     p = ualdbg("trace", "--debugger", "lldb", "--json", str(tmp_path / "s.json"), "--", "/bin/sh", "-c", "exit 7")
-    assert p.returncode == 7, explain(p)
+    assert p.returncode == 7, p.explain()
     assert json.loads((tmp_path / "s.json").read_text())["program"]["exit_status"] == 7
 
 
 def test_cli_program_killed_by_a_signal(tmp_path: Path) -> None:
     out = tmp_path / "k.json"
     p = ualdbg("trace", "--debugger", "lldb", "--json", str(out), "--", "/bin/sh", "-c", "kill -SEGV $$")
-    assert p.returncode in (-11, 139), explain(p)
+    assert p.returncode in (-11, 139), p.explain()
     doc = json.loads(out.read_text())
-    assert doc["program"]["exit_signal"] == 11 and doc["program"]["exit_status"] is None, explain(p)
+    assert doc["program"]["exit_signal"] == 11 and doc["program"]["exit_status"] is None, p.explain()
 
 
 def test_cli_output_to_a_file_is_appended_not_truncated(tmp_path: Path) -> None:
@@ -145,9 +147,9 @@ def test_cli_output_to_a_file_is_appended_not_truncated(tmp_path: Path) -> None:
 
 def test_cli_check_with_lldb(tmp_path: Path) -> None:
     p = ualdbg("check", "--debugger", "lldb", "--max-faults", "2", "--", str(BUILD / "not_aligned"), "3")
-    assert p.returncode == 1 and "FAIL: 3 unaligned accesses" in p.stderr, explain(p)
+    assert p.returncode == 1 and "FAIL: 3 unaligned accesses" in p.stderr, p.explain()
     p = ualdbg("check", "--debugger", "lldb", "--", str(BUILD / "aligned"), "100")
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
 
 
 def test_cli_at_start_sees_the_loader(tmp_path: Path) -> None:
@@ -155,7 +157,7 @@ def test_cli_at_start_sees_the_loader(tmp_path: Path) -> None:
     p = ualdbg("trace", "--debugger", "lldb", "--at", "start", "--all-modules", "--json", str(out), "--",
                str(BUILD / "aligned"), "10")
     doc = json.loads(out.read_text())
-    assert doc["faults_total"] > 100 and any(s["module"].startswith("ld-linux") for s in doc["sites"]), explain(p)
+    assert doc["faults_total"] > 100 and any(s["module"].startswith("ld-linux") for s in doc["sites"]), p.explain()
 
 
 def test_step_over_a_call_that_faults_while_tracing() -> None:
@@ -169,4 +171,4 @@ def test_step_over_a_call_that_faults_while_tracing() -> None:
     after_step = run.stdout.split("(lldb) thread step-over")[1]
     assert "stop reason = step over" in after_step and f"not_aligned.c:{line + 1}" in after_step, run.explain()
     assert [int(r[0]) for r in rows(after_step)] == [50], run.explain()
-    assert exit_status(run) == 0, run.explain()
+    assert lldb_exit_status(run) == 0, run.explain()

@@ -10,14 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BUILD, ROOT, require_tool, scrubbed_env
-from gdbrun import Run, parse_reports
+from support.debuggers import lldb_path
+from support.env import BUILD, ROOT, require_tool, scrubbed_env
+from support.reports import parse_reports
+from support.run import Result
+from support.run import run as run_command
 
 from ualdbg.cli.shell import build_parser
 from ualdbg.commands.all import COMMANDS, GROUPS
-
-sys.path.insert(0, str(ROOT / "tests" / "lldb"))
-from lldbrun import lldb_path  # noqa: E402
 
 UALDBG = [sys.executable, "-m", "ualdbg"]
 BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
@@ -25,10 +25,8 @@ PROGRAM = BUILD / "not_aligned"
 
 
 def run(cmd: list[str], *, timeout: float = 120, cwd: Path | None = None, env: dict[str, str] | None = None,
-        stdin: str | None = None) -> Run:
-    proc = subprocess.run(cmd, input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=scrubbed_env(env))
-    return Run(cmd, proc.returncode, proc.stdout, proc.stderr)
+        stdin: str | None = None) -> Result:
+    return run_command(cmd, stdin=stdin, env=scrubbed_env(env), cwd=cwd, timeout=timeout).fail_on_timeout()
 
 
 # --- the package list -------------------------------------------------------------------------
@@ -97,7 +95,7 @@ def _debugger_paths() -> list[str]:
     return ["", *sorted(paths)]
 
 
-def _debugger_help(kind: str) -> tuple[Run, list[str]]:
+def _debugger_help(kind: str) -> tuple[Result, list[str]]:
     """`help ualdbg PATH` for every command and group, in one real gdb or lldb; its sections."""
     if kind == "gdb":
         cmd = [require_tool("gdb"), "-q", "-nx", "-batch", "-x", str(ROOT / "gdb" / "ualdbg.py")]
@@ -123,7 +121,7 @@ def test_every_debugger_command_help_has_examples(kind: str) -> None:
 
 # --- the launchers ------------------------------------------------------------------------------
 
-def _assert_report(r: Run) -> None:
+def _assert_report(r: Result) -> None:
     reports = parse_reports(r.stdout)
     assert reports, f"no ualdbg break report\n{r.explain()}"
     assert reports[0].location == "not_aligned.c:38", r.explain()

@@ -7,34 +7,29 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import BUILD, ROOT, require_tool, scrubbed_env
+from support.cli import run_cli
+from support.env import BUILD, require_tool
+from support.run import Result
 
 
-def stackcheck(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def stackcheck(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> Result:
     require_tool("gdb")
-    return subprocess.run([sys.executable, "-m", "ualdbg", "stackcheck", *args], capture_output=True, text=True,
-                          timeout=timeout, env=scrubbed_env(env), cwd=ROOT, stdin=subprocess.DEVNULL)
+    return run_cli("stackcheck", *args, env=env, timeout=timeout)
 
 
 OWN_TEMP = ("ualdbg-stackcheck-", "ualdbg-exec-")
 
 
-def explain(p: subprocess.CompletedProcess[str]) -> str:
-    return f"command: {' '.join(p.args)}\nexit {p.returncode}\n--- stdout ---\n{p.stdout}\n--- stderr ---\n{p.stderr}"
-
-
 def run_json(tmp_path: Path, *args: str, expect: int = 0, env: dict[str, str] | None = None) -> dict:
     out = tmp_path / "sc.json"
     p = stackcheck("--json", str(out), *args, env=env)
-    assert p.returncode == expect, explain(p)
+    assert p.returncode == expect, p.explain()
     doc = json.loads(out.read_text())
-    doc["_explain"] = explain(p)
+    doc["_explain"] = p.explain()
     return doc
 
 
@@ -177,7 +172,7 @@ def test_max_spread_sets_exit_status(tmp_path: Path) -> None:
 
 def test_table_and_verdicts_on_stdout() -> None:
     p = stackcheck("--argv0-lengths", "1-2", "--env-pad", "0-4/4", "--", "examples/build/stack_double", "1")
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     assert "across 4 variants" in p.stdout and "main:x (8)" in p.stdout
     assert "always 8-byte aligned, but" in p.stdout
     assert p.stdout.rstrip().endswith("ualdbg stackcheck: ok: no item misaligned for its type in any variant")
@@ -186,7 +181,7 @@ def test_table_and_verdicts_on_stdout() -> None:
 
 def test_json_to_stdout_is_only_json() -> None:
     p = stackcheck("--json", "-", "--env-pad", "0", "--", "examples/build/stack_double")
-    assert p.returncode == 0, explain(p)
+    assert p.returncode == 0, p.explain()
     assert json.loads(p.stdout)["document"] == "stackcheck"
 
 
@@ -218,6 +213,6 @@ def test_no_copies_links_or_helpers_are_left_behind(tmp_path: Path) -> None:
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     p = stackcheck(*args)
-    assert p.returncode == 2, explain(p)
-    assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1, explain(p)
+    assert p.returncode == 2, p.explain()
+    assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.explain()
     assert "Traceback" not in p.stderr

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import BUILD
-from gdbrun import run_gdb
+from support.debuggers import run_gdb
+from support.env import BUILD
 
 
 def test_gdb_command_on_the_loaded_program(tmp_path: Path) -> None:

@@ -7,37 +7,31 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import BUILD, ROOT, require_tool, scrubbed_env
+from support.build import build_program
+from support.cli import run_cli
+from support.debuggers import lldb_path, run_lldb
+from support.env import BUILD, require_tool
+from support.run import Result
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lldb"))  # tests/lldb/lldbrun.py
-from lldbrun import lldb_path, run_lldb  # noqa: E402
 
-
-def stackcheck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def stackcheck(*args: str, env: dict[str, str] | None = None) -> Result:
     lldb_path()
-    return subprocess.run([sys.executable, "-m", "ualdbg", "stackcheck", *args], capture_output=True, text=True,
-                          timeout=600, env=scrubbed_env(env), cwd=ROOT, stdin=subprocess.DEVNULL)
+    return run_cli("stackcheck", *args, env=env, timeout=600)
 
 
 OWN_TEMP = ("ualdbg-stackcheck-", "ualdbg-exec-")
 
 
-def explain(p: subprocess.CompletedProcess[str]) -> str:
-    return f"command: {' '.join(p.args)}\nexit {p.returncode}\n--- stdout ---\n{p.stdout}\n--- stderr ---\n{p.stderr}"
-
-
 def run_json(tmp_path: Path, *args: str, expect: int = 0, env: dict[str, str] | None = None, name: str = "sc") -> dict:
     out = tmp_path / f"{name}.json"
     p = stackcheck("--json", str(out), *args, env=env)
-    assert p.returncode == expect, explain(p)
+    assert p.returncode == expect, p.explain()
     doc = json.loads(out.read_text())
-    doc["_explain"] = explain(p)
+    doc["_explain"] = p.explain()
     return doc
 
 
@@ -146,8 +140,7 @@ def test_statics_by_link_address_in_every_variant(debugger: str, tmp_path: Path)
     """A static of main, of a function that runs later and of one that never runs: the
     address is the link-time one plus the load bias, as the program prints it, ASLR included."""
     require_tool(debugger if debugger == "gdb" else lldb_path())
-    prog = tmp_path / "statics"
-    subprocess.run(["gcc", "-g", "-O1", "-o", str(prog), str(Path(__file__).parent / "programs" / "statics.c")], check=True)
+    prog = build_program(tmp_path / "statics", Path(__file__).parent / "programs" / "statics.c")
     doc = run_json(tmp_path, "--debugger", debugger, "--var", "main:table", "--var", "later:counts", "--var", "never:unused",
                    "--env-pad", "0-8/8", "--aslr", "2", "--run-to-exit", "--", str(prog))
     assert len(doc["variants"]) == 4, doc["_explain"]

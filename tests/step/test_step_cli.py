@@ -9,10 +9,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import BUILD, EXAMPLES, ROOT, by_location, expected_by_program, require_tool, scrubbed_env
-from steprun import PIE_BASE, code_range, per_pc, ualdbg
+from support.build import build_program, build_source
+from support.cli import run_json as ualdbg
+from support.env import BUILD, EXAMPLES, FIXTURES, require_tool, scrubbed_env
+from support.expected import by_location, expected_by_program
+from support.step import PIE_BASE, PROGRAMS, code_range, per_pc
 
-PROGRAMS = Path(__file__).resolve().parent / "programs"
 CASES = sorted(expected_by_program().items())
 
 
@@ -49,8 +51,8 @@ def test_same_per_pc_counts_as_the_trap_engine(key: tuple[str, tuple[str, ...]],
     # same environment): byte-identical output, same status
     alone = subprocess.run(["setarch", "-R", str(BUILD / prog), *args], capture_output=True, text=True,
                            stdin=subprocess.DEVNULL, timeout=60, env=scrubbed_env())
-    assert step.proc.returncode == alone.returncode
-    assert step.proc.stdout.split("Unaligned accesses in ")[0] == alone.stdout, step.explain()
+    assert step.returncode == alone.returncode
+    assert step.stdout.split("Unaligned accesses in ")[0] == alone.stdout, step.explain()
 
 
 @pytest.mark.parametrize("policy", ["natural", "cacheline", "page", "ac"])
@@ -95,9 +97,7 @@ def test_function_scope_with_calls_out_of_it(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def step_signals(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("step-signals") / "step_signals"
-    subprocess.run(["gcc", "-g", "-O1", "-o", str(out), "step_signals.c"], check=True, cwd=PROGRAMS)
-    return out
+    return build_source(PROGRAMS / "step_signals.c", tmp_path_factory.mktemp("step-signals"))
 
 
 @pytest.mark.parametrize("no_dr", [False, True], ids=["debug-registers", "int3s"])
@@ -109,8 +109,8 @@ def test_signal_handlers_interrupting_the_scope(no_dr: bool, step_signals: Path,
     run = ualdbg("trace", "--engine", "step", "--in", "work", "--in", "on_alarm", "--", str(step_signals), "20000", "3",
                  json_path=tmp_path / "t.json", stdin="hello step\n", env={"UALDBG_STEPPER_NO_DR": "1"} if no_dr else None)
     assert run.doc is not None, run.explain()
-    assert run.proc.returncode == 3, run.explain()
-    m = re.search(r"n=20000 alarms=(\d+) sum=0 input=hello step\n", run.proc.stdout)
+    assert run.returncode == 3, run.explain()
+    m = re.search(r"n=20000 alarms=(\d+) sum=0 input=hello step\n", run.stdout)
     assert m, run.explain()
     alarms = int(m.group(1))
     assert alarms > 0, "no SIGALRM arrived while stepping: the test proves nothing"
@@ -127,7 +127,7 @@ def test_threads_outside_and_inside_the_scope(tmp_path: Path) -> None:
     for name in names:
         run = ualdbg("trace", "--engine", "step", "--in", name, "--", str(BUILD / "threads"), "10",
                      json_path=tmp_path / f"{name}.json")
-        assert run.doc is not None and run.proc.returncode == 0, run.explain()
+        assert run.doc is not None and run.returncode == 0, run.explain()
         counts.append(by_location(run.doc))
         assert len({r["tid"] for r in run.doc["records"]}) == 1
     assert sorted(sum(c.values()) for c in counts) == [10, 20, 30]
@@ -155,12 +155,12 @@ def test_module_bias_is_the_kernels(tmp_path: Path) -> None:
 def test_check_exit_statuses(tmp_path: Path) -> None:
     found = ualdbg("check", "--engine", "step", "--in", "bump", "--", str(BUILD / "not_aligned"), "7",
                    json_path=tmp_path / "a.json")
-    assert found.proc.returncode == 1 and "7 unaligned accesses" in found.proc.stderr, found.explain()
+    assert found.returncode == 1 and "7 unaligned accesses" in found.stderr, found.explain()
     clean = ualdbg("check", "--engine", "step", "--policy", "cacheline", "--in", "bump", "--",
                    str(BUILD / "not_aligned"), "7", json_path=tmp_path / "b.json")
     # p is one byte past malloc: 8-byte elements at 1 mod 8 split a line once in 8
     assert clean.doc is not None, clean.explain()
-    assert clean.proc.returncode == (1 if clean.doc["faults_total"] else 0)
+    assert clean.returncode == (1 if clean.doc["faults_total"] else 0)
 
 
 BAD = [
@@ -178,25 +178,25 @@ BAD = [
 @pytest.mark.parametrize("cmd", ["trace", "check"])
 def test_bad_input_is_one_line(cmd: str, extra: list[str], message: str, tmp_path: Path) -> None:
     run = ualdbg(cmd, "--engine", "step", *extra, "--", str(BUILD / "not_aligned"), "5", json_path=tmp_path / "t.json")
-    assert run.proc.returncode == 2, run.explain()
-    assert run.proc.stderr == f"ualdbg: {message}\n", run.explain()
-    assert "Traceback" not in run.proc.stdout + run.proc.stderr
+    assert run.returncode == 2, run.explain()
+    assert run.stderr == f"ualdbg: {message}\n", run.explain()
+    assert "Traceback" not in run.stdout + run.stderr
 
 
 def test_function_never_called_is_one_line(tmp_path: Path) -> None:
     """split_lines 0 calls none of its helpers: the scope exists and is never entered."""
     run = ualdbg("check", "--engine", "step", "--in", "read_split8", "--", str(BUILD / "split_lines"), "0",
                  json_path=tmp_path / "t.json")
-    assert run.proc.returncode == 2, run.explain()
-    assert run.proc.stderr == "ualdbg: the program never entered the scope read_split8: nothing was stepped\n"
-    assert "split_lines: buf=" in run.proc.stdout  # the program itself ran to its end
+    assert run.returncode == 2, run.explain()
+    assert run.stderr == "ualdbg: the program never entered the scope read_split8: nothing was stepped\n"
+    assert "split_lines: buf=" in run.stdout  # the program itself ran to its end
 
 
 @pytest.mark.parametrize("extra", [["--in", "main"], ["--policy", "natural"], ["--everywhere"]])
 def test_step_options_need_the_step_engine(extra: list[str], tmp_path: Path) -> None:
     run = ualdbg("trace", *extra, "--", str(BUILD / "not_aligned"), "5", json_path=tmp_path / "t.json")
-    assert run.proc.returncode == 2
-    assert run.proc.stderr == "ualdbg: --in, --range, --everywhere and --policy belong to --engine step\n"
+    assert run.returncode == 2
+    assert run.stderr == "ualdbg: --in, --range, --everywhere and --policy belong to --engine step\n"
 
 
 def test_fork_child_runs_unstepped_with_its_code_restored(test_programs: Path, tmp_path: Path) -> None:
@@ -206,8 +206,8 @@ def test_fork_child_runs_unstepped_with_its_code_restored(test_programs: Path, t
     run = ualdbg("trace", "--engine", "step", "--in", "bump", "--", str(test_programs / "forker"),
                  json_path=tmp_path / "t.json")
     assert run.doc is not None, run.explain()
-    assert "parent: child status 0 signaled 0" in run.proc.stdout, run.explain()
-    assert run.proc.returncode == 0
+    assert "parent: child status 0 signaled 0" in run.stdout, run.explain()
+    assert run.returncode == 0
     assert run.doc["faults_total"] == 2 * 2, run.explain()
 
 
@@ -215,7 +215,7 @@ def test_exec_stops_stepping_and_the_new_program_runs(test_programs: Path, tmp_p
     run = ualdbg("trace", "--engine", "step", "--in", "bump", "--", str(test_programs / "forker"), "exec",
                  json_path=tmp_path / "t.json")
     assert run.doc is not None, run.explain()
-    assert "exec'd child ok" in run.proc.stdout and run.proc.returncode == 0, run.explain()
+    assert "exec'd child ok" in run.stdout and run.returncode == 0, run.explain()
     assert run.doc["faults_total"] == 2, run.explain()  # the one bump() before the exec
     assert any("exec" in n for n in run.doc["notes"]), run.doc["notes"]
 
@@ -226,7 +226,7 @@ def test_wrapped_ring_keeps_counts_exact(tmp_path: Path) -> None:
     assert run.doc is not None, run.explain()
     assert run.doc["faults_total"] == 100 and run.doc["records_dropped"] == 95
     assert [r["seq"] for r in run.doc["records"]] == [96, 97, 98, 99, 100]
-    m = re.search(r"not_aligned: p=(0x[0-9a-f]+)", run.proc.stdout)
+    m = re.search(r"not_aligned: p=(0x[0-9a-f]+)", run.stdout)
     assert m, run.explain()
     base = int(m.group(1), 16)
     # every record's VA is p + key*8 (examples/README.md): the recipes evaluate the real address
@@ -241,9 +241,7 @@ def test_odd_operands_match_the_trap_engine(tmp_path: Path) -> None:
     exception is lretq, a far return the decoder does not model: the trap engine counts its #AC
     with no access, the step engine cannot see it and says so in its notes."""
     require_tool("gdb")
-    exe = tmp_path / "odd_insns"
-    subprocess.run(["gcc", "-g", "-O1", "-o", str(exe), str(ROOT / "tests" / "fixtures" / "agent" / "odd_insns.c")],
-                   check=True)
+    exe = build_program(tmp_path / "odd_insns", FIXTURES / "agent" / "odd_insns.c")
     step = ualdbg("trace", "--engine", "step", "--range", code_range(exe), "--", str(exe), "3",
                   json_path=tmp_path / "step.json")
     trap = ualdbg("trace", "--engine", "trap", "--", str(exe), "3", json_path=tmp_path / "trap.json")
@@ -254,18 +252,17 @@ def test_odd_operands_match_the_trap_engine(tmp_path: Path) -> None:
     assert per_pc(step.doc) == want, step.explain() + trap.explain()
     assert sum(want.values()) == 54
     assert any("not fully model" in n for n in step.doc["notes"]), step.doc["notes"]
-    assert step.proc.stdout.split("Unaligned accesses in ")[0] == trap.proc.stdout.split("Unaligned accesses in ")[0]
+    assert step.stdout.split("Unaligned accesses in ")[0] == trap.stdout.split("Unaligned accesses in ")[0]
 
 
 def test_the_program_keeps_its_cpu_mask(tmp_path: Path) -> None:
     """A stepped thread is moved to the stepper's CPU only while it steps: main's mask after the
     scope, and that of a thread started inside it, are the program's own."""
-    exe = tmp_path / "step_affinity"
-    subprocess.run(["gcc", "-g", "-O1", "-pthread", "-o", str(exe), "step_affinity.c"], check=True, cwd=PROGRAMS)
+    exe = build_source(PROGRAMS / "step_affinity.c", tmp_path, flags=("-g", "-O1", "-pthread"))
     alone = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     run = ualdbg("trace", "--engine", "step", "--in", "work", "--", str(exe), json_path=tmp_path / "t.json")
     assert run.doc is not None and run.doc["faults_total"] == 1, run.explain()
-    assert run.proc.stdout.split("Unaligned accesses in ")[0] == alone.stdout, run.explain()
+    assert run.stdout.split("Unaligned accesses in ")[0] == alone.stdout, run.explain()
 
 
 @pytest.mark.parametrize(("scope", "threads"), [("function", 8), ("range", 1)])
@@ -278,12 +275,10 @@ def test_many_threads_through_one_entry_stay_exact(scope: str, threads: int, tmp
     debug registers means shared int3s, docs/STEP.md), main's read after pthread_join counts
     too: pthread_join is called through the lazy-binding PLT, which is in scope and leaves it
     by a jump, not a call."""
-    exe = tmp_path / "stress"
-    subprocess.run(["gcc", "-g", "-O1", "-pthread", "-o", str(exe), str(ROOT / "tests" / "fixtures" / "agent" / "stress.c")],
-                   check=True)
+    exe = build_program(tmp_path / "stress", FIXTURES / "agent" / "stress.c", flags=("-g", "-O1", "-pthread"))
     where = ["--in", "bump"] if scope == "function" else ["--range", code_range(exe)]
     run = ualdbg("trace", "--engine", "step", *where, "--", str(exe), str(threads), "1000", json_path=tmp_path / "t.json")
-    assert run.doc is not None and run.proc.returncode == 0, run.explain()
+    assert run.doc is not None and run.returncode == 0, run.explain()
     got: Counter[tuple[str, int]] = Counter()
     for s in run.doc["sites"]:
         got[(s["function"], s["line"])] += s["count"]
@@ -303,15 +298,14 @@ def test_many_threads_through_int3_entries_stay_exact(no_dr: bool, tmp_path: Pat
     too). No call may run unstepped: the per-PC counts are the trap engine's, 8000 at each read.
     (More than 16 threads: the stepper's thread table grows while threads are being held.)"""
     require_tool("gdb")
-    exe = tmp_path / "step_entries"
-    subprocess.run(["gcc", "-g", "-O1", "-pthread", "-o", str(exe), "step_entries.c"], check=True, cwd=PROGRAMS)
+    exe = build_source(PROGRAMS / "step_entries.c", tmp_path, flags=("-g", "-O1", "-pthread"))
     env = {"UALDBG_STEPPER_NO_DR": "1"} if no_dr else {}
     where = [a for f in ("f0", "f1", "f2", "f3") for a in ("--in", f)]
     step = ualdbg("trace", "--engine", "step", *where, "--", str(exe), "20", "400", json_path=tmp_path / "step.json",
                   env=env)
     trap = ualdbg("trace", "--engine", "trap", "--", str(exe), "20", "400", json_path=tmp_path / "trap.json")
     assert step.doc is not None and trap.doc is not None, step.explain() + trap.explain()
-    assert step.proc.returncode == 0, step.explain()
+    assert step.returncode == 0, step.explain()
     got: Counter[str] = Counter()
     for s in step.doc["sites"]:
         got[s["function"]] += s["count"]
@@ -322,9 +316,7 @@ def test_many_threads_through_int3_entries_stay_exact(no_dr: bool, tmp_path: Pat
 
 @pytest.fixture(scope="module")
 def step_outside(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("step-outside") / "step_outside"
-    subprocess.run(["gcc", "-g", "-O1", "-pthread", "-o", str(out), "step_outside.c"], check=True, cwd=PROGRAMS)
-    return out
+    return build_source(PROGRAMS / "step_outside.c", tmp_path_factory.mktemp("step-outside"), flags=("-g", "-O1", "-pthread"))
 
 
 def _outside_run(exe: Path, functions: tuple[str, ...], tmp_path: Path, env: dict[str, str],
@@ -335,14 +327,14 @@ def _outside_run(exe: Path, functions: tuple[str, ...], tmp_path: Path, env: dic
     where = [a for f in functions for a in ("--in", f)]
     step = ualdbg("trace", "--engine", "step", *where, "--", str(exe), "8", "1000", json_path=tmp_path / "step.json",
                   env=env)
-    assert step.doc is not None and step.proc.returncode == 0, step.explain()
+    assert step.doc is not None and step.returncode == 0, step.explain()
     alone = subprocess.run(["setarch", "-R", str(exe), "8", "1000"], capture_output=True, text=True,
                            stdin=subprocess.DEVNULL, timeout=60, env=scrubbed_env())
     # the program's own output: the total sums pointers, and a 1 MiB malloc block comes from mmap
     # at the address it gets alone (the stepper's page of instruction copies moved nothing)
     assert "block=0x7" in alone.stdout
-    assert step.proc.stdout.splitlines()[0] == alone.stdout.splitlines()[0], step.explain()
-    m = re.search(r"^spinner voluntary switches: (\d+)$", step.proc.stdout, re.M)
+    assert step.stdout.splitlines()[0] == alone.stdout.splitlines()[0], step.explain()
+    m = re.search(r"^spinner voluntary switches: (\d+)$", step.stdout, re.M)
     assert m, step.explain()
     if trap_doc is not None:
         want = Counter({s["pc"]: s["count"] for s in trap_doc["sites"] if s["function"] in functions})

@@ -12,10 +12,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clirun import run_cli
-from conftest import require_tool
-from gdbrun import run_gdb_script
-from steprun import Run, build_program, per_pc, ualdbg
+from support.build import build_source
+from support.cli import run_cli
+from support.cli import run_json as ualdbg
+from support.debuggers import run_gdb_script
+from support.env import require_tool
+from support.run import Result
+from support.step import FLAGS, PROGRAMS, per_pc
 
 from ualdbg.engines.scope import ScopeError, function_ranges
 
@@ -43,9 +46,9 @@ N = 30
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("cxx-names")
-    full = build_program("scope_names.cpp", root)
+    full = build_source(PROGRAMS / "scope_names.cpp", root, flags=FLAGS)
     (root / "g0").mkdir()
-    symbols = build_program("scope_names.cpp", root / "g0", "-g0")
+    symbols = build_source(PROGRAMS / "scope_names.cpp", root / "g0", flags=(*FLAGS, "-g0"))
     (root / "nosym").mkdir()
     require_tool("strip")
     dwarf = root / "nosym" / "scope_names"
@@ -64,26 +67,26 @@ def program_counts(stdout: str) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def trapped(builds: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Run:
+def trapped(builds: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Result:
     """The trap engine (agent) over the whole program, for the per-PC cross-check."""
     run = ualdbg("trace", "--", str(builds["dwarf+symbols"]), str(N), json_path=tmp_path_factory.mktemp("trap") / "t.json")
-    assert run.proc.returncode == 0 and run.doc is not None, run.explain()
+    assert run.returncode == 0 and run.doc is not None, run.explain()
     return run
 
 
-def test_the_program_counts_every_misaligned_read(trapped: Run) -> None:
+def test_the_program_counts_every_misaligned_read(trapped: Result) -> None:
     """The program's own counts are the trap engine's total: nothing else reads misaligned."""
-    counts = program_counts(trapped.proc.stdout)
+    counts = program_counts(trapped.stdout)
     assert set(counts) == {k for keys in NAMES.values() for k in keys}
     assert all(0 < c <= N for c in counts.values()) and len(set(counts.values())) > 2, counts
     assert trapped.doc is not None and trapped.doc["faults_total"] == sum(counts.values()), trapped.explain()
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_step_in_a_cxx_name_counts_exactly(builds: dict[str, Path], trapped: Run, name: str, tmp_path: Path) -> None:
+def test_step_in_a_cxx_name_counts_exactly(builds: dict[str, Path], trapped: Result, name: str, tmp_path: Path) -> None:
     run = ualdbg("trace", "--engine", "step", "--in", name, "--", str(builds["dwarf+symbols"]), str(N), json_path=tmp_path / "s.json")
-    assert run.proc.returncode == 0 and run.doc is not None, run.explain()
-    counts = program_counts(run.proc.stdout)
+    assert run.returncode == 0 and run.doc is not None, run.explain()
+    counts = program_counts(run.stdout)
     want = sum(counts[k] for k in NAMES[name])
     assert run.doc["faults_total"] == want and run.doc["faults_ignored"] == 0, run.explain()
     scope = run.doc["step"]["scope"]
@@ -97,8 +100,8 @@ def test_symbols_only_names_come_from_demangled_symbols(builds: dict[str, Path],
     """Without DWARF, `twice` and `Klass::method` are found through demangled symbols."""
     for name in ("twice", "Klass::method"):
         run = ualdbg("trace", "--engine", "step", "--in", name, "--", str(builds["symbols"]), str(N), json_path=tmp_path / "s.json")
-        assert run.proc.returncode == 0 and run.doc is not None, run.explain()
-        counts = program_counts(run.proc.stdout)
+        assert run.returncode == 0 and run.doc is not None, run.explain()
+        counts = program_counts(run.stdout)
         assert run.doc["faults_total"] == sum(counts[k] for k in NAMES[name]), run.explain()
 
 

@@ -6,17 +6,18 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, scrubbed_env
-from steprun import build_program
+from support.build import build_source
+from support.cli import run_cli
+from support.run import Result
+from support.step import FLAGS, PROGRAMS
 
 
 @pytest.fixture(scope="module")
 def inlined(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = build_program("inlined.c", tmp_path_factory.mktemp("inlined"))
+    out = build_source(PROGRAMS / "inlined.c", tmp_path_factory.mktemp("inlined"), flags=FLAGS)
     nm = subprocess.run(["nm", str(out)], capture_output=True, text=True, check=True).stdout
     assert "sum_pairs" not in nm, "the test needs sum_pairs inlined (no symbol of its own)"
     return out
@@ -29,12 +30,11 @@ def misaligned_reads(stdout: str) -> int:
     return int(m.group(1))
 
 
-def trace(*args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+def trace(*args: str) -> tuple[Result, dict]:
     folder = Path(args[-2]).parent  # the program's (temporary) folder
     out = folder / f"t{len(list(folder.iterdir()))}.json"
-    cmd = [sys.executable, "-m", "ualdbg", "trace", "--json", str(out), *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=scrubbed_env(), cwd=ROOT, timeout=300, stdin=subprocess.DEVNULL)
-    assert p.returncode == 0, p.stderr
+    p = run_cli("trace", "--json", str(out), *args)
+    assert p.returncode == 0, p.explain()
     return p, json.loads(out.read_text())
 
 
@@ -56,6 +56,5 @@ def test_step_in_an_inlined_function_counts_exactly(inlined: Path) -> None:
 
 
 def test_a_name_matching_nothing_lists_the_closest(inlined: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "ualdbg", "trace", "--engine", "step", "--in", "sum_pair", "--", str(inlined), "3"],
-                       capture_output=True, text=True, env=scrubbed_env(), cwd=ROOT, timeout=120, stdin=subprocess.DEVNULL)
-    assert p.returncode == 2 and p.stderr.strip().endswith("did you mean sum_pairs?"), p.stderr
+    p = run_cli("trace", "--engine", "step", "--in", "sum_pair", "--", str(inlined), "3", timeout=120)
+    assert p.returncode == 2 and p.stderr.strip().endswith("did you mean sum_pairs?"), p.explain()

@@ -6,20 +6,18 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import BUILD
+from support.build import build_program
+from support.env import BUILD
+from support.step import PROGRAMS
 
 from ualdbg.core.model import Module
 from ualdbg.engines.scope import ScopeError, StepScope, function_ranges, parse_range, resolve_scope
 
-PROGRAMS = Path(__file__).resolve().parent / "programs"
-
 
 @pytest.fixture(scope="module")
 def scope_prog(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("scope") / "scope"
-    subprocess.run(["gcc", "-O2", "-g", "-o", str(out), str(PROGRAMS / "scope_a.c"), str(PROGRAMS / "scope_b.c")],
-                   check=True)
-    return out
+    return build_program(tmp_path_factory.mktemp("scope") / "scope", PROGRAMS / "scope_a.c", PROGRAMS / "scope_b.c",
+                         flags=("-O2", "-g"))
 
 
 def _nm(path: Path) -> dict[str, list[tuple[int, int]]]:

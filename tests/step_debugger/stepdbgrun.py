@@ -4,16 +4,13 @@ symbol around each faulting PC, so inlined helpers count as the function they ar
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from gdbrun import Run, run_gdb
+from support.debuggers import run_gdb, run_lldb
+from support.run import Result
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lldb"))  # the lldb runner next door
-from lldbrun import run_lldb  # noqa: E402
-
-from ualdbg.symbols.elfindex import elf_index  # noqa: E402
+from ualdbg.symbols.elfindex import elf_index
 
 # One small environment for the program in both debuggers (tests/lldb/test_lldb_parity.py).
 PROGRAM_ENV = "PATH=/usr/bin:/bin"
@@ -21,7 +18,7 @@ DEBUGGERS = ("gdb", "lldb")
 
 
 def trace(debugger: str, program: list[str], start: str, out: Path, tmp_path: Path,
-          after: list[str] = (), *, sigbus_stops: bool = False) -> tuple[dict[str, Any] | None, Run]:  # type: ignore[assignment]
+          after: list[str] = (), *, sigbus_stops: bool = False) -> tuple[dict[str, Any] | None, Result]:  # type: ignore[assignment]
     """`ualdbg trace start ...`, run the program to its end, `ualdbg trace save`, then `after`.
     The program's own SIGBUS (sigbus_handler's real bus error) goes to it without a stop; with
     `sigbus_stops` a SIGBUS stops the program instead and is not passed on (gdb's `handle

@@ -8,9 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import BUILD, by_location, expected_by_program
-from gdbrun import parse_reports, run_gdb, run_gdb_script
 from stepdbgrun import DEBUGGERS, per_site, run_lldb, scope_options, trace
+from support.debuggers import run_gdb, run_gdb_script
+from support.env import BUILD
+from support.expected import by_location, expected_by_program
+from support.reports import parse_reports
 
 EXAMPLES = sorted(expected_by_program().items())
 # The cross-check needs a program run, not the README's counts: a smaller sieve keeps it short.

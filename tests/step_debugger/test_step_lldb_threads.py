@@ -17,9 +17,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from conftest import BUILD, by_location, expected_by_program
-from gdbrun import Run, parse_reports
 from stepdbgrun import PROGRAM_ENV, per_site, run_lldb, trace
+from support.env import BUILD
+from support.expected import by_location, expected_by_program
+from support.reports import parse_reports
+from support.run import Result
 
 NO_SPLIT_DEBUG = "settings set symbols.enable-external-lookup false"
 ROUNDS = "2"
@@ -27,7 +29,7 @@ ROUNDS = "2"
 THREAD_LINES = {"threads.c:41": 2, "threads.c:53": 4, "threads.c:63": 6}
 
 
-def _trace_lldb(program: list[str], start: str, out: Path, tmp_path: Path) -> tuple[dict[str, Any] | None, Run]:
+def _trace_lldb(program: list[str], start: str, out: Path, tmp_path: Path) -> tuple[dict[str, Any] | None, Result]:
     """stepdbgrun.trace's lldb commands, with lldb 19's split-function slowdown avoided."""
     save = f"ualdbg trace save {out}"
     run = run_lldb(program, [NO_SPLIT_DEBUG, "settings set target.inherit-env false",
@@ -136,7 +138,7 @@ def test_everywhere_says_once_when_lldb_19_meets_split_functions(tmp_path: Path)
     start = "ualdbg trace start --engine step --everywhere --policy ac"
     import subprocess
 
-    from lldbrun import lldb_path  # on sys.path once stepdbgrun is imported
+    from support.debuggers import lldb_path
 
     version = subprocess.run([lldb_path(), "--version"], capture_output=True, text=True).stdout
     major = int(re.search(r"lldb version (\d+)", version).group(1))  # type: ignore[union-attr]

@@ -15,8 +15,11 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import BUILD, by_location, expected_by_program
-from gdbrun import Run, parse_reports, run_gdb
+from support.debuggers import run_gdb
+from support.env import BUILD
+from support.expected import by_location, expected_by_program
+from support.reports import parse_reports
+from support.run import Result
 
 N = 200
 HINT = ("ualdbg: all-stop mode: threads outside the step scope stop at each step event; "
@@ -26,13 +29,13 @@ SPIN_FLAGS = re.compile(r"^nonstop_busy: spin AC=(\d) TF=(\d)$", re.M)
 WALK_LINE = "nonstop_busy.c:22"
 
 
-def _switches(run: Run) -> int:
+def _switches(run: Result) -> int:
     m = SWITCHES.search(run.stdout)
     assert m, run.explain()
     return int(m.group(1))
 
 
-def _spin_flags(run: Run) -> tuple[int, int]:
+def _spin_flags(run: Result) -> tuple[int, int]:
     m = SPIN_FLAGS.search(run.stdout)
     assert m, run.explain()
     return int(m.group(1)), int(m.group(2))

@@ -7,31 +7,28 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import gdbrun
 import pytest
-from gdbrun import Run
 from stepdbgrun import DEBUGGERS, trace
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "step"))  # the program builder next door
-import lldbrun  # noqa: E402  (tests/lldb, which stepdbgrun put on sys.path)
-from steprun import build_program  # noqa: E402
+from support.build import build_source
+from support.debuggers import gdb_break_through, lldb_break_through
+from support.run import Result
+from support.step import FLAGS, PROGRAMS
 
 SPAN = re.compile(r"(0x[0-9a-f]+)-(0x[0-9a-f]+)")
 
 
 @pytest.fixture(scope="module")
 def inlined(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = build_program("inlined.c", tmp_path_factory.mktemp("inlined"))
+    out = build_source(PROGRAMS / "inlined.c", tmp_path_factory.mktemp("inlined"), flags=FLAGS)
     nm = subprocess.run(["nm", str(out)], capture_output=True, text=True, check=True).stdout
     assert "sum_pairs" not in nm, "the test needs sum_pairs inlined (no symbol of its own)"
     return out
 
 
-def program_output(debugger: str, run: Run, tmp_path: Path) -> str:
+def program_output(debugger: str, run: Result, tmp_path: Path) -> str:
     """The program's stdout: gdb shares its own with the program, lldb's went to a file."""
     return run.stdout if debugger == "gdb" else (tmp_path / "lldb.out").read_text()
 
@@ -49,7 +46,7 @@ def break_locations(debugger: str, name: str) -> list[str]:
     return [f"breakpoint set -n {name}", "breakpoint list -v"]
 
 
-def debugger_locations(debugger: str, run: Run) -> set[int]:
+def debugger_locations(debugger: str, run: Result) -> set[int]:
     pattern = r"^LOC (0x[0-9a-f]+)$" if debugger == "gdb" else r"address = (0x[0-9a-f]+)"
     return {int(a, 16) for a in re.findall(pattern, run.stdout, re.M)}
 
@@ -95,7 +92,7 @@ CXX_NAMES = {
 
 @pytest.fixture(scope="module")
 def scope_names(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = build_program("scope_names.cpp", tmp_path_factory.mktemp("scope_names"))
+    out = build_source(PROGRAMS / "scope_names.cpp", tmp_path_factory.mktemp("scope_names"), flags=FLAGS)
     nm = subprocess.run(["nm", "-C", str(out)], capture_output=True, text=True, check=True).stdout
     assert "ns::Klass::method(int) const" in nm and "Klass::small" not in nm, nm
     return out
@@ -127,9 +124,9 @@ def test_break_stops_before_each_read_of_the_inlined_function(debugger: str, inl
     the misaligned reads the program counts, and none for main's own misaligned store."""
     program, opts = [str(inlined), "10"], "--engine step --in sum_pairs"
     if debugger == "gdb":
-        run, reports, status = gdbrun.break_through(program, tmp_path, opts, before=["handle SIGBUS stop print nopass"])
+        run, reports, status = gdb_break_through(program, tmp_path, opts, before=["handle SIGBUS stop print nopass"])
     else:
-        run, reports, status = lldbrun.break_through(program, opts, stops=40,
+        run, reports, status = lldb_break_through(program, opts, stops=40,
                                                      before=["process handle -s true -n true -p false SIGBUS"])
     m = re.search(r"^misaligned reads in sum_pairs: (\d+)$", run.stdout, re.M)
     assert m and status == 0, run.explain()

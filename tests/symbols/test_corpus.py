@@ -9,9 +9,9 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import require_tool
 from corpus import VARIANTS, build, tools_missing
 from differential import SAMPLE_PER_BINARY, compare, report
+from support.env import require_tool
 
 SAMPLE = [v for v in VARIANTS if v.sample]
 

@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import require_tool
+from support.env import require_tool
 
 from ualdbg.agent import buffer as ab
 from ualdbg.symbols.maps import is_system_path

@@ -13,7 +13,7 @@ import struct
 from typing import Any
 
 import pytest
-from conftest import require_tool
+from support.env import require_tool
 
 from ualdbg.agent import buffer as ab
 from ualdbg.engines import records as ar

@@ -2,10 +2,8 @@
 components and template arguments, and the name inside a demangled signature."""
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-from conftest import require_tool
+from support.debuggers import run_gdb
 
 from ualdbg.symbols.cxxnames import NameQuery, demangle, function_name, normalize, split_components, strip_template_args
 
@@ -88,9 +86,9 @@ MANGLED = ["_ZNK2ns5Klass6methodEi", "_ZN2ns5twiceIlEET_PKhi", "_ZN2ns4funcEPKhi
 
 def test_demangle_as_gdb_demangles() -> None:
     """gdb's own `demangle -l c++` is the oracle: ualdbg demangles a symbol as gdb shows it."""
-    gdb = require_tool("gdb")
-    args = [a for m in MANGLED for a in ("-ex", f"demangle -l c++ -- {m}")]
-    out = subprocess.run([gdb, "-q", "-nx", "-batch", *args], capture_output=True, text=True, check=True).stdout
+    run = run_gdb([], [f"demangle -l c++ -- {m}" for m in MANGLED], source=False)
+    assert run.returncode == 0, run.explain()
+    out = run.stdout
     want = dict(zip(MANGLED, out.splitlines()))
     got = demangle([*MANGLED, "main"])
     assert got == want

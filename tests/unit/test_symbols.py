@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import require_tool
+from support.build import build_program
+from support.env import require_tool
 
 from ualdbg.core.model import InlineFrame, Module, SourceLoc
 from ualdbg.symbols import ModuleMap, SourcePos, Symbolizer, elf_index, is_system_path, parse_maps
@@ -49,38 +50,27 @@ class Builds:
             self._done[name] = self.root / name
         return self._done[name]
 
-    def gcc(self, name: str, *flags: str, source: str = LINK_SOURCE) -> Path:
-        require_tool("gcc")
-        return self._build(name, ["gcc", *flags, source, "-o", name])
+    def gcc(self, name: str, *flags: str, source: str = LINK_SOURCE, libs: Sequence[str] = ()) -> Path:
+        if name not in self._done:
+            self._done[name] = build_program(self.root / name, source, flags=flags, cwd=self.root, libs=libs)
+        return self._done[name]
 
     def strip(self, name: str, original: Path, *flags: str) -> Path:
         require_tool("strip")
         return self._build(name, ["strip", *flags, str(original), "-o", name])
 
     def gfortran(self, name: str, *flags: str) -> Path:
-        require_tool("gfortran")
-        return self._build(name, ["gfortran", *flags, "src/fortran.f90", "-o", name])
+        if name not in self._done:
+            self._done[name] = build_program(self.root / name, "src/fortran.f90", flags=flags, compiler="gfortran",
+                                             cwd=self.root)
+        return self._done[name]
 
     def library(self) -> Path:
         return self.gcc("libdemo.so", "-g", "-O1", "-shared", "-fPIC", source="src/libdemo.c")
 
     def uselib(self) -> Path:
         self.library()
-        require_tool("gcc")
-        return self._build(
-            "uselib",
-            [
-                "gcc",
-                "-g",
-                "-O1",
-                "src/uselib.c",
-                "-L.",
-                "-ldemo",
-                "-Wl,-rpath,$ORIGIN",
-                "-o",
-                "uselib",
-            ],
-        )
+        return self.gcc("uselib", "-g", "-O1", source="src/uselib.c", libs=("-L.", "-ldemo", "-Wl,-rpath,$ORIGIN"))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,26 @@
+"""The data tests' own programs (tests/data/programs), each built once per session."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.build import build_source
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+
+def _build(name: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Compiled from its folder with a bare file name, so DWARF names it NAME.c.
+    return build_source(PROGRAMS / f"{name}.c", tmp_path_factory.mktemp("data-programs"), flags=("-g", "-O1", "-Wall"))
+
+
+@pytest.fixture(scope="session")
+def stack_locals(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/data/programs/stack_locals.c."""
+    return _build("stack_locals", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def libc_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/data/programs/libc_data.c."""
+    return _build("libc_data", tmp_path_factory)
