@@ -272,10 +272,15 @@ static int add_target(struct modidx *x, uint64_t t)
 {
     if (x->n == x->cap) {
         size_t ncap = x->cap ? x->cap * 2 : 65536;
-        void *p = x->targets ? mremap(x->targets, x->cap * 8, ncap * 8, MREMAP_MAYMOVE)
-                             : mmap(NULL, ncap * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED)
+        /* Not mmap(NULL) or mremap: where the program's own mappings go, it would move them, and
+         * a patched run would not be the same run as a --no-patch one (process.c, zone_map). */
+        uint64_t *p = zone_map(ncap * 8);
+        if (!p)
             return 0;
+        if (x->targets) {
+            memcpy(p, x->targets, x->n * 8);
+            zone_unmap(x->targets, x->cap * 8);
+        }
         x->targets = p;
         x->cap = ncap;
     }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "insn.h"
@@ -241,29 +242,90 @@ int64_t distance(uint64_t a, uint64_t b) { return a > b ? (int64_t)(a - b) : (in
 
 /* A free region of `size` bytes (RWX) within 1 GiB of `near`, found in the gaps of the maps.
  * Caller holds maps_lock. */
+static int mapping_named(const struct mapping *m, const char *name)
+{
+    size_t l = strlen(name);
+    return l && m->plen == l && !memcmp(m->path, name, l);
+}
+
+/* Where the program's own mappings never go, so that a pool the agent maps there does not move
+ * them (a patched run and a --no-patch run then have one address space, and count the same):
+ * [lo, hi), above mmap's base and below the main stack's reach. The kernel puts mmap's base at
+ * least max(128 MiB, RLIMIT_STACK + the stack guard gap) below the top of the user address space
+ * (more with ASLR) and maps nothing above it without an address hint; the stack grows down to
+ * RLIMIT_STACK below its top. 0 when there is no such place (no [stack], an unlimited stack: the
+ * legacy bottom-up layout). Caller holds maps_lock. */
+static int mmap_free_zone(uint64_t *lo, uint64_t *hi)
+{
+    const uint64_t task_top = 0x7ffffffff000ull, guard = 1ull << 20, margin = 16ull << 20;
+    uint64_t stack_lo = 0, stack_top = 0;
+    for (int i = 0; i < maps_n; i++)
+        if (mapping_named(&maps_cache[i], "[stack]")) {
+            stack_lo = maps_cache[i].start;
+            stack_top = maps_cache[i].end;
+        }
+    struct rlimit r;
+    if (!stack_top || getrlimit(RLIMIT_STACK, &r) != 0 || r.rlim_cur == RLIM_INFINITY || r.rlim_cur > (1ull << 40))
+        return 0;
+    uint64_t gap = r.rlim_cur + guard;
+    if (gap < (128ull << 20))
+        gap = 128ull << 20;
+    *lo = task_top - gap;
+    *hi = stack_top - r.rlim_cur - guard - margin;
+    if (stack_lo < margin)
+        return 0;
+    if (*hi > stack_lo - margin)
+        *hi = stack_lo - margin;
+    return *hi > *lo;
+}
+
+/* The nearest free place of `size` bytes to `near` (within 1 GiB, 64 KiB-aligned, a 64 KiB
+ * guard either side) inside [zlo, zhi), never in the gap after the executable or its [heap],
+ * where brk grows the heap. 0 if none. */
+static uint64_t gap_near(uint64_t near, size_t size, uint64_t zlo, uint64_t zhi)
+{
+    uint64_t best = 0, prev_end = 0x10000, exe_end = 0;
+    int64_t best_d = INT64_MAX;
+    for (int i = 0; i < maps_n; i++) /* the executable's end, and the anonymous .bss after it */
+        if (mapping_named(&maps_cache[i], G.exe) || (exe_end && maps_cache[i].start == exe_end && !maps_cache[i].plen))
+            exe_end = maps_cache[i].end;
+    for (int i = 0; i <= maps_n; i++) {
+        uint64_t gap_lo = prev_end, gap_hi = i < maps_n ? maps_cache[i].start : 0x7ffffffff000ull;
+        int brk_side = i > 0 && (mapping_named(&maps_cache[i - 1], "[heap]") || maps_cache[i - 1].end == exe_end);
+        if (i < maps_n)
+            prev_end = maps_cache[i].end > prev_end ? maps_cache[i].end : prev_end;
+        if (brk_side)
+            continue;
+        gap_lo = gap_lo > zlo ? gap_lo : zlo;
+        gap_hi = gap_hi < zhi ? gap_hi : zhi;
+        gap_lo = (gap_lo + 0xffff) & ~0xffffull;
+        gap_hi &= ~0xffffull;
+        if (gap_hi < gap_lo + size + 0x20000) /* keep a guard gap either side */
+            continue;
+        uint64_t lo = gap_lo + 0x10000, hi = gap_hi - size - 0x10000;
+        uint64_t cand = near < lo ? lo : near > hi ? hi : (near & ~0xffffull);
+        int64_t d = distance(cand, near);
+        if (d < best_d) {
+            best_d = d;
+            best = cand;
+        }
+    }
+    return best_d <= (1ll << 30) ? best : 0;
+}
+
+/* A pool of `size` bytes (rwx) within reach of a rel32 jump from `near`: where the program's own
+ * mappings never go if that is near enough (mmap_free_zone), else in the nearest gap (not brk's),
+ * where a later mmap of the program's may then land elsewhere than without the agent's pool
+ * (docs/AGENT.md, "Limits"). Caller holds maps_lock. */
 uint8_t *pool_map_near(uint64_t near, size_t size)
 {
     for (int attempt = 0; attempt < 4; attempt++) {
-        uint64_t best = 0;
-        int64_t best_d = INT64_MAX;
-        uint64_t prev_end = 0x10000;
-        for (int i = 0; i <= maps_n; i++) {
-            uint64_t gap_lo = prev_end, gap_hi = i < maps_n ? maps_cache[i].start : 0x7ffffffff000ull;
-            if (i < maps_n)
-                prev_end = maps_cache[i].end > prev_end ? maps_cache[i].end : prev_end;
-            gap_lo = (gap_lo + 0xffff) & ~0xffffull;
-            gap_hi &= ~0xffffull;
-            if (gap_hi < gap_lo + size + 0x20000) /* keep a guard gap either side */
-                continue;
-            uint64_t lo = gap_lo + 0x10000, hi = gap_hi - size - 0x10000;
-            uint64_t cand = near < lo ? lo : near > hi ? hi : (near & ~0xffffull);
-            int64_t d = distance(cand, near);
-            if (d < best_d) {
-                best_d = d;
-                best = cand;
-            }
-        }
-        if (!best || best_d > (1ll << 30))
+        uint64_t zlo, zhi, best = 0;
+        if (mmap_free_zone(&zlo, &zhi))
+            best = gap_near(near, size, zlo, zhi);
+        if (!best)
+            best = gap_near(near, size, 0, UINT64_MAX);
+        if (!best)
             return NULL;
         void *p = mmap((void *)(uintptr_t)best, size, PROT_READ | PROT_WRITE | PROT_EXEC,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
@@ -274,6 +336,33 @@ uint8_t *pool_map_near(uint64_t near, size_t size)
         maps_snapshot_locked(); /* the maps moved under us: look again */
     }
     return NULL;
+}
+
+/* `size` bytes (rw) for the agent's own tables, where the program's own mappings never go if
+ * there is room (mmap_free_zone: at its top, away from the pools near code), else anywhere.
+ * NULL if none. Caller holds maps_lock. */
+void *zone_map(size_t size)
+{
+    size = (size + 0xffff) & ~(size_t)0xffff;
+    for (int attempt = 0; attempt < 4; attempt++) {
+        uint64_t zlo, zhi, at;
+        if (!mmap_free_zone(&zlo, &zhi) || !(at = gap_near(zhi, size, zlo, zhi)))
+            break;
+        void *p = mmap((void *)(uintptr_t)at, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                       -1, 0);
+        if (p != MAP_FAILED && (uint64_t)(uintptr_t)p == at)
+            return p;
+        if (p != MAP_FAILED)
+            munmap(p, size);
+        maps_snapshot_locked();
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void zone_unmap(void *p, size_t size)
+{
+    munmap(p, (size + 0xffff) & ~(size_t)0xffff);
 }
 
 /* ------------------------------------------------------------------------------------------ */

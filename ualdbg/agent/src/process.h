@@ -157,6 +157,8 @@ HIDDEN const struct mapping *maps_find(uint64_t addr);
 HIDDEN const struct mapping *maps_lookup_locked(uint64_t pc);
 HIDDEN int64_t distance(uint64_t a, uint64_t b);
 HIDDEN uint8_t *pool_map_near(uint64_t near, size_t size);
+HIDDEN void *zone_map(size_t size);
+HIDDEN void zone_unmap(void *p, size_t size);
 HIDDEN int uses_stack(const struct x86_insn *d);
 HIDDEN struct ualdbg_site *site_slot(uint64_t pc, int *created);
 HIDDEN void buffer_mark(uint32_t state, const char *note);
