@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import write_section
+
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "bench" / "build" / "attach"
 DOC = ROOT / "docs" / "PERFORMANCE.md"
@@ -137,12 +139,7 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if not a.no_doc:
-        doc = DOC.read_text()
-        if BEGIN in doc:
-            doc = doc[:doc.index(BEGIN)] + text + doc[doc.index(END) + len(END):]
-        else:
-            doc = doc.rstrip("\n") + "\n\n" + text + "\n"
-        DOC.write_text(doc)
+        write_section(BEGIN, END, text, DOC)
     return 0
 
 

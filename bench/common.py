@@ -30,14 +30,14 @@ def field(who: str, out: str, name: str) -> float:
     raise SystemExit(f"{who}: no `{name}` in {out!r}")
 
 
-def write_section(begin: str, end: str, section: str) -> None:
+def write_section(begin: str, end: str, section: str, doc: Path = DOC) -> None:
     """Put `section` (which starts with `begin` and ends with `end`) in place of the text between
-    those markers in docs/PERFORMANCE.md, or at its end the first time."""
-    text = DOC.read_text() if DOC.exists() else "# Performance\n"
+    those markers in `doc` (docs/PERFORMANCE.md), or at its end the first time."""
+    text = doc.read_text() if doc.exists() else "# Performance\n"
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
         _old, tail = rest.split(end, 1)
         text = head + section.rstrip("\n") + tail
     else:
         text = text.rstrip("\n") + "\n\n" + section
-    DOC.write_text(text)
+    doc.write_text(text)

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import capstone  # noqa: E402
 from capstone import sh, sparc  # noqa: E402
+from common import write_section  # noqa: E402
 from elftools.elf.elffile import ELFFile  # noqa: E402
 
 from ualdbg.core.model import AccessKind  # noqa: E402
@@ -333,12 +334,7 @@ def main() -> int:
     ])
     print(table)
     if not args.no_write:
-        doc = DOC.read_text()
-        if BEGIN in doc:
-            doc = doc[:doc.index(BEGIN)] + table + doc[doc.index(END) + len(END):]
-        else:
-            doc = doc.rstrip("\n") + "\n\n" + table + "\n"
-        DOC.write_text(doc)
+        write_section(BEGIN, END, table, DOC)
     return 0
 
 
