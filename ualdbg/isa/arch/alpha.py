@@ -1,8 +1,9 @@
 """Alpha: the kernel fixes up unaligned loads and stores silently (and logs them) unless the
 program asked for prctl(PR_SET_UNALIGN, PR_UNALIGN_SIGBUS); then SIGBUS/BUS_ADRALN with the
 data address in si_addr (arch/alpha/kernel/traps.c, do_entUnaUser). Little-endian. capstone 5
-has no Alpha: the memory format (opcode, ra, rb, 16-bit displacement) is decoded here, into the
-one instruction model (isa/insn.py)."""
+has no Alpha (capstone 6.0.0a11's gets displacements and FP registers wrong: measured in
+docs/ARCHITECTURES.md): the memory format (opcode, ra, rb, 16-bit displacement) is decoded
+here, into the one instruction model (isa/insn.py)."""
 from __future__ import annotations
 
 from ...core.model import AccessKind

@@ -1,7 +1,8 @@
 """PA-RISC (32-bit Linux userland): the kernel fixes up unaligned accesses unless the program
 asked for prctl(PR_SET_UNALIGN, PR_UNALIGN_SIGBUS); then SIGBUS/BUS_ADRALN with the data address
 (regs->ior) in si_addr (arch/parisc/kernel/unaligned.c). Big-endian, and the stack grows up.
-capstone has no PA-RISC: the loads and stores that can be misaligned (ldh/ldw/sth/stw and the
+capstone 5 has no PA-RISC (capstone 6.0.0a11's loses fldw/fstw's register half: measured in
+docs/ARCHITECTURES.md): the loads and stores that can be misaligned (ldh/ldw/sth/stw and the
 FPU's fldw/fldd/fstw/fstd, displacement and indexed forms) are decoded here, as the kernel's
 fix-up handler does, into the one instruction model (isa/insn.py)."""
 from __future__ import annotations

@@ -4,7 +4,7 @@ for prctl(PR_SET_UNALIGN, PR_UNALIGN_SIGBUS); then SIGBUS/BUS_ADRALN with the da
 has SH but does not give operands ualdbg can perform: the moves that can be misaligned (mov.w,
 mov.l and fmov.s in every addressing mode but the PC-relative ones, which are aligned by
 construction) are decoded here, as the kernel's handle_unaligned_ins does, into the one
-instruction model (isa/insn.py). Measured against capstone 5's SH: docs/ARCHITECTURES.md.
+instruction model (isa/insn.py). Measured against capstone 5's and 6's SH: docs/ARCHITECTURES.md.
 
 Branches have a delay slot. qemu-sh4 reports a fault in a slot with the PC at the slot (Linux
 puts it at the branch) and keeps its own "in a delay slot" state, so whatever the PC is set to
