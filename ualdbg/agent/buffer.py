@@ -369,6 +369,29 @@ class AgentBuffer:
         return out
 
 
+class OpenBuffers:
+    """The buffers of a run that is still going, each opened once and kept open between reads
+    (the live display, `watch`): one being created, not readable yet, is skipped until the next."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, AgentBuffer] = {}
+
+    def each(self, directory: str) -> Iterator[AgentBuffer]:
+        for _pid, _gen, path in buffer_files(directory):
+            buf = self._open.get(path)
+            if buf is None:
+                try:
+                    buf = self._open[path] = AgentBuffer(path)
+                except BufferError:
+                    continue
+            yield buf
+
+    def close(self) -> None:
+        for buf in self._open.values():
+            buf.close()
+        self._open.clear()
+
+
 def buffer_files(directory: str) -> list[tuple[int, int, str]]:
     """(pid, gen, path) of every buffer in a run's directory, in pid then image order."""
     try:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.progress import poll
-from ..engines.runner import RunRequest, RunResult, ToolError, _pkg_roots, find_gdb, finished_status
+from ..engines.runner import RunRequest, RunResult, ToolError, find_gdb, finished_status, gdb_batch
 from .watch import Sample
 
 YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"  # absent without the Yama LSM: attach as ptrace allows
@@ -100,14 +100,8 @@ def _program_of(pid: int) -> tuple[str, list[str]]:
 
 
 def gdb_attach_command(cfg: dict[str, Any], log: str) -> list[str]:
-    setup = f"import sys; sys.path[:0] = {_pkg_roots()!r}"
     return [
-        find_gdb(), "-q", "-nx", "-batch",
-        "-iex", f"set logging file {log}", "-iex", "set logging overwrite on",
-        "-iex", "set logging redirect on", "-iex", "set logging enabled on",
-        "-iex", "set pagination off", "-iex", "set confirm off",
-        "-iex", "set print thread-events off", "-iex", "set print inferior-events off",
-        "-ex", f"python {setup}",
+        *gdb_batch(find_gdb(), log),
         "-ex", f"python from ualdbg.adapters.gdb.attach_driver import main; main({json.dumps(json.dumps(cfg))})",
     ]
 

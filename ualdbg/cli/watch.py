@@ -199,7 +199,9 @@ class AgentSampler:
     run's directory, in scope only, summed over the processes."""
 
     def __init__(self) -> None:
-        self.open: dict[str, Any] = {}
+        from ..agent import buffer as ab
+
+        self.buffers = ab.OpenBuffers()
         self.root: int | None = None
 
     def __call__(self, directory: str, secs: float) -> Sample:
@@ -208,13 +210,7 @@ class AgentSampler:
         sites: dict[int, int] = {}
         ignored = 0
         pids = []
-        for _pid, _gen, path in ab.buffer_files(directory):
-            buf = self.open.get(path)
-            if buf is None:
-                try:
-                    buf = self.open[path] = ab.AgentBuffer(path)
-                except ab.BufferError:
-                    continue
+        for buf in self.buffers.each(directory):
             h = buf.header()
             if self.root is None and h.ppid == os.getpid():
                 self.root = h.pid
@@ -227,8 +223,7 @@ class AgentSampler:
         return Sample(secs, sites, ignored, tuple(sorted(set(pids))))
 
     def close(self) -> None:
-        for buf in self.open.values():
-            buf.close()
+        self.buffers.close()
 
 
 class LiveResolver:

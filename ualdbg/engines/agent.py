@@ -279,24 +279,17 @@ class _Progress:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-        self.open: dict[str, ab.AgentBuffer] = {}
+        self.buffers = ab.OpenBuffers()
 
     def read(self) -> tuple[int, int]:
         total = ignored = 0
-        for _pid, _gen, path in ab.buffer_files(self.directory):
-            buf = self.open.get(path)
-            if buf is None:
-                try:
-                    buf = self.open[path] = ab.AgentBuffer(path)
-                except ab.BufferError:
-                    continue
+        for buf in self.buffers.each(self.directory):
             t, i = buf.progress()
             total, ignored = total + t, ignored + i
         return total, ignored
 
     def close(self) -> None:
-        for buf in self.open.values():
-            buf.close()
+        self.buffers.close()
 
 
 def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | None = None,

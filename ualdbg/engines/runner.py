@@ -127,18 +127,24 @@ def find_gdb() -> str:
     return gdb
 
 
-def gdb_command(req: RunRequest, cfg: dict[str, Any], log: str) -> list[str]:
-    setup = f"import sys; sys.path[:0] = {_pkg_roots()!r}"
-    remote = cfg.get("remote")
+def gdb_batch(gdb: str, log: str, *, aslr: bool = False) -> list[str]:
+    """A batch gdb that logs its own messages to `log` (the program writes to the user's
+    stdout/stderr) and has ualdbg's package on its Python path; the caller adds what it runs."""
     return [
-        find_gdb() if remote is None else cfg["gdb"], "-q", "-nx", "-batch",
+        gdb, "-q", "-nx", "-batch",
         "-iex", f"set logging file {log}", "-iex", "set logging overwrite on",
-        # gdb's own messages go to the log; the program writes to the user's stdout/stderr.
         "-iex", "set logging redirect on", "-iex", "set logging enabled on",
         "-iex", "set pagination off", "-iex", "set confirm off",
         "-iex", "set print thread-events off", "-iex", "set print inferior-events off",
-        *(["-iex", "set disable-randomization off"] if req.aslr else []),
-        "-ex", f"python {setup}",
+        *(["-iex", "set disable-randomization off"] if aslr else []),
+        "-ex", f"python import sys; sys.path[:0] = {_pkg_roots()!r}",
+    ]
+
+
+def gdb_command(req: RunRequest, cfg: dict[str, Any], log: str) -> list[str]:
+    remote = cfg.get("remote")
+    return [
+        *gdb_batch(find_gdb() if remote is None else cfg["gdb"], log, aslr=req.aslr),
         "-ex", f"python from ualdbg.adapters.gdb.driver import main; main({json.dumps(json.dumps(cfg))})",
         *(["-iex", f"set sysroot {cfg['sysroot']}"] if cfg.get("sysroot") else []),
         # Under qemu the program is already started (held at its first instruction): gdb only

@@ -33,6 +33,7 @@ import capstone
 from capstone import arm
 
 from ...core.model import Access, AccessKind
+from ..cs import first_insn
 from ..insn import Insn, MemOperand, RegisterUnavailable
 
 MASK32 = 0xFFFFFFFF
@@ -102,10 +103,7 @@ class ArmDecoder:
 
     def decode(self, code: bytes, pc: int, mode: str = "") -> Insn | None:
         thumb = mode == "thumb"
-        try:
-            ci = next(self._cs["thumb" if thumb else "arm"].disasm(bytes(code[:4]), pc & MASK32, 1), None)
-        except capstone.CsError:
-            return None
+        ci = first_insn(self._cs["thumb" if thumb else "arm"], code, pc, MASK32)
         if ci is None:
             return None
         name = ci.insn_name()

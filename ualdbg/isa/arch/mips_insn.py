@@ -16,6 +16,7 @@ import capstone
 from capstone import mips
 
 from ...core.model import Access, AccessKind
+from ..cs import first_insn
 from ..insn import Insn, MemOperand, RegisterUnavailable
 
 MASK32 = 0xFFFFFFFF
@@ -75,10 +76,7 @@ class MipsDecoder:
         self._cs.detail = True
 
     def decode(self, code: bytes, pc: int, mode: str = "") -> Insn | None:
-        try:
-            ci = next(self._cs.disasm(bytes(code[:4]), pc & self.mask, 1), None)
-        except capstone.CsError:
-            return None
+        ci = first_insn(self._cs, code, pc, self.mask)
         if ci is None:
             return None
         flow, target = _flow(ci, self.mask)

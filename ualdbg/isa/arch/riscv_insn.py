@@ -12,6 +12,7 @@ import capstone
 from capstone import riscv
 
 from ...core.model import Access, AccessKind
+from ..cs import first_insn
 from ..insn import Insn, MemOperand, RegisterUnavailable
 
 MASK64 = (1 << 64) - 1
@@ -67,10 +68,7 @@ class RiscvDecoder:
         self._cs.detail = True
 
     def decode(self, code: bytes, pc: int, mode: str = "") -> Insn | None:
-        try:
-            ci = next(self._cs.disasm(bytes(code[:4]), pc & MASK64, 1), None)
-        except capstone.CsError:
-            return None
+        ci = first_insn(self._cs, code, pc, MASK64)
         if ci is None:
             return None
         ops: tuple[MemOperand, ...] = ()
