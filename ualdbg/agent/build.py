@@ -1,6 +1,7 @@
 """Builds the agent from its C source with the system compiler, once per source version: the
-shared object is cached under $XDG_CACHE_HOME/ualdbg (or ~/.cache/ualdbg), keyed by a hash of
-the sources, the compiler and the flags. No prebuilt binary is shipped."""
+shared object is cached under $XDG_CACHE_HOME/ualdbg (or ~/.cache/ualdbg, else $TMPDIR/ualdbg-UID),
+keyed by a hash of the sources, the compiler and the flags, in directories checked private
+(agent/private.py); where none is, into a fresh private directory. No prebuilt binary is shipped."""
 from __future__ import annotations
 
 import hashlib
@@ -8,8 +9,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from .private import fresh_dir, private_dir, trusted_file
 
 SRC = Path(__file__).resolve().parent / "src"
 SOURCES = ("agent.c", "signals.c", "wrappers.c", "trampolines.c", "patch.c", "process.c", "insn.c", "cfi.c", "entry.S")
@@ -36,8 +39,23 @@ def compiler(what: str = "the agent") -> str:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "ualdbg"
+
+
+def cache_roots() -> Iterator[str]:
+    """The cache directories to use, best first, each checked private (agent/private.py): the
+    user's cache, then $TMPDIR/ualdbg-UID (HOME unset or not writable: service accounts, nobody,
+    CI runners), then a fresh directory of this run's. Another user's directory under one of these
+    names is passed over, never trusted (issue 29)."""
+    for candidate in (str(cache_root()), os.path.join(tempfile.gettempdir(), f"ualdbg-{os.geteuid()}")):
+        real = private_dir(candidate)
+        if real is not None:
+            yield real
+    fresh = fresh_dir()  # made only when no cache would do
+    if fresh is not None:
+        yield fresh
 
 
 def source_hash(cc: str) -> str:
@@ -67,20 +85,24 @@ def cached_build(what: str, tag: str, out_name: str, sources: Sequence[Path], he
     the product in BuildError messages ("the agent")."""
     cc = compiler(what)
     key = _hash(cc, [*sources, *headers], [*flags, *libs])
-    roots = [dest_dir] if dest_dir is not None else [cache_root(), Path(tempfile.gettempdir()) / f"ualdbg-{os.getuid()}"]
-    last_error: OSError | None = None
-    for root in roots:
-        target = root / f"{tag}-{key}" / out_name
-        if target.exists():
-            return target
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            last_error = exc
+    tried = []
+    for root in [str(dest_dir)] if dest_dir is not None else cache_roots():
+        tried.append(root)
+        folder = private_dir(os.path.join(root, f"{tag}-{key}"))
+        if folder is None:
             continue
+        target = Path(folder) / out_name
+        if trusted_file(str(target)):
+            return target
+        if os.path.lexists(target):  # not ours, or writable by others: never loaded, built anew
+            try:
+                os.unlink(target)
+            except OSError:
+                continue
         _compile(what, cc, flags, sources, libs, target)
         return target
-    raise BuildError(f"no writable cache directory for {what} ({last_error})")
+    raise BuildError(f"no private directory to build {what} in (tried {', '.join(tried) or 'none'}): "
+                     "set XDG_CACHE_HOME to a directory of yours")
 
 
 def _compile(what: str, cc: str, flags: Sequence[str], sources: Sequence[Path], libs: Sequence[str],
