@@ -7,6 +7,7 @@ import array
 import mmap
 import os
 import re
+import stat
 import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -178,6 +179,23 @@ class RecordEntry:
     regs: Registers
 
 
+def _open_buffer(path: str) -> int:
+    """A descriptor of the buffer file `path`, read-only: never through a symbolic link, never a
+    FIFO or device (O_NONBLOCK: opening one does not wait), never a file the directory's owner
+    did not make (a hard link to someone else's). Root tracing another user's process reads a
+    directory that user writes in (agent/rundir.py)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        folder = os.stat(os.path.dirname(path) or ".")
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != folder.st_uid:
+            raise BufferError(f"{path}: not a buffer the agent made (a link, a special file or another user's)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _cstr(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
@@ -189,11 +207,15 @@ class AgentBuffer:
     def __init__(self, path: str) -> None:
         self.path = path
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < HEADER_SIZE:
-                    raise BufferError(f"{path}: too short for an agent buffer ({size} bytes)")
-                self._map = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+            fd = _open_buffer(path)
+            try:
+                st = os.fstat(fd)
+                self._id = (st.st_dev, st.st_ino)
+                if st.st_size < HEADER_SIZE:
+                    raise BufferError(f"{path}: too short for an agent buffer ({st.st_size} bytes)")
+                self._map = mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ)
+            finally:
+                os.close(fd)
         except OSError as exc:
             raise BufferError(f"cannot read {path}: {exc.strerror}") from None
         raw = self._map[: _HEADER.size]
@@ -338,11 +360,11 @@ class AgentBuffer:
         """These byte ranges of the file, joined: read with pread (a third of the time of
         touching the same pages through the mapping), from the mapping if the file is gone."""
         try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except OSError:
+            fd = _open_buffer(self.path)
+        except (OSError, BufferError):
             fd = -1
         try:
-            if fd >= 0:
+            if fd >= 0 and (os.fstat(fd).st_dev, os.fstat(fd).st_ino) == self._id:
                 got = [os.pread(fd, length, off) for off, length in pieces]
                 if all(len(g) == length for g, (_off, length) in zip(got, pieces)):
                     return got[0] if len(got) == 1 else b"".join(got)
