@@ -801,7 +801,9 @@ static int buffer_create(void)
         p = put_u64(p, end, gen);
         p = put_str(p, end, ".buf");
         *p = 0;
-        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        /* O_EXCL makes the file new (a name planted first is skipped: EEXIST), O_NOFOLLOW says
+         * so twice: the directory may be one its user can write in (root's --pid: rundir.py) */
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd >= 0 || errno != EEXIST)
             break;
     }
