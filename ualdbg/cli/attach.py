@@ -12,12 +12,12 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from ..agent import rundir
 from ..core.progress import poll
 from ..engines.runner import RunRequest, RunResult, ToolError, find_gdb, finished_status, gdb_batch
 from .watch import Sample
@@ -222,9 +222,16 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
     """The agent injected into req.pid (ualdbg.cli.inject) for the window; its buffers read as at
     launch (engines.agent: the same reader, sessions and document). Raises InjectError, with
     nothing left in the process, when the injection fails."""
-    import shutil
-
-    from ..engines.agent import ENV_CONFIG, AgentRun, _load_images, _Progress, _shm_dir, agent_environment, document
+    from ..engines.agent import (
+        ENV_CONFIG,
+        AgentRun,
+        AgentUnavailable,
+        _load_images,
+        _Progress,
+        agent_environment,
+        document,
+        run_directory,
+    )
     from .inject import InjectError, agent_mapped, inject, remove
     from .watch import AgentSampler
 
@@ -235,17 +242,18 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
     # (agent/src/patch.c, patch_release).
     run = AgentRun([exe, *args], all_modules=req.all_modules, modules=list(req.modules), buffer=req.buffer,
                    patch_after=req.patch_after)
-    directory = tempfile.mkdtemp(prefix="ualdbg-agent-", dir=_shm_dir())
     try:
         st = os.stat(f"/proc/{pid}")
-        if st.st_uid != os.geteuid():
-            # root tracing another user's process: it writes its buffer here, and loads the agent
-            # from here (ualdbg's cache may be unreadable to it)
-            os.chown(directory, st.st_uid, st.st_gid)
-            copy = os.path.join(directory, os.path.basename(lib))
-            shutil.copyfile(lib, copy)
-            os.chmod(copy, 0o755)
-            lib = copy
+        # Root tracing another user's process: it loads the agent from a copy in a directory of
+        # root's (ualdbg's cache may be unreadable to it) and writes its buffers in the one
+        # subdirectory it may write in, which it cannot swap (agent/rundir.py, docs/SECURITY.md).
+        mine = st.st_uid == os.geteuid()
+        run_dir = run_directory() if mine else run_directory(for_uid=st.st_uid, for_gid=st.st_gid, lib=lib)
+    except (OSError, AgentUnavailable) as exc:
+        raise InjectError(str(exc) if isinstance(exc, AgentUnavailable) else f"process {pid}: {exc.strerror}") from None
+    lib = run_dir.lib or lib
+    directory = run_dir.buffers
+    try:
         config = agent_environment(run, lib, directory, {})[ENV_CONFIG]
         ender = _Ender()  # from here a Ctrl-C ends the trace; it never interrupts a ptrace sequence
         try:
@@ -324,7 +332,7 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
         exit_status = root[-1].header.exit_status if exited and root else None
         doc = document(run, images, pid, started, ended, exit_status, None, {}, lib)
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        run_dir.close()
     doc["program"]["pid"] = pid
     doc["agent"]["injected"] = True
     doc["attached"] = {
@@ -351,7 +359,8 @@ def run_gdb(req: RunRequest, on_progress: Callable[[int, int, float], None] | No
     assert req.pid is not None
     pid = req.pid
     exe, args = _program_of(pid)
-    with tempfile.TemporaryDirectory(prefix="ualdbg-") as tmp:
+    with rundir.make() as run_dir:  # locked: a killed run's directory is reaped by the next
+        tmp = run_dir.top
         cfg: dict[str, Any] = {
             "attach_pid": pid, "cli_pid": os.getpid(), "program": exe, "args": args,
             "all_modules": req.all_modules, "modules": req.modules, "buffer": req.buffer,

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import stat
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -19,6 +17,7 @@ from typing import Any
 
 from .. import __version__
 from ..agent import buffer as ab
+from ..agent import rundir
 from ..agent.build import BuildError, build
 from ..core.model import Access, Module, SourceLoc
 from ..core.result import ProgramInfo, Site, TraceResult, sites_of
@@ -270,8 +269,13 @@ class SignalGuard:
             signal.signal(signo, old)
 
 
-def _shm_dir() -> str | None:
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+def run_directory(**kw: Any) -> rundir.RunDir:
+    """A new private, locked run directory for the agent's buffers (agent/rundir.py; killed runs'
+    ones are reaped first); AgentUnavailable when there is no safe place for one."""
+    try:
+        return rundir.make(**kw)
+    except OSError as exc:
+        raise AgentUnavailable(f"no private directory for the agent's buffers: {exc.strerror}") from None
 
 
 class _Progress:
@@ -300,7 +304,8 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
     path = run.program[0]
     preflight(path)
     lib = agent_library()
-    directory = tempfile.mkdtemp(prefix="ualdbg-agent-", dir=_shm_dir())
+    run_dir = run_directory()
+    directory = run_dir.buffers
     try:
         added = agent_environment(run, lib, directory, os.environ)
         env = dict(os.environ)
@@ -363,7 +368,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
             doc.setdefault("notes", []).append(f"interrupted by {guard.received[0]}: the trace is partial")
         return AgentResult(doc, exit_status, exit_signal, "")
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        run_dir.close()
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,154 @@
+"""The directory of one run (the agent's buffers, a debugger's result files): made new and private
+and locked by the ualdbg that owns it (flock on an open descriptor, which the kernel lets go of
+however ualdbg ends), so that a later ualdbg reaps what a killed one left: only its own user's,
+only unlocked ones, never through a link. For root tracing another user's process, a root-owned
+directory holding the agent's copy and the one subdirectory that user may write buffers in."""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+
+from .private import executable_here, safe_chain, temp_parents
+
+PREFIX = "ualdbg-run-"
+BUFFERS = "buffers"
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass
+class RunDir:
+    """One run's directory, locked while this process holds `fd`."""
+
+    top: str  # removed at the end
+    buffers: str  # where the agent writes its buffers (its configuration's dir=)
+    lib: str | None  # the agent's copy another user's process loads (root's `--pid`), else None
+    fd: int
+
+    def close(self) -> None:
+        shutil.rmtree(self.top, ignore_errors=True)
+        try:
+            os.close(self.fd)  # the lock goes with it
+        except OSError:
+            pass
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def parents(exec_needed: bool = False) -> list[str]:
+    """Where run directories go, best first: /dev/shm (memory), then the temporary directories;
+    only those no other user can swap our directory in, and not mounted noexec when a library is
+    to be loaded from there."""
+    out = []
+    for d in ["/dev/shm", *temp_parents()]:
+        real = os.path.realpath(d)
+        if real in out or not os.path.isdir(real) or not os.access(real, os.W_OK | os.X_OK):
+            continue
+        if safe_chain(real) and (not exec_needed or executable_here(real)):
+            out.append(real)
+    return out
+
+
+def _locked_mkdtemp(parent: str) -> tuple[str, int]:
+    """mkdtemp under another name, locked, then renamed to its PREFIX name: the reaper never sees
+    a directory whose ualdbg does not hold its lock yet."""
+    made = tempfile.mkdtemp(prefix="ualdbg-new-", dir=parent)
+    fd = os.open(made, _OPEN_DIR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours alone: nobody else has it open yet
+        top = os.path.join(parent, PREFIX + os.path.basename(made)[len("ualdbg-new-"):])
+        os.rename(made, top)
+    except OSError:
+        os.close(fd)
+        shutil.rmtree(made, ignore_errors=True)
+        raise
+    return top, fd
+
+
+def make(*, for_uid: int | None = None, for_gid: int | None = None, lib: str | None = None) -> RunDir:
+    """A new run directory (stale ones reaped first). With `for_uid` (root tracing that user's
+    process): the directory is root's, mode 0711; the agent `lib` is copied into it (0755,
+    created O_EXCL|O_NOFOLLOW, its mode set on the open descriptor) and its `buffers`
+    subdirectory is that user's, 0700: the only place that user can write, and one it cannot
+    rename or replace (its parent is root's)."""
+    reap()
+    last: OSError | None = None
+    for parent in parents(exec_needed=for_uid is not None):
+        try:
+            top, fd = _locked_mkdtemp(parent)
+        except OSError as exc:
+            last = exc
+            continue
+        if for_uid is None:
+            return RunDir(top, top, None, fd)
+        try:
+            os.fchmod(fd, 0o711)
+            copy = _copy_in(fd, lib) if lib is not None else None
+            os.mkdir(BUFFERS, 0o700, dir_fd=fd)
+            sub = os.open(BUFFERS, _OPEN_DIR, dir_fd=fd)
+            try:
+                os.fchown(sub, for_uid, -1 if for_gid is None else for_gid)
+            finally:
+                os.close(sub)
+        except OSError as exc:
+            RunDir(top, top, None, fd).close()
+            last = exc
+            continue
+        return RunDir(top, os.path.join(top, BUFFERS), None if copy is None else os.path.join(top, copy), fd)
+    raise OSError(last.errno if last else 0, f"no private place for a run directory ({last.strerror if last else 'none'})")
+
+
+def _copy_in(dir_fd: int, lib: str) -> str:
+    """`lib` copied into the directory open as `dir_fd`: the file is made new there (never an
+    existing one, never through a link), written and made readable on its descriptor."""
+    name = os.path.basename(lib)
+    out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        with open(lib, "rb") as src:
+            while chunk := src.read(1 << 20):
+                os.write(out, chunk)
+        os.fchmod(out, 0o755)
+    finally:
+        os.close(out)
+    return name
+
+
+def reap(where: list[str] | None = None) -> list[str]:
+    """Remove the run directories a killed ualdbg of this user left (no one holds their lock);
+    the paths removed. Entries that are links, not directories or another user's are skipped."""
+    uid = os.geteuid()
+    removed = []
+    for parent in where if where is not None else parents():
+        try:
+            names = [n for n in os.listdir(parent) if n.startswith(PREFIX)]
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(parent, name)
+            try:
+                fd = os.open(path, _OPEN_DIR)  # a link planted under the name: ELOOP, skipped
+            except OSError:
+                continue
+            try:
+                st = os.fstat(fd)
+                if st.st_uid != uid or not stat.S_ISDIR(st.st_mode):
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # its ualdbg lives
+                if os.path.samestat(st, os.lstat(path)):
+                    shutil.rmtree(path, ignore_errors=True)  # symlink-safe: it walks by descriptors
+                    removed.append(path)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+    return removed
