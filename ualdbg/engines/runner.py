@@ -8,7 +8,6 @@ import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ import rich
 
 import ualdbg
 
+from ..agent import rundir
 from ..core.progress import poll
 from ..isa.arch import ArchInfo
 from ..symbols.elfindex import elf_file_problem, script_interpreter
@@ -433,7 +433,8 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
         raise ToolError(f"--debugger {req.debugger}: not available (gdb and lldb are)")
     if req.debugger == "lldb":
         find_lldb()
-    with tempfile.TemporaryDirectory(prefix="ualdbg-") as tmp:
+    with rundir.make() as run_dir:  # locked: a killed run's directory is reaped by the next (agent/rundir.py)
+        tmp = run_dir.top
         cfg: dict[str, Any] = {
             "program": req.program[0], "args": req.program[1:], "at": req.at,
             "all_modules": req.all_modules, "modules": req.modules, "buffer": req.buffer,
