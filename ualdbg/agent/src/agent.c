@@ -1042,13 +1042,21 @@ static void atfork_child(void)
 static int agent_start(void);
 static void agent_init(void);
 
+/* The ualdbg process tracing with this agent and that has not removed it (0: none): > 0 injected
+ * it (`--pid`), < 0 preloaded it at launch. Read from outside (agent/presence.py) and by another
+ * copy of the agent (other_agent_owner): one tracer per process. */
+EXPORT volatile long ualdbg_agent_owner;
+
 __attribute__((constructor(101))) static void agent_init(void)
 {
     signals_init(); /* the real libc entry points, whatever happens next */
     wrappers_init();
     if (getauxval(AT_SECURE) || !parse_config(getenv("UALDBG_AGENT")))
         return;
-    if (agent_start() == 0 && CFG.at_start)
+    if (agent_start() != 0)
+        return;
+    ualdbg_agent_owner = -CFG.ualdbg_pid;
+    if (CFG.at_start)
         arm_here();
 }
 
@@ -1107,14 +1115,55 @@ static int agent_start(void)
  * is the agent's. 0 on success, -1 when the buffer cannot be made. */
 static void got_patch_all(void);
 
-/* The ualdbg process that injected the agent and has not removed it yet (0: none): a later
- * ualdbg refuses to attach while it lives, and removes the agent it left if it was killed. */
-EXPORT volatile long ualdbg_agent_owner;
+/* Other copies of the agent loaded in this process: another user's build, root's copy for
+ * `--pid`, another version (each has its own state: G.active says nothing of theirs). */
+struct agent_copies {
+    uintptr_t self;
+    int n;
+    char names[4][512];
+};
+
+static int note_copy(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct agent_copies *c = data;
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+    if (info->dlpi_addr != c->self && !strncmp(base, "ualdbg_agent", 12) && c->n < 4 &&
+        strlen(name) < sizeof c->names[0])
+        strcpy(c->names[c->n++], name);
+    return 0;
+}
+
+/* The ualdbg tracing this process through another copy of the agent (its ualdbg_agent_owner),
+ * 0 if none. RTLD_NOLOAD finds a loaded copy by its name, even once its file is deleted. */
+static long other_agent_owner(void)
+{
+    Dl_info self;
+    struct agent_copies c = {0};
+    if (!dladdr((void *)other_agent_owner, &self))
+        return 0;
+    c.self = (uintptr_t)self.dli_fbase;
+    dl_iterate_phdr(note_copy, &c); /* names only: no dlopen under the loader's lock */
+    long owner = 0;
+    for (int i = 0; i < c.n && !owner; i++) {
+        void *h = dlopen(c.names[i], RTLD_NOW | RTLD_NOLOAD);
+        if (!h)
+            continue;
+        volatile long *o = dlsym(h, "ualdbg_agent_owner");
+        if (o)
+            owner = *o;
+        dlclose(h);
+    }
+    return owner;
+}
 
 EXPORT int ualdbg_agent_inject(const char *config)
 {
     uint64_t was = ac_save_clear();
-    if (G.active) { /* still tracing: a second ualdbg attached without the first detaching */
+    /* Still tracing (a second ualdbg attached without the first detaching), or another copy of
+     * the agent is: one tracer per process. */
+    if (G.active || other_agent_owner()) {
         ac_restore(was);
         return -2;
     }
