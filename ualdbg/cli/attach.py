@@ -70,7 +70,7 @@ def attach_problem(pid: int) -> str | None:
         return f"process {pid} ({_comm(pid)}) has exited (a zombie): nothing to trace"
     tracer = int(_status_field(pid, "TracerPid") or 0)
     if tracer:
-        return f"process {pid} ({_comm(pid)}) is already traced by process {tracer} ({_comm(tracer)}): detach that first"
+        return traced_line(pid, tracer)
     try:
         with open(YAMA_SCOPE) as f:
             scope = int(f.read().strip() or 0)
@@ -171,14 +171,16 @@ def run_attached(req: RunRequest, on_progress: Callable[[int, int, float], None]
                  interval: float = 1.0, quit: threading.Event | None = None,
                  say: Callable[[str], None] | None = None) -> RunResult:
     """Trace the running process req.pid: the agent injected into it unless req.engine is "trap"
-    or it cannot be (then `say` gets the one line saying why, and gdb's trap engine traces it)."""
+    or it cannot be (then `say` gets the one line saying why, and gdb's trap engine traces it).
+    Another tracer (a debugger, another ualdbg, its agent armed) is never shared: ToolError."""
     assert req.pid is not None
     problem = attach_problem(req.pid)
     if problem:
         raise ToolError(problem)
+    _clear_agent_left(req.pid, say)
     if req.engine != "trap":
         from ..engines.agent import AgentUnavailable, agent_library
-        from .inject import InjectError
+        from .inject import InjectError, Traced
 
         why = injection_problem(req.pid)
         lib = None
@@ -188,27 +190,48 @@ def run_attached(req: RunRequest, on_progress: Callable[[int, int, float], None]
             except AgentUnavailable as exc:
                 why = str(exc)
         if lib is not None:
-            from .inject import Injected, injected_owner, remove
-
-            left = injected_owner(req.pid, lib)
-            if left is not None and not _gone(left[0]):
-                raise ToolError(f"process {req.pid} ({_comm(req.pid)}) is already traced by ualdbg (process {left[0]}, "
-                                "the agent injected): end that trace first")
-            if left is not None:  # its ualdbg was killed: the agent it left armed is removed first
-                try:
-                    remove(Injected(req.pid, lib, left[1], 0, 0.0))
-                except InjectError as exc:
-                    raise ToolError(f"process {req.pid}: cannot remove the agent a killed ualdbg (process {left[0]}) "
-                                    f"left armed: {exc}") from None
-                if say is not None:
-                    say(f"ualdbg: --pid: removed the agent a killed ualdbg (process {left[0]}) left armed in process {req.pid}")
             try:
                 return run_injected(req, lib, on_progress, ready, on_sample=on_sample, interval=interval, quit=quit)
+            except Traced as exc:  # another tracer won the race: never fall back to gdb
+                raise ToolError(traced_line(exc.pid, exc.tracer, exc.ualdbg, exc.injected)) from None
             except InjectError as exc:
                 why = f"injecting the agent failed: {exc}"
         if say is not None:
             say(f"ualdbg: --pid: {why}; tracing with the trap engine under gdb instead")
     return run_gdb(req, on_progress, ready, on_sample=on_sample, interval=interval, quit=quit)
+
+
+def traced_line(pid: int, tracer: int = 0, ualdbg: int = 0, injected: bool = True) -> str:
+    """The one line for a process someone else traces: a ptrace tracer, or a ualdbg through its
+    agent (0: which one is not known)."""
+    if tracer:
+        return f"process {pid} ({_comm(pid)}) is already traced by process {tracer} ({_comm(tracer)}): detach that first"
+    how = "the agent injected" if injected else "which started it"
+    who = f" (process {ualdbg}, {how})" if ualdbg else " (its agent is armed in it)"
+    return f"process {pid} ({_comm(pid)}) is already traced by ualdbg{who}: end that trace first"
+
+
+def _clear_agent_left(pid: int, say: Callable[[str], None] | None) -> None:
+    """Refuse (ToolError) a process a live ualdbg traces through the agent; remove the agent a
+    killed ualdbg injected and left armed (one line to `say`)."""
+    from ..agent.presence import tracing_agent
+    from .inject import Injected, InjectError, remove
+
+    left = tracing_agent(pid)
+    if left is None:
+        return
+    if not _gone(left.ualdbg) or not left.file:
+        raise ToolError(traced_line(pid, ualdbg=left.ualdbg, injected=left.injected))
+    if not left.injected:  # preloaded: its wrappers are bound into the program, not removable from outside
+        raise ToolError(f"process {pid} ({_comm(pid)}) runs with the agent of a killed ualdbg (process {left.ualdbg}) "
+                        "armed since its start: restart it to trace it")
+    try:
+        remove(Injected(pid, left.file, left.bias, 0, 0.0))
+    except InjectError as exc:
+        raise ToolError(f"process {pid}: cannot remove the agent a killed ualdbg (process {left.ualdbg}) "
+                        f"left armed: {exc}") from None
+    if say is not None:
+        say(f"ualdbg: --pid: removed the agent a killed ualdbg (process {left.ualdbg}) left armed in process {pid}")
 
 
 def _gone(pid: int) -> bool:
@@ -419,7 +442,10 @@ def run_gdb(req: RunRequest, on_progress: Callable[[int, int, float], None] | No
         status, log_text = finished_status(
             cfg, log, f"gdb did not finish the trace of process {pid} (gdb exit status {proc.returncode})")
         if status.get("error") and not os.path.exists(cfg["json"]):
-            raise ToolError(f"cannot attach to process {pid}: {status['error']}")
+            if status.get("traced"):  # the driver found another ualdbg's agent armed, and detached
+                raise ToolError(status["error"])
+            # gdb's attach refused: another tracer took the process since attach_problem looked
+            raise ToolError(attach_problem(pid) or f"cannot attach to process {pid}: {status['error']}")
         doc = json.load(open(cfg["json"]))
     doc["program"]["pid"] = pid
     doc["attached"] = {"pid": pid, "detached": bool(status.get("detached")), "ended_by": ender.by if status.get("detached") else "exit",

@@ -18,12 +18,14 @@ holds cannot deadlock it) and are stopped for the rest. x86-64 Linux only."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import struct
 import time
 from dataclasses import dataclass, field
 
+from ..agent.presence import elf_symbol, tracing_agent
 from ..engines.procfs import sigbus_blocked
 
 PTRACE_CONT, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 7, 12, 13, 17
@@ -41,6 +43,25 @@ DATA = object()  # an argument of Process.call: the address its data was written
 
 class InjectError(Exception):
     """The agent could not be injected (or removed): one line saying why."""
+
+
+class Traced(InjectError):
+    """Someone else traces the process, and it was left as it was: ptrace refused to attach
+    (`tracer` is the tracer's pid), or another ualdbg's agent is armed in it (`ualdbg` its pid,
+    `injected` whether it was injected or preloaded at launch). Never a reason to fall back to
+    gdb: one tracer per process (docs/SECURITY.md)."""
+
+    def __init__(self, pid: int, tracer: int = 0, ualdbg: int = 0, injected: bool = True) -> None:
+        super().__init__(f"process {pid} is already traced")
+        self.pid, self.tracer, self.ualdbg, self.injected = pid, tracer, ualdbg, injected
+
+
+def _tracer_of(tid: int) -> int:
+    try:
+        with open(f"/proc/{tid}/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("TracerPid:")), 0)
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 class Regs(ctypes.Structure):
@@ -88,6 +109,9 @@ class Process:
     pid: int
     threads: dict[int, bool] = field(default_factory=dict)  # tid -> stopped
     timeout: float = 10.0
+    # Wait while another tracer holds the process (a second ualdbg that attached to find ours
+    # armed and is detaching again), rather than fail: our own detach must go through.
+    patient: bool = False
 
     def __post_init__(self) -> None:
         self.mem = os.open(f"/proc/{self.pid}/mem", os.O_RDWR)
@@ -117,6 +141,24 @@ class Process:
             # A signal for it: delivered as if nobody watched; the pending interrupt stops it next.
             _ptrace(PTRACE_CONT, tid, 0, os.WSTOPSIG(status) if (status >> 16) == 0 else 0)
 
+    def _seize(self, tid: int, deadline: float) -> bool:
+        """Attach to `tid` (or it exited meanwhile); False when another tracer holds it and this
+        process waits for it to let go (patient)."""
+        try:
+            _ptrace(PTRACE_SEIZE, tid, 0, 0)
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:
+                return True
+            tracer = _tracer_of(tid) if exc.errno == errno.EPERM else 0
+            if tracer and self.patient and time.monotonic() < deadline:
+                time.sleep(0.005)
+                return False
+            if tracer:
+                raise Traced(self.pid, tracer=tracer) from None
+            raise InjectError(f"cannot attach to thread {tid} of process {self.pid}: {exc.strerror}") from None
+        self.threads[tid] = False
+        return True
+
     def stop_all(self) -> None:
         """Every thread stopped, including those created while stopping the others."""
         deadline = time.monotonic() + self.timeout
@@ -126,26 +168,25 @@ class Process:
             except OSError:
                 raise InjectError(f"process {self.pid} exited") from None
             new = tids - set(self.threads)
-            for tid in new:
-                try:
-                    _ptrace(PTRACE_SEIZE, tid, 0, 0)
-                except OSError as exc:
-                    if exc.errno == 3:  # ESRCH: it exited meanwhile
-                        continue
-                    raise InjectError(f"cannot attach to thread {tid} of process {self.pid}: {exc.strerror}") from None
-                self.threads[tid] = False
+            # The thread-group leader first: of two tracers, the one the kernel lets attach to it
+            # is the one tracer, and the other leaves holding no thread of it (Traced).
+            if not all(self._seize(tid, deadline) for tid in sorted(new, key=lambda t: t != self.pid)):
+                continue
             running = [t for t, stopped in self.threads.items() if not stopped]
             if not new and not running:
                 return
-            for tid in running:
-                try:
-                    _ptrace(PTRACE_INTERRUPT, tid)
-                except OSError:
-                    pass
-                if self._wait_stop(tid, deadline):
-                    self.threads[tid] = True
-                else:
-                    del self.threads[tid]
+            self._stop(running, deadline)
+
+    def _stop(self, tids: list[int], deadline: float) -> None:
+        for tid in tids:
+            try:
+                _ptrace(PTRACE_INTERRUPT, tid)
+            except OSError:
+                pass
+            if self._wait_stop(tid, deadline):
+                self.threads[tid] = True
+            else:
+                del self.threads[tid]
 
     def resume(self, tid: int) -> None:
         _ptrace(PTRACE_CONT, tid, 0, 0)
@@ -160,7 +201,10 @@ class Process:
                     del self.threads[t]
 
     def detach_all(self) -> None:
-        self.stop_all()
+        try:
+            self.stop_all()
+        except InjectError:  # a thread we could not attach to: the ones we hold are let go all the same
+            self._stop([t for t, stopped in self.threads.items() if not stopped], time.monotonic() + self.timeout)
         for tid in list(self.threads):
             try:
                 _ptrace(PTRACE_DETACH, tid, 0, 0)
@@ -315,22 +359,6 @@ def _module_bias(pid: int, pred: object) -> tuple[str, int] | None:
     return None
 
 
-def elf_symbol(path: str, name: str) -> int | None:
-    """st_value of a defined dynamic symbol of a shared object (its address less the load bias,
-    the first PT_LOAD's vaddr being 0 in shared objects)."""
-    from elftools.elf.elffile import ELFFile
-
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        dyn = elf.get_section_by_name(".dynsym")
-        if dyn is None:
-            return None
-        for sym in dyn.get_symbol_by_name(name) or []:  # type: ignore[attr-defined]
-            if sym["st_shndx"] != "SHN_UNDEF" and sym["st_value"]:
-                return int(sym["st_value"])
-    return None
-
-
 def libc_function(pid: int, name: str) -> int:
     found = _module_bias(pid, lambda p: os.path.basename(p).startswith("libc.so") or os.path.basename(p).startswith("libc-"))
     if found is None:
@@ -350,23 +378,6 @@ def agent_mapped(pid: int, lib: str, bias: int | None = None) -> bool:
     except OSError:
         return False
     return found is not None and (bias is None or found[1] == bias)
-
-
-def injected_owner(pid: int, lib: str) -> tuple[int, int] | None:
-    """(the ualdbg pid that injected the agent and has not removed it, the agent's load address)
-    when `pid` runs an armed agent; None otherwise."""
-    real = os.path.realpath(lib)
-    try:
-        found = _module_bias(pid, lambda p: p == real)
-        value = elf_symbol(lib, "ualdbg_agent_owner")
-        if found is None or value is None:
-            return None
-        with open(f"/proc/{pid}/mem", "rb") as f:
-            f.seek(found[1] + value)
-            owner = struct.unpack("<q", f.read(8))[0]
-    except (OSError, struct.error):
-        return None
-    return (owner, found[1]) if owner else None
 
 
 @dataclass
@@ -399,15 +410,20 @@ def inject(pid: int, lib: str, config: str) -> Injected:
     t0 = time.monotonic()
     try:
         tid = proc.stop_quietly()
+        # Ours alone now (ptrace admits one tracer): a ualdbg that injected the agent before and
+        # detached has left it armed with its pid in ualdbg_agent_owner.
+        _refuse_if_traced(pid)
         proc.resume_others(tid)  # they run during dlopen: a lock one of them holds cannot deadlock it
         handle = proc.call(tid, dlopen, [DATA, RTLD_NOW], os.fsencode(lib) + b"\0")
         if not handle:
             raise InjectError(f"dlopen of the agent failed in process {pid}")
         bias = struct.unpack("<Q", proc.read(handle, 8))[0]  # struct link_map's l_addr
         rc = proc.call(tid, bias + value, [DATA], config.encode() + b"\0")
+        if rc == 0xFFFFFFFE:  # the agent found itself, or another copy of itself, armed
+            _refuse_if_traced(pid)
+            raise Traced(pid, ualdbg=0)
         if rc != 0:
-            raise InjectError(f"the agent could not start in process {pid} ("
-                              + ("another ualdbg traces it" if rc == 0xFFFFFFFE else "no buffer") + ")")
+            raise InjectError(f"the agent could not start in process {pid} (no buffer)")
         proc.stop_all()
         armed = proc.set_ac(True)
         proc.detach_all()
@@ -420,6 +436,12 @@ def inject(pid: int, lib: str, config: str) -> Injected:
         proc.close()
 
 
+def _refuse_if_traced(pid: int) -> None:
+    agent = tracing_agent(pid)
+    if agent is not None:
+        raise Traced(pid, ualdbg=agent.ualdbg, injected=agent.injected)
+
+
 def remove(inj: Injected, pid: int | None = None, settle: float = 2.0) -> float:
     """Disarm the agent in `pid` (the injected process or a child it forked) and make it inert;
     the process goes on with no thread armed and its own signal actions. The seconds it was
@@ -428,7 +450,7 @@ def remove(inj: Injected, pid: int | None = None, settle: float = 2.0) -> float:
     disarm, release = inj.symbol("ualdbg_agent_disarm"), inj.symbol("ualdbg_agent_release")
     busy = inj.symbol("ualdbg_in_handler")
     try:
-        proc = Process(pid)
+        proc = Process(pid, patient=True)
     except OSError as exc:
         raise InjectError(f"cannot open the memory of process {pid}: {exc.strerror}") from None
     stopped = 0.0

@@ -57,6 +57,17 @@ def main(config_json: str) -> None:
         status["error"] = str(exc)
         _write(cfg["status"], status)
         return
+    # Ours alone now (ptrace admits one tracer): another ualdbg may have injected its agent and
+    # detached before this attach; it keeps the process (one tracer per process).
+    from ...agent.presence import tracing_agent
+    from ...cli.attach import traced_line
+
+    agent = tracing_agent(pid)
+    if agent is not None:
+        gdb.execute("detach", to_string=True)
+        status.update(error=traced_line(pid, ualdbg=agent.ualdbg, injected=agent.injected), traced=True)
+        _write(cfg["status"], status)
+        return
     args = ["--buffer", str(cfg["buffer"])]
     if cfg.get("all_modules"):
         args.append("--all-modules")

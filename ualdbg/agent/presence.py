@@ -1,0 +1,109 @@
+"""Whether a ualdbg traces a process through the agent, read from outside it: every mapping of a
+ualdbg_agent*.so in /proc/PID/maps (any user's build or copy, its file deleted or not) and the
+`ualdbg_agent_owner` it exports: the ualdbg tracing with it, > 0 injected (`--pid`), < 0 preloaded
+at launch, 0 inert (docs/SECURITY.md, "One tracer per process")."""
+from __future__ import annotations
+
+import os
+import stat
+import struct
+from dataclasses import dataclass
+
+OWNER_SYMBOL = "ualdbg_agent_owner"
+
+
+@dataclass(frozen=True)
+class LoadedAgent:
+    """One copy of the agent mapped in a process."""
+
+    path: str  # as /proc/PID/maps names it
+    file: str  # where its ELF can be read (symbols), "" when nowhere
+    bias: int
+    owner: int  # the ualdbg tracing with it (> 0 injected, < 0 launched), 0 inert or unreadable
+
+    @property
+    def injected(self) -> bool:
+        return self.owner > 0
+
+    @property
+    def ualdbg(self) -> int:
+        return abs(self.owner)
+
+
+def open_regular(path: str) -> int:
+    """A read-only descriptor of `path` if it is a regular file; never waits on a FIFO (a name
+    another user chose may be one)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(0, f"{path} is not a regular file")
+    return fd
+
+
+def elf_symbol(path: str, name: str) -> int | None:
+    """st_value of a defined dynamic symbol of a shared object (its address less the load bias,
+    the first PT_LOAD's vaddr being 0 in shared objects)."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    with os.fdopen(open_regular(path), "rb") as f:
+        try:
+            elf = ELFFile(f)
+            dyn = elf.get_section_by_name(".dynsym")
+            if dyn is None:
+                return None
+            for sym in dyn.get_symbol_by_name(name) or []:  # type: ignore[attr-defined]
+                if sym["st_shndx"] != "SHN_UNDEF" and sym["st_value"]:
+                    return int(sym["st_value"])
+        except (ELFError, ValueError, KeyError, struct.error) as exc:
+            raise OSError(0, f"{path}: {exc}") from None
+    return None
+
+
+def mapped_file(pid: int, lo: int, hi: int, path: str) -> str:
+    """Where the file mapped at [lo, hi) in `pid` can be read: the mapping itself (root: the very
+    file, deleted or renamed since), else its name in the process's root; "" if nowhere."""
+    by_mapping = f"/proc/{pid}/map_files/{lo:x}-{hi:x}"
+    try:
+        os.close(open_regular(by_mapping))
+        return by_mapping
+    except OSError:
+        pass
+    if path.endswith(" (deleted)") or not path.startswith("/"):
+        return ""
+    return f"/proc/{pid}/root{path}"
+
+
+def loaded_agents(pid: int) -> list[LoadedAgent]:
+    """Every copy of the agent mapped in `pid`, with its owner as far as it can be read."""
+    out = []
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) != 6 or int(parts[2], 16) != 0:
+            continue
+        path = parts[5].strip()
+        if not os.path.basename(path.removesuffix(" (deleted)")).startswith("ualdbg_agent"):
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        file = mapped_file(pid, lo, hi, path)
+        owner = 0
+        try:
+            value = elf_symbol(file, OWNER_SYMBOL) if file else None
+            if value is not None:
+                with open(f"/proc/{pid}/mem", "rb") as mem:
+                    mem.seek(lo + value)
+                    owner = struct.unpack("<q", mem.read(8))[0]
+        except (OSError, struct.error):
+            owner = 0  # unknown here: the agent itself refuses a second tracer (ualdbg_agent_inject)
+        out.append(LoadedAgent(path, file, lo, owner))
+    return out
+
+
+def tracing_agent(pid: int) -> LoadedAgent | None:
+    """The copy of the agent a ualdbg traces `pid` with (its owner's process may be gone: killed)."""
+    return next((a for a in loaded_agents(pid) if a.owner), None)
