@@ -9,11 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from support.build import build_program
 from support.cli import run_cli
 from support.env import FIXTURES, ROOT, scrubbed_env
 from support.live import WORKERS, healthy, live_program
+from support.users import as_user, shared_install
 
 IN_FLIGHT = 2 * (WORKERS + 1)
 
@@ -132,30 +131,11 @@ def test_a_process_of_another_user(test_programs: Path, tmp_path: Path) -> None:
     if os.geteuid() != 0:  # init is root's
         _one_line_status_2(run_cli("trace", "--pid", "1"), "belongs to another user")
         return
-    # The program runs as root; ualdbg as nobody may not trace it. nobody may not be able to read
-    # the checkout or its venv (a clone under /root): run a world-readable copy of both.
-    import site
-    import sysconfig
-
-    shared = Path(tempfile.mkdtemp(prefix="ualdbg-nobody-"))
-    try:
-        shutil.copytree(ROOT / "ualdbg", shared / "code" / "ualdbg", ignore=shutil.ignore_patterns("__pycache__"))
-        for packages in {*site.getsitepackages(), sysconfig.get_paths()["purelib"]}:
-            if Path(packages).is_dir():
-                shutil.copytree(packages, shared / "packages", dirs_exist_ok=True, symlinks=True)
-        for path in [shared, *shared.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
-        env = scrubbed_env()
-        env["PYTHONPATH"] = f"{shared / 'code'}:{shared / 'packages'}"
-        python = os.path.realpath(sys.executable)  # the interpreter itself, not the venv's link
-        with live_program(test_programs, tmp_path) as live:
-            p = subprocess.run([shutil.which("setpriv") or "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                                python, "-m", "ualdbg", "trace", "--pid", str(live.pid)],
-                               capture_output=True, text=True, timeout=60, env=env, cwd=shared,
-                               stdin=subprocess.DEVNULL)
-            end = live.finish()
-    finally:
-        shutil.rmtree(shared, ignore_errors=True)
+    # The program runs as root; ualdbg as nobody (support.users) may not trace it.
+    with shared_install() as shared, live_program(test_programs, tmp_path) as live:
+        p = subprocess.run([*as_user(), *shared.ualdbg("trace", "--pid", str(live.pid))], capture_output=True,
+                           text=True, timeout=60, env=shared.env, cwd=shared.dir, stdin=subprocess.DEVNULL)
+        end = live.finish()
     _one_line_status_2(p, "belongs to another user")
     assert healthy(end) and end["armed"] == "0", end
 
