@@ -2,10 +2,12 @@
 and locked by the ualdbg that owns it (flock on an open descriptor, which the kernel lets go of
 however ualdbg ends), so that a later ualdbg reaps what a killed one left: only its own user's,
 only unlocked ones, never through a link. For root tracing another user's process, a root-owned
-directory holding the agent's copy and the one subdirectory that user may write buffers in."""
+run directory with the one subdirectory that user may write buffers in, and a root-owned copy of
+the agent that user can load."""
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import stat
@@ -25,7 +27,6 @@ class RunDir:
 
     top: str  # removed at the end
     buffers: str  # where the agent writes its buffers (its configuration's dir=)
-    lib: str | None  # the agent's copy another user's process loads (root's `--pid`), else None
     fd: int
 
     def close(self) -> None:
@@ -72,25 +73,23 @@ def _locked_mkdtemp(parent: str) -> tuple[str, int]:
     return top, fd
 
 
-def make(*, for_uid: int | None = None, for_gid: int | None = None, lib: str | None = None) -> RunDir:
+def make(*, for_uid: int | None = None, for_gid: int | None = None) -> RunDir:
     """A new run directory (stale ones reaped first). With `for_uid` (root tracing that user's
-    process): the directory is root's, mode 0711; the agent `lib` is copied into it (0755,
-    created O_EXCL|O_NOFOLLOW, its mode set on the open descriptor) and its `buffers`
-    subdirectory is that user's, 0700: the only place that user can write, and one it cannot
-    rename or replace (its parent is root's)."""
+    process): the directory is root's, mode 0711, and its `buffers` subdirectory is that user's,
+    0700: the only place that user can write, and one it cannot rename or replace (its parent is
+    root's)."""
     reap()
     last: OSError | None = None
-    for parent in parents(exec_needed=for_uid is not None):
+    for parent in parents():
         try:
             top, fd = _locked_mkdtemp(parent)
         except OSError as exc:
             last = exc
             continue
         if for_uid is None:
-            return RunDir(top, top, None, fd)
+            return RunDir(top, top, fd)
         try:
             os.fchmod(fd, 0o711)
-            copy = _copy_in(fd, lib) if lib is not None else None
             os.mkdir(BUFFERS, 0o700, dir_fd=fd)
             sub = os.open(BUFFERS, _OPEN_DIR, dir_fd=fd)
             try:
@@ -98,26 +97,65 @@ def make(*, for_uid: int | None = None, for_gid: int | None = None, lib: str | N
             finally:
                 os.close(sub)
         except OSError as exc:
-            RunDir(top, top, None, fd).close()
+            RunDir(top, top, fd).close()
             last = exc
             continue
-        return RunDir(top, os.path.join(top, BUFFERS), None if copy is None else os.path.join(top, copy), fd)
+        return RunDir(top, os.path.join(top, BUFFERS), fd)
     raise OSError(last.errno if last else 0, f"no private place for a run directory ({last.strerror if last else 'none'})")
 
 
-def _copy_in(dir_fd: int, lib: str) -> str:
-    """`lib` copied into the directory open as `dir_fd`: the file is made new there (never an
-    existing one, never through a link), written and made readable on its descriptor."""
-    name = os.path.basename(lib)
-    out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+def public_copy(lib: str) -> str:
+    """A copy of the agent `lib` that every user can load and only this one (root) can write:
+    <parent>/ualdbg-lib-UID/<hash of its bytes>/<its name>, each directory ours and 0711, the
+    file made new (O_EXCL|O_NOFOLLOW), its mode set on its descriptor, then renamed into place.
+    One path per build, so that a process traced again loads the copy it has (each new copy
+    would take static TLS, which runs out after a few: dlopen then fails)."""
+    with open(lib, "rb") as f:
+        data = f.read()
+    key = hashlib.sha256(data).hexdigest()[:16]
+    last: OSError | None = None
+    for parent in parents(exec_needed=True):
+        try:
+            top = _public_dir(parent, f"ualdbg-lib-{os.geteuid()}")
+            folder = _public_dir(top, key)
+            final = os.path.join(folder, os.path.basename(lib))
+            st = os.lstat(final) if os.path.lexists(final) else None
+            if st is not None and stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022 \
+                    and st.st_size == len(data):
+                return final
+            tmp = os.path.join(folder, f".new-{os.getpid()}")
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(out, data)
+                os.fchmod(out, 0o755)
+            finally:
+                os.close(out)
+            os.rename(tmp, final)
+            return final
+        except OSError as exc:
+            last = exc
+    raise OSError(last.errno if last else 0, f"no place for a copy of the agent other users can load "
+                  f"({last.strerror if last else 'none'})")
+
+
+def _public_dir(parent: str, name: str) -> str:
+    """parent/name: a directory of ours, mode 0711 (others may open what is in it by name, not
+    list or change it), made if missing; OSError if that name is anything else."""
+    path = os.path.join(parent, name)
     try:
-        with open(lib, "rb") as src:
-            while chunk := src.read(1 << 20):
-                os.write(out, chunk)
-        os.fchmod(out, 0o755)
+        os.mkdir(path, 0o711)
+    except FileExistsError:
+        pass
+    fd = os.open(path, _OPEN_DIR)  # a link planted under the name: ELOOP
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise OSError(0, f"{path} is another user's")
+        if stat.S_IMODE(st.st_mode) != 0o711:
+            os.fchmod(fd, 0o711)
     finally:
-        os.close(out)
-    return name
+        os.close(fd)
+    return path
 
 
 def reap(where: list[str] | None = None) -> list[str]:

@@ -267,14 +267,15 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
                    patch_after=req.patch_after)
     try:
         st = os.stat(f"/proc/{pid}")
-        # Root tracing another user's process: it loads the agent from a copy in a directory of
-        # root's (ualdbg's cache may be unreadable to it) and writes its buffers in the one
-        # subdirectory it may write in, which it cannot swap (agent/rundir.py, docs/SECURITY.md).
+        # Root tracing another user's process: it loads a root-owned copy of the agent (ualdbg's
+        # cache may be unreadable to it) and writes its buffers in the one subdirectory it may
+        # write in, which it cannot swap (agent/rundir.py, docs/SECURITY.md).
         mine = st.st_uid == os.geteuid()
-        run_dir = run_directory() if mine else run_directory(for_uid=st.st_uid, for_gid=st.st_gid, lib=lib)
+        if not mine:
+            lib = rundir.public_copy(lib)
+        run_dir = run_directory() if mine else run_directory(for_uid=st.st_uid, for_gid=st.st_gid)
     except (OSError, AgentUnavailable) as exc:
         raise InjectError(str(exc) if isinstance(exc, AgentUnavailable) else f"process {pid}: {exc.strerror}") from None
-    lib = run_dir.lib or lib
     directory = run_dir.buffers
     try:
         config = agent_environment(run, lib, directory, {})[ENV_CONFIG]
