@@ -446,7 +446,13 @@ def run_gdb(req: RunRequest, on_progress: Callable[[int, int, float], None] | No
             if status.get("traced"):  # the driver found another ualdbg's agent armed, and detached
                 raise ToolError(status["error"])
             # gdb's attach refused: another tracer took the process since attach_problem looked
-            raise ToolError(attach_problem(pid) or f"cannot attach to process {pid}: {status['error']}")
+            # (a ualdbg injecting the agent holds it for milliseconds, then leaves it armed)
+            from ..agent.presence import tracing_agent
+
+            agent = tracing_agent(pid)
+            gdb_said = "; ".join(str(status["error"]).splitlines())
+            raise ToolError(attach_problem(pid) or (traced_line(pid, ualdbg=agent.ualdbg, injected=agent.injected) if agent
+                            else f"cannot attach to process {pid}: {gdb_said}"))
         doc = json.load(open(cfg["json"]))
     doc["program"]["pid"] = pid
     doc["attached"] = {"pid": pid, "detached": bool(status.get("detached")), "ended_by": ender.by if status.get("detached") else "exit",

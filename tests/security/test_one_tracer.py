@@ -1,0 +1,53 @@
+"""Issue 29, 6: one tracer per process. Two `ualdbg trace --pid` started together on one process
+once raced: the second fell back to gdb, the first one's detach then failed (status 2, its JSON
+lost) and the agent stayed armed. Now, round after round, exactly one wins and its JSON is whole;
+the other says so in one line with status 2 and never touches gdb; and after each round the
+program ends with no thread armed, its own SIGBUS handler never run and its handlers as they were
+(support.live: AC read in every thread, sigaction read back)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.env import ROOT, scrubbed_env
+from support.live import healthy, live_program
+
+ROUNDS = 10
+
+
+def _start(pid: int, out: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "ualdbg", "trace", "--pid", str(pid), "--duration", "1",
+                             "--json", str(out), *extra], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=scrubbed_env(), cwd=ROOT)
+
+
+@pytest.mark.parametrize("second", ["agent", "trap"])
+def test_two_concurrent_pid_traces_one_wins(test_programs: Path, tmp_path: Path, second: str) -> None:
+    rounds = ROUNDS if second == "agent" else ROUNDS // 2
+    for r in range(rounds):
+        outs = [tmp_path / f"r{r}-a.json", tmp_path / f"r{r}-b.json"]
+        (tmp_path / f"r{r}").mkdir()
+        with live_program(test_programs, tmp_path / f"r{r}") as live:
+            procs = [_start(live.pid, outs[0]), _start(live.pid, outs[1], *(["--engine", "trap"] if second == "trap" else []))]
+            done = []
+            for p in procs:
+                try:
+                    stdout, stderr = p.communicate(timeout=120)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    stdout, stderr = p.communicate()
+                done.append((p.returncode, stderr))
+            end = live.finish()
+        said = "\n".join(f"--- {i}: status {rc}\n{err}" for i, (rc, err) in enumerate(done))
+        winners = [i for i, (rc, _err) in enumerate(done) if rc == 0]
+        assert len(winners) == 1, f"round {r}: {said}"
+        loser = 1 - winners[0]
+        lines = [line for line in done[loser][1].splitlines() if line.strip()]
+        assert done[loser][0] == 2 and len(lines) == 1 and "is already traced by" in lines[0], f"round {r}: {said}"
+        assert "gdb instead" not in said and not outs[loser].exists(), f"round {r}: {said}"
+        doc = json.loads(outs[winners[0]].read_text())
+        assert doc["attached"]["detached"] and doc["faults_total"] > 0, f"round {r}: {doc['attached']}\n{said}"
+        assert healthy(end), f"round {r}: {end}\n{said}"
