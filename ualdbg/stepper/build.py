@@ -1,7 +1,7 @@
 """Builds the native stepper from its C source with the system compiler, once per source
-version, into the same cache as the agent ($XDG_CACHE_HOME/ualdbg or ~/.cache/ualdbg), keyed by
-a hash of the source, the compiler and the flags (agent/build.py's `cached_build`). No prebuilt
-binary is shipped."""
+version, into the same private cache as the agent ($XDG_CACHE_HOME/ualdbg or ~/.cache/ualdbg,
+checked: agent/private.py), keyed by a hash of the source, the compiler and the flags
+(agent/build.py's `cached_build`). No prebuilt binary is shipped."""
 from __future__ import annotations
 
 from pathlib import Path
