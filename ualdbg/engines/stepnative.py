@@ -9,13 +9,13 @@ import os
 import platform
 import struct
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
+from ..agent import rundir
 from ..core.model import Access, AccessKind, Fault
 from ..core.result import ProgramInfo, TraceResult, sites_of
 from ..core.trace import TraceBuffer
@@ -353,7 +353,8 @@ def run_step(run: StepRun, on_progress: Callable[[int, int, float], None] | None
     driver = _Driver(run, path)
     cmd_r, cmd_w = os.pipe()
     evt_r, evt_w = os.pipe()
-    with tempfile.TemporaryDirectory(prefix="ualdbg-step-") as tmp:
+    with rundir.make() as run_dir:  # locked: a killed run's directory is reaped by the next (agent/rundir.py)
+        tmp = run_dir.top
         out = os.path.join(tmp, "step.out")
         started = time.monotonic()
         try:
