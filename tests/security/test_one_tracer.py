@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from support.env import ROOT, scrubbed_env
-from support.live import healthy, live_program
+from support.live import WORKERS, healthy, live_program
 
 ROUNDS = 10
 
@@ -50,4 +50,6 @@ def test_two_concurrent_pid_traces_one_wins(test_programs: Path, tmp_path: Path,
         assert "gdb instead" not in said and not outs[loser].exists(), f"round {r}: {said}"
         doc = json.loads(outs[winners[0]].read_text())
         assert doc["attached"]["detached"] and doc["faults_total"] > 0, f"round {r}: {doc['attached']}\n{said}"
+        # The winner's count is the program's own count of its armed iterations: nobody else armed it.
+        assert abs(doc["faults_total"] - int(end["armed"])) <= 2 * (WORKERS + 1), f"round {r}: {doc['faults_total']} {end}"
         assert healthy(end), f"round {r}: {end}\n{said}"
