@@ -11,13 +11,16 @@ import threading
 from pathlib import Path
 
 import pytest
-from support.users import NOBODY
+from support.users import NOBODY, require_root
 
 from ualdbg.agent import buffer as ab
 from ualdbg.agent import rundir
 from ualdbg.agent.private import private_dir, safe_chain
 
-root_only = pytest.mark.skipif(os.geteuid() != 0, reason="plants another user's files: needs root")
+
+@pytest.fixture
+def root_only() -> None:
+    require_root()  # plants another user's files
 
 
 def _world(tmp_path: Path, mode: int) -> Path:
@@ -46,8 +49,7 @@ def test_a_link_or_an_open_parent_is_not_private(tmp_path: Path) -> None:
     assert not safe_chain(str(open_dir)) and private_dir(str(open_dir / "cache")) is None
 
 
-@root_only
-def test_another_users_directory_is_not_private(tmp_path: Path) -> None:
+def test_another_users_directory_is_not_private(root_only: None, tmp_path: Path) -> None:
     theirs = _world(tmp_path, 0o1777) / f"ualdbg-{NOBODY}"
     theirs.mkdir(mode=0o700)
     os.chown(theirs, NOBODY, NOBODY)
@@ -85,8 +87,7 @@ def test_the_buffer_reader_never_reads_through_a_link_or_a_fifo(tmp_path: Path) 
     assert len(result) == 2 and not any(r.startswith("read") for r in result), result
 
 
-@root_only
-def test_the_buffer_reader_skips_a_file_its_directorys_owner_did_not_make(tmp_path: Path) -> None:
+def test_the_buffer_reader_skips_a_file_its_directorys_owner_did_not_make(root_only: None, tmp_path: Path) -> None:
     # Root reads the buffers of another user's process in a directory that user owns: a hard
     # link to one of root's files is not theirs, and not read.
     d = tmp_path / "buffers"
@@ -102,8 +103,7 @@ def test_the_buffer_reader_skips_a_file_its_directorys_owner_did_not_make(tmp_pa
         ab.AgentBuffer(str(theirs))
 
 
-@root_only
-def test_root_never_writes_into_a_directory_another_user_made_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_root_never_writes_into_a_directory_another_user_made_first(root_only: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shm = _world(tmp_path, 0o1777)
     monkeypatch.setattr(rundir, "parents", lambda exec_needed=False: [str(shm)])
     lib = tmp_path / "ualdbg_agent.so"

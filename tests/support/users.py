@@ -19,6 +19,17 @@ from support.env import ROOT, require_tool, scrubbed_env
 NOBODY = 65534
 
 
+def require_root() -> None:
+    """Running as another user needs root: skipped locally without it, failed under CI=true (CI
+    runs as root, and must never pass by skipping)."""
+    if os.geteuid() != 0:
+        import pytest
+
+        if os.environ.get("CI") == "true":
+            pytest.fail("runs ualdbg as another user: needs root, and CI runs as root")
+        pytest.skip("needs root: runs ualdbg as another user")
+
+
 def as_user(uid: int = NOBODY, gid: int | None = None) -> list[str]:
     """The command prefix that runs what follows as `uid` (no supplementary groups)."""
     return [require_tool("setpriv"), f"--reuid={uid}", f"--regid={uid if gid is None else gid}", "--clear-groups"]
@@ -46,10 +57,7 @@ class Shared:
 @contextmanager
 def shared_install() -> Iterator[Shared]:
     """ualdbg and its packages copied into a new world-readable folder under /tmp, removed after."""
-    if os.geteuid() != 0:
-        import pytest
-
-        pytest.skip("needs root: runs ualdbg as another user")
+    require_root()
     shared = Path(tempfile.mkdtemp(prefix="ualdbg-users-", dir="/tmp"))
     try:
         shutil.copytree(ROOT / "ualdbg", shared / "code" / "ualdbg", ignore=shutil.ignore_patterns("__pycache__"))
