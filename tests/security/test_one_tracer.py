@@ -7,11 +7,14 @@ program ends with no thread armed, its own SIGBUS handler never run and its hand
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from support.cli import run_cli
 from support.env import ROOT, scrubbed_env
 from support.live import WORKERS, healthy, live_program
 
@@ -53,3 +56,30 @@ def test_two_concurrent_pid_traces_one_wins(test_programs: Path, tmp_path: Path,
         # The winner's count is the program's own count of its armed iterations: nobody else armed it.
         assert abs(doc["faults_total"] - int(end["armed"])) <= 2 * (WORKERS + 1), f"round {r}: {doc['faults_total']} {end}"
         assert healthy(end), f"round {r}: {end}\n{said}"
+
+
+def test_a_process_ualdbg_started_is_not_traced_twice(test_programs: Path, tmp_path: Path) -> None:
+    # `ualdbg trace -- PROG` preloaded the agent: a `--pid` on PROG (either engine) finds it armed.
+    live, out, doc = tmp_path / "live", tmp_path / "out", tmp_path / "t.json"
+    live.mkdir()
+    with open(out, "w") as f:
+        first = subprocess.Popen([sys.executable, "-m", "ualdbg", "trace", "--json", str(doc), "--",
+                                  str(test_programs / "live_workers"), str(live), str(WORKERS), "500", "0"],
+                                 stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, env=scrubbed_env(), cwd=ROOT)
+    try:
+        deadline = time.time() + 60
+        while "ready" not in out.read_text() and time.time() < deadline:
+            time.sleep(0.05)
+        m = re.search(r"live: pid=(\d+) ready", out.read_text())
+        assert m, out.read_text()
+        for engine in ("agent", "trap"):
+            p = run_cli("trace", "--pid", m.group(1), "--engine", engine, "--duration", "0.5", timeout=120)
+            lines = [line for line in p.stderr.splitlines() if line.strip()]
+            assert p.returncode == 2 and len(lines) == 1, p.explain()
+            assert f"is already traced by ualdbg (process {first.pid}, which started it)" in lines[0], p.explain()
+    finally:
+        (live / "stop").touch()
+        first.wait(timeout=60)
+    assert first.returncode == 0, out.read_text()
+    final = re.search(r"live: iterations=\d+ armed=(\d+)", out.read_text())
+    assert final and json.loads(doc.read_text())["faults_total"] == int(final.group(1)), out.read_text()  # exact, alone
