@@ -95,7 +95,7 @@ def test_the_buffer_reader_skips_a_file_its_directorys_owner_did_not_make(root_o
     os.chown(d, NOBODY, NOBODY)
     mine = _a_buffer(tmp_path)
     os.link(mine, d / "9.0.buf")
-    with pytest.raises(ab.BufferError):
+    with pytest.raises(ab.BufferError, match="not a buffer the agent made"):
         ab.AgentBuffer(str(d / "9.0.buf"))
     theirs = _a_buffer(d)
     os.chown(theirs, NOBODY, NOBODY)
