@@ -76,7 +76,7 @@ def _crosses(access: Access, unit: int) -> bool:
 # --------------------------------------------------------------------------------------------
 # Which instructions raise #AC is CPU-dependent for vector operands (AMD Zen 3 checks 16-byte
 # SSE and 32-byte AVX moves at 16; this Intel Xeon checks none of them), so the rule is a table
-# measured by a small C probe (ualdbg/agent/src/acprobe.c) run once per CPU and cached as JSON.
+# measured by a small C probe (ualdbg/agent/src/acprobe/acprobe.c) run once per CPU and cached as JSON.
 
 @dataclass(frozen=True)
 class AcRules:
@@ -139,7 +139,6 @@ class AcPolicy:
         return access.va % rules.alignment(access.size, insn) != 0
 
 
-_PROBE_SOURCE = Path(__file__).resolve().parent.parent / "agent" / "src" / "acprobe.c"
 _PROBE_FLAGS = ("-O2", "-Wall", "-Wextra", "-mno-red-zone")
 _RULES: AcRules | None = None
 
@@ -211,13 +210,13 @@ def measure_ac_rules(cache_dir: Path | None = None, refresh: bool = False) -> Ac
     """Build the probe (agent build cache), run it and return its table; the table is stored as
     JSON next to the probe, keyed by CPU vendor/family/model/stepping/microcode, and read back
     from there unless `refresh`."""
-    from ..agent.build import BuildError, cached_build
+    from ..agent.build import ACPROBE_SOURCE, BuildError, cached_build
 
     if platform.machine() not in ("x86_64", "AMD64"):
         raise ProbeError(f"the host is {platform.machine()}, not x86-64")
     cpu = cpu_identity()
     try:
-        exe = cached_build("the alignment probe", "acprobe", "acprobe", [_PROBE_SOURCE], flags=_PROBE_FLAGS,
+        exe = cached_build("the alignment probe", "acprobe", "acprobe", [ACPROBE_SOURCE], flags=_PROBE_FLAGS,
                            dest_dir=cache_dir)
     except BuildError as exc:
         raise ProbeError(str(exc)) from None
@@ -337,7 +336,7 @@ def markdown_table(rules: AcRules) -> str:
     for line in doc["probe"]:
         cls, kind, off, result = line.split()
         seen.setdefault(cls, {}).setdefault(kind, []).append(f"{off}:{result}")
-    out = [f"Measured by ualdbg/agent/src/acprobe.c on {rules.cpu}.", "",
+    out = [f"Measured by ualdbg/agent/src/acprobe/acprobe.c on {rules.cpu}.", "",
            "| class | probe results (offset mod 64: ok / ac) | checked at | Zen 3 rule |", "|---|---|---|---|"]
     for cls, kinds in seen.items():
         results = "; ".join(f"{kind} {' '.join(r)}" for kind, r in kinds.items())
