@@ -1,3 +1,3 @@
 """Where a fault is decoded: capstone's decode of the faulting instruction (decode.py), the
-per-CPU facts and decoders (arch/), the alignment policies an access is checked against
-(alignment.py), and programs of other CPUs under qemu-user (qemu.py)."""
+per-CPU facts and decoders (arch/), and the alignment policies an access is checked against
+(alignment.py)."""
