@@ -53,7 +53,7 @@ from elftools.elf.elffile import ELFFile  # noqa: E402
 
 from ualdbg.core.model import AccessKind  # noqa: E402
 from ualdbg.isa.arch import alpha, arch_by_name, hppa, sh4, sparc64  # noqa: E402
-from ualdbg.isa.decode import Decoder  # noqa: E402
+from ualdbg.isa.decode import decoder_for  # noqa: E402
 from ualdbg.isa.insn import Insn, MemOperand  # noqa: E402
 
 DOC = ROOT / "docs" / "ARCHITECTURES.md"
@@ -434,7 +434,7 @@ def main() -> int:
                 (th,) = timing([hand], ws, args.reps)
                 rows.append(f"| {arch} | - | {len(ws)} | - | - | - | - | - | {th[0]:.0f} / {th[1]:.0f} | - | {why} |")
             for arch in ("aarch64", "armhf", "mips", "mipsel", "mips64el", "riscv64"):
-                dec = Decoder(arch)
+                dec = decoder_for(arch)
                 mode = "thumb" if arch == "armhf" else ""  # Debian's armhf gcc emits Thumb-2
                 units: list[bytes] = []
                 for chunk in text_of(arch, work):
