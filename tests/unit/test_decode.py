@@ -1,4 +1,4 @@
-"""decode.py: x86-64 memory-operand recipes and their evaluation, from raw instruction bytes
+"""isa/arch/x86_64.py: x86-64 memory-operand recipes and their evaluation, from raw instruction bytes
 (assembled with GNU as, Intel syntax, at authoring time; the bytes are the test data)."""
 from __future__ import annotations
 
