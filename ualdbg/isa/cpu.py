@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ..core.model import Access
 from .arch.info import ArchInfo
@@ -16,6 +16,7 @@ from .insn import Insn, MemOperand
 __all__ = ["CallConvention", "Cpu", "Evaluate", "InsnDecoder", "Strict", "TrapFlags", "WordDecoder"]
 
 
+@runtime_checkable
 class InsnDecoder(Protocol):
     """Decodes one instruction at a time into the one instruction model (insn.py). Made once per
     target and reused (a capstone handle is not free); callers cache the `Insn` per PC."""
