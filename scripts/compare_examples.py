@@ -162,9 +162,16 @@ def normal(path: Path) -> Any:
 
 
 def report(path: Path) -> list[str]:
+    """The report's lines without the duration line, thread ids and temporary paths; runs of
+    spaces and of a table's rule count as one, as a table widens with its widest thread id."""
     lines = path.read_text().splitlines() if path.exists() else []
-    return [re.sub(r"thread \d+", "thread N", re.sub(r"/tmp/ualdbg-\S+", "TMP", line)) for line in lines
-            if not re.match(r"\s+[\d.]+ s, [\d,.]+/s", line) and not re.match(r"\s+[\d.]+ s;", line)]
+    out = []
+    for line in lines:
+        if re.match(r"\s+[\d.]+ s, [\d,.]+/s", line) or re.match(r"\s+[\d.]+ s;", line):
+            continue
+        line = re.sub(r"thread \d+", "thread N", re.sub(r"/tmp/ualdbg-\S+", "TMP", line))
+        out.append(re.sub("─+", "─", re.sub(r" {2,}", "  ", line)).rstrip())
+    return out
 
 
 def diff(a: Path, b: Path) -> int:
