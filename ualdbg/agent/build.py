@@ -116,7 +116,3 @@ def build_records(dest_dir: Path | None = None) -> Path:
     """The path of the built record writer, compiling it if this source version is not cached."""
     return cached_build("the record writer", "records", RECORDS_LIB, [RECORDS_SOURCE], (), RECORDS_FLAGS,
                         ("-lm",), dest_dir)
-
-
-# The #AC probe (src/acprobe/acprobe.c): built and run by ualdbg/isa/alignment.py, never loaded.
-ACPROBE_SOURCE = SRC.parent / "acprobe" / "acprobe.c"

@@ -8,7 +8,6 @@ import json
 import os
 import platform
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,7 +138,6 @@ class AcPolicy:
         return access.va % rules.alignment(access.size, insn) != 0
 
 
-_PROBE_FLAGS = ("-O2", "-Wall", "-Wextra", "-mno-red-zone")
 _RULES: AcRules | None = None
 
 
@@ -207,17 +205,17 @@ def rules_from_probe(lines: Sequence[str], cpu: str, source: str, path: str = ""
 
 
 def measure_ac_rules(cache_dir: Path | None = None, refresh: bool = False) -> AcRules:
-    """Build the probe (agent build cache), run it and return its table; the table is stored as
-    JSON next to the probe, keyed by CPU vendor/family/model/stepping/microcode, and read back
-    from there unless `refresh`."""
-    from ..agent.build import ACPROBE_SOURCE, BuildError, cached_build
+    """Build the probe (agent build cache), run it and return its table (ualdbg/agent/acprobe.py
+    builds and runs it); the table is stored as JSON next to the probe, keyed by CPU
+    vendor/family/model/stepping/microcode, and read back from there unless `refresh`."""
+    from ..agent.acprobe import ProbeRunError, build_probe, run_probe
+    from ..agent.build import BuildError
 
     if platform.machine() not in ("x86_64", "AMD64"):
         raise ProbeError(f"the host is {platform.machine()}, not x86-64")
     cpu = cpu_identity()
     try:
-        exe = cached_build("the alignment probe", "acprobe", "acprobe", [ACPROBE_SOURCE], flags=_PROBE_FLAGS,
-                           dest_dir=cache_dir)
+        exe = build_probe(cache_dir)
     except BuildError as exc:
         raise ProbeError(str(exc)) from None
     table = exe.parent / f"table-{_cpu_key(cpu)}.json"
@@ -229,15 +227,10 @@ def measure_ac_rules(cache_dir: Path | None = None, refresh: bool = False) -> Ac
             return rules_from_probe(doc["probe"], label, "measured on this CPU", str(table))
         except (OSError, ValueError, KeyError, TypeError, ProbeError):
             pass
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     try:
-        proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, env=env,
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ProbeError(f"the alignment probe did not run: {exc}") from None
-    if proc.returncode != 0:
-        raise ProbeError(f"the alignment probe exited with status {proc.returncode}")
-    lines = proc.stdout.splitlines()
+        lines = run_probe(exe)
+    except ProbeRunError as exc:
+        raise ProbeError(str(exc)) from None
     rules = rules_from_probe(lines, label, "measured on this CPU", str(table))
     tmp = table.with_name(f".{table.name}.{os.getpid()}")
     try:
