@@ -43,6 +43,14 @@ if CS6 and not hasattr(capstone, "CS_ARCH_ARM64"):
     # capstone 6 renamed ARM64 to AARCH64; ualdbg (written for capstone 5) names the old constant
     # when its architecture table is imported. Only the hand-written decoders run under 6 here.
     capstone.CS_ARCH_ARM64 = capstone.CS_ARCH_AARCH64
+    # ... and isa/arch/aarch64.py's tables over capstone 5's ARM64 constants, made when the table
+    # imports it: placeholders (distinct values), since no AArch64 instruction is decoded under 6.
+    from capstone import arm64 as cs_arm64
+
+    for k, stem in enumerate([f"VAS_{v}" for v in ("16B", "8B", "4B", "1B", "8H", "4H", "2H", "1H", "4S", "2S", "1S",
+                                                   "2D", "1D", "1Q")] + [f"EXT_{e}" for e in ("UXTW", "SXTW", "UXTX", "SXTX")]):
+        if not hasattr(cs_arm64, f"ARM64_{stem}"):
+            setattr(cs_arm64, f"ARM64_{stem}", -1 - k)
 
 from capstone import sh, sparc  # noqa: E402
 
@@ -53,7 +61,7 @@ from elftools.elf.elffile import ELFFile  # noqa: E402
 
 from ualdbg.core.model import AccessKind  # noqa: E402
 from ualdbg.isa.arch import alpha, arch_by_name, hppa, sh4, sparc64  # noqa: E402
-from ualdbg.isa.decode import Decoder  # noqa: E402
+from ualdbg.isa.decode import decoder_for  # noqa: E402
 from ualdbg.isa.insn import Insn, MemOperand  # noqa: E402
 
 DOC = ROOT / "docs" / "ARCHITECTURES.md"
@@ -434,7 +442,7 @@ def main() -> int:
                 (th,) = timing([hand], ws, args.reps)
                 rows.append(f"| {arch} | - | {len(ws)} | - | - | - | - | - | {th[0]:.0f} / {th[1]:.0f} | - | {why} |")
             for arch in ("aarch64", "armhf", "mips", "mipsel", "mips64el", "riscv64"):
-                dec = Decoder(arch)
+                dec = decoder_for(arch)
                 mode = "thumb" if arch == "armhf" else ""  # Debian's armhf gcc emits Thumb-2
                 units: list[bytes] = []
                 for chunk in text_of(arch, work):
@@ -447,7 +455,7 @@ def main() -> int:
                         k += step
                 (t,) = timing([lambda u, d=dec, m=mode: d.decode(u, 0, m)], units, args.reps)  # type: ignore[misc]
                 rows.append(f"| {arch} | {used} | {len(units)} | - | - | - | - | - | - | {t[0]:.0f} / {t[1]:.0f} | "
-                            f"capstone (arch/*_insn.py: its tables over capstone's operands) |")
+                            f"capstone (isa/arch/ARCH.py: its tables over capstone's operands) |")
     version = ".".join(str(v) for v in capstone.cs_version()[:2])
     if capstone.__version__ != importlib.metadata.version("capstone"):
         version += f"; the binding's __version__ says {capstone.__version__}"

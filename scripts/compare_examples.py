@@ -7,13 +7,18 @@ that must not change behaviour (issue 19) shows here as no difference.
     .venv/bin/python scripts/compare_examples.py record HEAD /tmp/cmp/after
     .venv/bin/python scripts/compare_examples.py diff /tmp/cmp/before /tmp/cmp/after
 
-`record REV DIR` puts `git archive REV` at one fixed path (/tmp/ualdbg-compare/src) and runs
+`record REV DIR` puts `git archive REV` at one fixed path (/tmp/ualdbg-compare/src, or
+`--stage DIR`: one path per person running it, of the same length) and runs
 `python -m ualdbg trace --json` from there, in one fixed environment (PATH, HOME, PYTHONPATH,
 LANG), for each example and engine: the traced programs see the same environment, so the same
 stack layout, whichever tree runs and whoever starts it. `diff` compares the
 documents with what varies from run to run left out (durations, pids, tids, cpus, record times and
 sequence numbers, thread ids in texts, temporary paths) and the records ordered by (pc, va, size)
-(threads interleave as they like), and the report's lines without the duration line."""
+(threads interleave as they like), and the report's lines without the duration line.
+
+The cross examples (`make -C examples cross ARCH=...` for each CPU of CROSS) run under qemu-user
+and gdb-multiarch, as examples/README.md's tables of strict-alignment CPUs have them; a CPU
+whose examples are not built is left out of both trees alike (`cross: ARCH not built`)."""
 from __future__ import annotations
 
 import argparse
@@ -58,12 +63,45 @@ EXTRA: list[tuple[str, list[str], list[str]]] = [
 ]
 
 
+# Programs of other CPUs under qemu-user (examples/README.md, "Expected faults on strict-alignment
+# CPUs", "on arm64 with the step engine", "on 32-bit ARM, MIPS and RISC-V"): (arch, engine
+# options, program and arguments).
+_SIGNAL = [("not_aligned", ["1000"]), ("memalign", ["100", "5"]), ("memalign_aligned", ["100", "5"]),
+           ("mpi_status", ["50"]), ("packed_header", ["20"]), ("aligned", ["10000"]), ("pair_stream", ["40", "13"])]
+_PAIR_ACCESSORS = [a for f in ("put_key", "get_key", "put_weight", "get_weight", "put_total", "get_total") for a in ("--in", f)]
+CROSS: list[tuple[str, list[str], list[str]]] = [
+    *((arch, [], [prog, *args]) for arch in ("sparc64", "alpha", "hppa", "sh4") for prog, args in _SIGNAL),
+    ("aarch64", ["--engine", "step", "--in", "bump"], ["not_aligned", "200"]),
+    ("aarch64", ["--engine", "step", "--in", "fill", "--in", "total"], ["memalign", "100", "5"]),
+    ("aarch64", ["--engine", "step", "--in", "fake_recv", "--in", "fake_get_count"], ["mpi_status", "50"]),
+    ("aarch64", ["--engine", "step", "--in", "parse_frame"], ["packed_header", "20"]),
+    ("aarch64", [], ["pair_stream", "40", "13"]),
+    *((arch, [], ["pair_stream", "40", "13"]) for arch in ("armhf", "armel", "mips", "mipsel", "mips64el")),
+    *((arch, [], ["memalign", "100", "5"]) for arch in ("armhf", "armel", "mips", "mipsel", "mips64el")),
+    *((arch, [], ["threads", "25"]) for arch in ("armhf", "armel")),
+    *((arch, ["--engine", "step", "--in", "put_key", "--in", "get_key"], ["pair_stream", "40", "13"])
+      for arch in ("armhf", "armel")),
+    ("riscv64", ["--engine", "step", *_PAIR_ACCESSORS], ["pair_stream", "40", "13"]),
+    ("riscv64", [], ["pair_stream", "40", "13"]),  # refused: step only (docs/ARCHITECTURES.md)
+]
+
+
 def runs() -> list[tuple[str, list[str], list[str]]]:
     out = []
     for engine, opts in ENGINES.items():
         for prog, args in PROGRAMS:
             out.append((engine, opts, [str(BUILD / prog), *args]))
-    return out + [(e, o, p if p[0].startswith("/") else [str(BUILD / p[0]), *p[1:]]) for e, o, p in EXTRA]
+    out += [(e, o, p if p[0].startswith("/") else [str(BUILD / p[0]), *p[1:]]) for e, o, p in EXTRA]
+    missing = set()
+    for arch, opts, (prog, *args) in CROSS:
+        if (BUILD / arch / prog).exists():
+            engine = f"cross-{arch}" + ("-step" if "step" in opts else "")
+            out.append((engine, opts, [str(BUILD / arch / prog), *args]))
+        else:
+            missing.add(arch)
+    for arch in sorted(missing):
+        print(f"cross: {arch} not built (make -C examples cross ARCH={arch})", file=sys.stderr)
+    return out
 
 
 def name_of(engine: str, program: list[str]) -> str:
@@ -71,27 +109,28 @@ def name_of(engine: str, program: list[str]) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{engine}.{base}.{'_'.join(program[1:])[:40]}")
 
 
-def stage(rev: str) -> None:
-    if STAGE.exists():
-        shutil.rmtree(STAGE)
-    STAGE.mkdir(parents=True)
+def stage(rev: str, where: Path) -> None:
+    """`git archive REV` at `where`."""
+    if where.exists():
+        shutil.rmtree(where)
+    where.mkdir(parents=True)
     tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
-        t.extractall(STAGE)
+        t.extractall(where)
 
 
-def record(rev: str, out: Path) -> None:
-    stage(rev)
+def record(rev: str, out: Path, where: Path = STAGE) -> None:
+    stage(rev, where)
     out.mkdir(parents=True, exist_ok=True)
     # One fixed environment, whoever runs this: its size moves the programs' stacks (argv_fields'
     # addresses) and the C library's own unaligned accesses (the counts ignored out of scope).
     env = {k: os.environ[k] for k in ("PATH", "HOME", "XDG_CACHE_HOME") if k in os.environ}
-    env.update(PYTHONPATH=str(STAGE), LANG="C.UTF-8")
+    env.update(PYTHONPATH=str(where), LANG="C.UTF-8")
     for engine, opts, program in runs():
         name = name_of(engine, program)
         doc = out / f"{name}.json"
         proc = subprocess.run([sys.executable, "-m", "ualdbg", "trace", "--json", str(doc), *opts, "--", *program],
-                              cwd=STAGE, env=env, capture_output=True, text=True, timeout=600)
+                              cwd=where, env=env, capture_output=True, text=True, timeout=600)
         (out / f"{name}.err").write_text(proc.stderr)
         (out / f"{name}.rc").write_text(f"{proc.returncode}\n")
         print(f"{name}: exit {proc.returncode}", flush=True)
@@ -123,9 +162,16 @@ def normal(path: Path) -> Any:
 
 
 def report(path: Path) -> list[str]:
+    """The report's lines without the duration line, thread ids and temporary paths; runs of
+    spaces and of a table's rule count as one, as a table widens with its widest thread id."""
     lines = path.read_text().splitlines() if path.exists() else []
-    return [re.sub(r"thread \d+", "thread N", re.sub(r"/tmp/ualdbg-\S+", "TMP", line)) for line in lines
-            if not re.match(r"\s+[\d.]+ s, [\d,.]+/s", line) and not re.match(r"\s+[\d.]+ s;", line)]
+    out = []
+    for line in lines:
+        if re.match(r"\s+[\d.]+ s, [\d,.]+/s", line) or re.match(r"\s+[\d.]+ s;", line):
+            continue
+        line = re.sub(r"thread \d+", "thread N", re.sub(r"/tmp/ualdbg-\S+", "TMP", line))
+        out.append(re.sub("─+", "─", re.sub(r" {2,}", "  ", line)).rstrip())
+    return out
 
 
 def diff(a: Path, b: Path) -> int:
@@ -157,12 +203,14 @@ def main() -> int:
     r = sub.add_parser("record")
     r.add_argument("rev")
     r.add_argument("out", type=Path)
+    r.add_argument("--stage", type=Path, default=STAGE,
+                   help=f"where the tree is put (default {STAGE}); one of the same length keeps the programs' stacks alike")
     d = sub.add_parser("diff")
     d.add_argument("a", type=Path)
     d.add_argument("b", type=Path)
     args = ap.parse_args()
     if args.cmd == "record":
-        record(args.rev, args.out)
+        record(args.rev, args.out, args.stage)
         return 0
     return diff(args.a, args.b)
 

@@ -1,4 +1,4 @@
-"""The #AC rule measured on this CPU (ualdbg/agent/src/acprobe.c -> alignment.ac_rules) against
+"""The #AC rule measured on this CPU (ualdbg/agent/src/acprobe/acprobe.c -> alignment.ac_rules) against
 what really faults: on programs/vector_moves.c (SSE, AVX, AVX-512 unaligned moves at several
 misalignments, an integer and an x87 control) the agent engine (real #AC), the trap engine
 (real #AC under gdb) and the step engine (--policy ac, decode + table) agree per PC, and the

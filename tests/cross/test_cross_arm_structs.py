@@ -157,10 +157,10 @@ class _Regs:
 
 def _perform(raw: str, regs: dict[str, int], mode: str = "") -> _Regs:
     from ualdbg.engines.fixup import FixupEngine
-    from ualdbg.isa.decode import Decoder
+    from ualdbg.isa.decode import decoder_for
     from ualdbg.isa.insn import transfer
 
-    insn = Decoder("armhf").decode(bytes.fromhex(raw), 0x8000, mode)
+    insn = decoder_for("armhf").decode(bytes.fromhex(raw), 0x8000, mode)
     assert insn is not None and insn.exact
     op = transfer(insn)
     assert op is not None, insn.text

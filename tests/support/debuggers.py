@@ -17,7 +17,7 @@ from pathlib import Path
 from support.env import ROOT, require_tool, scrubbed_env
 from support.reports import Report, parse_reports
 from support.run import Result, run
-from ualdbg.isa import qemu
+from ualdbg.engines import qemu
 from ualdbg.isa.arch import arch_by_name
 
 GDB_ENTRY = ROOT / "gdb" / "ualdbg.py"

@@ -51,7 +51,7 @@ def _writer_or_fail() -> Any:
         pytest.skip("the agent runs on x86-64 hosts only")
     require_tool("cc")
     lib = ar.writer()
-    assert lib is not None, "the record writer (agent/src/records.c) did not build"
+    assert lib is not None, "the record writer (agent/src/records/records.c) did not build"
     return lib
 
 

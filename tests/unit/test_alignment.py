@@ -25,10 +25,10 @@ from ualdbg.isa.alignment import (
     rules_from_probe,
     violations,
 )
-from ualdbg.isa.decode import Decoder, Insn, accesses
+from ualdbg.isa.decode import Insn, accesses, decoder_for
 
 R, W = AccessKind.READ, AccessKind.WRITE
-DECODER = Decoder()
+DECODER = decoder_for()
 
 
 ZEN3 = AcPolicy(ZEN3_RULES)

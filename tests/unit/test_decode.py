@@ -1,11 +1,12 @@
-"""decode.py: x86-64 memory-operand recipes and their evaluation, from raw instruction bytes
+"""isa/arch/x86_64.py: x86-64 memory-operand recipes and their evaluation, from raw instruction bytes
 (assembled with GNU as, Intel syntax, at authoring time; the bytes are the test data)."""
 from __future__ import annotations
 
 import pytest
 
 from ualdbg.core.model import AccessKind
-from ualdbg.isa.decode import Decoder, Insn, MemOperand, RegisterUnavailable, accesses, effective_address
+from ualdbg.isa.arch.x86_64 import X86Decoder, effective_address
+from ualdbg.isa.decode import Insn, MemOperand, RegisterUnavailable, accesses, decoder_for
 
 R, W, RW = AccessKind.READ, AccessKind.WRITE, AccessKind.READ_WRITE
 PC = 0x401000
@@ -22,17 +23,17 @@ Expected = list[tuple[int, int, AccessKind, bool]]
 
 
 @pytest.fixture(scope="module")
-def decoder() -> Decoder:
-    return Decoder()
+def decoder() -> X86Decoder:
+    return X86Decoder()
 
 
-def decode(decoder: Decoder, hexbytes: str, pc: int = PC) -> Insn:
+def decode(decoder: X86Decoder, hexbytes: str, pc: int = PC) -> Insn:
     insn = decoder.decode(bytes.fromhex(hexbytes), pc)
     assert insn is not None, hexbytes
     return insn
 
 
-def evaluate(decoder: Decoder, hexbytes: str, pc: int = PC, **regs: int) -> Expected:
+def evaluate(decoder: X86Decoder, hexbytes: str, pc: int = PC, **regs: int) -> Expected:
     insn = decode(decoder, hexbytes, pc)
     return [(a.va, a.size, a.kind, a.implicit) for a in accesses(insn, {**REGS, **regs})]
 
@@ -149,7 +150,7 @@ CASES: list[tuple[str, str, Expected]] = [
 
 @pytest.mark.parametrize(("hexbytes", "expected"), [(h, e) for _, h, e in CASES],
                          ids=[name for name, _, _ in CASES])
-def test_accesses(decoder: Decoder, hexbytes: str, expected: Expected) -> None:
+def test_accesses(decoder: X86Decoder, hexbytes: str, expected: Expected) -> None:
     assert evaluate(decoder, hexbytes) == expected
 
 
@@ -159,18 +160,18 @@ def test_accesses(decoder: Decoder, hexbytes: str, expected: Expected) -> None:
     ("f20f1000", False),  # SSE movsd carries an f2 prefix: not a rep
     ("f3c3", False),  # "repz ret"
 ])
-def test_rep_flag(decoder: Decoder, hexbytes: str, rep: bool) -> None:
+def test_rep_flag(decoder: X86Decoder, hexbytes: str, rep: bool) -> None:
     assert decode(decoder, hexbytes).rep is rep
 
 
-def test_rep_with_zero_count_touches_nothing(decoder: Decoder) -> None:
+def test_rep_with_zero_count_touches_nothing(decoder: X86Decoder) -> None:
     assert evaluate(decoder, "f348ab", rcx=0) == []
     assert evaluate(decoder, "f348ab", rcx=1) == [(RDI, 8, W, True)]
     # 0x67: the count is ecx, so a zero low half means no iteration
     assert evaluate(decoder, "67f348ab", rcx=1 << 32) == []
 
 
-def test_rip_relative_uses_next_instruction(decoder: Decoder) -> None:
+def test_rip_relative_uses_next_instruction(decoder: X86Decoder) -> None:
     insn = decode(decoder, "8b0500010000", pc=0x555555554000)
     assert insn.size == 6 and insn.next_pc == 0x555555554006
     (op,) = insn.operands
@@ -179,44 +180,44 @@ def test_rip_relative_uses_next_instruction(decoder: Decoder) -> None:
     assert effective_address(insn, op, {**REGS, "rip": 0}) == 0x555555554106
 
 
-def test_eip_relative_with_0x67_wraps_at_32_bits(decoder: Decoder) -> None:
+def test_eip_relative_with_0x67_wraps_at_32_bits(decoder: X86Decoder) -> None:
     assert evaluate(decoder, "678b0510000000", pc=0x555555554000) == [
         ((0x555555554007 + 0x10) & 0xFFFFFFFF, 4, R, False)]
 
 
-def test_subregister_base_is_masked_and_ea_wraps(decoder: Decoder) -> None:
+def test_subregister_base_is_masked_and_ea_wraps(decoder: X86Decoder) -> None:
     # [eax + 4] with rax = 0xdead_beef_ffff_fffe: eax = 0xfffffffe, + 4 wraps to 2
     assert evaluate(decoder, "678b4004", rax=0xDEADBEEFFFFFFFFE) == [(2, 4, R, False)]
 
 
-def test_64bit_ea_wraps_at_2_64(decoder: Decoder) -> None:
+def test_64bit_ea_wraps_at_2_64(decoder: X86Decoder) -> None:
     assert evaluate(decoder, "488b45f8", rbp=4) == [((4 - 8) & (2**64 - 1), 8, R, False)]
 
 
-def test_fs_segment_is_added_after_32bit_truncation(decoder: Decoder) -> None:
+def test_fs_segment_is_added_after_32bit_truncation(decoder: X86Decoder) -> None:
     # mov eax, fs:[eax] : 64 67 8b 00
     assert evaluate(decoder, "64678b00", rax=0x1_0000_0010) == [
         (REGS["fs_base"] + 0x10, 4, R, False)]
 
 
-def test_other_segment_overrides_have_base_zero(decoder: Decoder) -> None:
+def test_other_segment_overrides_have_base_zero(decoder: X86Decoder) -> None:
     insn = decode(decoder, "26488b00")  # mov rax, es:[rax]
     assert insn.operands[0].segment is None
     assert evaluate(decoder, "26488b00") == [(RAX, 8, R, False)]
 
 
 @pytest.mark.parametrize(("rcx", "delta"), [(3, 0), (200, 24), (-1, -8), (-65, -16)])
-def test_bit_string_offset_register(decoder: Decoder, rcx: int, delta: int) -> None:
+def test_bit_string_offset_register(decoder: X86Decoder, rcx: int, delta: int) -> None:
     # bts qword [rax], rcx addresses [rax + 8*(rcx >> 6)], rcx signed
     assert evaluate(decoder, "480fab08", rcx=rcx & (2**64 - 1)) == [(RAX + delta, 8, RW, False)]
 
 
-def test_bit_string_offset_16bit(decoder: Decoder) -> None:
+def test_bit_string_offset_16bit(decoder: X86Decoder) -> None:
     # bt word [rax], cx : 66 0f a3 08 ; cx = 0xfff0 = -16 -> one word back
     assert evaluate(decoder, "660fa308", rcx=0xFFF0) == [(RAX - 2, 2, R, False)]
 
 
-def test_missing_register_raises_keyerror(decoder: Decoder) -> None:
+def test_missing_register_raises_keyerror(decoder: X86Decoder) -> None:
     insn = decode(decoder, "48895001")
     with pytest.raises(RegisterUnavailable):
         accesses(insn, {"rbx": 0})
@@ -224,7 +225,7 @@ def test_missing_register_raises_keyerror(decoder: Decoder) -> None:
         accesses(decode(decoder, "64488b042528000000"), {})
 
 
-def test_gather_is_marked_and_needs_vector_registers(decoder: Decoder) -> None:
+def test_gather_is_marked_and_needs_vector_registers(decoder: X86Decoder) -> None:
     insn = decode(decoder, "c4e269900488")  # vpgatherdd xmm0, [rax + xmm1*4], xmm2
     assert insn.vsib and not insn.masked
     (op,) = insn.operands
@@ -245,7 +246,7 @@ def test_gather_is_marked_and_needs_vector_registers(decoder: Decoder) -> None:
     assert [a.va for a in accesses(insn, no_mask)] == [RAX, RAX + 4, RAX - 4, RAX + 12]
 
 
-def test_gather_qword_index_lanes(decoder: Decoder) -> None:
+def test_gather_qword_index_lanes(decoder: X86Decoder) -> None:
     insn = decode(decoder, "c4e26d910488")  # vpgatherqd xmm0, [rax + ymm1*4], xmm2
     (op,) = insn.operands
     assert op.size == 4 and op.vsib is not None
@@ -257,7 +258,7 @@ def test_gather_qword_index_lanes(decoder: Decoder) -> None:
     ("0f1000", False),
     ("62f17e496f00", True),  # vmovdqu32 zmm0 {k1}, [rax]
 ])
-def test_masked_moves_are_marked(decoder: Decoder, hexbytes: str, masked: bool) -> None:
+def test_masked_moves_are_marked(decoder: X86Decoder, hexbytes: str, masked: bool) -> None:
     insn = decode(decoder, hexbytes)
     assert insn.masked is masked and not insn.vsib
 
@@ -276,16 +277,16 @@ def test_masked_moves_are_marked(decoder: Decoder, hexbytes: str, masked: bool) 
     ("c5fdfe00", 0),  # vpaddd ymm0, ymm0, m256 (VEX: no alignment requirement)
     ("f20f1000", 0),  # movsd m64
 ])
-def test_alignment_enforcing_instructions(decoder: Decoder, hexbytes: str, gp_align: int) -> None:
+def test_alignment_enforcing_instructions(decoder: X86Decoder, hexbytes: str, gp_align: int) -> None:
     assert decode(decoder, hexbytes).gp_align == gp_align
 
 
-def test_xsave_is_inexact(decoder: Decoder) -> None:
+def test_xsave_is_inexact(decoder: X86Decoder) -> None:
     insn = decode(decoder, "0fae20")
     assert not insn.exact and insn.operands[0].kind is W and insn.operands[0].size >= 576
 
 
-def test_far_call_through_memory(decoder: Decoder) -> None:
+def test_far_call_through_memory(decoder: X86Decoder) -> None:
     insn = decode(decoder, "ff18")  # call m16:32 (capstone reports "call" with 8 bytes)
     assert insn.flow == "call" and not insn.exact
     assert [(op.size, op.kind) for op in insn.operands] == [(6, R)]
@@ -308,7 +309,7 @@ def test_far_call_through_memory(decoder: Decoder) -> None:
     ("48895001", "next", None),
     ("f3a4", "next", None),
 ])
-def test_flow(decoder: Decoder, hexbytes: str, flow: str, target: int | None) -> None:
+def test_flow(decoder: X86Decoder, hexbytes: str, flow: str, target: int | None) -> None:
     insn = decode(decoder, hexbytes)
     assert (insn.flow, insn.target) == (flow, target)
 
@@ -321,16 +322,16 @@ def test_flow(decoder: Decoder, hexbytes: str, flow: str, target: int | None) ->
     "ffff",  # ff /7: undefined
     "66" * 15 + "90",  # 16 bytes: longer than any x86 instruction
 ])
-def test_undecodable_gives_none(decoder: Decoder, hexbytes: str) -> None:
+def test_undecodable_gives_none(decoder: X86Decoder, hexbytes: str) -> None:
     assert decoder.decode(bytes.fromhex(hexbytes), PC) is None
 
 
-def test_decode_reads_at_most_15_bytes(decoder: Decoder) -> None:
+def test_decode_reads_at_most_15_bytes(decoder: X86Decoder) -> None:
     insn = decoder.decode(bytes.fromhex("48895001" + "90" * 40), PC)
-    assert insn is not None and insn.size == 4 and Decoder.max_insn_len == 15
+    assert insn is not None and insn.size == 4 and X86Decoder.max_insn_len == 15
 
 
-def test_insn_text_and_identity(decoder: Decoder) -> None:
+def test_insn_text_and_identity(decoder: X86Decoder) -> None:
     insn = decode(decoder, "48895001")
     assert insn.text == "mov qword ptr [rax + 1], rdx"
     assert insn.pc == PC and insn.size == 4 and insn.mnemonic == "mov" and insn.raw == bytes.fromhex("48895001")
@@ -338,7 +339,7 @@ def test_insn_text_and_identity(decoder: Decoder) -> None:
     assert decode(decoder, "f348ab").name == "stosq"
 
 
-def test_recipe_is_frozen_and_reusable(decoder: Decoder) -> None:
+def test_recipe_is_frozen_and_reusable(decoder: X86Decoder) -> None:
     insn = decode(decoder, "50")
     (op,) = insn.operands
     assert isinstance(op, MemOperand) and op.base == "rsp" and op.rsp_adjust == -8 and op.implicit
@@ -351,4 +352,4 @@ def test_recipe_is_frozen_and_reusable(decoder: Decoder) -> None:
 
 def test_unknown_arch_is_refused() -> None:
     with pytest.raises(ValueError, match="x86_64"):
-        Decoder("sparc64")
+        decoder_for("sparc64")

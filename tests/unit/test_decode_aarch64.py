@@ -7,11 +7,11 @@ import pytest
 
 from ualdbg.core.model import AccessKind
 from ualdbg.isa.alignment import NaturalPolicy
-from ualdbg.isa.decode import Decoder, Insn, RegisterUnavailable, accesses
+from ualdbg.isa.decode import Insn, RegisterUnavailable, accesses, decoder_for
 
 R, W, RW = AccessKind.READ, AccessKind.WRITE, AccessKind.READ_WRITE
 PC = 0x400000
-DEC = Decoder("aarch64")
+DEC = decoder_for("aarch64")
 REGS = {f"x{n}": 0x1000 * (n + 1) for n in range(31)} | {"sp": 0x7FF0, "pc": PC}
 
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 import pytest
 
 from ualdbg.core.model import AccessKind
-from ualdbg.isa.arch import aarch64_insn, sh4
-from ualdbg.isa.decode import Decoder
+from ualdbg.isa.arch import CPUS, aarch64, sh4, strict
+from ualdbg.isa.decode import decoder_for
 from ualdbg.isa.insn import Insn, MemOperand, transfer
-from ualdbg.isa.strict import STRICT, strict
 
 # One faulting load per architecture with a signal mode, as its decoder reads it from memory.
 WORDS = {
@@ -28,7 +27,7 @@ WORDS = {
 
 
 def test_every_signal_mode_architecture_is_covered() -> None:
-    assert set(WORDS) == set(STRICT)
+    assert set(WORDS) == {name for name, cpu in CPUS.items() if cpu.strict is not None}
     assert strict("x86_64") is None and strict("riscv64") is None
 
 
@@ -37,38 +36,41 @@ def test_each_decoder_gives_the_model_with_its_data_registers(arch: str) -> None
     raw, text, data = WORDS[arch]
     s = strict(arch)
     assert s is not None
-    insn = s.decoder()(bytes.fromhex(raw), 0x1000, "")
+    insn = s.decoder().decode(bytes.fromhex(raw), 0x1000, "")
     assert isinstance(insn, Insn) and insn.pc == 0x1000 and insn.text == text
     op = transfer(insn)
     assert isinstance(op, MemOperand) and op.data == data and op.kind is AccessKind.READ
 
 
 def test_transfer_joins_consecutive_recipes_and_keeps_one_alone() -> None:
-    dec = Decoder("armhf")
+    dec = decoder_for("armhf")
     ldm = dec.decode(bytes.fromhex("0300b2e8"), 0x8000)  # ldm r2!, {r0, r1}
     assert ldm is not None and len(ldm.operands) == 2
     op = transfer(ldm)
     assert op is not None
     assert (op.base, op.size, op.data, op.align, op.writeback) == ("r2", 8, ("r0", "r1"), 4, 8)
-    lw = Decoder("mips").decode(bytes.fromhex("8c820003"), 0x1000)
+    lw = decoder_for("mips").decode(bytes.fromhex("8c820003"), 0x1000)
     assert lw is not None and transfer(lw) is lw.operands[0]
 
 
 def test_transfer_is_none_without_data_registers() -> None:
-    x86 = Decoder("x86_64").decode(bytes.fromhex("8b4701"), 0x1000)  # mov eax, [rdi + 1]
+    x86 = decoder_for("x86_64").decode(bytes.fromhex("8b4701"), 0x1000)  # mov eax, [rdi + 1]
     assert x86 is not None and x86.operands and transfer(x86) is None
-    ldr = Decoder("aarch64").decode((0xF9400000).to_bytes(4, "little"), 0x1000)  # ldr x0, [x0]
+    ldr = decoder_for("aarch64").decode((0xF9400000).to_bytes(4, "little"), 0x1000)  # ldr x0, [x0]
     assert ldr is not None and ldr.operands and transfer(ldr) is None  # a plain load: no trap on arm64
 
 
+SIGNAL = aarch64.SignalDecoder()
+
+
 def test_arm64_signal_decoder_is_the_step_decoder_filtered() -> None:
-    stxr = aarch64_insn.signal_decode((0xC8027C20).to_bytes(4, "little"))  # stxr w2, x0, [x1]
+    stxr = SIGNAL.decode((0xC8027C20).to_bytes(4, "little"), 0)  # stxr w2, x0, [x1]
     assert stxr is not None
     op = stxr.operands[0]
     assert (op.data, op.status, op.exclusive, op.kind) == (("x0",), "x2", True, AccessKind.WRITE)
-    casp = aarch64_insn.signal_decode((0x48207C82).to_bytes(4, "little"))  # casp x0, x1, x2, x3, [x4]
+    casp = SIGNAL.decode((0x48207C82).to_bytes(4, "little"), 0)  # casp x0, x1, x2, x3, [x4]
     assert casp is not None and casp.operands[0].rmw == "atomic" and casp.operands[0].size == 16
-    assert aarch64_insn.signal_decode((0xF9400000).to_bytes(4, "little")) is None  # ldr x0, [x0]
+    assert SIGNAL.decode((0xF9400000).to_bytes(4, "little"), 0) is None  # ldr x0, [x0]
 
 
 def test_sh4_fmov_with_fpscr_sz_is_a_pair_not_performed() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 import struct
 
 from ualdbg.engines.outofline import HEAD, JMP_ABS, TAIL, Slot, SlotPool, build, eligible
-from ualdbg.isa.decode import Decoder
+from ualdbg.isa.decode import decoder_for
 
 PC = 0x555555555190
-DEC = Decoder()
+DEC = decoder_for()
 
 
 def test_slot_clears_ac_runs_the_copy_sets_ac_and_jumps_back_aligned() -> None:

@@ -1,5 +1,5 @@
 """Reader of the agent's shared-memory trace buffer (the layout is documented once, in
-ualdbg/agent/src/ualdbg_agent.h): the header's counters for live progress, the exact per-PC
+ualdbg/agent/src/agent/ualdbg_agent.h): the header's counters for live progress, the exact per-PC
 site table, the ring of in-scope records, and the /proc/PID/maps snapshots for symbolization."""
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .private import fresh_dir, private_dir, trusted_file
 
-SRC = Path(__file__).resolve().parent / "src"
+# One folder per product of src/: the agent (here), the record writer and the #AC probe (below).
+SRC = Path(__file__).resolve().parent / "src" / "agent"
 SOURCES = ("agent.c", "signals.c", "wrappers.c", "trampolines.c", "patch.c", "process.c", "insn.c", "cfi.c", "entry.S")
 HEADERS = ("process.h", "patch.h", "trampolines.h", "wrappers.h", "signals.h", "ualdbg_agent.h", "insn.h", "cfi.h")
 # -mno-red-zone: the agent sets and clears EFLAGS.AC with pushfq/popfq in inline assembly,
@@ -125,15 +126,15 @@ def _compile(what: str, cc: str, flags: Sequence[str], sources: Sequence[Path], 
             os.unlink(tmp)
 
 
-# The JSON writer of the ring's records (records.c): loaded into ualdbg itself with ctypes, never
+# The JSON writer of the ring's records (src/records/): loaded into ualdbg itself with ctypes, never
 # into the traced program. -ffp-contract=off: its time arithmetic must be Python's, operation for
 # operation (IEEE double, no fused multiply-add).
-RECORDS_SOURCE = "records.c"
+RECORDS_SOURCE = SRC.parent / "records" / "records.c"
 RECORDS_FLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-ffp-contract=off", "-fvisibility=hidden")
 RECORDS_LIB = "ualdbg_records.so"
 
 
 def build_records(dest_dir: Path | None = None) -> Path:
     """The path of the built record writer, compiling it if this source version is not cached."""
-    return cached_build("the record writer", "records", RECORDS_LIB, [SRC / RECORDS_SOURCE], (), RECORDS_FLAGS,
+    return cached_build("the record writer", "records", RECORDS_LIB, [RECORDS_SOURCE], (), RECORDS_FLAGS,
                         ("-lm",), dest_dir)

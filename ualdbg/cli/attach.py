@@ -262,7 +262,7 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
     pid = req.pid
     exe, args = _program_of(pid)
     # Hot sites are patched as at launch; the detach puts the program's code back as it was
-    # (agent/src/patch.c, patch_release).
+    # (agent/src/agent/patch.c, patch_release).
     run = AgentRun([exe, *args], all_modules=req.all_modules, modules=list(req.modules), buffer=req.buffer,
                    patch_after=req.patch_after)
     try:

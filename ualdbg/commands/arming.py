@@ -12,6 +12,7 @@ from ..core.target import LiveThreads, offers
 from ..engines.scope import ScopeError
 from ..engines.step import ScopeRequest
 from ..isa.alignment import ac_rules
+from ..isa.arch import trap_flags
 from .options import DEBUGGER_ENGINES, add_engine_arg, add_scope_args, add_step_args, step_wanted
 from .registry import Host, Output, Parser, Runner, UsageError, command
 
@@ -148,9 +149,9 @@ def _status(p: Parser) -> Runner:
             table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
             for col in ("thread", "AC", "state"):
                 table.add_column(col)
-            flags = e._arch(target).flags
+            t = trap_flags(e._arch(target).name)
             for tid in target.threads():
-                ac = bool(target.read_register(flags, tid) & e._arch(target).ac_bit)
+                ac = t is not None and bool(target.read_register(t.register, tid) & t.ac_bit)
                 state = ("single-stepped by the step engine (in scope)" if tid in s.step.threads else
                          "stepping over a fault: AC returns after this instruction" if tid in e.pending else
                          "armed" if tid in e.armed else

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from ..core.model import Access, AccessKind
 from ..core.target import FloatBits, FloatMover, InferiorCalls, MemoryWriter, RegisterBatch, SigInfo, SymbolLookup, Target, offers
 from ..isa import arch as archmod
-from ..isa.arch import sparc64
+from ..isa.arch import sparc64, strict
+from ..isa.cpu import CallConvention
 from ..isa.insn import Insn, MemOperand, transfer
-from ..isa.strict import strict
 from .recorder import Decision
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class FixupEngine:
         self.session = session
         self.arch = arch
         self.strict = strict(arch.name)
-        self.decode = self.strict.decoder() if self.strict is not None else None
+        self.decode = self.strict.decoder().decode if self.strict is not None else None
         self.zero_regs = frozenset(arch.zero_regs)
         self.mask = MASK64 if arch.elf_class == 64 else 0xFFFFFFFF
         self.delay_slots = self.strict.delay_slot if self.strict is not None else None
@@ -435,6 +435,11 @@ class FixupEngine:
         self.slot_branch.clear()
         self.slot_resume.clear()
 
+    @property
+    def _call(self) -> CallConvention:
+        """The calling convention the prctl redirect follows (signal mode's, isa/cpu.py)."""
+        return self.strict.call if self.strict is not None else CallConvention()
+
     def _prctl_address(self, target: Target) -> int | None:
         return target.symbol_address("prctl") if offers(target, SymbolLookup) else None
 
@@ -445,8 +450,8 @@ class FixupEngine:
     def _free_stack(self, sp: int, distance: int) -> int:
         """An aligned address `distance` bytes into the unused stack (below sp, or above it
         where the stack grows up)."""
-        align = self.arch.stack_align
-        if self.arch.stack_grows_up:
+        align = self._call.stack_align
+        if self._call.stack_grows_up:
             return (sp + distance + align - 1) & ~(align - 1)
         return (sp - distance) & ~(align - 1)
 
@@ -462,7 +467,7 @@ class FixupEngine:
             self.prctl_state = "no prctl"
             raise RuntimeError("the program has no `prctl` (a static program that does not use it, or gdb "
                                "lacks the target's libraries: set sysroot): cannot ask for SIGBUS")
-        a = self.arch
+        a, c = self.arch, self._call
         tid = target.current_tid()
         pc = a.pc_writable
         saved = {r: target.read_register(r, tid) for r in (*a.gprs, pc, *([a.npc] if a.npc else []))
@@ -471,12 +476,12 @@ class FixupEngine:
         scratch = self._free_stack(sp, 256)
         # the PC as written keeps what its register holds beside the address (PA-RISC's privilege)
         entry = func | (saved[pc] - target.read_register(a.pc, tid))
-        regs = {a.sp: self._free_stack(sp, 1024), pc: entry, a.return_address: saved[pc]}
+        regs = {a.sp: self._free_stack(sp, 1024), pc: entry, c.return_address: saved[pc]}
         if a.npc:
             regs[a.npc] = entry + (a.insn_size or 4)
-        if a.call_target:
-            regs[a.call_target] = func
-        for reg, value in zip(a.call_args, args):
+        if c.target:
+            regs[c.target] = func
+        for reg, value in zip(c.args, args):
             regs[reg] = scratch if value is None else value
         self.redirect = {"saved": saved, "scratch": scratch, "then": then, "tid": tid}
         self._write_regs(target, regs, tid)
@@ -487,7 +492,7 @@ class FixupEngine:
         call, self.redirect = self.redirect, None
         a = self.arch
         tid = call["tid"]
-        result = target.read_register(a.call_ret, tid)
+        result = target.read_register(self._call.ret, tid)
         if call["then"] is not None:
             if result == 0:
                 self.saved_unalign = int.from_bytes(target.read_memory(call["scratch"], 4), a.endian)  # type: ignore[arg-type]

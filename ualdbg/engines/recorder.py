@@ -17,7 +17,7 @@ from ..core.target import MemoryReader, SigInfo, Target
 from ..core.trace import TraceBuffer
 from ..isa import arch as archmod
 from ..isa.alignment import AcPolicy, Policy
-from ..isa.decode import Decoder, Insn, accesses
+from ..isa.decode import DECODABLE, Insn, InsnDecoder, accesses, decoder_for
 from ..symbols.data import DataRef, Frame, safe_describe
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
@@ -101,7 +101,7 @@ class InstructionCache:
     a process that is gone (the agent)."""
 
     def __init__(self) -> None:
-        self.decoder = Decoder()
+        self.decoder = decoder_for()
         self._insns: dict[int, Insn | None] = {}
 
     def at(self, code: MemoryReader, pc: int, arch: str | None = None, mode: str = "") -> Insn | None:
@@ -110,8 +110,8 @@ class InstructionCache:
         cached = self._insns.get(pc)
         if pc not in self._insns or (mode and cached is not None and cached.mode != mode):
             name = arch or self.decoder.arch
-            if name != self.decoder.arch and name in Decoder.ARCHES:
-                self.decoder = Decoder(name)  # the target's instruction set (arm64 for the step engine)
+            if name != self.decoder.arch and name in DECODABLE:
+                self.decoder = decoder_for(name)  # the target's instruction set (arm64 for the step engine)
             try:
                 raw = code.read_memory(pc, self.decoder.max_insn_len)
             except Exception:
@@ -201,12 +201,12 @@ class FaultRecorder:
         return self.code.at(code, pc, arch, mode)
 
     @property
-    def decoder(self) -> Decoder:
+    def decoder(self) -> InsnDecoder:
         """The decoder of the instruction set decoded last (the step engine's, when it sets one)."""
         return self.code.decoder
 
     @decoder.setter
-    def decoder(self, decoder: Decoder) -> None:
+    def decoder(self, decoder: InsnDecoder) -> None:
         self.code.decoder = decoder
 
     def module_map(self, target: Target) -> ModuleMap | None:

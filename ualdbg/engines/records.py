@@ -10,7 +10,7 @@ once from register columns, and the records of a site share a *shape* (whether t
 the size and the access), so that a record is (raw bytes, va, shape). `RecordTable` is that
 table; it is a read-only sequence of the record objects for whoever reads the document (built
 on demand, one per access), and writes its JSON lines itself (`json_chunks`): in C
-(src/records.c) when the record writer builds, else json.dumps per record.
+(agent/src/records/records.c) when the record writer builds, else json.dumps per record.
 """
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from typing import Any, NamedTuple, overload
 from ..agent import buffer as ab
 from ..core.model import Access
 from ..isa.alignment import AcPolicy
-from ..isa.decode import _GPR, _MASK32, _MASK64, _RIP, Insn, MemOperand
+from ..isa.arch.x86_64 import GPR_SLICES, MASK32, MASK64, RIP_NAMES
+from ..isa.decode import Insn, MemOperand
 
 RECORD_SIZE = ab.RECORD_SIZE
 _WORDS = RECORD_SIZE // 8  # the record as 8-byte words: seq, time_ns, pc, pid|tid, cpu|flags, 16 GPRs, seg base
@@ -48,7 +49,7 @@ def _column(words: memoryview, word: int, rows: Sequence[int] | None) -> list[in
 
 
 def _gpr_column(words: memoryview, name: str, rows: Sequence[int] | None) -> list[int]:
-    full, shift, bits = _GPR[name]
+    full, shift, bits = GPR_SLICES[name]
     col = _column(words, _W_GPR + _GPR_INDEX[full], rows)
     if shift == 0 and bits == 64:
         return col
@@ -64,9 +65,9 @@ def _fast(insn: Insn, policy: Any) -> bool:
     for op in insn.operands:
         if op.vsib is not None or op.bit_offset is not None:
             return False
-        if op.base is not None and op.base not in _RIP and op.base not in _GPR:
+        if op.base is not None and op.base not in RIP_NAMES and op.base not in GPR_SLICES:
             return False
-        if op.index is not None and op.index not in _GPR:
+        if op.index is not None and op.index not in GPR_SLICES:
             return False
         if op.segment is not None and op.segment not in ("fs", "gs"):
             return False
@@ -78,15 +79,15 @@ def _addresses(insn: Insn, op: MemOperand, words: memoryview, rows: Sequence[int
     one pass over them."""
     const = op.disp
     base = index = None
-    if op.base is not None and op.base in _RIP:
+    if op.base is not None and op.base in RIP_NAMES:
         const += insn.next_pc
     elif op.base is not None:
-        if op.rsp_adjust and _GPR[op.base][0] == "rsp":
+        if op.rsp_adjust and GPR_SLICES[op.base][0] == "rsp":
             const += op.rsp_adjust
         base = _gpr_column(words, op.base, rows)
     if op.index is not None:
         index = _gpr_column(words, op.index, rows)
-    mask = _MASK32 if op.addr_size == 4 else _MASK64
+    mask = MASK32 if op.addr_size == 4 else MASK64
     scale = op.scale
     if base is not None and index is not None:
         ea = [(const + b + x * scale) & mask for b, x in zip(base, index)]
@@ -97,7 +98,7 @@ def _addresses(insn: Insn, op: MemOperand, words: memoryview, rows: Sequence[int
     else:
         ea = [const & mask] * n
     if op.segment is not None:  # fs/gs base: the one segment base the agent saves
-        return [(a + s) & _MASK64 for a, s in zip(ea, _column(words, _W_SEG, rows))]
+        return [(a + s) & MASK64 for a, s in zip(ea, _column(words, _W_SEG, rows))]
     return ea
 
 
@@ -177,7 +178,7 @@ def explain(raw: bytes, decode: Callable[[int], Insn | None], policy: Any,
             g_va = [cols[k][j] for j, k in enumerate(choice)]
             g_shape = [op_shapes[k] for k in choice]
         if insn.rep:  # a rep string instruction with a zero count makes no access
-            cmask = _MASK32 if ops[0].addr_size == 4 else _MASK64
+            cmask = MASK32 if ops[0].addr_size == 4 else MASK64
             live = [bool(c & cmask) for c in _column(words, _W_GPR + _GPR_INDEX["rcx"], rows)]
             g_va = [v if alive else 0 for v, alive in zip(g_va, live)]
             g_shape = [s if alive else none for s, alive in zip(g_shape, live)]

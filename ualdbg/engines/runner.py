@@ -43,7 +43,7 @@ class RunRequest:
     follow: bool = True  # agent: trace child processes too
     patch_after: int = 2  # agent: traps at a site before it is patched (0: --no-patch; issue 21)
     # The program's architecture (`--arch`, else the ELF's e_machine): one other than the host's
-    # runs under qemu-user with gdb-multiarch attached to qemu's gdb stub (ualdbg.isa.qemu).
+    # runs under qemu-user with gdb-multiarch attached to qemu's gdb stub (ualdbg.engines.qemu).
     arch: str | None = None
     # engine "step": the scope to single-step and the alignment policy (ualdbg.engines.stepnative)
     step_functions: list[str] = field(default_factory=list)
@@ -307,7 +307,7 @@ def _run_qemu(req: RunRequest, arch: ArchInfo, cfg: dict[str, Any], log: str,
               folder: str) -> tuple[int, int | None, int | None]:
     """qemu-ARCH -g on a private socket, gdb-multiarch in batch mode attached to it; the
     program's stdio are the user's and its end is qemu's wait status."""
-    from ..isa import qemu
+    from . import qemu
 
     try:
         cfg["gdb"] = qemu.find_gdb_multiarch()

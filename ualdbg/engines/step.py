@@ -60,13 +60,13 @@ class StepControl(Protocol):
 def set_trap_flag(target: Target, tid: int, on: bool) -> None:
     """x86 single-stepping without the debugger's own step: EFLAGS.TF makes the CPU trap after
     each instruction, and the debugger's SIGTRAP catchpoint sees the trap (gdb)."""
-    a = archmod.arch_info(target.arch())
-    if not a.tf_bit:
+    t = archmod.trap_flags(archmod.arch_info(target.arch()).name)
+    if t is None:
         return  # no trap flag (arm64): the engine steps by breakpoints instead (by_breakpoints)
-    old = target.read_register(a.flags, tid)
-    new = (old | a.tf_bit) if on else (old & ~a.tf_bit)
+    old = target.read_register(t.register, tid)
+    new = (old | t.tf_bit) if on else (old & ~t.tf_bit)
     if new != old:
-        target.write_register(a.flags, new, tid)
+        target.write_register(t.register, new, tid)
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ class StepEngine:
         thread that is already in scope (stopped at main with `--in main`, or `--until-return`)."""
         self.control = control
         a = self._arch(target)
-        self.by_breakpoints = not a.tf_bit
+        self.by_breakpoints = archmod.trap_flags(a.name) is None
         if not self.policy_given:
             # Configured before the process existed (gdb-multiarch before `target remote`).
             self.session.policy = policy_by_name("ac" if a.mechanism == archmod.MECH_AC else "natural")
@@ -233,10 +233,10 @@ class StepEngine:
 
     def _starts(self, target: Target, a: archmod.ArchInfo, lo: int, hi: int) -> list[int]:
         """The instruction addresses of [lo, hi), decoded linearly from lo (a function's entry)."""
-        from ..isa.decode import Decoder
+        from ..isa.decode import decoder_for
 
         if self.session.decoder.arch != a.name:
-            self.session.decoder = Decoder(a.name)
+            self.session.decoder = decoder_for(a.name)
         decoder = self.session.decoder
         code = target.read_memory(lo, hi - lo)
         mode_at = self._arm_modes(target, a, lo)
@@ -407,15 +407,15 @@ class StepEngine:
         """A single-step trap in a thread we do not step: it inherited TF from a stepped thread
         across clone(). With --everywhere it is adopted (stepped from here on); otherwise its TF
         is cleared. None when the trap is not ours (no TF: the debugger's own step)."""
-        a = self._arch(target)
-        if not self.enabled or self.control is None:
+        t = archmod.trap_flags(self._arch(target).name)
+        if not self.enabled or self.control is None or t is None:
             return None
-        flags = target.read_register(a.flags, tid)
-        if not flags & a.tf_bit:
+        flags = target.read_register(t.register, tid)
+        if not flags & t.tf_bit:
             return None
         if self._adopts_new_threads():
             return self._adopt(target, tid)  # its TF is already set: no control.step
-        target.write_register(a.flags, flags & ~a.tf_bit, tid)
+        target.write_register(t.register, flags & ~t.tf_bit, tid)
         return StepDecision.RUN
 
     def on_thread_start(self, target: Target, tid: int) -> StepDecision:
@@ -427,7 +427,8 @@ class StepEngine:
         if (tid in self.threads or self.control is None or not self.armed or self.by_breakpoints
                 or not self._adopts_new_threads()):
             return StepDecision.RUN
-        if target.read_register(self._arch(target).syscall_ret, tid) != 0:
+        t = archmod.trap_flags(self._arch(target).name)
+        if t is None or target.read_register(t.syscall_ret, tid) != 0:
             return StepDecision.RUN  # the creating thread (it got the new thread's id), or a failure
         self.control.step(target, tid)
         return self._adopt(target, tid)
@@ -504,13 +505,13 @@ class StepEngine:
         to the IT), so the block's instructions are checked here, before any of them runs, each
         recorded at its own PC. One whose address or condition depends on an earlier
         instruction of the block cannot be computed ahead: counted in `stats.unchecked`."""
-        from ..isa.arch import arm_insn
+        from ..isa.arch import arm
         from .recorder import LazyRegisters
 
         s = self.session
         regs = LazyRegisters(target, tid)
         try:
-            block = arm_insn.it_block(s.decoder._other, it, target.read_memory(it.next_pc, 16), regs)
+            block = arm.it_block(s.decoder, it, target.read_memory(it.next_pc, 16), regs)
         except (RegisterUnavailable, KeyError):
             return StepDecision.STEP
         stop = False

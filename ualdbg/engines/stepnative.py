@@ -20,7 +20,8 @@ from ..core.model import Access, AccessKind, Fault
 from ..core.result import ProgramInfo, TraceResult, sites_of
 from ..core.trace import TraceBuffer
 from ..isa.alignment import Policy, policy_by_name
-from ..isa.decode import Decoder, Insn, MemOperand, register_slice
+from ..isa.arch.x86_64 import register_slice
+from ..isa.decode import Insn, MemOperand, decoder_for
 from ..render.jsondoc import build_document
 from ..stepper.build import BuildError, build
 from ..symbols.maps import ModuleMap
@@ -271,7 +272,7 @@ class _Driver:
         self.program = program
         self.policy = policy_by_name(run.policy)
         self.encoder = Encoder(self.policy)
-        self.decoder = Decoder()
+        self.decoder = decoder_for()
         self.insns: dict[int, Insn | None] = {}
         self.retsites: set[int] = set()
         self.modmap: ModuleMap | None = None

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..core.target import FaultStepper, OutOfLineTarget, SigInfo, Target, offers
 from ..isa import arch as archmod
+from ..isa.cpu import TrapFlags
 from .outofline import Slot, SlotPool
 from .procfs import sigbus_blocked
 from .recorder import Decision
@@ -59,11 +60,19 @@ class TrapEngine:
         self._arch(target)
         return self.fixup
 
+    def _ac(self, target: Target) -> TrapFlags:
+        """The flags register this engine arms (x86-64's EFLAGS.AC and TF): only the AC path
+        asks, and the CPUs without one have a fix-up engine instead."""
+        flags = archmod.trap_flags(self._arch(target).name)
+        if flags is None:
+            raise RuntimeError(f"{self._arch(target).name} has no alignment-check flag to arm")
+        return flags
+
     def _flags(self, target: Target, tid: int | None) -> int:
-        return target.read_register(self._arch(target).flags, tid)
+        return target.read_register(self._ac(target).register, tid)
 
     def _set_flags(self, target: Target, tid: int | None, set_bits: int, clear_bits: int) -> None:
-        name = self._arch(target).flags
+        name = self._ac(target).register
         old = target.read_register(name, tid)
         new = (old | set_bits) & ~clear_bits
         if new != old:
@@ -76,10 +85,10 @@ class TrapEngine:
         if pid is not None and sigbus_blocked(pid, tid):
             self.sigbus_blocked.add(tid)
             self.armed.discard(tid)
-            self._set_flags(target, tid, 0, self._arch(target).ac_bit)
+            self._set_flags(target, tid, 0, self._ac(target).ac_bit)
             return False
         self.sigbus_blocked.discard(tid)
-        self._set_flags(target, tid, self._arch(target).ac_bit, 0)
+        self._set_flags(target, tid, self._ac(target).ac_bit, 0)
         self.armed.add(tid)
         return True
 
@@ -103,11 +112,11 @@ class TrapEngine:
             fixup.disarm(target)
         elif target is not None and target.pid() is not None:
             self.leave_slots(target)
-            a = self._arch(target)
+            ac = self._ac(target)
             for tid in target.threads():
-                clear = a.ac_bit
+                clear = ac.ac_bit
                 if (tid in self.pending and not self.pending[tid]) or tid in self.tf_suspect:
-                    clear |= a.tf_bit
+                    clear |= ac.tf_bit
                 self._set_flags(target, tid, 0, clear)
         self.forget_threads()
 
@@ -152,8 +161,9 @@ class TrapEngine:
             if moved:
                 tf_was_set = self.pending.pop(tid)
                 del self.pending_pc[tid]
-                clear = 0 if tf_was_set else a.tf_bit
-                arm = a.ac_bit if (self.active and tid in self.armed) else 0
+                ac = self._ac(target)
+                clear = 0 if tf_was_set else ac.tf_bit
+                arm = ac.ac_bit if (self.active and tid in self.armed) else 0
                 self._set_flags(target, tid, arm, clear)
                 if clear:
                     self.tf_suspect.add(tid)
@@ -192,9 +202,9 @@ class TrapEngine:
             # unless we are active (then it is an unaligned access in scope of the trace).
             if not self.active:
                 return Decision.NOT_OURS
-        a = self._arch(target)
-        flags = target.read_register(a.flags, tid)
-        if not flags & a.ac_bit:
+        a, ac = self._arch(target), self._ac(target)
+        flags = target.read_register(ac.register, tid)
+        if not flags & ac.ac_bit:
             return Decision.NOT_OURS
         if offers(target, FaultStepper):
             return self._on_fault_stepper(target, tid, info, flags, target.step_over_fault)
@@ -204,7 +214,7 @@ class TrapEngine:
             if slot is not None and slot.in_head(pc):
                 # The slot's own pushfq faulted: the program's rsp is misaligned. Clear AC from
                 # here; the head's popfq keeps it clear and the tail sets it again.
-                target.write_register(a.flags, flags & ~a.ac_bit, tid)
+                target.write_register(ac.register, flags & ~ac.ac_bit, tid)
                 return Decision.RESUME
         stop = self.session.record_fault(target, tid, info)
         if not stop and self.out_of_line and offers(target, OutOfLineTarget):
@@ -215,9 +225,9 @@ class TrapEngine:
                 return Decision.RESUME
         # Run the faulting instruction once with AC clear; TF makes the CPU trap right after it
         # (after ONE iteration of a rep string instruction, so k misaligned elements count k).
-        self.pending[tid] = bool(flags & a.tf_bit) and tid not in self.tf_suspect
+        self.pending[tid] = bool(flags & ac.tf_bit) and tid not in self.tf_suspect
         self.pending_pc[tid] = pc
-        target.write_register(a.flags, (flags & ~a.ac_bit) | a.tf_bit, tid)
+        target.write_register(ac.register, (flags & ~ac.ac_bit) | ac.tf_bit, tid)
         return Decision.STOP if stop else Decision.RESUME
 
     def _slot(self, target: Target, tid: int, write_memory: Callable[[int, bytes], None]) -> Slot | None:
@@ -259,7 +269,8 @@ class TrapEngine:
                 self.reported[tid] = pc
                 return Decision.STOP
         self.pending[tid] = True  # True: ualdbg set no TF, so disarm must not clear it
-        target.write_register(a.flags, flags & ~a.ac_bit, tid)
+        ac = self._ac(target)
+        target.write_register(ac.register, flags & ~ac.ac_bit, tid)
         step_over_fault(tid)
         return Decision.RESUME
 
@@ -268,18 +279,18 @@ class TrapEngine:
         if self.pending.pop(tid, None) is None:
             return
         if self.active and tid in self.armed:
-            self._set_flags(target, tid, self._arch(target).ac_bit, 0)
+            self._set_flags(target, tid, self._ac(target).ac_bit, 0)
 
     def scrub_tf(self, target: Target, tid: int) -> bool:
         """Clear a TF the kernel re-set after ualdbg cleared its own (see `tf_suspect`)."""
-        a = self._arch(target)
+        ac = self._ac(target)
         try:
-            flags = target.read_register(a.flags, tid)
+            flags = target.read_register(ac.register, tid)
         except Exception:
             return False
-        if not flags & a.tf_bit:
+        if not flags & ac.tf_bit:
             return False
-        target.write_register(a.flags, flags & ~a.tf_bit, tid)
+        target.write_register(ac.register, flags & ~ac.tf_bit, tid)
         return True
 
     def _on_trap(self, target: Target) -> Decision:
@@ -290,12 +301,12 @@ class TrapEngine:
             return Decision.NOT_OURS
         tf_was_set = self.pending.pop(tid)
         self.pending_pc.pop(tid, None)
-        a = self._arch(target)
-        clear = 0 if tf_was_set else a.tf_bit
+        ac = self._ac(target)
+        clear = 0 if tf_was_set else ac.tf_bit
         if clear:
             self.tf_suspect.add(tid)
         if self.active and tid in self.armed:
-            self._set_flags(target, tid, a.ac_bit, clear)
+            self._set_flags(target, tid, ac.ac_bit, clear)
         else:
             self._set_flags(target, tid, 0, clear)
         # A program that single-steps itself (TF already set) still gets its own SIGTRAP.
@@ -308,33 +319,33 @@ class TrapEngine:
         breakpoints (which know both)."""
         if not self.active or self.fixup is not None:
             return
-        a = self._arch(target)
+        ac = self._ac(target)
         if tid is None:
             tid = target.current_tid()
         if nr is None:
-            nr = target.read_register(a.syscall_nr, tid)
+            nr = target.read_register(ac.syscall_nr, tid)
         if entry is None:
-            entry = target.read_register(a.syscall_ret, tid) == (-archmod.ENOSYS & 0xFFFFFFFFFFFFFFFF)
-        if nr in a.task_creating_syscalls:
+            entry = target.read_register(ac.syscall_ret, tid) == (-archmod.ENOSYS & 0xFFFFFFFFFFFFFFFF)
+        if nr in ac.task_creating_syscalls:
             if entry:
                 self.before_task_creation(target, tid)
             else:
                 self.after_task_creation(target, tid)
-        elif nr == a.sigprocmask_syscall and not entry:
+        elif nr == ac.sigprocmask_syscall and not entry:
             self.after_mask_change(target, tid)
 
     def before_task_creation(self, target: Target, tid: int) -> None:
         """New tasks copy the caller's flags: start them unarmed (a new pthread runs libc with
         signals blocked before its start routine; a forked child is not traced)."""
         if self.active and tid in self.armed:
-            self._set_flags(target, tid, 0, self._arch(target).ac_bit)
+            self._set_flags(target, tid, 0, self._ac(target).ac_bit)
             self.in_clone.add(tid)
 
     def after_task_creation(self, target: Target, tid: int) -> None:
         if tid in self.in_clone:
             self.in_clone.discard(tid)
             if self.active:
-                self._set_flags(target, tid, self._arch(target).ac_bit, 0)
+                self._set_flags(target, tid, self._ac(target).ac_bit, 0)
 
     def after_mask_change(self, target: Target, tid: int) -> None:
         """The last syscall a new pthread makes before its start routine restores its mask;

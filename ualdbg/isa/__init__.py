@@ -1,3 +1,3 @@
-"""Where a fault is decoded: capstone's decode of the faulting instruction (decode.py), the
-per-CPU facts and decoders (arch/), the alignment policies an access is checked against
-(alignment.py), and programs of other CPUs under qemu-user (qemu.py)."""
+"""Where a fault is decoded: the CPU plug-in contract (cpu.py), one module per CPU with its facts,
+its decoder into the one instruction model (insn.py) and its signal mode (arch/), the CPU-neutral
+door to them (decode.py), and the alignment policies an access is checked against (alignment.py)."""

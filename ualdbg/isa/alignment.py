@@ -8,7 +8,6 @@ import json
 import os
 import platform
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,7 +75,7 @@ def _crosses(access: Access, unit: int) -> bool:
 # --------------------------------------------------------------------------------------------
 # Which instructions raise #AC is CPU-dependent for vector operands (AMD Zen 3 checks 16-byte
 # SSE and 32-byte AVX moves at 16; this Intel Xeon checks none of them), so the rule is a table
-# measured by a small C probe (ualdbg/agent/src/acprobe.c) run once per CPU and cached as JSON.
+# measured by a small C probe (ualdbg/agent/src/acprobe/acprobe.c) run once per CPU and cached as JSON.
 
 @dataclass(frozen=True)
 class AcRules:
@@ -139,8 +138,6 @@ class AcPolicy:
         return access.va % rules.alignment(access.size, insn) != 0
 
 
-_PROBE_SOURCE = Path(__file__).resolve().parent.parent / "agent" / "src" / "acprobe.c"
-_PROBE_FLAGS = ("-O2", "-Wall", "-Wextra", "-mno-red-zone")
 _RULES: AcRules | None = None
 
 
@@ -208,17 +205,17 @@ def rules_from_probe(lines: Sequence[str], cpu: str, source: str, path: str = ""
 
 
 def measure_ac_rules(cache_dir: Path | None = None, refresh: bool = False) -> AcRules:
-    """Build the probe (agent build cache), run it and return its table; the table is stored as
-    JSON next to the probe, keyed by CPU vendor/family/model/stepping/microcode, and read back
-    from there unless `refresh`."""
-    from ..agent.build import BuildError, cached_build
+    """Build the probe (agent build cache), run it and return its table (ualdbg/agent/acprobe.py
+    builds and runs it); the table is stored as JSON next to the probe, keyed by CPU
+    vendor/family/model/stepping/microcode, and read back from there unless `refresh`."""
+    from ..agent.acprobe import ProbeRunError, build_probe, run_probe
+    from ..agent.build import BuildError
 
     if platform.machine() not in ("x86_64", "AMD64"):
         raise ProbeError(f"the host is {platform.machine()}, not x86-64")
     cpu = cpu_identity()
     try:
-        exe = cached_build("the alignment probe", "acprobe", "acprobe", [_PROBE_SOURCE], flags=_PROBE_FLAGS,
-                           dest_dir=cache_dir)
+        exe = build_probe(cache_dir)
     except BuildError as exc:
         raise ProbeError(str(exc)) from None
     table = exe.parent / f"table-{_cpu_key(cpu)}.json"
@@ -230,15 +227,10 @@ def measure_ac_rules(cache_dir: Path | None = None, refresh: bool = False) -> Ac
             return rules_from_probe(doc["probe"], label, "measured on this CPU", str(table))
         except (OSError, ValueError, KeyError, TypeError, ProbeError):
             pass
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     try:
-        proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, env=env,
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ProbeError(f"the alignment probe did not run: {exc}") from None
-    if proc.returncode != 0:
-        raise ProbeError(f"the alignment probe exited with status {proc.returncode}")
-    lines = proc.stdout.splitlines()
+        lines = run_probe(exe)
+    except ProbeRunError as exc:
+        raise ProbeError(str(exc)) from None
     rules = rules_from_probe(lines, label, "measured on this CPU", str(table))
     tmp = table.with_name(f".{table.name}.{os.getpid()}")
     try:
@@ -337,7 +329,7 @@ def markdown_table(rules: AcRules) -> str:
     for line in doc["probe"]:
         cls, kind, off, result = line.split()
         seen.setdefault(cls, {}).setdefault(kind, []).append(f"{off}:{result}")
-    out = [f"Measured by ualdbg/agent/src/acprobe.c on {rules.cpu}.", "",
+    out = [f"Measured by ualdbg/agent/src/acprobe/acprobe.c on {rules.cpu}.", "",
            "| class | probe results (offset mod 64: ok / ac) | checked at | Zen 3 rule |", "|---|---|---|---|"]
     for cls, kinds in seen.items():
         results = "; ".join(f"{kind} {' '.join(r)}" for kind, r in kinds.items())

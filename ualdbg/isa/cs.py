@@ -1,5 +1,5 @@
-"""The one place capstone decodes a single instruction for ualdbg's decoders (decode.py and the
-capstone-based ones in arch/)."""
+"""The one place capstone decodes a single instruction for the capstone-based decoders of
+isa/arch/ (ARM, AArch64, MIPS, RISC-V; x86-64's reads capstone's whole detail itself)."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,7 +1,7 @@
-"""The one instruction model of ualdbg: what every decoder gives (capstone for x86-64, ARM,
-AArch64, MIPS, RISC-V in decode.py and arch/*_insn.py; the hand-written decoders of SPARC,
-Alpha, PA-RISC and SH-4 in arch/) and what the step engine, the trap engine, the agent's
-reader and the fix-up of strict CPUs (engines/fixup.py) consume.
+"""The one instruction model of ualdbg: what every decoder gives (each CPU's module of isa/arch/:
+capstone for x86-64, ARM, AArch64, MIPS, RISC-V; hand-written for SPARC, Alpha, PA-RISC and
+SH-4) and what the step engine, the trap engine, the agent's reader and the fix-up of strict
+CPUs (engines/fixup.py) consume.
 
 An `Insn` is one decoded instruction: its PC, length, text, control flow and its memory
 operands. A `MemOperand` is a recipe for one memory access: the address as base + index *

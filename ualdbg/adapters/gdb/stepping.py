@@ -108,10 +108,10 @@ class GdbStepControl:
         tid = target.current_tid()
         if not step.stepping(tid):
             return 0
-        a = archmod.arch_info(target.arch())
-        if target.read_register(a.syscall_nr, tid) not in a.task_creating_syscalls:
+        t = archmod.trap_flags(archmod.arch_info(target.arch()).name)
+        if t is None or target.read_register(t.syscall_nr, tid) not in t.task_creating_syscalls:
             return 0
-        if target.read_register(a.syscall_ret, tid) == (-archmod.ENOSYS & 0xFFFFFFFFFFFFFFFF):
+        if target.read_register(t.syscall_ret, tid) == (-archmod.ENOSYS & 0xFFFFFFFFFFFFFFFF):
             step.before_task_creation(target, tid, self._creates_thread(target, tid))
             return 0
         return 1 if self._decide(step.after_task_creation(target, tid)) else 0

@@ -315,7 +315,7 @@ def remote_maps_text() -> str | None:
     """The program's mappings under qemu-user: qemu 9+'s stub serves the guest's own (libraries,
     heap, stack); qemu 7.2's does not, and then the main program's come from its ELF and the
     load bias gdb applied (the relocated entry point `info files` shows, less e_entry)."""
-    from ...isa.qemu import elf_entry, maps_from_elf
+    from ...engines.qemu import elf_entry, maps_from_elf
     from ...symbols.maps import mappings_from_gdb_table
 
     try:

@@ -20,7 +20,8 @@ from ...engines.lifecycle import Kind, arm_function
 from ...engines.procfs import blocked_signals
 from ...engines.recorder import Decision
 from ...engines.session import Session
-from ...isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP, X86_64
+from ...isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP
+from ...isa.arch.x86_64 import TRAP_FLAGS
 from ...render.console import to_text
 from ...symbols.maps import is_loader_path
 from .registry import HOOKS
@@ -111,8 +112,8 @@ def _command(debugger: lldb.SBDebugger, line: str) -> str:
 
 
 # -- where syscalls are made ---------------------------------------------------------------------
-_TASK = X86_64.task_creating_syscalls
-_MASK = X86_64.sigprocmask_syscall
+_TASK = TRAP_FLAGS.task_creating_syscalls
+_MASK = TRAP_FLAGS.sigprocmask_syscall
 _WANTED = frozenset(_TASK | {_MASK})
 _SIG_BLOCK = 0
 _TRAP_BIT = 1 << (SIGTRAP - 1)

@@ -1,11 +1,14 @@
-"""Per-architecture facts in one place: what ualdbg knows of each instruction set (register
-names as gdb names them, the program counter, signal numbers and codes, what SIGBUS's si_addr
-means, byte order, prctl numbers, the qemu-user binary), one module per architecture, and how
-to tell the architecture of a target (the debugger's name for it, or an ELF's e_machine)."""
+"""The table of CPUs: one module per architecture declares its `Cpu`s (isa/cpu.py: its facts as
+an ArchInfo, register names as gdb names them, the program counter, signal numbers, what SIGBUS's
+si_addr means, byte order, the qemu-user binary; its decoder; its signal mode), collected here by
+explicit import, and how to tell the architecture of a target (the debugger's name for it, or an
+ELF's e_machine). How to add a CPU: docs/ARCHITECTURE.md."""
 from __future__ import annotations
 
 from typing import Literal
 
+from ..cpu import Cpu, Strict, TrapFlags
+from . import aarch64, alpha, arm, hppa, mips, riscv64, sh4, sparc64, x86_64
 from .aarch64 import AARCH64
 from .alpha import ALPHA
 from .arm import ARMEL, ARMHF
@@ -32,10 +35,12 @@ from .sh4 import SH4
 from .sparc64 import SPARC64
 from .x86_64 import SYSCALL_NAMES, X86_64
 
-# armhf before armel: gdb names ARMv7 "armv7", and armel's prefix "arm" would take it too;
-# mips64el before mips and mipsel, whose prefix "mips" would take "mips:isa64r2" too.
-ARCHES: dict[str, ArchInfo] = {a.name: a for a in (X86_64, SPARC64, ALPHA, HPPA, SH4, AARCH64, RISCV64, ARMHF,
-                                                   ARMEL, MIPS64EL, MIPS, MIPSEL)}
+# In the order arch_info tries gdb's names: armhf before armel (gdb names ARMv7 "armv7", and
+# armel's prefix "arm" would take it too), mips64el before mips and mipsel (whose prefix "mips"
+# would take "mips:isa64r2" too): each module lists its own in that order.
+CPUS: dict[str, Cpu] = {cpu.name: cpu for cpu in (*x86_64.CPUS, *sparc64.CPUS, *alpha.CPUS, *hppa.CPUS, *sh4.CPUS,
+                                                  *aarch64.CPUS, *riscv64.CPUS, *arm.CPUS, *mips.CPUS)}
+ARCHES: dict[str, ArchInfo] = {name: cpu.info for name, cpu in CPUS.items()}
 # Names users type for --arch, besides ualdbg's own.
 ALIASES = {"amd64": "x86_64", "x86-64": "x86_64", "sparc": "sparc64", "sparcv9": "sparc64",
            "parisc": "hppa", "pa-risc": "hppa", "sh": "sh4", "arm64": "aarch64", "riscv": "riscv64",
@@ -43,11 +48,25 @@ ALIASES = {"amd64": "x86_64", "x86-64": "x86_64", "sparc": "sparc64", "sparcv9":
            "mips32el": "mipsel", "mips64": "mips64el", "mipsn64": "mips64el"}
 
 __all__ = [
-    "AARCH64", "ALPHA", "ARCHES", "ARMEL", "ARMHF", "MIPS", "MIPS64EL", "MIPSEL", "ArchInfo", "BUS_ADRALN", "ENOSYS", "HPPA", "MECH_AC",
-    "MECH_NATIVE", "MECH_PRCTL", "MECH_STEP", "PR_GET_UNALIGN", "PR_SET_UNALIGN",
+    "AARCH64", "ALPHA", "ARCHES", "ARMEL", "ARMHF", "CPUS", "MIPS", "MIPS64EL", "MIPSEL", "ArchInfo", "BUS_ADRALN", "Cpu",
+    "ENOSYS", "HPPA", "MECH_AC", "MECH_NATIVE", "MECH_PRCTL", "MECH_STEP", "PR_GET_UNALIGN", "PR_SET_UNALIGN",
     "PR_UNALIGN_NOPRINT", "PR_UNALIGN_SIGBUS", "RISCV64", "SH4", "SIGBUS", "SIGSEGV", "SIGTRAP",
-    "SPARC64", "SYSCALL_NAMES", "X86_64", "arch_by_name", "arch_info", "elf_arch",
+    "SPARC64", "SYSCALL_NAMES", "X86_64", "arch_by_name", "arch_info", "elf_arch", "strict", "trap_flags",
 ]
+
+
+def strict(arch: str) -> Strict | None:
+    """Signal mode's decoder and facts for this architecture, where it fixes faults up; None:
+    it has none (x86-64 traps by EFLAGS.AC: `trap_flags`; RISC-V: the step engine only)."""
+    cpu = CPUS.get(arch)
+    return cpu.strict if cpu is not None else None
+
+
+def trap_flags(arch: str) -> TrapFlags | None:
+    """The flags register signal mode arms and the step engine single-steps with (x86-64's
+    EFLAGS.AC and TF), None where the architecture has none."""
+    cpu = CPUS.get(arch)
+    return cpu.trap_flags if cpu is not None else None
 
 
 def arch_info(name: str) -> ArchInfo:

@@ -6,7 +6,10 @@ docs/ARCHITECTURES.md): the memory format (opcode, ra, rb, 16-bit displacement) 
 here, into the one instruction model (isa/insn.py)."""
 from __future__ import annotations
 
+from functools import partial
+
 from ...core.model import AccessKind
+from ..cpu import CallConvention, Cpu, Strict, WordDecoder
 from ..insn import Insn, MemOperand
 from .info import MECH_PRCTL, ArchInfo
 
@@ -24,14 +27,11 @@ ALPHA = ArchInfo(
     mechanism=MECH_PRCTL,
     native_sigbus=10,
     si_addr="data",
-    prctl_nr=348,
     qemu="qemu-alpha",
     triplet="alpha-linux-gnu",
-    call_args=("a0", "a1", "a2", "a3", "a4", "a5"),
-    call_ret="v0",
-    return_address="ra",
-    call_target="t12",  # pv: a callee computes its gp from it
 )
+# pv (t12): a callee computes its gp from it
+CALL = CallConvention(args=("a0", "a1", "a2", "a3", "a4", "a5"), ret="v0", return_address="ra", target="t12")
 
 CALLSYS = 0x00000083  # call_pal callsys: v0 = number, a0..a5 = arguments, a3 != 0 on error
 
@@ -61,3 +61,6 @@ def decode(word: int, pc: int = 0) -> Insn | None:
                     data=(reg,), signed=signed, float_data=flt)
     return Insn(pc=pc, size=4, mnemonic=name, op_str=f"{'$' if flt else ''}{reg}, {disp}({GPRS[rb]})", rep=False,
                 operands=(op,), flow="next", name=name, raw=word.to_bytes(4, "little"), arch="alpha")
+
+
+CPUS = (Cpu(ALPHA, strict=Strict(partial(WordDecoder, ALPHA.name, decode, 4, "little"), call=CALL)),)

@@ -7,7 +7,10 @@ FPU's fldw/fldd/fstw/fstd, displacement and indexed forms) are decoded here, as 
 fix-up handler does, into the one instruction model (isa/insn.py)."""
 from __future__ import annotations
 
+from functools import partial
+
 from ...core.model import AccessKind
+from ..cpu import CallConvention, Cpu, Strict, WordDecoder
 from ..insn import Insn, MemOperand
 from .info import MECH_PRCTL, ArchInfo
 
@@ -30,15 +33,11 @@ HPPA = ArchInfo(
     mechanism=MECH_PRCTL,
     native_sigbus=10,
     si_addr="data",
-    prctl_nr=172,
     qemu="qemu-hppa",
     triplet="hppa-linux-gnu",
-    call_args=("r26", "r25", "r24", "r23"),
-    call_ret="ret0",
-    return_address="rp",
-    stack_align=64,
-    stack_grows_up=True,
 )
+CALL = CallConvention(args=("r26", "r25", "r24", "r23"), ret="ret0", return_address="rp", stack_align=64,
+                      stack_grows_up=True)
 
 
 def _insn(word: int, pc: int, name: str, size: int, kind: str, reg: int, base: int, index: int | None, scaled: bool,
@@ -105,3 +104,6 @@ def decode(word: int, pc: int = 0) -> Insn | None:
     if kind != "load":
         return None  # stores have no indexed form
     return _insn(word, pc, name, size, kind, word & 0x1F, base, field, bool(ua), 0)
+
+
+CPUS = (Cpu(HPPA, strict=Strict(partial(WordDecoder, HPPA.name, decode, 4, "big"), call=CALL)),)

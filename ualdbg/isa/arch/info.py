@@ -1,6 +1,7 @@
-"""What ualdbg knows of one architecture (ArchInfo), and the numbers every architecture
-shares: signals as the engines name them, prctl(2), how an unaligned access becomes a stop.
-Each architecture's module fills one ArchInfo; the package puts them in one table."""
+"""What ualdbg knows of one architecture (ArchInfo: the facts every CPU has), and the numbers
+every architecture shares: signals as the engines name them, prctl(2), how an unaligned access
+becomes a stop. Each architecture's module fills one ArchInfo into its `Cpu` (isa/cpu.py, with
+its decoder and its signal mode's own facts); the package puts them in one table."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -49,23 +50,10 @@ class ArchInfo:
     mechanism: str = MECH_NATIVE
     native_sigbus: int = 7
     si_addr: str = "data"  # what SIGBUS/BUS_ADRALN's si_addr is: "data", "pc" or "null"
-    prctl_nr: int | None = None  # the prctl syscall's number
     qemu: str | None = None  # the qemu-user binary that runs its programs
     # The CPU qemu-user emulates unless the user's QEMU_CPU says otherwise: None for qemu's own.
     qemu_cpu: str | None = None
     triplet: str | None = None  # the GNU triplet of its cross toolchain (Debian package names)
-    capstone: tuple[int, int] | None = None  # (CS_ARCH_*, CS_MODE_*) when capstone decodes it
-    # The module of isa/arch that decodes its instructions into the one instruction model for
-    # decode.Decoder (the step engine), with their evaluation: None where only signal mode
-    # decodes them (isa/strict.py) or, x86-64, decode.py itself.
-    insn_module: str | None = None
-    # The C calling convention, for calling prctl in the inferior by redirecting a thread.
-    call_args: tuple[str, ...] = ()
-    call_ret: str = ""
-    return_address: str = ""  # the register a call leaves its return address in
-    call_target: str | None = None  # a register that must hold the callee's address (Alpha pv)
-    stack_align: int = 16
-    stack_grows_up: bool = False  # PA-RISC: the free stack is above sp, the live frames below
     # Several instruction sets (ARM, Thumb): their names (the one with `mode_bit` clear first),
     # the register and bit that select one, which a load into the PC also sets from the loaded
     # address's bit 0 (interworking, ARMv5T and later), and the one the distribution's compiler
@@ -80,15 +68,6 @@ class ArchInfo:
     # Why only the step engine can trace its programs under qemu-user (the emulator performs
     # misaligned accesses without a trap); None where signal mode can.
     step_only: str | None = None
-    # x86 only: the trap engine's flag bits and the syscalls it follows.
-    flags: str = ""
-    ac_bit: int = 0  # EFLAGS.AC: alignment check (PLATFORM.md)
-    tf_bit: int = 0  # EFLAGS.TF: one single-step trap after the next instruction
-    syscall_nr: str = ""  # register holding the syscall number at a syscall stop
-    syscall_ret: str = ""
-    # Syscalls that copy the caller's registers (and so EFLAGS.AC) into a new task.
-    task_creating_syscalls: frozenset[int] = frozenset()
-    sigprocmask_syscall: int = -1
 
     @property
     def si_addr_is_data(self) -> bool:

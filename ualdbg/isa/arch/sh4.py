@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from ...core.model import AccessKind
+from ..cpu import CallConvention, Cpu, Strict, WordDecoder
 from ..insn import Insn, MemOperand
 from .info import MECH_PRCTL, ArchInfo
 
@@ -32,14 +34,10 @@ SH4 = ArchInfo(
     mechanism=MECH_PRCTL,
     native_sigbus=7,
     si_addr="data",
-    prctl_nr=172,
     qemu="qemu-sh4",
     triplet="sh4-linux-gnu",
-    call_args=("r4", "r5", "r6", "r7"),
-    call_ret="r0",
-    return_address="pr",
-    stack_align=4,
 )
+CALL = CallConvention(args=("r4", "r5", "r6", "r7"), ret="r0", return_address="pr", stack_align=4)
 
 NOP = 0x0009
 FPSCR_SZ = 1 << 20  # fmov moves 64-bit register pairs
@@ -147,3 +145,19 @@ def branch_continuation(w: int, branch_pc: int, reg: Callable[[str], int]) -> in
     if w == 0x000B:  # rts
         return reg("pr") & 0xFFFFFFFF
     return None
+
+
+def _refine(insn: Insn, op: MemOperand, reg: Callable[[str], int]) -> tuple[Insn, MemOperand]:
+    """Signal mode's refine: an fmov's size from FPSCR.SZ, which the word alone does not say."""
+    if not op.float_data:
+        return insn, op
+    try:
+        fpscr = reg("fpscr")
+    except Exception:
+        fpscr = 0  # gdb's plain `sh` has no FPU registers: the ELF is no SH-4 FPU program
+    return refine(insn, op, fpscr)
+
+
+CPUS = (Cpu(SH4, strict=Strict(partial(WordDecoder, SH4.name, decode, 2, "little"),
+                               delay_slot=(is_delayed_branch, branch_continuation), nop=(NOP, 2), refine=_refine,
+                               call=CALL)),)

@@ -7,10 +7,10 @@ into the one instruction model (isa/insn.py). Measured against capstone: docs/AR
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import capstone
+from functools import partial
 
 from ...core.model import AccessKind
+from ..cpu import Cpu, Strict, WordDecoder
 from ..insn import Insn, MemOperand
 from .info import MECH_NATIVE, ArchInfo
 
@@ -33,10 +33,8 @@ SPARC64 = ArchInfo(
     mechanism=MECH_NATIVE,
     native_sigbus=10,
     si_addr="data",
-    prctl_nr=147,
     qemu="qemu-sparc64",
     triplet="sparc64-linux-gnu",
-    capstone=(capstone.CS_ARCH_SPARC, capstone.CS_MODE_BIG_ENDIAN | capstone.CS_MODE_V9),
 )
 
 # Kinds of memory instruction.
@@ -158,3 +156,7 @@ def decode(word: int, pc: int = 0) -> Insn | None:
                         rmw="swap" if fmt.kind == SWAP else "", endian=_endian(fmt, asi))
     return Insn(pc=pc, size=4, mnemonic=fmt.name, op_str=ops, rep=False, operands=(op,), flow="next",
                 name=fmt.name, raw=word.to_bytes(4, "big"), arch="sparc64")
+
+
+# Signal mode only: the CPU traps every misaligned access, and a fix-up performs it.
+CPUS = (Cpu(SPARC64, strict=Strict(partial(WordDecoder, SPARC64.name, decode, 4, "big"))),)

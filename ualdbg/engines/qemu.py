@@ -13,7 +13,7 @@ from typing import IO, Any
 
 from elftools.elf.elffile import ELFFile
 
-from .arch import ArchInfo
+from ..isa.arch import ArchInfo
 
 
 class QemuError(Exception):

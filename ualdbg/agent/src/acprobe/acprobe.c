@@ -11,7 +11,7 @@
  * where <class> is the key the Python policy uses (ualdbg/isa/alignment.py AcRules):
  * gp2/gp4/gp8 integer, sse4/sse8 SSE scalar, sse16 SSE 16-byte unaligned moves, vex16/vex32
  * (vmovdqu xmm/ymm), vex64 (vmovdqu64 zmm), x87_4/x87_8/x87_10 (fld dword/qword/tword).
- * Built (ualdbg/agent/build.py cached_build) and run by ualdbg/isa/alignment.py; not part of the agent. */
+ * Built and run by ualdbg/agent/acprobe.py for ualdbg/isa/alignment.py; not part of the agent. */
 #define _GNU_SOURCE
 #include <cpuid.h>
 #include <signal.h>
