@@ -30,7 +30,7 @@ TEST_PACKAGES=(
   lib32gcc-12-dev libc6-dev-i386
   gdb-multiarch
   gcc-sparc64-linux-gnu gcc-alpha-linux-gnu gcc-hppa-linux-gnu gcc-sh4-linux-gnu gcc-aarch64-linux-gnu
-  libc6-dev-sparc64-cross libc6-dev-alpha-cross libc6-dev-hppa-cross libc6-dev-sh4-cross libc6-dev-arm64-cross
+  libc6-dev-sparc64-cross libc6.1-dev-alpha-cross libc6-dev-hppa-cross libc6-dev-sh4-cross libc6-dev-arm64-cross
   gcc-arm-linux-gnueabihf gcc-arm-linux-gnueabi gcc-mips-linux-gnu gcc-mipsel-linux-gnu gcc-riscv64-linux-gnu
   libc6-dev-armhf-cross libc6-dev-armel-cross libc6-dev-mips-cross libc6-dev-mipsel-cross libc6-dev-riscv64-cross
   gcc-mips64el-linux-gnuabi64 libc6-dev-mips64el-cross    # MIPS64 n64 (tests/cross/test_cross_mips64el.py)
