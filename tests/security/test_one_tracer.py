@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ ROUNDS = 10
 
 
 def _start(pid: int, out: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "ualdbg", "trace", "--pid", str(pid), "--duration", "1",
+    return subprocess.Popen([sys.executable, "-m", "ualdbg", "trace", "--pid", str(pid), "--duration", "60",
                              "--json", str(out), *extra], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=scrubbed_env(), cwd=ROOT)
 
@@ -35,6 +36,16 @@ def test_two_concurrent_pid_traces_one_wins(test_programs: Path, tmp_path: Path,
         (tmp_path / f"r{r}").mkdir()
         with live_program(test_programs, tmp_path / f"r{r}") as live:
             procs = [_start(live.pid, outs[0]), _start(live.pid, outs[1], *(["--engine", "trap"] if second == "trap" else []))]
+            # Both windows are long, so that they overlap however slowly gdb starts on a loaded machine
+            # (with 1 s windows the agent's could end before gdb attached, and both won in turn). The
+            # loser ends at once; then the winner gets Ctrl-C's SIGINT, which ends a --pid trace.
+            deadline = time.time() + 120
+            while all(p.poll() is None for p in procs) and time.time() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGINT)
             done = []
             for p in procs:
                 try:
