@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import stat
 import subprocess
@@ -394,21 +395,33 @@ def _load_images(directory: str) -> list[Image]:
     return images
 
 
+_BUFFER_MAPPING = re.compile(r"^[^\n]*/\d+\.\d+\.buf\n", re.M)  # the agent's buffer file (PID.GEN.buf)
+
+
 class SnapshotSymbolizer:
     """Symbolizes the PCs of a process that is gone, from the maps snapshots its agent saved:
     the newest snapshot that maps the PC (a library unloaded later is in an older one)."""
 
-    def __init__(self, snapshots: list[str], exe: str | None) -> None:
+    def __init__(self, snapshots: list[str], exe: str | None,
+                 shared: dict[tuple[str, str | None], tuple[ModuleMap, Symbolizer]] | None = None) -> None:
+        """`shared`: the snapshots already parsed for other images of the run, by (text, exe):
+        the processes of one program (a test suite's) have the same maps, ASLR being off."""
         self._texts = list(reversed(snapshots))
         self._exe = exe
         self._maps: list[tuple[ModuleMap, Symbolizer]] = []
         self._cache: dict[int, tuple[ModuleMap, Module] | None] = {}
+        self._shared = {} if shared is None else shared
 
     def _parsed(self) -> Iterator[tuple[ModuleMap, Symbolizer]]:
         yield from self._maps
         while len(self._maps) < len(self._texts):
-            mm = ModuleMap.from_text(self._texts[len(self._maps)], main=self._exe)
-            pair = (mm, Symbolizer(mm))
+            text = self._texts[len(self._maps)]
+            # The one line that differs between two processes of a program: its own buffer file.
+            key = (_BUFFER_MAPPING.sub("", text), self._exe)
+            pair = self._shared.get(key)
+            if pair is None:  # a snapshot's map never changes (no reader): safe to share
+                mm = ModuleMap.from_text(text, main=self._exe)
+                pair = self._shared[key] = (mm, Symbolizer(mm))
             self._maps.append(pair)
             yield pair
 
@@ -492,19 +505,23 @@ def user_program_path(run: AgentRun, exe: str) -> bool:
     return bool(exe) and not out_of_scope_program(run, exe, False)
 
 
-def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_root: bool = True) -> TraceResult:
+def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_root: bool = True,
+                 shared: dict[Any, Any] | None = None) -> TraceResult:
     """What the trap engine would have recorded for this image. The agent's own library is never
-    in scope."""
+    in scope. `shared`: what the images of one run share (document's): parsed snapshots and
+    scope decisions, so that a suite of many processes costs per distinct program, not per process."""
     h = image.header
+    shared = {} if shared is None else shared
     scope = Scope(all_modules=run.all_modules, modules=tuple(run.modules))
     buf = TraceBuffer(run.buffer)
     buf.started_at = started
-    symbolizer = SnapshotSymbolizer(image.snapshots, h.exe or None)
+    symbolizer = SnapshotSymbolizer(image.snapshots, h.exe or None, shared.setdefault("maps", {}))
     saved = SavedCode({s.pc: s.code for s in image.sites}, AcPolicy())
     data_at: dict[int, DataRef] = {}
 
     agent_lib = os.path.realpath(lib) if lib else ""
     excluded = out_of_scope_program(run, h.exe, is_root)
+    decided: dict[tuple[int, Module], bool] = shared.setdefault("scope", {})  # by (id of its map, module)
 
     def in_scope(pc: int) -> tuple[bool, str | None]:
         hit = symbolizer.module(pc)
@@ -513,9 +530,12 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
         if hit is None:
             return scope.includes(None, False), None
         mm, module = hit
-        if agent_lib and os.path.realpath(module.path) == agent_lib:
-            return False, module.name
-        return scope.includes(module, mm.is_system(module)), module.name
+        key = (id(mm), module)
+        inside = decided.get(key)
+        if inside is None:
+            inside = decided[key] = (not (agent_lib and os.path.realpath(module.path) == agent_lib)
+                                     and scope.includes(module, mm.is_system(module)))
+        return inside, module.name
 
     scoped: dict[int, bool] = {}
     for site in image.sites:
@@ -565,7 +585,8 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     root_exe = next((im.header.exe for im in images if im.header.pid == root_pid), "")
     driver = (not run.all_modules and not user_program_path(run, root_exe)
               and any(im.header.pid != root_pid and user_program(im) for im in images))
-    results = [image_result(run, image, started, lib, is_root=image.header.pid == root_pid and not driver)
+    shared: dict[Any, Any] = {}
+    results = [image_result(run, image, started, lib, is_root=image.header.pid == root_pid and not driver, shared=shared)
                for image in images]
     one = results[0] if len(results) == 1 else _merge(results, run.buffer)
     one.program = ProgramInfo(path=run.program[0], args=list(run.program[1:]), pid=root_pid,
