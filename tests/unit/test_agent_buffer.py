@@ -279,6 +279,27 @@ def test_build_is_cached_by_source_hash(tmp_path: Path, monkeypatch: pytest.Monk
         build(tmp_path / "other")
 
 
+def test_build_check_reads_no_source_while_none_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every `ualdbg trace` asks for the agent: once built, the answer comes from the sources'
+    stat (a stamp), not from reading and hashing them again (issue 34); a changed source is
+    still seen, and built anew."""
+    require_tool("cc")
+    from ualdbg.agent import build as b
+
+    monkeypatch.delenv("CC", raising=False)
+    src = tmp_path / "lib.c"
+    src.write_text("int answer(void) { return 42; }\n")
+    first = b.cached_build("the test library", "t", "t.so", [src], (), ("-shared", "-fPIC"), (), tmp_path / "cache")
+    hashed: list[int] = []
+    real_hash = b._hash
+    monkeypatch.setattr(b, "_hash", lambda *a: hashed.append(1) or real_hash(*a))
+    assert b.cached_build("the test library", "t", "t.so", [src], (), ("-shared", "-fPIC"), (), tmp_path / "cache") == first
+    assert hashed == []  # the stamp answered
+    src.write_text("int answer(void) { return 43; }\n")
+    second = b.cached_build("the test library", "t", "t.so", [src], (), ("-shared", "-fPIC"), (), tmp_path / "cache")
+    assert hashed == [1] and second != first and second.exists()
+
+
 def test_agent_environment_has_one_size_whatever_the_options() -> None:
     """The program's initial stack holds its environment: were UALDBG_AGENT longer with
     `--patch-after 10` than with `--no-patch`, or with ualdbg's PID 100000 than with 99999, the

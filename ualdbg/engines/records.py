@@ -19,12 +19,14 @@ import json
 import struct
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from ..agent import buffer as ab
 from ..core.model import Access
 from ..isa.alignment import AcPolicy
-from ..isa.decode import _GPR, _MASK32, _MASK64, _RIP, Insn, MemOperand
+
+if TYPE_CHECKING:  # the decoder's tables (capstone) are imported at the first record explained: a
+    from ..isa.insn import Insn, MemOperand  # run with no record in scope needs none (issue 34)
 
 RECORD_SIZE = ab.RECORD_SIZE
 _WORDS = RECORD_SIZE // 8  # the record as 8-byte words: seq, time_ns, pc, pid|tid, cpu|flags, 16 GPRs, seg base
@@ -48,6 +50,8 @@ def _column(words: memoryview, word: int, rows: Sequence[int] | None) -> list[in
 
 
 def _gpr_column(words: memoryview, name: str, rows: Sequence[int] | None) -> list[int]:
+    from ..isa.decode import _GPR
+
     full, shift, bits = _GPR[name]
     col = _column(words, _W_GPR + _GPR_INDEX[full], rows)
     if shift == 0 and bits == 64:
@@ -59,6 +63,8 @@ def _gpr_column(words: memoryview, name: str, rows: Sequence[int] | None) -> lis
 def _fast(insn: Insn, policy: Any) -> bool:
     """Whether the columns below compute exactly what decode.accesses and the policy say: x86-64
     operands of general registers (no gather/scatter, no bit-string offset) under the AC rule."""
+    from ..isa.decode import _GPR, _RIP
+
     if insn.arch != "x86_64" or type(policy) is not AcPolicy:
         return False
     for op in insn.operands:
@@ -76,6 +82,8 @@ def _fast(insn: Insn, policy: Any) -> bool:
 def _addresses(insn: Insn, op: MemOperand, words: memoryview, rows: Sequence[int] | None, n: int) -> list[int]:
     """decode._address for every record of `rows` (all when None), from register columns, in
     one pass over them."""
+    from ..isa.decode import _GPR, _MASK32, _MASK64, _RIP
+
     const = op.disp
     base = index = None
     if op.base is not None and op.base in _RIP:
@@ -177,6 +185,8 @@ def explain(raw: bytes, decode: Callable[[int], Insn | None], policy: Any,
             g_va = [cols[k][j] for j, k in enumerate(choice)]
             g_shape = [op_shapes[k] for k in choice]
         if insn.rep:  # a rep string instruction with a zero count makes no access
+            from ..isa.decode import _MASK32, _MASK64
+
             cmask = _MASK32 if ops[0].addr_size == 4 else _MASK64
             live = [bool(c & cmask) for c in _column(words, _W_GPR + _GPR_INDEX["rcx"], rows)]
             g_va = [v if alive else 0 for v, alive in zip(g_va, live)]

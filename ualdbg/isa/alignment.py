@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from ..core.model import Access
-from .decode import Insn
+from .insn import Insn
 
 __all__ = [
     "AcPolicy",
