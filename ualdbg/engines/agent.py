@@ -508,16 +508,22 @@ class SavedCode:
     a trapped instruction is for the registers the agent saved (FaultRecorder.analyse's answer
     for a live thread)."""
 
-    def __init__(self, code: Mapping[int, bytes], policy: Policy) -> None:
+    def __init__(self, code: Mapping[int, bytes], policy: Policy,
+                 decoded: dict[tuple[int, bytes], Insn | None] | None = None) -> None:
+        """`decoded`: instructions already decoded, by PC and code (other images of the run)."""
         self.code, self.policy = code, policy
         self._insns: Any = None  # the InstructionCache, made at the first PC decoded (capstone)
+        self._decoded = {} if decoded is None else decoded
 
     def insn(self, pc: int) -> Insn | None:
-        if self._insns is None:
-            from .recorder import InstructionCache
+        key = (pc, self.code.get(pc, b""))
+        if key not in self._decoded:
+            if self._insns is None:
+                from .recorder import InstructionCache
 
-            self._insns = InstructionCache()
-        return self._insns.at(_Frozen(pc, self.code.get(pc, b"")), pc)
+                self._insns = InstructionCache()
+            self._decoded[key] = self._insns.at(_Frozen(*key), pc)
+        return self._decoded[key]
 
     def explain(self, pc: int, regs: Mapping[str, int]) -> tuple[Insn | None, Access | None]:
         """The instruction and its access that breaks the policy (else its first access)."""
@@ -564,12 +570,14 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
     buf = TraceBuffer(run.buffer)
     buf.started_at = started
     symbolizer = SnapshotSymbolizer(image.snapshots, h.exe or None, shared.setdefault("maps", {}))
-    saved = SavedCode({s.pc: s.code for s in image.sites}, AcPolicy())
+    saved = SavedCode({s.pc: s.code for s in image.sites}, AcPolicy(), shared.setdefault("insns", {}))
     data_at: dict[int, DataRef] = {}
 
     agent_lib = os.path.realpath(lib) if lib else ""
     excluded = out_of_scope_program(run, h.exe, is_root)
     decided: dict[tuple[str, Module], bool] = shared.setdefault("scope", {})  # by (executable, module)
+    # What the data is, once per site of a program: merged, a site keeps its first image's (_merge).
+    described: set[tuple[str, int]] = shared.setdefault("described", set())
 
     def in_scope(pc: int) -> tuple[bool, str | None]:
         module = symbolizer.module(pc)
@@ -600,9 +608,10 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
             if acc is not None:
                 counter.sizes.add(acc.size)
                 counter.access = acc.kind if counter.access is None else counter.access.merge(acc.kind)
-                if site.pc not in data_at:  # what the data is (issue 9): from the saved registers
+                if site.pc not in data_at and (h.exe, site.pc) not in described:  # what the data is (issue 9)
                     from ..symbols.data import describe_saved
 
+                    described.add((h.exe, site.pc))
                     data_at[site.pc] = describe_saved(acc.va, symbolizer.snapshots(), site.pc, h.pid, regs.mapping())
     # The records: no Python object per record (engines/records.py). Each PC's instruction is
     # decoded once and its operands evaluated over the PC's records at once; the document's
