@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -211,6 +210,8 @@ def measure_ac_rules(cache_dir: Path | None = None, refresh: bool = False) -> Ac
     """Build the probe (agent build cache), run it and return its table; the table is stored as
     JSON next to the probe, keyed by CPU vendor/family/model/stepping/microcode, and read back
     from there unless `refresh`."""
+    import platform
+
     from ..agent.build import BuildError, cached_build
 
     if platform.machine() not in ("x86_64", "AMD64"):
