@@ -52,6 +52,7 @@ sys.path.insert(1, str(ROOT / "tests" / "symbols"))
 
 import corpus  # noqa: E402  (tests/symbols/corpus.py: Debian's tarballs, pinned, cached)
 from common import write_section  # noqa: E402
+from e2e import code_version  # noqa: E402
 
 BEGIN, END = "<!-- realworld:begin -->", "<!-- realworld:end -->"
 WHO = "bench/realworld.py"
@@ -252,6 +253,7 @@ def measure(w: Workload, reps: int, quick: bool) -> dict[str, Any]:
     differ = sorted(k for k in set(counts) | set(ref_counts) if counts.get(k) != ref_counts.get(k))
     return {
         "name": w.name, "what": w.what, "times": times, "nopatch_s": nopatch_secs,
+        "program_s": doc.get("duration_s") or 0.0,  # the last check's: the program's run, traced
         "faults": doc["faults_total"], "ignored": doc["faults_ignored"], "sites": len(doc["sites"]),
         "processes": len(doc.get("processes") or []) or 1,
         "patched": sum(1 for site in doc["sites"] if site.get("patched")), "by_patches": by_patches,
@@ -274,7 +276,7 @@ def med(xs: list[float]) -> float:
 
 def render(results: list[dict[str, Any]], reps: int, quick: bool) -> str:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    code = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h"], capture_output=True, text=True).stdout.strip()
+    code = code_version()
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
     lines = [
         BEGIN, "",
@@ -283,10 +285,13 @@ def render(results: list[dict[str, Any]], reps: int, quick: bool) -> str:
         f"{cpu}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end; {reps} repetition(s), "
         "medians of wall seconds of the whole command (ualdbg's start-up and post-processing included). "
         f"UBSan: the same sources and flags (`{CFLAGS}`) plus `{UBSAN}`. Exact: every site's count with "
-        "patching (the default) equals `--no-patch`'s (one trap per fault).", "",
-        "| workload | native s | UBSan s | trace s | check s | check / native | check / UBSan | faults | sites "
+        "patching (the default) equals `--no-patch`'s (one trap per fault). \"Before and after the program\": "
+        "the last `check`'s wall time less the program's own run under the agent (its JSON's `duration_s`): "
+        "ualdbg's start-up and post-processing.", "",
+        "| workload | native s | UBSan s | trace s | check s | check: before and after the program s "
+        "| check / native | check / UBSan | faults | sites "
         "| patched sites | faults by patches | not patched: sites (their faults) | exact | `--no-patch` s | goal |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|",
     ]
     for r in results:
         t = {k: med(v) for k, v in r["times"].items()}
@@ -301,6 +306,7 @@ def render(results: list[dict[str, Any]], reps: int, quick: bool) -> str:
         procs = f"{r['processes']} process{'es' if r['processes'] != 1 else ''}"
         lines.append(
             f"| {r['name']}: {r['what']} ({procs}) | {t['native']:.3f} | {ub_s} | {t['trace']:.3f} | {t['check']:.3f} | "
+            f"{max(0.0, r['times']['check'][-1] - r['program_s']):.2f} | "
             f"{t['check'] / t['native']:.1f}x | {vs_ub} | {r['faults']:,} | {r['sites']:,} | {r['patched']:,} | "
             f"{100 * share:.1f}% | {why} | {exact} | {r['nopatch_s']:.2f} | {'met' if met else 'not met'} |")
     lines += ["", "Goal (issue 34): `ualdbg check` at most 2x native, or at most the UBSan build's time where that "
