@@ -14,7 +14,6 @@ on demand, one per access), and writes its JSON lines itself (`json_chunks`): in
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import struct
 from array import array
@@ -209,6 +208,8 @@ def writer() -> Any:
     global _WRITER, _WRITER_TRIED
     if not _WRITER_TRIED:
         _WRITER_TRIED = True
+        import ctypes  # when the records are written: a run with none needs no C writer (issue 34)
+
         from ..agent.build import BuildError, build_records
 
         try:
@@ -331,6 +332,8 @@ class RecordTable(Sequence[dict[str, Any]]):
             yield text if lo == 0 else ",\n" + text
 
     def _c_chunks(self, lib: Any, indent: str, chunk: int) -> Iterator[str]:
+        import ctypes
+
         n = len(self)
         va = array("Q", self.va)
         shape = array("I", self.shape)
@@ -358,6 +361,8 @@ class RecordTable(Sequence[dict[str, Any]]):
 def format_time(x: float) -> str | None:
     """The C writer's repr(round(x, 6)) (for tests), None when it cannot write it exactly or is
     not available."""
+    import ctypes
+
     lib = writer()
     if lib is None:
         return None
