@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(1, str(ROOT / "tests" / "symbols"))
 
 import corpus  # noqa: E402  (tests/symbols/corpus.py: Debian's tarballs, pinned, cached)
-from common import write_section  # noqa: E402
+from common import publish  # noqa: E402
 from e2e import code_version  # noqa: E402
 
 BEGIN, END = "<!-- realworld:begin -->", "<!-- realworld:end -->"
@@ -335,10 +335,7 @@ def main() -> int:
     section = render(results, reps, args.quick)
     CACHE.mkdir(parents=True, exist_ok=True)
     (CACHE / "realworld.json").write_text(json.dumps(results, indent=1, default=str))
-    if not args.no_doc:
-        write_section(BEGIN, END, section)
-    print(section)
-    return 0
+    return publish(BEGIN, END, section, not args.no_doc)
 
 
 if __name__ == "__main__":

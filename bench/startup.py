@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import write_section  # noqa: E402
+from common import publish  # noqa: E402
 from e2e import code_version, settle  # noqa: E402  (as bench/e2e.py: the code's version, a quieter machine)
 
 BUILD = ROOT / "bench" / "build"
@@ -223,10 +223,7 @@ def main() -> int:
                      "process": per_process(code, max(3, args.reps // 2), loop)}
         print(f"{WHO}: {name}: {res[name]}", file=sys.stderr, flush=True)
     section = render(res, postprocess(args.reps), args.reps)
-    if not args.no_doc:
-        write_section(BEGIN, END, section)
-    print(section)
-    return 0
+    return publish(BEGIN, END, section, not args.no_doc)
 
 
 if __name__ == "__main__":
