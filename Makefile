@@ -24,8 +24,13 @@ lint:
 	.venv/bin/mypy ualdbg
 	.venv/bin/lint-imports --no-cache
 
+# bench/realworld.py fetches Debian's xxHash, LZ4, sqlite3 and CPython sources (pinned by SHA-256)
+# into ~/.cache/ualdbg the first time, and builds them there (`--quick` for a shorter run).
 bench: setup
-	.venv/bin/python bench/run.py; status=$$?; .venv/bin/python bench/patching.py && exit $$status
+	.venv/bin/python bench/run.py; status=$$?; \
+	.venv/bin/python bench/patching.py || status=1; \
+	.venv/bin/python bench/startup.py || status=1; \
+	.venv/bin/python bench/realworld.py || status=1; exit $$status
 
 clean:
 	$(MAKE) -C examples clean

@@ -30,6 +30,14 @@ def field(who: str, out: str, name: str) -> float:
     raise SystemExit(f"{who}: no `{name}` in {out!r}")
 
 
+def publish(begin: str, end: str, section: str, write: bool) -> int:
+    """Print a bench's section, and put it in docs/PERFORMANCE.md unless asked not to (--no-doc)."""
+    if write:
+        write_section(begin, end, section)
+    print(section)
+    return 0
+
+
 def write_section(begin: str, end: str, section: str, doc: Path = DOC) -> None:
     """Put `section` (which starts with `begin` and ends with `end`) in place of the text between
     those markers in `doc` (docs/PERFORMANCE.md), or at its end the first time."""

@@ -108,6 +108,35 @@ def _header(**fields: int) -> bytearray:
     return raw
 
 
+def test_sites_are_read_without_touching_the_unused_table(agent: ctypes.CDLL, tmp_path: Path) -> None:
+    """The site table is 16,384 slots (10 MiB); a process uses a few. Reading every slot through
+    the mapping made tmpfs allocate the whole table, for each traced process (issue 34: 16 ms a
+    process); the reader reads only the pages the agent wrote, and still finds every site."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):  # where the agent puts its buffers
+        if os.environ.get("CI") == "true":
+            pytest.fail("no writable /dev/shm (tmpfs)")
+        pytest.skip("no writable /dev/shm (tmpfs) here")
+    d = shm / f"ualdbg-test-{os.getpid()}"
+    d.mkdir()
+    try:
+        assert agent.ualdbg_agent_test_open(str(d).encode(), 16) == 0
+        pcs = [0x401000 + 977 * i for i in range(40)]  # scattered over the hash table
+        for pc in pcs:
+            agent.ualdbg_agent_test_fault(pc, regs(pc), 1, 0)
+        agent.ualdbg_agent_test_close(0)
+        with one_buffer(d) as buf:
+            before = os.stat(buf.path).st_blocks
+            assert sorted(s.pc for s in buf.sites()) == pcs
+            assert all(s.count == 1 and s.variants[0].gpr[0] == s.pc for s in buf.sites())
+            grown = (os.stat(buf.path).st_blocks - before) * 512
+            assert grown == 0, f"reading the sites allocated {grown:,} bytes of the buffer file"
+    finally:
+        for f in d.iterdir():
+            f.unlink()
+        d.rmdir()
+
+
 def test_reader_rejects_what_it_does_not_understand(tmp_path: Path) -> None:
     path = tmp_path / "1.0.buf"
     path.write_bytes(b"short")
@@ -248,6 +277,27 @@ def test_build_is_cached_by_source_hash(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     with pytest.raises(BuildError, match="no C compiler"):
         build(tmp_path / "other")
+
+
+def test_build_check_reads_no_source_while_none_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every `ualdbg trace` asks for the agent: once built, the answer comes from the sources'
+    stat (a stamp), not from reading and hashing them again (issue 34); a changed source is
+    still seen, and built anew."""
+    require_tool("cc")
+    from ualdbg.agent import build as b
+
+    monkeypatch.delenv("CC", raising=False)
+    src = tmp_path / "lib.c"
+    src.write_text("int answer(void) { return 42; }\n")
+    first = b.cached_build("the test library", "t", "t.so", [src], (), ("-shared", "-fPIC"), (), tmp_path / "cache")
+    hashed: list[int] = []
+    real_hash = b._hash
+    monkeypatch.setattr(b, "_hash", lambda *a: hashed.append(1) or real_hash(*a))
+    assert b.cached_build("the test library", "t", "t.so", [src], (), ("-shared", "-fPIC"), (), tmp_path / "cache") == first
+    assert hashed == []  # the stamp answered
+    src.write_text("int answer(void) { return 43; }\n")
+    second = b.cached_build("the test library", "t", "t.so", [src], (), ("-shared", "-fPIC"), (), tmp_path / "cache")
+    assert hashed == [1] and second != first and second.exists()
 
 
 def test_agent_environment_has_one_size_whatever_the_options() -> None:

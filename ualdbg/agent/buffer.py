@@ -4,6 +4,7 @@ site table, the ring of in-scope records, and the /proc/PID/maps snapshots for s
 from __future__ import annotations
 
 import array
+import errno
 import mmap
 import os
 import re
@@ -296,14 +297,13 @@ class AgentBuffer:
         """Every PC the agent trapped at, with its exact count (out-of-scope ones included): a
         patched site's count adds what its trampoline counted to its traps."""
         base, cap = self._layout["sites_offset"], self._layout["site_capacity"]
-        m = self._map
         patched: dict[int, int] = {}
         for p in self.patches():
             if p.state == PATCH_ACTIVE:
                 patched[p.pc] = patched.get(p.pc, 0) + p.count
-        for i in range(cap):
-            off = base + i * SITE_SIZE
-            pc, count, state, flags, nvar, insn_len, insn, _tramp, _cr, _co, _ro = _SITE.unpack_from(m, off)
+        raw = self._site_slots(base, cap)
+        for off in range(0, len(raw), SITE_SIZE):
+            pc, count, state, flags, nvar, insn_len, insn, _tramp, _cr, _co, _ro = _SITE.unpack_from(raw, off)
             if pc == 0 or state != SITE_READY or flags & SITE_SHADOW:
                 continue
             extra = patched.get(pc, 0)
@@ -313,12 +313,27 @@ class AgentBuffer:
             variants = []
             for k in range(min(nvar, VARIANTS)):
                 voff = off + 64 + k * 144
-                (key,) = struct.unpack_from("<Q", m, voff)
+                (key,) = struct.unpack_from("<Q", raw, voff)
                 if key == 0:  # claimed, not yet written
                     continue
-                values = _REGS.unpack_from(m, voff + 8)
+                values = _REGS.unpack_from(raw, voff + 8)
                 variants.append(Registers(values[:16], values[16]))
             yield SiteEntry(pc, count, flags, bytes(insn), insn_len, tuple(variants), extra)
+
+    def _site_slots(self, base: int, cap: int) -> bytes:
+        """The site slots the agent wrote, one after the other (whole slots; unused ones among them).
+        The table is a hash of 16,384 slots (10 MiB) of which a process uses a few: the pages it
+        never touched are holes of the file (SEEK_DATA skips them), and reading those through
+        the mapping would make tmpfs allocate every one (issue 34: 16 ms per traced process)."""
+        end = base + cap * SITE_SIZE
+        runs: list[tuple[int, int]] = []  # [first slot, last slot + 1)
+        for lo, hi in _data_extents(self.path, base, end):
+            first, last = (lo - base) // SITE_SIZE, min(cap, (hi - base + SITE_SIZE - 1) // SITE_SIZE)
+            if runs and first <= runs[-1][1]:
+                runs[-1] = (runs[-1][0], max(runs[-1][1], last))
+            else:
+                runs.append((first, last))
+        return self._read([(base + first * SITE_SIZE, (last - first) * SITE_SIZE) for first, last in runs]) if runs else b""
 
     # -- records -------------------------------------------------------------------------------
     def records(self) -> list[RecordEntry]:
@@ -426,3 +441,33 @@ def buffer_files(directory: str) -> list[tuple[int, int, str]]:
         if m:
             out.append((int(m.group(1)), int(m.group(2)), os.path.join(directory, name)))
     return sorted(out)
+
+
+def _data_extents(path: str, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The byte ranges of [lo, hi) of the file that hold data, by lseek(SEEK_DATA/SEEK_HOLE);
+    all of [lo, hi) when the file or the filesystem cannot tell (a file removed since: the
+    mapping is read instead, whole)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return [(lo, hi)]
+    out: list[tuple[int, int]] = []
+    try:
+        pos = lo
+        while pos < hi:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no data from pos to the end of the file
+                    break
+                return [(lo, hi)]
+            if start >= hi:
+                break
+            stop = min(hi, os.lseek(fd, start, os.SEEK_HOLE))
+            out.append((start, stop))
+            pos = stop
+    except OSError:
+        return [(lo, hi)]
+    finally:
+        os.close(fd)
+    return out

@@ -4,7 +4,6 @@ keyed by a hash of the sources, the compiler and the flags, in directories check
 (agent/private.py); where none is, into a fresh private directory. No prebuilt binary is shipped."""
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -64,6 +63,8 @@ def source_hash(cc: str) -> str:
 
 
 def _hash(cc: str, files: Sequence[Path], args: Sequence[str]) -> str:
+    import hashlib
+
     h = hashlib.sha256()
     for path in files:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
@@ -71,6 +72,48 @@ def _hash(cc: str, files: Sequence[Path], args: Sequence[str]) -> str:
     h.update(f"{os.path.realpath(cc)}:{st.st_size}:{st.st_mtime_ns}".encode())
     h.update(" ".join(args).encode())
     return h.hexdigest()[:16]
+
+
+def _fingerprint(cc: str, files: Sequence[Path], args: Sequence[str]) -> str:
+    """What the sources' hash depends on, told by stat alone (size, mtime, inode of each file and
+    of the compiler): while it is unchanged, so is the hash, which need not be read again (each
+    `ualdbg trace` asks: issue 34)."""
+    parts = []
+    for path in [Path(cc), *files]:
+        st = os.stat(path)
+        parts.append(f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}")
+    return "\n".join([*parts, " ".join(args)])
+
+
+def _stamp_path(root: Path, tag: str, fingerprint: str) -> Path:
+    # One stamp per source tree (its first line, the compiler's, aside): checkouts that share the
+    # cache do not overwrite each other's.
+    import zlib
+
+    return root / f"{tag}.{zlib.crc32(fingerprint.split(chr(10), 2)[1].encode()):08x}.stamp"
+
+
+def _stamped(root: Path, tag: str, fingerprint: str) -> str | None:
+    """The hash recorded with this fingerprint in the tree's stamp under `root`, if it is the same."""
+    try:
+        recorded, _, key = _stamp_path(root, tag, fingerprint).read_text().rpartition("\n")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return key if recorded == fingerprint and len(key) == 16 and key.isalnum() else None
+
+
+def _stamp(root: Path, tag: str, fingerprint: str, key: str) -> None:
+    """Record the hash for this fingerprint (atomically; a cache that cannot be written is fine)."""
+    path = _stamp_path(root, tag, fingerprint)
+    if _stamped(root, tag, fingerprint) == key:
+        return
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".stamp-", dir=root)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{fingerprint}\n{key}")
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def build(dest_dir: Path | None = None) -> Path:
@@ -85,15 +128,21 @@ def cached_build(what: str, tag: str, out_name: str, sources: Sequence[Path], he
     only if this version (sources, headers, compiler, flags) is not cached yet. `what` names
     the product in BuildError messages ("the agent")."""
     cc = compiler(what)
-    key = _hash(cc, [*sources, *headers], [*flags, *libs])
+    files, args = [*sources, *headers], [*flags, *libs]
+    stamp = _fingerprint(cc, files, args)
+    key: str | None = None
     tried = []
     for root in [str(dest_dir)] if dest_dir is not None else cache_roots():
         tried.append(root)
+        # The stamp lives in the (private) root: it only names which <tag>-<key> folder to look in,
+        # and that folder and its file are still checked private and trusted below.
+        key = key or _stamped(Path(root), tag, stamp) or _hash(cc, files, args)
         folder = private_dir(os.path.join(root, f"{tag}-{key}"))
         if folder is None:
             continue
         target = Path(folder) / out_name
         if trusted_file(str(target)):
+            _stamp(Path(root), tag, stamp, key)
             return target
         if os.path.lexists(target):  # not ours, or writable by others: never loaded, built anew
             try:
@@ -101,6 +150,7 @@ def cached_build(what: str, tag: str, out_name: str, sources: Sequence[Path], he
             except OSError:
                 continue
         _compile(what, cc, flags, sources, libs, target)
+        _stamp(Path(root), tag, stamp, key)
         return target
     raise BuildError(f"no private directory to build {what} in (tried {', '.join(tried) or 'none'}): "
                      "set XDG_CACHE_HOME to a directory of yours")

@@ -3,7 +3,6 @@ A site's key survives a rebuild: module + function + source line, or, without a 
 instruction's bytes (addresses and offsets move with every change of code before them)."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from typing import Any
@@ -74,6 +73,8 @@ def site_key(site: dict[str, Any], paths: dict[str, str] | None = None, arch: st
 
 def fingerprint(key: str) -> str:
     """A stable, short fingerprint of a site key (SARIF partialFingerprints)."""
+    import hashlib  # here, not at every start of the shell (issue 34)
+
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 

@@ -8,6 +8,7 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from .. import __version__
@@ -26,8 +27,29 @@ from .outputs import OutputError, check_writable, write_json
 
 
 class _Parser(argparse.ArgumentParser):
+    # A sub-command whose options come from a module imported only when the command is chosen
+    # or its help shown: every start builds every sub-command's parser (issue 34).
+    fill: Callable[[argparse.ArgumentParser], None] | None = None
+
     def error(self, message: str) -> Any:
         self.exit(EXIT_ERROR, f"{self.prog}: {message}\n")
+
+    def _filled(self) -> None:
+        if self.fill is not None:
+            fill, self.fill = self.fill, None
+            fill(self)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._filled()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self._filled()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._filled()
+        return super().format_help()
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
@@ -141,23 +163,32 @@ def build_parser() -> argparse.ArgumentParser:
     add_buffer_arg(w, 100_000)
     w.add_argument("--log-file", metavar="FILE", default=None, help="write the report there instead of stderr")
     w.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS")
-    from ..commands.stackcheck import EPILOG as _SC_EPILOG
-    from ..commands.stackcheck import add_arguments as _sc_arguments
-
     sc = sub.add_parser("stackcheck", help="does alignment (and speed) depend on argv and the environment?",
                         description="Run PROG in variants of argv[0] length and environment size (and with ASLR) and report "
                                     "how the stack, its variables and the argv/environment strings move.",
-                        epilog=_SC_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _sc_arguments(sc)
-    sc.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS")
-    from ..commands.audit import DESCRIPTION as _AU_DESCRIPTION
-    from ..commands.audit import EPILOG as _AU_EPILOG
-    from ..commands.audit import add_arguments as _au_arguments
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    def _stackcheck_options(sc: argparse.ArgumentParser) -> None:
+        from ..commands.stackcheck import EPILOG as _SC_EPILOG
+        from ..commands.stackcheck import add_arguments as _sc_arguments
+
+        sc.epilog = _SC_EPILOG
+        _sc_arguments(sc)
+        sc.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS")
+    sc.fill = _stackcheck_options  # type: ignore[attr-defined]  # a _Parser (parser_class)
 
     au = sub.add_parser("audit", help="static alignment audit of an ELF (packed members, misaligned variables, COMMON)",
-                        description=_AU_DESCRIPTION, epilog=_AU_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _au_arguments(au)
-    au.add_argument("elf", help="the executable, shared library or object file")
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    def _audit_options(au: argparse.ArgumentParser) -> None:
+        from ..commands.audit import DESCRIPTION as _AU_DESCRIPTION
+        from ..commands.audit import EPILOG as _AU_EPILOG
+        from ..commands.audit import add_arguments as _au_arguments
+
+        au.description, au.epilog = _AU_DESCRIPTION, _AU_EPILOG
+        _au_arguments(au)
+        au.add_argument("elf", help="the executable, shared library or object file")
+    au.fill = _audit_options  # type: ignore[attr-defined]
     r = sub.add_parser("report", help="re-render a saved JSON trace, or merge several",
                        description="Re-render a JSON trace saved by trace/check/`trace save`; with --merge, sum several "
                                    "(the processes of a test suite, many CI jobs) into one.",
@@ -235,8 +266,8 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
 def _report_console(args: argparse.Namespace) -> Any:
     """Where ualdbg's own report goes: stderr or --log-file, never the program's stdout."""
     if args.log_file:
-        return make_console(open(args.log_file, "w"))
-    return make_console(sys.stderr)
+        return make_console(open(args.log_file, "w"), deferred=True)
+    return make_console(sys.stderr, deferred=True)
 
 
 def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[dict[str, Any], Any]:

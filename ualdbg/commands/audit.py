@@ -3,12 +3,13 @@ file, matched against the session's trace (or a saved one) to show which finding
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..render.audit import render
 from ..render.jsondoc import build_document, dump, load_document
-from ..tools.audit import AuditError, AuditResult, audit, exit_status, match_trace
 from .registry import Host, LaunchSource, Output, Parser, Runner, UsageError, command
+
+if TYPE_CHECKING:  # the audit (pyelftools, rich) is imported when one runs: the shell builds every
+    from ..tools.audit import AuditResult  # command's parser at each start (issue 34)
 
 EPILOG = """From DWARF alone, without running the program:
   - struct and union members at offsets that are not a multiple of their type's alignment
@@ -40,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_audit(path: str, trace_file: str | None, trace_doc: dict[str, Any] | None = None) -> AuditResult:
     """The audit of `path`, matched against a trace file or document. Raises AuditError or ValueError."""
+    from ..tools.audit import audit, match_trace
+
     result = audit(path)
     if trace_file is not None:
         trace_doc = load_document(trace_file)
@@ -54,6 +57,9 @@ def _audit(p: Parser) -> Runner:
     p.add_argument("elf", nargs="?", default=None, help="the ELF file (default: the loaded program)")
 
     def run(host: Host, args: argparse.Namespace) -> Output:
+        from ..render.audit import render
+        from ..tools.audit import AuditError
+
         path = args.elf or _loaded_program(host)
         if path is None:
             raise UsageError("ualdbg audit: no program loaded; name the ELF file: ualdbg audit PATH")
@@ -91,7 +97,9 @@ def run_cli(args: argparse.Namespace) -> int:
     import sys
 
     from ..engines.runner import ToolError
+    from ..render.audit import render
     from ..render.console import make_console
+    from ..tools.audit import AuditError, exit_status
 
     try:
         result = run_audit(args.elf, args.trace)

@@ -6,11 +6,12 @@ import argparse
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
-from ..core.target import Target
-from ..engines.session import Session
-from ..engines.step import StepControl
+if TYPE_CHECKING:  # annotations only: the shell builds its parsers without the engines (issue 34)
+    from ..core.target import Target
+    from ..engines.session import Session
+    from ..engines.step import StepControl
 
 
 class UsageError(Exception):

@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 from ..render.jsondoc import dump
-from ..render.stackcheck import render
 from ..tools.stackcheck.check import PAD_NAME, Request, StackcheckError, parse_lengths, parse_var
 from .registry import Host, LaunchSource, Output, Parser, Runner, UsageError, command
 
@@ -101,6 +100,7 @@ def _stackcheck(p: Parser) -> Runner:
 
     def run(host: Host, args: argparse.Namespace) -> Output:
         from ..engines.runner import ToolError
+        from ..render.stackcheck import render  # rich: when a command runs, not when its parser is built
         from ..tools.stackcheck.run import exec_path_for, run_stackcheck
 
         if not isinstance(host, LaunchSource):
@@ -142,6 +142,7 @@ def run_cli(args: argparse.Namespace) -> int:
 
     from ..engines.runner import ToolError
     from ..render.console import make_console
+    from ..render.stackcheck import render
     from ..tools.stackcheck.launch import environment_strings
     from ..tools.stackcheck.run import exec_path_for, run_stackcheck
 

@@ -5,15 +5,15 @@ registers the agent saved instead of a debugger's; several processes merged as T
 from __future__ import annotations
 
 import os
-import platform
+import re
 import stat
 import subprocess
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..agent import buffer as ab
@@ -23,13 +23,17 @@ from ..core.model import Access, Module, SourceLoc
 from ..core.result import ProgramInfo, Site, TraceResult, sites_of
 from ..core.trace import TraceBuffer
 from ..isa.alignment import AcPolicy, Policy
-from ..isa.decode import Insn
 from ..render.jsondoc import build_document
-from ..symbols.data import DataRef, describe_saved
-from ..symbols.maps import ModuleMap
-from ..symbols.resolver import Symbolizer
-from .recorder import InstructionCache, Scope, breaking_access
-from .records import RecordTable, merged, table_from
+from .modulescope import Scope
+
+if TYPE_CHECKING:  # the decoder (capstone), the symbolizer and the data describer (pyelftools) are
+    # imported when a fault in scope needs them: a run that made none starts and ends without
+    # them (issue 34)
+    from ..isa.insn import Insn
+    from ..symbols.data import DataRef
+    from ..symbols.maps import ModuleMap
+    from ..symbols.resolver import Symbolizer
+    from .records import RecordTable
 
 NAME = "agent"
 ENV_CONFIG = "UALDBG_AGENT"
@@ -106,12 +110,12 @@ def _elf_facts(path: str) -> tuple[int, int, bool]:
 def preflight(path: str) -> None:
     """Raise AgentUnavailable when LD_PRELOAD cannot put the agent into this program (for a
     `#!` script: into its interpreter, which the kernel runs)."""
-    from ..symbols.elfindex import script_interpreter
+    from ..core.programfile import script_interpreter
 
     script_interp = script_interpreter(path)
     if script_interp is not None:
         path = script_interp
-    host = platform.machine()
+    host = os.uname().machine
     if host not in ("x86_64", "amd64"):
         raise AgentUnavailable(f"the agent runs on x86-64 hosts, not {host}")
     cls, machine, interp = _elf_facts(path)
@@ -399,46 +403,97 @@ def _load_images(directory: str) -> list[Image]:
     return images
 
 
+_BUFFER_MAPPING = re.compile(r"^[^\n]*/\d+\.\d+\.buf\n", re.M)  # the agent's buffer file (PID.GEN.buf)
+
+
+def _no_elf(_path: str) -> None:
+    """For a map that only tells modules apart: no ELF is read (their load bias is not needed)."""
+    return None
+
+
 class SnapshotSymbolizer:
     """Symbolizes the PCs of a process that is gone, from the maps snapshots its agent saved:
-    the newest snapshot that maps the PC (a library unloaded later is in an older one)."""
+    the newest snapshot that maps the PC (a library unloaded later is in an older one). Which
+    module a PC is in comes from the snapshots alone; ELF files and DWARF are read only for the
+    PCs resolved (a fault out of scope needs neither)."""
 
-    def __init__(self, snapshots: list[str], exe: str | None) -> None:
+    def __init__(self, snapshots: list[str], exe: str | None, shared: dict[Any, Any] | None = None) -> None:
+        """`shared`: the snapshots already parsed for other images of the run, by their text
+        and exe: the processes of one program (a test suite's) have the same maps, ASLR off."""
         self._texts = list(reversed(snapshots))
         self._exe = exe
-        self._maps: list[tuple[ModuleMap, Symbolizer]] = []
-        self._cache: dict[int, tuple[ModuleMap, Module] | None] = {}
+        self._shared = {} if shared is None else shared
+        self._light: dict[int, ModuleMap] = {}
+        self._full: dict[int, tuple[ModuleMap, Symbolizer]] = {}
+        self._cache: dict[int, tuple[int, Module] | None] = {}
 
-    def _parsed(self) -> Iterator[tuple[ModuleMap, Symbolizer]]:
-        yield from self._maps
-        while len(self._maps) < len(self._texts):
-            mm = ModuleMap.from_text(self._texts[len(self._maps)], main=self._exe)
-            pair = (mm, Symbolizer(mm))
-            self._maps.append(pair)
-            yield pair
+    def _key(self, i: int) -> tuple[str, str | None]:
+        # The one line that differs between two processes of a program: its own buffer file.
+        return _BUFFER_MAPPING.sub("", self._texts[i]), self._exe
+
+    def _light_map(self, i: int) -> ModuleMap:
+        mm = self._light.get(i)
+        if mm is None:
+            key = ("modules", *self._key(i))
+            mm = self._shared.get(key)
+            if mm is None:  # a snapshot's map never changes (no reader): safe to share
+                from ..symbols.maps import ModuleMap
+
+                mm = self._shared[key] = ModuleMap.from_text(self._texts[i], main=self._exe, index_for=_no_elf)
+            self._light[i] = mm
+        return mm
+
+    def _full_map(self, i: int) -> tuple[ModuleMap, Symbolizer]:
+        pair = self._full.get(i)
+        if pair is None:
+            key = ("symbols", *self._key(i))
+            pair = self._shared.get(key)
+            if pair is None:
+                from ..symbols.maps import ModuleMap
+                from ..symbols.resolver import Symbolizer
+
+                mm = ModuleMap.from_text(self._texts[i], main=self._exe)
+                pair = self._shared[key] = (mm, Symbolizer(mm))
+            self._full[i] = pair
+        return pair
 
     def snapshots(self) -> list[ModuleMap]:
         """The parsed maps snapshots, newest first."""
-        return [mm for mm, _sym in self._parsed()]
+        return [self._full_map(i)[0] for i in range(len(self._texts))]
 
-    def module(self, pc: int) -> tuple[ModuleMap, Module] | None:
+    def _where(self, pc: int) -> tuple[int, Module] | None:
+        """(snapshot, module) of the newest snapshot that maps `pc`."""
         if pc not in self._cache:
             self._cache[pc] = None
-            for mm, _sym in self._parsed():
-                found = mm.find(pc, refresh=False)
+            for i in range(len(self._texts)):
+                found = self._light_map(i).find(pc, refresh=False)
                 if found is not None:
-                    self._cache[pc] = (mm, found)
+                    self._cache[pc] = (i, found)
                     break
         return self._cache[pc]
 
+    def module(self, pc: int) -> Module | None:
+        """The module that maps `pc` (its path and extent; its load bias is not read)."""
+        hit = self._where(pc)
+        return hit[1] if hit is not None else None
+
+    def is_system(self, pc: int) -> bool:
+        """Whether the module at `pc` is the system's (ModuleMap.is_system)."""
+        hit = self._where(pc)
+        if hit is None:
+            return False
+        i, module = hit
+        if self._light_map(i).is_system(module):  # by its path: the full map says so too
+            return True
+        mm = self._full_map(i)[0]  # the executable's PT_INTERP may name a loader anywhere
+        full = mm.find(pc, refresh=False)
+        return full is not None and mm.is_system(full)
+
     def resolve(self, pc: int) -> SourceLoc:
-        hit = self.module(pc)
+        hit = self._where(pc)
         if hit is None:
             return SourceLoc(pc=pc)
-        for mm, sym in self._maps:
-            if mm is hit[0]:
-                return sym.resolve(pc)
-        return SourceLoc(pc=pc)  # pragma: no cover - module() parsed it
+        return self._full_map(hit[0])[1].resolve(pc)
 
 
 class _Frozen:
@@ -458,18 +513,30 @@ class SavedCode:
     a trapped instruction is for the registers the agent saved (FaultRecorder.analyse's answer
     for a live thread)."""
 
-    def __init__(self, code: Mapping[int, bytes], policy: Policy) -> None:
+    def __init__(self, code: Mapping[int, bytes], policy: Policy,
+                 decoded: dict[tuple[int, bytes], Insn | None] | None = None) -> None:
+        """`decoded`: instructions already decoded, by PC and code (other images of the run)."""
         self.code, self.policy = code, policy
-        self.insns = InstructionCache()
+        self._insns: Any = None  # the InstructionCache, made at the first PC decoded (capstone)
+        self._decoded = {} if decoded is None else decoded
 
     def insn(self, pc: int) -> Insn | None:
-        return self.insns.at(_Frozen(pc, self.code.get(pc, b"")), pc)
+        key = (pc, self.code.get(pc, b""))
+        if key not in self._decoded:
+            if self._insns is None:
+                from .recorder import InstructionCache
+
+                self._insns = InstructionCache()
+            self._decoded[key] = self._insns.at(_Frozen(*key), pc)
+        return self._decoded[key]
 
     def explain(self, pc: int, regs: Mapping[str, int]) -> tuple[Insn | None, Access | None]:
         """The instruction and its access that breaks the policy (else its first access)."""
         insn = self.insn(pc)
         if insn is None:
             return None, None
+        from .recorder import breaking_access
+
         return insn, breaking_access(insn, regs, self.policy)[0]
 
 
@@ -497,30 +564,39 @@ def user_program_path(run: AgentRun, exe: str) -> bool:
     return bool(exe) and not out_of_scope_program(run, exe, False)
 
 
-def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_root: bool = True) -> TraceResult:
+def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_root: bool = True,
+                 shared: dict[Any, Any] | None = None) -> TraceResult:
     """What the trap engine would have recorded for this image. The agent's own library is never
-    in scope."""
+    in scope. `shared`: what the images of one run share (document's): parsed snapshots and
+    scope decisions, so that a suite of many processes costs per distinct program, not per process."""
     h = image.header
+    shared = {} if shared is None else shared
     scope = Scope(all_modules=run.all_modules, modules=tuple(run.modules))
     buf = TraceBuffer(run.buffer)
     buf.started_at = started
-    symbolizer = SnapshotSymbolizer(image.snapshots, h.exe or None)
-    saved = SavedCode({s.pc: s.code for s in image.sites}, AcPolicy())
+    symbolizer = SnapshotSymbolizer(image.snapshots, h.exe or None, shared.setdefault("maps", {}))
+    saved = SavedCode({s.pc: s.code for s in image.sites}, AcPolicy(), shared.setdefault("insns", {}))
     data_at: dict[int, DataRef] = {}
 
     agent_lib = os.path.realpath(lib) if lib else ""
     excluded = out_of_scope_program(run, h.exe, is_root)
+    decided: dict[tuple[str, Module], bool] = shared.setdefault("scope", {})  # by (executable, module)
+    # What the data is, once per site of a program: merged, a site keeps its first image's (_merge).
+    described: set[tuple[str, int]] = shared.setdefault("described", set())
 
     def in_scope(pc: int) -> tuple[bool, str | None]:
-        hit = symbolizer.module(pc)
+        module = symbolizer.module(pc)
         if excluded:
-            return False, hit[1].name if hit is not None else None
-        if hit is None:
+            return False, module.name if module is not None else None
+        if module is None:
             return scope.includes(None, False), None
-        mm, module = hit
-        if agent_lib and os.path.realpath(module.path) == agent_lib:
-            return False, module.name
-        return scope.includes(module, mm.is_system(module)), module.name
+        key = (h.exe, module)
+        inside = decided.get(key)
+        if inside is None:
+            # Listed (or --all-modules) needs no answer on the module's system-ness.
+            inside = decided[key] = (not (agent_lib and os.path.realpath(module.path) == agent_lib)
+                                     and (scope.includes(module, True) or not symbolizer.is_system(pc)))
+        return inside, module.name
 
     scoped: dict[int, bool] = {}
     for site in image.sites:
@@ -537,7 +613,10 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
             if acc is not None:
                 counter.sizes.add(acc.size)
                 counter.access = acc.kind if counter.access is None else counter.access.merge(acc.kind)
-                if site.pc not in data_at:  # what the data is (issue 9): from the saved registers
+                if site.pc not in data_at and (h.exe, site.pc) not in described:  # what the data is (issue 9)
+                    from ..symbols.data import describe_saved
+
+                    described.add((h.exe, site.pc))
                     data_at[site.pc] = describe_saved(acc.va, symbolizer.snapshots(), site.pc, h.pid, regs.mapping())
     # The records: no Python object per record (engines/records.py). Each PC's instruction is
     # decoded once and its operands evaluated over the PC's records at once; the document's
@@ -545,13 +624,15 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
     def slow(pc: int, regs: ab.Registers) -> Access | None:
         return saved.explain(pc, regs.mapping())[1]
 
+    from .records import table_from
+
     buf.table = table_from(image.ring, started, saved.insn, saved.policy, slow, lambda pc: scoped.get(pc, False),
                            run.buffer)
     end = h.end_ns / 1e9 if h.end_ns else time.monotonic()
     buf.stopped_at = max(started, end)
     sites = sites_of(buf, symbolizer.resolve, data_at)
     program = ProgramInfo(path=h.exe, args=list(h.argv[1:]), pid=h.pid, exit_status=h.exit_status)
-    return TraceResult(engine=NAME, debugger="none", arch=platform.machine(), version=__version__, program=program,
+    return TraceResult(engine=NAME, debugger="none", arch=os.uname().machine, version=__version__, program=program,
                        scope=scope.describe(), buffer=buf, sites=sites, recording=True,
                        unrecorded=_mark_patched(sites, image))
 
@@ -570,7 +651,8 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     root_exe = next((im.header.exe for im in images if im.header.pid == root_pid), "")
     driver = (not run.all_modules and not user_program_path(run, root_exe)
               and any(im.header.pid != root_pid and user_program(im) for im in images))
-    results = [image_result(run, image, started, lib, is_root=image.header.pid == root_pid and not driver)
+    shared: dict[Any, Any] = {}
+    results = [image_result(run, image, started, lib, is_root=image.header.pid == root_pid and not driver, shared=shared)
                for image in images]
     one = results[0] if len(results) == 1 else _merge(results, run.buffer)
     one.program = ProgramInfo(path=run.program[0], args=list(run.program[1:]), pid=root_pid,
@@ -661,6 +743,8 @@ def _patching_summary(run: AgentRun, images: list[Image]) -> dict[str, Any]:
 def _merge(results: list[TraceResult], capacity: int) -> TraceResult:
     """Several images: sites of the same code (module, offset, PC) add up; records interleave by
     time in one ring of the same capacity."""
+    from .records import RecordTable, merged
+
     sites: dict[tuple[str | None, int | None, int], Site] = {}
     buf = TraceBuffer(capacity)
     tables: list[RecordTable] = []

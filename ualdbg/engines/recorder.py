@@ -6,7 +6,6 @@ InstructionCache, breaking_access) and make a TraceResult (core/result.py) witho
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from enum import Enum
 
 from .. import __version__
@@ -21,6 +20,7 @@ from ..isa.decode import DECODABLE, Insn, InsnDecoder, accesses, decoder_for
 from ..symbols.data import DataRef, Frame, safe_describe
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
+from .modulescope import Scope
 from .procfs import CpuReader
 
 
@@ -73,27 +73,6 @@ class ThreadStacks(Mapping[int, int]):
 
     def __len__(self) -> int:
         return len(self._all())
-
-
-@dataclass
-class Scope:
-    """Which modules count: the main executable and non-system libraries by default."""
-
-    all_modules: bool = False
-    modules: tuple[str, ...] = ()
-
-    def includes(self, module: Module | None, system: bool) -> bool:
-        if self.all_modules or module is None:
-            return True
-        if module.name in self.modules or module.path in self.modules:
-            return True
-        return not system
-
-    def describe(self) -> str:
-        if self.all_modules:
-            return "all modules"
-        extra = f" plus {', '.join(self.modules)}" if self.modules else ""
-        return f"the program and its non-system libraries{extra}"
 
 
 class InstructionCache:

@@ -14,18 +14,18 @@ on demand, one per access), and writes its JSON lines itself (`json_chunks`): in
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import struct
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from ..agent import buffer as ab
 from ..core.model import Access
 from ..isa.alignment import AcPolicy
-from ..isa.arch.x86_64 import GPR_SLICES, MASK32, MASK64, RIP_NAMES
-from ..isa.decode import Insn, MemOperand
+
+if TYPE_CHECKING:  # the decoder's tables (capstone) are imported at the first record explained: a
+    from ..isa.insn import Insn, MemOperand  # run with no record in scope needs none (issue 34)
 
 RECORD_SIZE = ab.RECORD_SIZE
 _WORDS = RECORD_SIZE // 8  # the record as 8-byte words: seq, time_ns, pc, pid|tid, cpu|flags, 16 GPRs, seg base
@@ -49,6 +49,8 @@ def _column(words: memoryview, word: int, rows: Sequence[int] | None) -> list[in
 
 
 def _gpr_column(words: memoryview, name: str, rows: Sequence[int] | None) -> list[int]:
+    from ..isa.arch.x86_64 import GPR_SLICES
+
     full, shift, bits = GPR_SLICES[name]
     col = _column(words, _W_GPR + _GPR_INDEX[full], rows)
     if shift == 0 and bits == 64:
@@ -60,6 +62,8 @@ def _gpr_column(words: memoryview, name: str, rows: Sequence[int] | None) -> lis
 def _fast(insn: Insn, policy: Any) -> bool:
     """Whether the columns below compute exactly what decode.accesses and the policy say: x86-64
     operands of general registers (no gather/scatter, no bit-string offset) under the AC rule."""
+    from ..isa.arch.x86_64 import GPR_SLICES, RIP_NAMES
+
     if insn.arch != "x86_64" or type(policy) is not AcPolicy:
         return False
     for op in insn.operands:
@@ -77,6 +81,8 @@ def _fast(insn: Insn, policy: Any) -> bool:
 def _addresses(insn: Insn, op: MemOperand, words: memoryview, rows: Sequence[int] | None, n: int) -> list[int]:
     """decode._address for every record of `rows` (all when None), from register columns, in
     one pass over them."""
+    from ..isa.arch.x86_64 import GPR_SLICES, MASK32, MASK64, RIP_NAMES
+
     const = op.disp
     base = index = None
     if op.base is not None and op.base in RIP_NAMES:
@@ -178,6 +184,8 @@ def explain(raw: bytes, decode: Callable[[int], Insn | None], policy: Any,
             g_va = [cols[k][j] for j, k in enumerate(choice)]
             g_shape = [op_shapes[k] for k in choice]
         if insn.rep:  # a rep string instruction with a zero count makes no access
+            from ..isa.arch.x86_64 import MASK32, MASK64
+
             cmask = MASK32 if ops[0].addr_size == 4 else MASK64
             live = [bool(c & cmask) for c in _column(words, _W_GPR + _GPR_INDEX["rcx"], rows)]
             g_va = [v if alive else 0 for v, alive in zip(g_va, live)]
@@ -200,6 +208,8 @@ def writer() -> Any:
     global _WRITER, _WRITER_TRIED
     if not _WRITER_TRIED:
         _WRITER_TRIED = True
+        import ctypes  # when the records are written: a run with none needs no C writer (issue 34)
+
         from ..agent.build import BuildError, build_records
 
         try:
@@ -322,6 +332,8 @@ class RecordTable(Sequence[dict[str, Any]]):
             yield text if lo == 0 else ",\n" + text
 
     def _c_chunks(self, lib: Any, indent: str, chunk: int) -> Iterator[str]:
+        import ctypes
+
         n = len(self)
         va = array("Q", self.va)
         shape = array("I", self.shape)
@@ -349,6 +361,8 @@ class RecordTable(Sequence[dict[str, Any]]):
 def format_time(x: float) -> str | None:
     """The C writer's repr(round(x, 6)) (for tests), None when it cannot write it exactly or is
     not available."""
+    import ctypes
+
     lib = writer()
     if lib is None:
         return None

@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import capstone
-import elftools
-import rich
-
-import ualdbg
+from typing import TYPE_CHECKING, Any
 
 from ..agent import rundir
-from ..core.progress import poll
-from ..isa.arch import ArchInfo
-from ..symbols.elfindex import elf_file_problem, script_interpreter
+from ..core.programfile import elf_file_problem, elf_structure_problem, host_elf, script_interpreter
+
+if TYPE_CHECKING:
+    from ..isa.arch import ArchInfo
 
 
 class ToolError(Exception):
@@ -82,7 +76,7 @@ def resolve_program(argv0: str, *, scripts: bool = False) -> str:
                                not_elf="not an ELF executable, nor a #! script (ualdbg runs native programs and the scripts that start them)")
     if problem:
         raise ToolError(problem)
-    problem = _elf_structure_problem(path)
+    problem = elf_structure_problem(path)
     if problem:
         raise ToolError(f"{argv0}: {problem}")
     if not os.access(path, os.X_OK):
@@ -90,28 +84,14 @@ def resolve_program(argv0: str, *, scripts: bool = False) -> str:
     return os.path.abspath(path)
 
 
-def _elf_structure_problem(path: str) -> str | None:
-    """Why an ELF file cannot be run (truncated or corrupt headers), before any engine reads it."""
-    from elftools.common.exceptions import ELFError
-
-    try:
-        with open(path, "rb") as f:
-            from elftools.elf.elffile import ELFFile
-
-            elf = ELFFile(f)
-            if elf["e_type"] not in ("ET_EXEC", "ET_DYN"):
-                return f"not an executable ELF file ({elf['e_type']})"
-            for _seg in elf.iter_segments():
-                pass
-    except (ELFError, OSError, ValueError, EOFError, KeyError, AssertionError) as exc:
-        return f"a truncated or corrupt ELF file ({type(exc).__name__}: {str(exc)[:80]})"
-    except Exception as exc:  # pyelftools raises many kinds on hostile input (construct's errors among them)
-        return f"a truncated or corrupt ELF file ({type(exc).__name__})"
-    return None
-
-
 def _pkg_roots() -> list[str]:
     """Folders that make ualdbg and its dependencies importable in the debugger's Python."""
+    import capstone
+    import elftools
+    import rich
+
+    import ualdbg
+
     roots = []
     for mod in (ualdbg, capstone, elftools, rich):
         d = os.path.dirname(os.path.dirname(os.path.abspath(mod.__file__ or "")))
@@ -282,6 +262,8 @@ def _wait_guarded(proc: subprocess.Popen[Any], program: Callable[[], list[int]],
 def _cross_arch(req: RunRequest) -> ArchInfo | None:
     """The program's architecture when it is not the host's (None: native). `--arch` must agree
     with the ELF header: a mismatch is a usage error, not a guess."""
+    if req.arch is None and host_elf(req.program[0]):
+        return None  # the common case, without isa.arch (it imports capstone: issue 34)
     from ..isa.arch import arch_by_name, elf_arch
 
     try:
@@ -292,7 +274,7 @@ def _cross_arch(req: RunRequest) -> ArchInfo | None:
     if wanted is not None and found is not None and found is not wanted:
         raise ToolError(f"{req.program[0]} is a {found.name} program, not {wanted.name}")
     arch = found or wanted
-    if arch is None or arch.name == platform.machine():
+    if arch is None or arch.name == os.uname().machine:
         return None
     from .fixup import has_signal_engine
 
@@ -380,14 +362,14 @@ def _cross_step(req: RunRequest) -> bool:
 
     if req.arch is not None:
         try:
-            return arch_by_name(req.arch).name != platform.machine()
+            return arch_by_name(req.arch).name != os.uname().machine
         except ValueError:
             return True  # _cross_arch says what is wrong with it
     try:
         found = elf_arch(resolve_program(req.program[0]))
     except ToolError:
         return False  # the native stepper reports it, after the scope
-    return found is not None and found.name != platform.machine()
+    return found is not None and found.name != os.uname().machine
 
 
 def _step_args(req: RunRequest, arch: ArchInfo) -> list[str]:
@@ -448,6 +430,8 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
         finished = threading.Event()
         poller = None
         if on_progress is not None:
+            from ..core.progress import poll
+
             poller = threading.Thread(target=poll, args=(cfg["progress"], on_progress, finished), daemon=True)
         try:
             if req.debugger == "lldb":

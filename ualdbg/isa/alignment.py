@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from ..core.model import Access
-from .decode import Insn
+from .insn import Insn
 
 __all__ = [
     "AcPolicy",
@@ -208,6 +207,8 @@ def measure_ac_rules(cache_dir: Path | None = None, refresh: bool = False) -> Ac
     """Build the probe (agent build cache), run it and return its table (ualdbg/agent/acprobe.py
     builds and runs it); the table is stored as JSON next to the probe, keyed by CPU
     vendor/family/model/stepping/microcode, and read back from there unless `refresh`."""
+    import platform
+
     from ..agent.acprobe import ProbeRunError, build_probe, run_probe
     from ..agent.build import BuildError
 

@@ -2,15 +2,13 @@
 `trace show --summary` (counts per exception PC or group, FLT SHOW TRACE/SUMMARY)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich import box
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
-
-from .advice import data_advice_table, record_data
 from .jsondoc import group_sites
+
+if TYPE_CHECKING:  # rich is imported by the tables that need it: a run with nothing to tabulate prints
+    from rich.console import Group  # the header alone, without it (issue 34)
+    from rich.table import Table
 
 
 def _where(site: dict[str, Any]) -> str:
@@ -61,6 +59,13 @@ def header(doc: dict[str, Any]) -> str:
 
 
 def summary_table(doc: dict[str, Any], by: str = "pc") -> Table | Group:
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from .advice import data_advice_table
+
     sites = group_sites(doc["sites"], by)
     total = doc["faults_total"] or 1
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
@@ -100,6 +105,12 @@ def _with_data(source: str, data: str) -> str:
 
 
 def records_table(doc: dict[str, Any], limit: int | None = None, tid: int | None = None) -> Table:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from .advice import record_data
+
     sites = {s["pc"]: s for s in doc["sites"]}
     records = doc["records"]
     if tid is not None:

@@ -33,46 +33,6 @@ def debug_file_directories() -> list[str]:
     return [d for d in value.split(os.pathsep) if d] or [_DEBUG_ROOT]
 
 
-def elf_file_problem(path: str, shown: str, what: str = "an ELF file", not_elf: str = "not an ELF file") -> str | None:
-    """Why `path` is not a readable ELF file, in one line starting with `shown`; None when it is
-    one. `what` names the expected kind in the directory message, `not_elf` the non-ELF one."""
-    if not os.path.exists(path):
-        return f"{shown}: no such file"
-    if os.path.isdir(path):
-        return f"{shown}: is a directory, not {what}"
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as exc:
-        return f"{shown}: cannot read: {exc.strerror}"
-    if magic != b"\x7fELF":
-        return f"{shown}: {not_elf}"
-    return None
-
-
-def script_interpreter(path: str) -> str | None:
-    """The program the kernel runs for a `#!` script (its first word, `/usr/bin/env NAME` looked
-    up on PATH as env would), or None when `path` is not such a script."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(256)
-    except OSError:
-        return None
-    if not head.startswith(b"#!"):
-        return None
-    words = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
-    if not words:
-        return None
-    interp = words[0]
-    if os.path.basename(interp) == "env" and len(words) > 1:
-        import shutil
-
-        name = next((w for w in words[1:] if not w.startswith("-")), None)
-        found = shutil.which(name) if name else None
-        return os.path.realpath(found) if found else interp
-    return os.path.realpath(interp) if os.path.exists(interp) else interp
-
-
 _PT_LOAD = "PT_LOAD"
 _PF_X = 1
 _STT_FUNC, _STT_GNU_IFUNC = 2, 10

@@ -9,9 +9,20 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ualdbg.core.model import Module
-from ualdbg.symbols.elfindex import ElfIndex, elf_index
+
+if TYPE_CHECKING:
+    from ualdbg.symbols.elfindex import ElfIndex
+
+
+def elf_index(path: str) -> ElfIndex | None:
+    """The module's ELF index (symbols/elfindex.py), imported when an ELF is first read: a map
+    that only decides scope never reads one (issue 34: pyelftools costs more than a short run)."""
+    from ualdbg.symbols.elfindex import elf_index as index
+
+    return index(path)
 
 SYSTEM_DIRS: tuple[str, ...] = (
     "/lib/",

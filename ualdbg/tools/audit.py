@@ -10,9 +10,10 @@ from typing import Any
 
 from elftools.dwarf.die import DIE
 
+from ..core.programfile import elf_file_problem
 from ..symbols.data import GlobalVar, ModuleData, module_data
 from ..symbols.dwarfindex import DWARF_ERRORS
-from ..symbols.elfindex import ElfIndex, elf_file_problem, elf_index
+from ..symbols.elfindex import ElfIndex, elf_index
 from ..symbols.layout import AGGREGATES, decl_pos, name_of, ref
 
 VIEW = 8  # the wide view a COMMON member is checked against (REAL*8, INTEGER*8, a pointer)
