@@ -1,11 +1,15 @@
 """The batch driver `ualdbg trace --pid` runs inside gdb: attach to a running process, arm every
 thread, let it run until the CLI asks for the end (a SIGSTOP it sends to the process, which gdb
-takes and never delivers) or the process exits, then disarm, detach and write the JSON."""
+takes and never delivers), the CLI dies (gdb sends itself that SIGSTOP) or the process exits,
+then disarm, detach and write the JSON."""
 from __future__ import annotations
 
 import json
 import os
+import select
 import signal
+import threading
+import time
 from typing import Any
 
 import gdb  # type: ignore[import-not-found]
@@ -20,13 +24,40 @@ SI_TKILL = -6
 
 
 def _our_stop(cli_pid: int) -> bool:
-    """The current stop is the SIGSTOP the CLI sent to end the trace (tgkill from its pid)."""
+    """The current stop is the SIGSTOP that ends the trace: tgkill from the CLI, or from gdb
+    itself when the CLI died (_watch_cli)."""
     try:
         si = gdb.parse_and_eval("$_siginfo")
         return (int(si["si_signo"]) == signal.SIGSTOP and int(si["si_code"]) == SI_TKILL
-                and int(si["_sifields"]["_kill"]["si_pid"]) == cli_pid)
+                and int(si["_sifields"]["_kill"]["si_pid"]) in (cli_pid, os.getpid()))
     except gdb.error:
         return False
+
+
+def _watch_cli(cli_pid: int, pid: int) -> None:
+    """The process is not ours to kill, and must not stay traced with AC set when the CLI dies
+    (SIGKILL, a crash): a thread waits for the CLI's end (a pidfd; gdb's Python threads run
+    while the process does) and then sends the process the SIGSTOP that ends the trace, as the
+    CLI would; the loop in main disarms and detaches. gdb is in a session of its own: no signal
+    to the CLI's process group reaches it."""
+    def wait_and_end() -> None:
+        try:
+            fd = os.pidfd_open(cli_pid)
+        except (OSError, AttributeError):  # gone already, or no pidfd (Linux < 5.3, Python < 3.9)
+            fd = None
+        if fd is not None:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            while not poller.poll(1000):
+                pass
+        else:
+            while os.getppid() == cli_pid:
+                time.sleep(0.2)
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).syscall(234, pid, pid, signal.SIGSTOP)  # tgkill, as the CLI sends it
+
+    threading.Thread(target=wait_and_end, name="ualdbg-cli-watch", daemon=True).start()
 
 
 def _write(path: str, data: dict[str, Any]) -> None:
@@ -75,6 +106,7 @@ def main(config_json: str) -> None:
     session.program.pid = pid
     progress.tick(session, force=True)
     sites.tick(session, force=True)
+    _watch_cli(int(cfg["cli_pid"]), pid)
     with open(cfg["attached"], "w") as f:
         f.write(f"{len(session.engine.armed)}\n")
     try:
