@@ -1,0 +1,99 @@
+"""What the wrapper tests share (issue 29): the engines a program can be run under from the shell,
+the program that shows what it sees (programs/wrapped.c, dynamic and static), ualdbg started as a
+user's shell would start it, and the processes left in a session after ualdbg is gone."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from support.build import build_source
+from support.env import ROOT, require_tool, scrubbed_env
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+# Every way `trace`/`check` runs a program: the agent (default), gdb's trap engine (asked for, and
+# the fallback for a static program), lldb's, and the native stepper.
+ENGINES: dict[str, list[str]] = {
+    "agent": [],
+    "trap-gdb": ["--engine", "trap"],
+    "static-gdb": [],  # the static build: the agent cannot go in, gdb's trap engine runs it
+    "trap-lldb": ["--engine", "trap", "--debugger", "lldb"],
+    "step": ["--engine", "step", "--in", "touch"],
+}
+
+
+def need(engine: str) -> None:
+    """A missing debugger skips locally and fails under CI=true."""
+    if engine in ("trap-gdb", "static-gdb"):
+        require_tool("gdb")
+    if engine == "trap-lldb":
+        require_tool("lldb-19")
+
+
+def build_wrapped(out: Path) -> tuple[Path, Path]:
+    """programs/wrapped.c, dynamic and static (into `out`)."""
+    dynamic = build_source(PROGRAMS / "wrapped.c", out / "dynamic")
+    static = build_source(PROGRAMS / "wrapped.c", out / "static", flags=("-g", "-O1", "-static"))
+    return dynamic, static
+
+
+def program_for(engine: str, dynamic: Path, static: Path) -> Path:
+    return static if engine == "static-gdb" else dynamic
+
+
+def ualdbg_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ualdbg", *args]
+
+
+def env_with(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The scrubbed environment, with ualdbg importable from any folder."""
+    return scrubbed_env({"PYTHONPATH": str(ROOT), **(extra or {})})
+
+
+def ignoring(*names: str) -> Callable[[], None]:
+    """A preexec_fn: the child starts with these signals ignored (as nohup, or a script's
+    background job, start what they run)."""
+    import signal
+
+    def setup() -> None:
+        for name in names:
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+    return setup
+
+
+def live_in_session(sid: int) -> list[str]:
+    """The processes of session `sid` still running (zombies waiting for a reaper are not)."""
+    left = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[3]) == sid and fields[0] != "Z":
+            left.append(f"{pid} {stat.split('(', 1)[1].split(')', 1)[0]} ({fields[0]})")
+    return left
+
+
+def kill_session(sid: int) -> None:
+    """Whatever a failed test left in the session (never the test's own processes)."""
+    import signal
+
+    for line in live_in_session(sid):
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def popen(args: list[str], *, cwd: Path, **kw: object) -> subprocess.Popen[bytes]:
+    kw.setdefault("stdin", subprocess.DEVNULL)
+    kw.setdefault("env", env_with())
+    return subprocess.Popen(args, cwd=cwd, **kw)  # type: ignore[call-overload, no-any-return]
