@@ -59,6 +59,10 @@ def main(debugger: lldb.SBDebugger, config_json: str) -> None:
         process = target.AttachToProcessWithID(lldb.SBListener(), int(cfg["attach_pid"]), err)
         if not err.Success() or not process.IsValid():
             raise RuntimeError(f"cannot attach to process {cfg['attach_pid']}: {err.GetCString()}")
+        # SIGINT is the program's, as without lldb (a Ctrl-C typed at the terminal, or passed on by
+        # the CLI): lldb suppresses it by default, as gdb's `handle SIGINT nopass` does.
+        ret = lldb.SBCommandReturnObject()
+        debugger.GetCommandInterpreter().HandleCommand("process handle -p true -s false -n false SIGINT", ret)
         _release(release_fd)
         release_fd = None
         while process.GetState() not in _DONE:
