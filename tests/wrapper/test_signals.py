@@ -22,7 +22,7 @@ from wrapperrun import (
     build_wrapped,
     env_with,
     ignoring,
-    kill_session,
+    in_session,
     live_in_session,
     need,
     popen,
@@ -57,9 +57,8 @@ def test_the_grace_deadline_holds_for_a_program_that_ignores_sigterm(engine: str
     need(engine)
     out = tmp_path / "t.json"
     prog = program_for(engine, *wrapped)
-    proc = popen(ualdbg_argv("trace", *ENGINES[engine], "--json", str(out), "--", str(prog), "ignterm"),
-                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
+    with in_session(ualdbg_argv("trace", *ENGINES[engine], "--json", str(out), "--", str(prog), "ignterm"),
+                    cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         assert _read_until_up(proc) == b"up\n"
         time.sleep(0.3)
         sent = time.monotonic()
@@ -73,31 +72,20 @@ def test_the_grace_deadline_holds_for_a_program_that_ignores_sigterm(engine: str
         assert doc["interrupted_by"] == "SIGTERM", doc.get("interrupted_by")
         assert proc.returncode in (128 + signal.SIGKILL, -signal.SIGKILL), err.decode()
         assert live_in_session(proc.pid) == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        kill_session(proc.pid)
 
 
 @pytest.mark.parametrize("how", [["timeout", "3"], ["timeout", "--foreground", "3"]])
 def test_timeout_ends_ualdbg_within_the_grace_period(how: list[str], wrapped: tuple[Path, Path], tmp_path: Path) -> None:
     """`timeout 3 ualdbg trace -- PROG` with PROG ignoring SIGTERM ends 3 s + the grace period
     later, whether timeout signals the process group too or (--foreground) ualdbg alone."""
-    proc = popen([*how, *ualdbg_argv("trace", "--json", str(tmp_path / "t.json"), "--", str(wrapped[0]), "ignterm")],
-                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    started = time.monotonic()
-    try:
+    with in_session([*how, *ualdbg_argv("trace", "--json", str(tmp_path / "t.json"), "--", str(wrapped[0]), "ignterm")],
+                    cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        started = time.monotonic()
         _, err = proc.communicate(timeout=3 + GRACE + 60)
         took = time.monotonic() - started
         assert 3 + GRACE - 0.5 <= took <= 3 + GRACE + 20, f"took {took:.1f} s\n{err.decode()}"
         assert proc.returncode == 124, err.decode()  # timeout's own: its command outlived the time
         assert live_in_session(proc.pid) == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        kill_session(proc.pid)
 
 
 # --- nothing outlives ualdbg --------------------------------------------------------------------
@@ -108,9 +96,8 @@ def test_sigkill_of_ualdbg_leaves_nothing_running(engine: str, wrapped: tuple[Pa
     ualdbg itself is SIGKILLed: the parent-death signal on all it starts."""
     need(engine)
     prog = program_for(engine, *wrapped)
-    proc = popen(ualdbg_argv("trace", *ENGINES[engine], "--", str(prog), "sleep", "120"), cwd=tmp_path,
-                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
+    with in_session(ualdbg_argv("trace", *ENGINES[engine], "--", str(prog), "sleep", "120"), cwd=tmp_path,
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
         assert _read_until_up(proc) == b"up\n"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -118,8 +105,6 @@ def test_sigkill_of_ualdbg_leaves_nothing_running(engine: str, wrapped: tuple[Pa
         while live_in_session(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert live_in_session(proc.pid) == [], "left running after ualdbg was SIGKILLed"
-    finally:
-        kill_session(proc.pid)
 
 
 def _tracer(pid: int) -> int:
@@ -186,9 +171,8 @@ def test_nohup_keeps_the_program_alive_through_a_hangup(engine: str, wrapped: tu
     need(engine)
     prog = program_for(engine, *wrapped)
     flag = tmp_path / "go-on"
-    proc = popen(["nohup", *ualdbg_argv("trace", *ENGINES[engine], "--", str(prog), "wait", str(flag))], cwd=tmp_path,
-                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
+    with in_session(["nohup", *ualdbg_argv("trace", *ENGINES[engine], "--", str(prog), "wait", str(flag))],
+                    cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         assert _read_until_up(proc) == b"up\n"
         os.killpg(proc.pid, signal.SIGHUP)
         time.sleep(0.5)
@@ -196,11 +180,6 @@ def test_nohup_keeps_the_program_alive_through_a_hangup(engine: str, wrapped: tu
         out, err = proc.communicate(timeout=120)
         assert out == b"done\n", err.decode()
         assert proc.returncode == 0, err.decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        kill_session(proc.pid)
 
 
 # --- a real terminal -----------------------------------------------------------------------------
@@ -249,3 +228,42 @@ def test_ctrl_c_typed_at_a_terminal_reaches_the_program_once(engine: str, wrappe
     assert typed, shown
     assert "sigint 1\r\n" in shown, shown
     assert os.waitstatus_to_exitcode(status) == 42, shown
+
+
+def test_q_in_watch_on_a_terminal_reaches_the_program(wrapped: tuple[Path, Path], tmp_path: Path) -> None:
+    """`ualdbg watch -- PROG` on a terminal: q passes the program a SIGINT, as a Ctrl-C would. The
+    SIGINT ualdbg sends itself for it is not a Ctrl-C typed at the terminal (which the program
+    would have already), so it is passed on, once."""
+    argv = ualdbg_argv("watch", "--", str(wrapped[0]), "sigint")
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.chdir(tmp_path)
+            os.execve(argv[0], argv, env_with({"TERM": "xterm", "COLUMNS": "120", "LINES": "40"}))
+        finally:
+            os._exit(127)
+    text, pressed = b"", False
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:
+                    break
+                if not data:
+                    break
+                text += data
+            if not pressed and b"up\r\n" in text:
+                time.sleep(1.5)  # the live display is up
+                os.write(fd, b"q")
+                pressed = True
+        os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+    assert b"sigint 1\r\n" in text, text.decode(errors="replace")

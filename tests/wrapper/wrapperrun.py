@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from support.build import build_source
@@ -97,3 +98,17 @@ def popen(args: list[str], *, cwd: Path, **kw: object) -> subprocess.Popen[bytes
     kw.setdefault("stdin", subprocess.DEVNULL)
     kw.setdefault("env", env_with())
     return subprocess.Popen(args, cwd=cwd, **kw)  # type: ignore[call-overload, no-any-return]
+
+
+@contextmanager
+def in_session(args: list[str], *, cwd: Path, **kw: object) -> Iterator[subprocess.Popen[bytes]]:
+    """`args` started in a session of its own (its pid is the session's id); whatever is left of
+    it is killed at the end."""
+    proc = popen(args, cwd=cwd, start_new_session=True, **kw)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_session(proc.pid)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from typing import Any
 
@@ -377,6 +376,7 @@ def _watch(args: argparse.Namespace) -> int:
             display.close()
     else:
         from ..engines.agent import AgentNotIn, AgentRun, AgentUnavailable, run_agent
+        from ..engines.wrapper import interrupt_program
 
         program = _program(args, argparse.ArgumentParser())
         from ..engines.runner import RunResult, resolve_program
@@ -396,11 +396,11 @@ def _watch(args: argparse.Namespace) -> int:
                 display.sample(sampler(directory, secs))
             if args.duration is not None and secs >= args.duration and not quit_.is_set():
                 quit_.set()
-                os.kill(os.getpid(), signal.SIGINT)
+                interrupt_program()
 
         def on_q() -> None:
             quit_.set()
-            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: SignalGuard passes it to the program
+            interrupt_program()  # as Ctrl-C from outside: SignalGuard passes it to the program
 
         run = AgentRun(program, all_modules=bool(args.all_modules), modules=list(args.module), buffer=args.buffer,
                        argv0=typed)

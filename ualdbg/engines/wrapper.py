@@ -259,6 +259,17 @@ def debugger_keeps_running() -> None:
             return
 
 
+_SELF_SENT: list[int] = []
+
+
+def interrupt_program(signo: int = signal.SIGINT) -> None:
+    """Pass the program `signo` through the running SignalGuard as if it came from outside
+    (`watch`'s q and --duration): on a terminal, a SIGINT ualdbg sends itself would otherwise be
+    taken for a Ctrl-C typed there, which the program already has."""
+    _SELF_SENT.append(signo)
+    os.kill(os.getpid(), signo)
+
+
 class SignalGuard:
     """While the program runs: SIGTERM, SIGHUP and SIGINT sent to ualdbg reach the program as they
     would without ualdbg, and ualdbg waits for it to end: a second signal, or `grace` seconds
@@ -330,7 +341,10 @@ class SignalGuard:
         assert proc is not None
         if proc.returncode is not None:
             return
-        if signo == signal.SIGINT and not replayed and self._typed_at_terminal():
+        ours = signo in _SELF_SENT
+        if ours:
+            _SELF_SENT.remove(signo)
+        if signo == signal.SIGINT and not replayed and not ours and self._typed_at_terminal():
             return  # the program has it already; its choice (see the class)
         now = time.monotonic()
         if self._first is not None:
