@@ -140,6 +140,7 @@ def test_sigkill_of_ualdbg_detaches_gdb_from_an_attached_process(test_programs: 
 # --- dispositions the program inherits ------------------------------------------------------------
 
 INHERITED = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1")
+BLOCKED = ("SIGUSR2", "SIGWINCH")
 
 
 def _status_lines(stdout: str) -> list[str]:
@@ -149,16 +150,17 @@ def _status_lines(stdout: str) -> list[str]:
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_signals_inherited_ignored_stay_ignored_in_the_program(engine: str, wrapped: tuple[Path, Path],
                                                                 tmp_path: Path) -> None:
-    """Started with HUP, INT, QUIT, TERM and USR1 ignored, the program sees the SigIgn and SigBlk a
-    direct run sees (not 0: ualdbg's own handlers, or an exec through gdb, replaced them)."""
+    """Started with HUP, INT, QUIT, TERM and USR1 ignored and USR2 and WINCH blocked, the program
+    sees the SigIgn and SigBlk a direct run sees (not 0: ualdbg's own handlers, or an exec through
+    gdb, replaced them)."""
     need(engine)
     prog = program_for(engine, *wrapped)
-    direct = subprocess.run([str(prog), "show"], preexec_fn=ignoring(*INHERITED), capture_output=True, text=True,
+    direct = subprocess.run([str(prog), "show"], preexec_fn=ignoring(*INHERITED, blocked=BLOCKED), capture_output=True, text=True,
                             timeout=60, stdin=subprocess.DEVNULL, cwd=tmp_path, check=True)
     want = _status_lines(direct.stdout)
-    assert want and want[0] != "SigIgn:\t0000000000000000", direct.stdout
+    assert want == ["SigBlk:\t0000000008000800", "SigIgn:\t0000000000004207"], direct.stdout
     traced = subprocess.run(ualdbg_argv("trace", *ENGINES[engine], "--", str(prog), "show"),
-                            preexec_fn=ignoring(*INHERITED), capture_output=True, text=True, timeout=300,
+                            preexec_fn=ignoring(*INHERITED, blocked=BLOCKED), capture_output=True, text=True, timeout=300,
                             stdin=subprocess.DEVNULL, cwd=tmp_path, env=env_with())
     assert traced.returncode == 0, traced.stderr
     assert _status_lines(traced.stdout) == want, traced.stdout

@@ -54,14 +54,16 @@ def env_with(extra: dict[str, str] | None = None) -> dict[str, str]:
     return scrubbed_env({"PYTHONPATH": str(ROOT), **(extra or {})})
 
 
-def ignoring(*names: str) -> Callable[[], None]:
+def ignoring(*names: str, blocked: tuple[str, ...] = ()) -> Callable[[], None]:
     """A preexec_fn: the child starts with these signals ignored (as nohup, or a script's
-    background job, start what they run)."""
+    background job, start what they run), and `blocked` blocked."""
     import signal
 
     def setup() -> None:
         for name in names:
             signal.signal(getattr(signal, name), signal.SIG_IGN)
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {getattr(signal, name) for name in blocked})
 
     return setup
 
