@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.build import build_program
+from support.env import require_tool
 from wrapperrun import ENGINES, build_wrapped, env_with, need, program_for, ualdbg_argv
 
 AGENT_ADDS = ("LD_PRELOAD=", "UALDBG_AGENT=")
@@ -62,3 +64,29 @@ def test_a_shell_sees_its_own_name_as_typed(engine: str, tmp_path: Path) -> None
                             text=True, timeout=300, cwd=tmp_path, env=env_with(), stdin=subprocess.DEVNULL)
     assert direct.stdout == "bash\n"
     assert traced.stdout == direct.stdout, traced.stderr
+
+
+def test_under_qemu_the_program_gets_its_argv0_and_inherited_dispositions(tmp_path: Path) -> None:
+    """A sparc64 program runs under qemu-user (gdb-multiarch attached): argv[0] as typed (qemu's
+    -0), the arguments as given, the signals it was started with ignored still ignored."""
+    from wrapperrun import PROGRAMS, ignoring
+
+    from ualdbg.isa.arch import arch_by_name
+
+    info = arch_by_name("sparc64")
+    for tool in (f"{info.triplet}-gcc", info.qemu or "qemu-sparc64", "gdb-multiarch"):
+        require_tool(tool)
+    build_program(tmp_path / "wrapped", PROGRAMS / "wrapped.c", flags=("-O1", "-static"), compiler=f"{info.triplet}-gcc")
+    ignored = ignoring("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1")
+    # What qemu-user alone shows the program (it dies of its SIGBUS after printing).
+    direct = subprocess.run([info.qemu or "qemu-sparc64", "-0", "./wrapped", "./wrapped", "show", "a b"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env_with(),
+                            stdin=subprocess.DEVNULL, preexec_fn=ignored)
+    traced = subprocess.run(ualdbg_argv("trace", "--", "./wrapped", "show", "a b"), capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path, env=env_with(), stdin=subprocess.DEVNULL, preexec_fn=ignored)
+    assert traced.returncode == 0, traced.stderr
+    lines = traced.stdout.splitlines()
+    assert lines[:3] == ["argv[0]=./wrapped", "argv[1]=show", "argv[2]=a b"], traced.stdout
+    sig = [line for line in lines if line.startswith(("SigIgn", "SigBlk"))]
+    assert sig and sig == [line for line in direct.stdout.splitlines() if line.startswith(("SigIgn", "SigBlk"))], (
+        traced.stdout, direct.stdout)
