@@ -13,15 +13,20 @@
  *         (an empty STDIN/STDOUT/STDERR keeps what the helper inherited)
  * A failed exec exits as a shell does: 127 when the file is not found, 126 otherwise.
  */
-#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/personality.h>
-#include <sys/prctl.h>
 #include <unistd.h>
+
+/* Declared here, not from <errno.h> and <sys/prctl.h>: stackcheck builds this file with -m32 too,
+ * and where the i386 kernel headers (asm/errno.h) are not installed those two do not compile. */
+extern int *__errno_location(void);
+extern int prctl(int option, ...);
+#define PR_SET_PDEATHSIG 1
+#define ENOENT 2
 
 static int redirect(const char *path, int fd, int flags, const char *same_as, int same_fd)
 {
@@ -38,7 +43,7 @@ int main(int argc, char **argv)
     int first = 1;
     if (argc > 3 && strcmp(argv[1], "-p") == 0) {
         long parent = strtol(argv[2], NULL, 10);
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != (pid_t)parent)
+        if (prctl(PR_SET_PDEATHSIG, (unsigned long)SIGKILL, 0UL, 0UL, 0UL) != 0 || getppid() != (pid_t)parent)
             kill(getpid(), SIGKILL);
         first = 3;
     }
@@ -74,7 +79,7 @@ int main(int argc, char **argv)
     for (long i = 0; i < ac; i++) av[i] = s[7 + i];
     s[k] = NULL;
     execve(s[5], av, s + 7 + ac);
-    int err = errno;
+    int err = *__errno_location();
     fprintf(stderr, "ualdbg: %s: cannot execute: %s\n", ac ? av[0] : s[5], strerror(err));
     return err == ENOENT ? 127 : 126;
 }
