@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import select
 import signal
@@ -25,6 +24,7 @@ from wrapperrun import (
     in_session,
     live_in_session,
     need,
+    on_terminal,
     popen,
     program_for,
     ualdbg_argv,
@@ -193,79 +193,18 @@ def test_ctrl_c_typed_at_a_terminal_reaches_the_program_once(engine: str, wrappe
     swallowed by gdb, not sent twice by ualdbg), its handler runs and its status passes through."""
     need(engine)
     prog = program_for(engine, *wrapped)
-    argv = ualdbg_argv("trace", *ENGINES[engine], "--", str(prog), "sigint")
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: a session of its own with the pty as its terminal
-        try:
-            os.chdir(tmp_path)
-            os.execve(argv[0], argv, env_with())
-        finally:
-            os._exit(127)
-    text, typed = b"", False
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
-                try:
-                    data = os.read(fd, 4096)
-                except OSError:  # EIO: the terminal's last reader is gone
-                    break
-                if not data:
-                    break
-                text += data
-            if not typed and b"up\r\n" in text:
-                time.sleep(0.3)
-                os.write(fd, b"\x03")
-                typed = True
-        _, status = os.waitpid(pid, 0)
-    finally:
-        os.close(fd)
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-    shown = text.decode(errors="replace")
-    assert typed, shown
+    shown, status = on_terminal(ualdbg_argv("trace", *ENGINES[engine], "--", str(prog), "sigint"), cwd=tmp_path,
+                                env=env_with(), key=b"\x03")
+    assert status is not None, shown
     assert "sigint 1\r\n" in shown, shown
-    assert os.waitstatus_to_exitcode(status) == 42, shown
+    assert status == 42, shown
 
 
 def test_q_in_watch_on_a_terminal_reaches_the_program(wrapped: tuple[Path, Path], tmp_path: Path) -> None:
     """`ualdbg watch -- PROG` on a terminal: q passes the program a SIGINT, as a Ctrl-C would. The
     SIGINT ualdbg sends itself for it is not a Ctrl-C typed at the terminal (which the program
     would have already), so it is passed on, once."""
-    argv = ualdbg_argv("watch", "--", str(wrapped[0]), "sigint")
-    pid, fd = pty.fork()
-    if pid == 0:
-        try:
-            os.chdir(tmp_path)
-            os.execve(argv[0], argv, env_with({"TERM": "xterm", "COLUMNS": "120", "LINES": "40"}))
-        finally:
-            os._exit(127)
-    text, pressed = b"", False
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if select.select([fd], [], [], 0.2)[0]:
-                try:
-                    data = os.read(fd, 65536)
-                except OSError:
-                    break
-                if not data:
-                    break
-                text += data
-            if not pressed and b"up\r\n" in text:
-                time.sleep(1.5)  # the live display is up
-                os.write(fd, b"q")
-                pressed = True
-        os.waitpid(pid, 0)
-    finally:
-        os.close(fd)
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-    assert b"sigint 1\r\n" in text, text.decode(errors="replace")
+    shown, status = on_terminal(ualdbg_argv("watch", "--", str(wrapped[0]), "sigint"), cwd=tmp_path,
+                                env=env_with({"TERM": "xterm", "COLUMNS": "120", "LINES": "40"}), key=b"q", wait=1.5,
+                                timeout=120)
+    assert status is not None and "sigint 1\r\n" in shown, shown

@@ -114,3 +114,47 @@ def in_session(args: list[str], *, cwd: Path, **kw: object) -> Iterator[subproce
             proc.kill()
             proc.wait()
         kill_session(proc.pid)
+
+
+def on_terminal(argv: list[str], *, cwd: Path, env: dict[str, str], key: bytes, wait: float = 0.3,
+                timeout: float = 300) -> tuple[str, int | None]:
+    """Run `argv` on a pseudo-terminal of its own (a session whose controlling terminal it is, as
+    a user's shell runs it) and type `key` `wait` seconds after the program printed "up".
+    Returns what the terminal showed and the exit status (None when it never printed "up")."""
+    import pty
+    import select
+    import signal
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child
+        try:
+            os.chdir(cwd)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    text, typed = b"", False
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:  # EIO: the terminal's last reader is gone
+                    break
+                if not data:
+                    break
+                text += data
+            if not typed and b"up\r\n" in text:
+                time.sleep(wait)
+                os.write(fd, key)
+                typed = True
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+    return text.decode(errors="replace"), os.waitstatus_to_exitcode(status) if typed else None
