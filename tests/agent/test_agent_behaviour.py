@@ -146,12 +146,19 @@ def test_exit_status_and_signals_pass_through(tmp_path: Path) -> None:
     assert run.stdout == "hello\nworld\n", run.explain()
 
 
-def test_a_program_that_strips_ld_preload_falls_back_to_the_trap_engine(agent_programs: Path, tmp_path: Path) -> None:
+def test_a_program_that_strips_ld_preload_runs_once_and_says_what_went_untraced(agent_programs: Path,
+                                                                               tmp_path: Path) -> None:
+    """Issue 29: no program is run twice. The launcher's exec of its real work goes on as it asked
+    (no agent in its environment): that part runs once, untraced; one line says so and names
+    --engine trap, and as there is no trace to give, the status is 125 (the program's own when it
+    fails). Before, the agent cut the run short at the exec and ualdbg ran it all again."""
     run = trace([str(agent_programs / "strip_env"), str(BUILD / "not_aligned"), "10"], tmp_path, engine="agent")
-    assert run.returncode == 0, run.explain()
+    assert run.returncode == 125, run.explain()
     lines = [line for line in run.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "removes LD_PRELOAD" in lines[0] and "trap engine" in lines[0], run.explain()
-    assert run.doc is not None and run.doc["engine"] == "trap" and run.doc["faults_total"] == 10, run.explain()
+    assert len(lines) == 1 and "removes LD_PRELOAD" in lines[0] and "--engine trap" in lines[0], run.explain()
+    assert run.stdout.count("iterations=10") == 1, run.explain()
+    run = trace([str(agent_programs / "strip_env"), str(BUILD / "not_aligned"), "10"], tmp_path, engine="trap")
+    assert run.returncode == 0 and run.doc is not None and run.doc["faults_total"] == 10, run.explain()
     assert run.stdout.count("iterations=10") == 1, run.explain()
 
 

@@ -24,7 +24,7 @@ from ualdbg.render.tables import header, records_table, summary_table
 from ualdbg.symbols.elfindex import clear_cache, elf_index
 from ualdbg.tools.audit import AuditError
 
-# The one-line errors each front end turns into `ualdbg: ...` and status 2.
+# The one-line errors each front end turns into `ualdbg: ...` and a documented status (ci/gate.py: 2, 125-127).
 EXPECTED = (ToolError, AgentUnavailable, AuditError, BaselineError, ValueError)
 
 

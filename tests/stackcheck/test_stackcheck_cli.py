@@ -204,8 +204,6 @@ def test_no_copies_links_or_helpers_are_left_behind(tmp_path: Path) -> None:
     (["--var", "x", "--", "examples/build/stack_double"], "write FUNC:NAME"),
     (["--env", "UALDBG_NOT_SET_ANYWHERE", "--", "examples/build/stack_double"], "not in the environment"),
     (["--time", "0", "--max-spread", "5", "--", "examples/build/stack_double"], "--max-spread needs --time"),
-    (["--", "examples/build/no_such_program"], "no such file"),
-    (["--", "examples/README.md"], "not an ELF"),
     ([], "name the program after --"),
     (["--aslr", "-1", "--", "examples/build/stack_double"], "must be zero or more"),
     (["--trace", "--", "examples/build/stack_double_m32"], "the trap engine runs x86-64 programs, not i386 ones"),
@@ -216,3 +214,16 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None
     assert p.returncode == 2, p.explain()
     assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.explain()
     assert "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize(("args", "message", "status"), [
+    (["--", "examples/build/no_such_program"], "no such file", 127),
+    (["--", "no_such_program_on_path"], "not found", 127),
+    (["--", "examples/README.md"], "not an ELF", 126),
+])
+def test_a_program_that_cannot_run_gets_the_shells_status(args: list[str], message: str, status: int) -> None:
+    """As timeout(1) and env(1) (issue 29): 127 not found, 126 cannot execute, never 2, which a
+    program's own failure could be."""
+    p = stackcheck(*args)
+    assert p.returncode == status, p.explain()
+    assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.explain()

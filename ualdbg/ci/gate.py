@@ -8,14 +8,25 @@ from typing import Any
 
 EXIT_CLEAN = 0
 EXIT_FOUND = 1  # the default of --error-exitcode
-EXIT_ERROR = 2  # usage or tool error: one line on stderr
+EXIT_ERROR = 2  # usage error or bad input (options, input and output files): one line, nothing run
+# Where ualdbg runs a program it follows the wrappers' convention (timeout(1), env(1), nice(1)), so
+# that its own failure is never taken for the program's ordinary one (make's 2, say):
+EXIT_TOOL = 125  # ualdbg itself failed (a debugger missing or dead, an internal error, no trace made)
+EXIT_CANNOT_EXECUTE = 126  # the program was found but cannot be executed (permission, not a program)
+EXIT_NOT_FOUND = 127  # the program, its ELF interpreter or a shared library it needs was not found
 
-CONTRACT = """exit status:
+STATUSES = """  2                  usage error or bad input: an option, a baseline, an output path (nothing was run)
+  125                ualdbg failed (a debugger missing or dead, an internal error): one line on stderr
+  126                the program cannot be executed (permission, not an ELF program or #! script)
+  127                the program, its ELF interpreter or a shared library it needs was not found
+  (one line on stderr for each; 125/126/127 as timeout(1) and env(1) use them)"""
+
+CONTRACT = f"""exit status:
   the program's own  when the program fails: its non-zero exit status, or 128+N when signal N killed it
   0                  the program succeeded and made at most --max-faults unaligned accesses in scope
                      (with --baseline: no site that is not in the baseline)
   1                  too many unaligned accesses, or new sites (--error-exitcode N chooses another status)
-  2                  usage or tool error (one line on stderr; the program may not have run)"""
+{STATUSES}"""
 
 
 @dataclass(frozen=True)

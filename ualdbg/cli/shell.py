@@ -1,29 +1,34 @@
 """The `ualdbg` shell command (also `python -m ualdbg`): trace, check, stackcheck, audit, report.
 Exit statuses: `trace` passes the program's through; `check`: the program's own when it fails,
-else 0 clean, 1 (--error-exitcode) too many faults or new sites, 2 usage or tool error (ci/gate.py); `stackcheck` 0 clean, 1 misaligned/unaligned/too spread, 2 error;
-`audit` 0 no finding (or none hit), 1 findings (hit), 2 error."""
+else 0 clean, 1 (--error-exitcode) too many faults or new sites; `stackcheck` 0 clean, 1
+misaligned/unaligned/too spread; `audit` 0 no finding (or none hit), 1 findings (hit). Where a
+program is run (trace, check, stackcheck, watch -- PROG), ualdbg's own failures are the wrappers'
+125/126/127 (ci/gate.py); 2 is a usage error or bad input, and every error in report and audit."""
 from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from .. import __version__
 from ..ci import baseline
-from ..ci.gate import CONTRACT, EXIT_CLEAN, EXIT_ERROR, EXIT_FOUND, Verdict, decide
+from ..ci.gate import CONTRACT, EXIT_CLEAN, EXIT_ERROR, EXIT_FOUND, EXIT_TOOL, STATUSES, Verdict, decide
 from ..ci.merge import merge
 from ..commands.argtypes import nonnegative, positive
 from ..commands.options import SHELL_ENGINES, add_buffer_arg, add_engine_arg, add_scope_args, add_step_args
 from ..commands.registry import examples_text
-from ..engines.runner import RunRequest, ToolError, pass_exit_status, run_traced
+from ..engines.runner import ProgramUntraced, RunRequest, ToolError, pass_exit_status, run_traced
 from ..render.console import make_console
 from ..render.jsondoc import GROUPS, load_document
 from ..render.sarif import build_sarif
 from ..render.tables import header, records_table, summary_table
 from .outputs import OutputError, check_writable, write_json
+
+TRACE_STATUSES = f"""exit status:
+  the program's own  its exit status, or 128+N when signal N killed it (with --pid: 0)
+{STATUSES}"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -114,12 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("trace", help="run a program, record every unaligned access, print the summary",
                        description="Run PROG to completion under the agent (or the trap engine) and summarise its unaligned accesses. "
                                    "The program's stdin, stdout, stderr and exit status pass through unchanged.",
-                       **_examples("ualdbg trace -- ./prog args",
-                                   "ualdbg trace --by line --json t.json -- ./prog     counts per source line, and the JSON",
-                                   "ualdbg trace --all-modules -- ./prog               include ld.so and system libraries",
-                                   "ualdbg trace --engine step --in parse --policy natural -- ./prog   what a strict CPU would trap",
-                                   "ualdbg trace --pid 1234                            a running process, until Ctrl-C; it goes on after",
-                                   "ualdbg trace --pid 1234 --duration 10 --json t.json   ten seconds of it"))
+                       epilog=TRACE_STATUSES + "\n\n" + examples_text([
+                           "ualdbg trace -- ./prog args",
+                           "ualdbg trace --by line --json t.json -- ./prog     counts per source line, and the JSON",
+                           "ualdbg trace --all-modules -- ./prog               include ld.so and system libraries",
+                           "ualdbg trace --engine step --in parse --policy natural -- ./prog   what a strict CPU would trap",
+                           "ualdbg trace --pid 1234                            a running process, until Ctrl-C; it goes on after",
+                           "ualdbg trace --pid 1234 --duration 10 --json t.json   ten seconds of it"]),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _run_options(t)
     t.add_argument("--by", choices=GROUPS, default="pc", help="group the summary")
     c = sub.add_parser("check", help="CI gate: fail when PROG fails or makes more than N unaligned accesses",
@@ -399,11 +406,13 @@ def _watch(args: argparse.Namespace) -> int:
         finally:
             display.close()
     else:
-        from ..engines.agent import AgentRun, AgentUnavailable, run_agent
+        from ..engines.agent import AgentNotIn, AgentRun, AgentUnavailable, run_agent
+        from ..engines.wrapper import interrupt_program
 
         program = _program(args, argparse.ArgumentParser())
         from ..engines.runner import RunResult, resolve_program
 
+        typed = program[0]
         program[0] = resolve_program(program[0])
         sampler = AgentSampler()
         resolver = LiveResolver(lambda: sampler.root)
@@ -418,18 +427,22 @@ def _watch(args: argparse.Namespace) -> int:
                 display.sample(sampler(directory, secs))
             if args.duration is not None and secs >= args.duration and not quit_.is_set():
                 quit_.set()
-                os.kill(os.getpid(), signal.SIGINT)
+                interrupt_program()
 
         def on_q() -> None:
             quit_.set()
-            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: SignalGuard passes it to the program
+            interrupt_program()  # as Ctrl-C from outside: SignalGuard passes it to the program
 
-        run = AgentRun(program, all_modules=bool(args.all_modules), modules=list(args.module), buffer=args.buffer)
+        run = AgentRun(program, all_modules=bool(args.all_modules), modules=list(args.module), buffer=args.buffer,
+                       argv0=typed)
         try:
             with Keys(on_q):
                 res = run_agent(run, on_directory=on_directory)
         except AgentUnavailable as exc:
-            raise ToolError(f"{exc}; `ualdbg watch -- PROG` needs the agent (try --pid on the running program)") from None
+            raise ToolError(f"{exc}; `ualdbg watch -- PROG` needs the agent (try --pid on the running program)",
+                            EXIT_TOOL) from None
+        except AgentNotIn as exc:
+            raise ProgramUntraced(str(exc), exc.exit_status, exc.exit_signal) from None
         finally:
             display.close()
             sampler.close()
@@ -542,21 +555,36 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_CLEAN
         if args.cmd == "report":
             return _report(args)
-    except (ToolError, ValueError) as exc:
+    except ProgramUntraced as exc:  # it ran, once, untraced: its failure is its own status, else ours
+        print(f"ualdbg: {exc}", file=sys.stderr)
+        if exc.exit_signal is not None or exc.exit_status:
+            return pass_exit_status(exc.exit_status, exc.exit_signal)
+        return exc.status
+    except ToolError as exc:
+        print(f"ualdbg: {exc}", file=sys.stderr)
+        return exc.status
+    except ValueError as exc:  # bad input (a JSON trace, --arch, a setting)
         print(f"ualdbg: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except OSError as exc:  # an unreadable or unwritable file that no check above foresaw
         print(f"ualdbg: {exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_TOOL if _wraps(args) else EXIT_ERROR
     except KeyboardInterrupt:
         print("ualdbg: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # a bug: still one line and status 2 (UALDBG_DEBUG=1 shows the traceback)
+    except Exception as exc:  # a bug: still one line (UALDBG_DEBUG=1 shows the traceback)
         if os.environ.get("UALDBG_DEBUG"):
             raise
         print(f"ualdbg: internal error ({type(exc).__name__}: {exc}); UALDBG_DEBUG=1 shows where", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_TOOL if _wraps(args) else EXIT_ERROR
     return EXIT_ERROR
+
+
+def _wraps(args: argparse.Namespace) -> bool:
+    """Whether this command runs a program (or traces one, --pid), as a wrapper (timeout(1),
+    env(1)) does: then its own failure is 125, never a status the program's ordinary failure
+    could have (ci/gate.py)."""
+    return args.cmd in ("trace", "check", "stackcheck", "watch")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ variable (default: main's locals whose type needs 8-byte alignment or more), of 
 and of each --env NAME string, each reduced modulo the item's alignment, 16, 32, 64 and 4096.
 
 Exit status (shell): 1 when a variable is misaligned for its type in any variant, a traced
-variant made an unaligned access, or --max-spread is exceeded; 0 otherwise; 2 on errors.
+variant made an unaligned access, or --max-spread is exceeded; 0 otherwise; 2 for a usage error
+or bad input; 125 when ualdbg failed, 126 when the program cannot be executed, 127 when it (or
+its ELF interpreter, or a library it needs) was not found, as timeout(1) and env(1) say them.
 
 examples:
   ualdbg stackcheck --var main:x --argv0-lengths 1-16 --env-pad 0-64/4 --time 5 -- ./stack_double
@@ -137,10 +139,10 @@ def _stackcheck(p: Parser) -> Runner:
 
 def run_cli(args: argparse.Namespace) -> int:
     """The shell command: `ualdbg stackcheck [options] -- PROG ARGS`. Returns the exit status."""
-    import os
     import sys
 
     from ..engines.runner import ToolError
+    from ..engines.wrapper import program_environ
     from ..render.console import make_console
     from ..render.stackcheck import render
     from ..tools.stackcheck.launch import environment_strings
@@ -152,7 +154,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if not rest:
         raise ToolError("ualdbg stackcheck: name the program after --, e.g. ualdbg stackcheck -- ./prog args")
     try:
-        req = make_request(args, rest, exec_path_for(rest[0]), environment_strings(dict(os.environ)),
+        req = make_request(args, rest, exec_path_for(rest[0]), environment_strings(program_environ()),
                            "environment: ualdbg's own, as the shell gave it", "gdb")
     except UsageError as exc:
         raise ToolError(str(exc).removeprefix("ualdbg stackcheck: ")) from None

@@ -25,6 +25,7 @@ from ..core.trace import TraceBuffer
 from ..isa.alignment import AcPolicy, Policy
 from ..render.jsondoc import build_document
 from .modulescope import Scope
+from .wrapper import SignalGuard, child_setup, elf_interpreter, host_loader, program_environ, same_file
 
 if TYPE_CHECKING:  # the decoder (capstone), the symbolizer and the data describer (pyelftools) are
     # imported when a fault in scope needs them: a run that made none starts and ends without
@@ -41,6 +42,16 @@ ENV_CONFIG = "UALDBG_AGENT"
 
 class AgentUnavailable(Exception):
     """The agent cannot trace this program here: one line saying why (the trap engine can)."""
+
+
+class AgentNotIn(Exception):
+    """The program ran, once, but the agent never reported in from it (or was removed before the
+    program's real work): one line saying why, and how the program ended. Never run again: a
+    second run would repeat whatever the program did (issue 29)."""
+
+    def __init__(self, message: str, exit_status: int | None, exit_signal: int | None) -> None:
+        super().__init__(message)
+        self.exit_status, self.exit_signal = exit_status, exit_signal
 
 
 @dataclass
@@ -63,6 +74,8 @@ class AgentRun:
     # Traps at a site before the agent patches it to count without trapping (issue 21; 0: never,
     # one trap and one record per fault, `--no-patch`).
     patch_after: int = 2
+    # The program's argv[0] as the user typed it (`./prog`, `make`); program[0] is its path.
+    argv0: str | None = None
 
 
 @dataclass
@@ -123,6 +136,13 @@ def preflight(path: str) -> None:
         raise AgentUnavailable(f"{os.path.basename(path)} is not a 64-bit x86 program")
     if not interp:
         raise AgentUnavailable(f"{os.path.basename(path)} is statically linked: LD_PRELOAD cannot load the agent into it")
+    # A loader other than the system's glibc one (musl, another glibc as in a Nix build) would
+    # refuse the agent, built against the system's glibc, and never run the program at all: that
+    # is known before the run, so the trap engine runs it (once), not the agent then the trap.
+    found, loader = elf_interpreter(path), host_loader()
+    if found is not None and found[1] and loader is not None and not same_file(found[1], loader):
+        raise AgentUnavailable(f"{os.path.basename(path)} uses the dynamic loader {found[1]}, not the system's "
+                               f"({loader}) the agent is built for")
     st = os.stat(path)
     if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
         raise AgentUnavailable(f"{os.path.basename(path)} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it")
@@ -163,116 +183,6 @@ def agent_environment(run: AgentRun, lib: str, directory: str, base: Mapping[str
     return {"LD_PRELOAD": f"{lib}:{own}" if own else lib, ENV_CONFIG: config}
 
 
-def _no_aslr() -> None:
-    """personality(ADDR_NO_RANDOMIZE), as gdb does for what it runs: the same addresses as the
-    trap engine sees."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    current = libc.personality(0xFFFFFFFF)
-    if current != -1:
-        libc.personality(current | 0x0040000)
-
-
-class SignalGuard:
-    """While the program runs: SIGTERM, SIGHUP and SIGINT sent to ualdbg reach the program as they
-    would without ualdbg, and ualdbg waits for it to end: a second signal, or `grace` seconds,
-    and the program gets SIGKILL (never an orphan with the agent in it). A Ctrl-C typed at the
-    terminal already reached the program (same foreground process group): not sent twice."""
-
-    SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT")
-
-    def __init__(self, proc: subprocess.Popen[Any] | None, grace: float,
-                 targets: Callable[[], list[int]] | None = None) -> None:
-        """`proc` is what ualdbg waits for; `targets` the processes that get the signals (the
-        program, when `proc` is a debugger running it; default: `proc` itself). Made before the
-        process starts (proc None, then `start`), a signal that comes in between is not lost:
-        it would otherwise end ualdbg itself and leave the program running."""
-        import signal
-
-        self.grace = grace
-        self.proc: subprocess.Popen[Any] | None = None
-        self.targets: Callable[[], list[int]] = lambda: []
-        self.received: list[str] = []
-        self.deadline: float | None = None
-        self._old: dict[int, Any] = {}
-        if threading.current_thread() is not threading.main_thread():
-            return  # signal handlers can only be set from the main thread
-        for name in self.SIGNALS:
-            signo = getattr(signal, name)
-            self._old[signo] = signal.signal(signo, self._handle)
-        if proc is not None:
-            self.start(proc, targets)
-
-    def start(self, proc: subprocess.Popen[Any], targets: Callable[[], list[int]] | None = None) -> None:
-        """The process to wait for has started: signals received before now reach it."""
-        import signal
-
-        self.proc = proc
-        self.targets = targets or (lambda: [proc.pid])
-        early, self.received = self.received, []
-        for name in early:
-            self._handle(getattr(signal, name), None)
-
-    @staticmethod
-    def _typed_at_terminal() -> bool:
-        """Whether a SIGINT may come from the terminal to our whole foreground process group."""
-        try:
-            fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
-        except OSError:
-            return False
-        try:
-            return os.tcgetpgrp(fd) == os.getpgrp()
-        except OSError:
-            return False
-        finally:
-            os.close(fd)
-
-    def _handle(self, signo: int, _frame: Any) -> None:
-        import signal
-
-        name = signal.Signals(signo).name
-        self.received.append(name)
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        if len(self.received) > 1:
-            self._send(signal.SIGKILL)
-            return
-        self.deadline = time.monotonic() + self.grace
-        if signo == signal.SIGINT and self._typed_at_terminal():
-            return
-        self._send(signo)
-
-    def _send(self, signo: int) -> None:
-        for pid in self.targets():
-            try:
-                os.kill(pid, signo)
-            except OSError:
-                pass
-
-    def wait(self) -> int:
-        proc = self.proc
-        assert proc is not None, "start() first"
-        while True:
-            timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
-            try:
-                return proc.wait(timeout=timeout if timeout is None else min(timeout, 0.5))
-            except subprocess.TimeoutExpired:
-                if self.deadline is not None and time.monotonic() >= self.deadline:
-                    import signal
-
-                    self._send(signal.SIGKILL)
-                    self.deadline = time.monotonic() + self.grace  # then the debugger, if it is stuck
-                    if self.targets() != [proc.pid]:
-                        self.targets = lambda: [proc.pid]
-
-    def restore(self) -> None:
-        import signal
-
-        for signo, old in self._old.items():
-            signal.signal(signo, old)
-
-
 def run_directory(**kw: Any) -> rundir.RunDir:
     """A new private, locked run directory for the agent's buffers (agent/rundir.py; killed runs'
     ones are reaped first); AgentUnavailable when there is no safe place for one."""
@@ -303,24 +213,25 @@ class _Progress:
 def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | None = None,
               on_directory: Callable[[str, float], None] | None = None) -> AgentResult:
     """Run the program under the agent. Raises AgentUnavailable before anything runs when the
-    agent cannot work here, and after the run when the agent never reported in (the program ran
-    untraced) or the program removed it before exec'ing its real work."""
+    agent cannot work here, OSError when the program cannot be exec'd, and AgentNotIn after the
+    run when the agent never reported in (the program ran untraced) or the program removed it
+    before exec'ing its real work. The program gets argv[0] as typed, the environment a direct
+    run gives it plus LD_PRELOAD and UALDBG_AGENT, and dies with ualdbg (engines/wrapper.py)."""
     path = run.program[0]
     preflight(path)
     lib = agent_library()
     run_dir = run_directory()
     directory = run_dir.buffers
     try:
-        added = agent_environment(run, lib, directory, os.environ)
-        env = dict(os.environ)
+        base = program_environ()
+        added = agent_environment(run, lib, directory, base)
+        env = dict(base)
         env.update(added)
         started = time.monotonic()
         guard = SignalGuard(None, run.grace)  # before the program exists: see SignalGuard
         try:
-            proc = subprocess.Popen(run.program, env=env, preexec_fn=None if run.aslr else _no_aslr, close_fds=True)
-        except OSError as exc:
-            guard.restore()
-            raise AgentUnavailable(f"cannot run {os.path.basename(path)}: {exc.strerror}") from None
+            proc = subprocess.Popen([run.argv0 or path, *run.program[1:]], executable=path, env=env,
+                                    preexec_fn=child_setup(no_aslr=not run.aslr), close_fds=True)
         except BaseException:
             guard.restore()
             raise
@@ -357,12 +268,14 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
         images = _load_images(directory)
         root = [im for im in images if im.header.pid == proc.pid]
         if not root:
-            raise AgentUnavailable(f"the agent never reported in from {os.path.basename(path)} "
-                                   "(its dynamic loader ignored or lost LD_PRELOAD); the program ran untraced")
+            raise AgentNotIn(f"the agent never reported in from {os.path.basename(path)} (its dynamic loader "
+                             "ignored or lost LD_PRELOAD): it ran once, untraced; --engine trap traces it under gdb",
+                             exit_status, exit_signal)
         last = root[-1]
         if last.header.stripped and last.header.state == ab.EXECED:
-            raise AgentUnavailable(f"{os.path.basename(path)} removes LD_PRELOAD before it runs "
-                                   f"{last.header.note.split(': ', 1)[-1]}")
+            raise AgentNotIn(f"{os.path.basename(path)} removes LD_PRELOAD before it runs "
+                             f"{last.header.note.split(': ', 1)[-1]}: it ran once, untraced there; --engine trap "
+                             "traces it under gdb", exit_status, exit_signal)
         doc = document(run, images, proc.pid, started, ended, exit_status, exit_signal, added, lib)
         if guard.received:
             # What was recorded up to then is kept: the agent's buffers are shared memory, so even

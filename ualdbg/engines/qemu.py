@@ -79,17 +79,19 @@ class QemuRun:
             self.proc.wait()
 
 
-def start(arch: ArchInfo, program: list[str], folder: str, timeout: float = 10.0, stdout: IO[Any] | None = None) -> QemuRun:
+def start(arch: ArchInfo, program: list[str], folder: str, timeout: float = 10.0, stdout: IO[Any] | None = None,
+          *, argv0: str | None = None, env: dict[str, str] | None = None, preexec_fn: Any = None) -> QemuRun:
     """Start qemu-user on `program` in `folder` (private), its stdio the user's (or `stdout`
-    for both output streams, for tests)."""
+    for both output streams, for tests); `argv0` the program's argv[0] (qemu's -0), `env` its
+    environment (qemu passes its own on), `preexec_fn` for qemu's process (engines/wrapper.py)."""
     qemu = find_qemu(arch)
     endpoint = os.path.join(folder, "gdb.sock")
-    argv = [qemu, "-g", endpoint]
+    argv = [qemu, "-g", endpoint, *(["-0", argv0] if argv0 is not None else [])]
     if arch.qemu_cpu and not os.environ.get("QEMU_CPU"):
         argv += ["-cpu", arch.qemu_cpu]
     if arch.sysroot and os.path.isdir(arch.sysroot):
         argv += ["-L", arch.sysroot]  # the dynamic loader and libraries of a dynamic program
-    proc = subprocess.Popen(argv + program, stdin=None, stdout=stdout, stderr=stdout)
+    proc = subprocess.Popen(argv + program, stdin=None, stdout=stdout, stderr=stdout, env=env, preexec_fn=preexec_fn)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -13,14 +13,30 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..agent import rundir
+from ..ci.gate import EXIT_CANNOT_EXECUTE, EXIT_ERROR, EXIT_NOT_FOUND, EXIT_TOOL
 from ..core.programfile import elf_file_problem, elf_structure_problem, host_elf, script_interpreter
+from .wrapper import SignalGuard, child_setup, exec_status, program_environ, spawn_held, start_problem
 
 if TYPE_CHECKING:
     from ..isa.arch import ArchInfo
 
 
 class ToolError(Exception):
-    """A usage or tool problem: one line for the user, exit status 2."""
+    """A usage or tool problem: one line for the user, and the exit status that says which
+    (ci/gate.py: 2 usage or bad input, 125 ualdbg failed, 126 cannot execute, 127 not found)."""
+
+    def __init__(self, message: str, status: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ProgramUntraced(ToolError):
+    """The program ran, once, but ualdbg has no trace of it: one line; the exit status is the
+    program's when it failed, else `status` (125: ualdbg failed; 2: a scope never entered)."""
+
+    def __init__(self, message: str, exit_status: int | None, exit_signal: int | None, status: int = EXIT_TOOL) -> None:
+        super().__init__(message, status)
+        self.exit_status, self.exit_signal = exit_status, exit_signal
 
 
 @dataclass
@@ -48,6 +64,13 @@ class RunRequest:
     # long to trace it (None: until Ctrl-C or its exit).
     pid: int | None = None
     duration: float | None = None
+    # The program's argv[0] as typed (`./prog`, `make`): what it gets, whatever program[0] becomes
+    # (its path, once resolved). None: program[0] as given.
+    argv0: str | None = None
+
+    def argv(self) -> list[str]:
+        """The argv the program gets, as a direct run gives it."""
+        return [self.argv0 if self.argv0 is not None else self.program[0], *self.program[1:]]
 
 
 @dataclass
@@ -60,27 +83,36 @@ class RunResult:
 
 def resolve_program(argv0: str, *, scripts: bool = False) -> str:
     """The program's path; a `#!` script only where the engine can run it (`scripts`: the agent,
-    which follows the interpreter's exec of the programs the script starts)."""
+    which follows the interpreter's exec of the programs the script starts). What a direct run
+    could not start is refused before anything runs, with the shell's status: 127 not found (the
+    program, its ELF interpreter, a library), 126 cannot execute."""
     path = argv0 if "/" in argv0 else (shutil.which(argv0) or argv0)
+    if "/" not in argv0 and path == argv0:
+        raise ToolError(f"{argv0}: command not found (not on PATH)", EXIT_NOT_FOUND)
     interp = script_interpreter(path) if os.path.isfile(path) else None
     if interp is not None:
         if not os.access(path, os.X_OK):
-            raise ToolError(f"{argv0}: not executable")
+            raise ToolError(f"{argv0}: not executable", EXIT_CANNOT_EXECUTE)
         if not os.path.isfile(interp):
-            raise ToolError(f"{argv0}: a script whose interpreter {interp} does not exist")
+            raise ToolError(f"{argv0}: a script whose interpreter {interp} does not exist", EXIT_NOT_FOUND)
         if not scripts:
             raise ToolError(f"{argv0}: a script run by {interp}; this engine needs a native program "
                             f"(name one after --, or use the agent engine, the default, which traces the programs the script runs)")
         return os.path.abspath(path)
+    if not os.path.lexists(path):
+        raise ToolError(f"{argv0}: no such file", EXIT_NOT_FOUND)
     problem = elf_file_problem(path, argv0, what="a program",
                                not_elf="not an ELF executable, nor a #! script (ualdbg runs native programs and the scripts that start them)")
     if problem:
-        raise ToolError(problem)
+        raise ToolError(problem, EXIT_NOT_FOUND if not os.path.exists(path) else EXIT_CANNOT_EXECUTE)
     problem = elf_structure_problem(path)
     if problem:
-        raise ToolError(f"{argv0}: {problem}")
+        raise ToolError(f"{argv0}: {problem}", EXIT_CANNOT_EXECUTE)
     if not os.access(path, os.X_OK):
-        raise ToolError(f"{argv0}: not executable")
+        raise ToolError(f"{argv0}: not executable", EXIT_CANNOT_EXECUTE)
+    start = start_problem(path, argv0, program_environ())
+    if start is not None:
+        raise ToolError(start[1], start[0])
     return os.path.abspath(path)
 
 
@@ -103,7 +135,7 @@ def _pkg_roots() -> list[str]:
 def find_gdb() -> str:
     gdb = shutil.which("gdb")
     if gdb is None:
-        raise ToolError("gdb not found on PATH; install it (Debian: apt-get install gdb)")
+        raise ToolError("gdb not found on PATH; install it (Debian: apt-get install gdb)", EXIT_TOOL)
     return gdb
 
 
@@ -123,14 +155,39 @@ def gdb_batch(gdb: str, log: str, *, aslr: bool = False) -> list[str]:
 
 def gdb_command(req: RunRequest, cfg: dict[str, Any], log: str) -> list[str]:
     remote = cfg.get("remote")
+    if remote is not None:
+        # Under qemu the program is already started (held at its first instruction): gdb only
+        # loads its symbols and connects (driver.py).
+        program = [req.program[0]]
+    elif cfg.get("exec_wrapper"):
+        program = ["--args", req.program[0]]  # the exec helper has the arguments (exec_spec)
+    else:
+        program = ["--args", *req.program]
     return [
         *gdb_batch(find_gdb() if remote is None else cfg["gdb"], log, aslr=req.aslr),
         "-ex", f"python from ualdbg.adapters.gdb.driver import main; main({json.dumps(json.dumps(cfg))})",
         *(["-iex", f"set sysroot {cfg['sysroot']}"] if cfg.get("sysroot") else []),
-        # Under qemu the program is already started (held at its first instruction): gdb only
-        # loads its symbols and connects (driver.py).
-        *(["--args", *req.program] if remote is None else [req.program[0]]),
+        *program,
     ]
+
+
+def exec_spec(req: RunRequest, folder: str) -> list[str] | None:
+    """The exec helper and its spec for gdb's `exec-wrapper` (stepper/src/exec.c): the program
+    gets the argv (argv[0] as typed) and environment of a direct run, not the absolute path gdb
+    execs and the variables its shell and gdb itself add. None without a C compiler: then gdb's
+    own exec, as before."""
+    from ..agent.build import BuildError
+    from ..stepper.execspec import LaunchSpec, build
+
+    try:
+        helper = str(build())
+    except BuildError:
+        return None
+    spec = os.path.join(folder, "exec.spec")
+    env = tuple(f"{k}={v}" for k, v in program_environ().items())
+    with open(spec, "wb") as f:
+        f.write(LaunchSpec(req.program[0], tuple(req.argv()), env, aslr=req.aslr).encode())
+    return [helper, spec]
 
 
 def find_lldb() -> str:
@@ -138,7 +195,8 @@ def find_lldb() -> str:
         path = shutil.which(name)
         if path is not None:
             return path
-    raise ToolError("lldb not found on PATH; install it (Debian: apt-get install lldb-19 python3-lldb-19 liblldb-19-dev)")
+    raise ToolError("lldb not found on PATH; install it (Debian: apt-get install lldb-19 python3-lldb-19 liblldb-19-dev)",
+                    EXIT_TOOL)
 
 
 def lldb_command(cfg: dict[str, Any]) -> list[str]:
@@ -152,58 +210,23 @@ def lldb_command(cfg: dict[str, Any]) -> list[str]:
     ]
 
 
-def _no_aslr() -> None:
-    """personality(ADDR_NO_RANDOMIZE), as gdb and lldb do for what they launch by default."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    current = libc.personality(0xFFFFFFFF)
-    if current != -1:
-        libc.personality(current | 0x0040000)
-
-
-def spawn_held(argv: list[str], *, no_aslr: bool = True) -> tuple[int, int]:
-    """Fork the program, held just before its exec until someone writes to the returned fd.
-    lldb launches programs on a pseudo-terminal of its own; attaching to this child instead
-    leaves the program the user's stdin, stdout, stderr, environment, open files and process
-    group, as the shell would."""
-    import signal
-
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: nothing but exec or _exit
-        try:
-            os.close(w)
-            # Python ignores these; an ignored signal stays ignored across exec (as subprocess's
-            # restore_signals knows).
-            for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
-                if hasattr(signal, name):
-                    signal.signal(getattr(signal, name), signal.SIG_DFL)
-            if no_aslr:
-                _no_aslr()
-            go = os.read(r, 1) == b"1"
-            os.close(r)
-            if go:
-                os.execv(argv[0], argv)
-        finally:
-            os._exit(127)
-    os.close(r)
-    return pid, w
-
-
 def _run_lldb(cfg: dict[str, Any], log: str, forked: Callable[[], None] | None,
               aslr: bool = False) -> tuple[int, int | None, int | None]:
     """lldb attaches to the held program (the driver releases it); lldb's own output goes to
     the log. Returns lldb's exit status and the program's exit status or signal from wait()."""
-    pid, release = spawn_held([cfg["program"], *cfg["args"]], no_aslr=not aslr)
+    guard = _guard()  # before the fork: a signal that comes in between is not lost
+    try:
+        pid, release = spawn_held(cfg["program"], cfg["argv"], program_environ(), no_aslr=not aslr)
+    except BaseException:
+        guard.restore()
+        raise
     if forked is not None:
         forked()
     cfg.update(attach_pid=pid, release_fd=release)
-    guard = _guard()
     try:
         with open(log, "w") as logf:
             proc = subprocess.Popen(lldb_command(cfg), stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                    pass_fds=(release,))
+                                    pass_fds=(release,), preexec_fn=child_setup())
     except BaseException:
         guard.restore()
         os.close(release)
@@ -229,27 +252,27 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def finished_status(cfg: dict[str, Any], log: str, failure: str) -> tuple[dict[str, Any], str]:
+def finished_status(cfg: dict[str, Any], log: str, failure: str, status: int = EXIT_TOOL) -> tuple[dict[str, Any], str]:
     """The status file the driver inside the debugger wrote, and the debugger's log. Without the
-    file the debugger died first: `failure` in one line, with the log's last lines."""
+    file the debugger died first: `failure` in one line (the log's tail, a Python traceback as
+    often as not, only with UALDBG_DEBUG=1)."""
     log_text = open(log, errors="replace").read() if os.path.exists(log) else ""
     if not os.path.exists(cfg["status"]):
-        tail = "\n".join(log_text.strip().splitlines()[-5:])
-        raise ToolError(failure + (f": {tail}" if tail else ""))
+        if os.environ.get("UALDBG_DEBUG"):
+            print(log_text, file=sys.stderr)
+        raise ToolError(failure + " (UALDBG_DEBUG=1 shows its log)", status)
     with open(cfg["status"]) as f:
         return json.load(f), log_text
 
 
-def _guard() -> Any:
-    """A SignalGuard set before the debugger starts (engines/agent.SignalGuard)."""
-    from .agent import SignalGuard
-
+def _guard() -> SignalGuard:
+    """A SignalGuard set before the debugger starts (engines/wrapper.SignalGuard)."""
     return SignalGuard(None, 10.0)
 
 
-def _wait_guarded(proc: subprocess.Popen[Any], program: Callable[[], list[int]], guard: Any) -> tuple[int, str | None]:
+def _wait_guarded(proc: subprocess.Popen[Any], program: Callable[[], list[int]], guard: SignalGuard) -> tuple[int, str | None]:
     """Wait for the debugger while SIGTERM/SIGHUP/SIGINT sent to ualdbg go to the program it
-    runs, as with the agent (engines/agent.SignalGuard): the debugger then writes the trace of a
+    runs, as with the agent (engines/wrapper.SignalGuard): the debugger then writes the trace of a
     program that ended. Returns the debugger's status and the first signal received, if any."""
     guard.start(proc, program)
     try:
@@ -291,17 +314,30 @@ def _run_qemu(req: RunRequest, arch: ArchInfo, cfg: dict[str, Any], log: str,
     program's stdio are the user's and its end is qemu's wait status."""
     from . import qemu
 
+    guard = _guard()  # SIGTERM to ualdbg reaches the program through qemu, which delivers it to the guest
     try:
         cfg["gdb"] = qemu.find_gdb_multiarch()
-        run = qemu.start(arch, req.program, folder)
+        run = qemu.start(arch, req.program, folder, argv0=req.argv()[0], env=program_environ(),
+                         preexec_fn=child_setup())
     except qemu.QemuError as exc:
-        raise ToolError(str(exc)) from None
+        guard.restore()
+        raise ToolError(str(exc), EXIT_TOOL) from None
+    except BaseException:
+        guard.restore()
+        raise
     try:
         cfg["remote"] = run.endpoint
         cfg["sysroot"] = arch.sysroot if arch.sysroot and os.path.isdir(arch.sysroot) else None
-        returncode = subprocess.run(gdb_command(req, cfg, log), stdin=subprocess.DEVNULL, stdout=None, stderr=None,
-                                    check=False).returncode
-        status, sig = run.wait() if returncode == 0 else (None, None)
+        try:
+            gdb_proc = subprocess.Popen(gdb_command(req, cfg, log), stdin=subprocess.DEVNULL, stdout=None, stderr=None,
+                                        preexec_fn=child_setup())
+        except BaseException:
+            guard.restore()
+            raise
+        returncode, cfg["interrupted"] = _wait_guarded(gdb_proc, lambda: [run.proc.pid], guard)
+        status, sig = run.wait(timeout=10) if returncode == 0 else (None, None)
+    except subprocess.TimeoutExpired:
+        status, sig = None, None
     finally:
         run.stop()
     return returncode, status, sig
@@ -310,18 +346,24 @@ def _run_qemu(req: RunRequest, arch: ArchInfo, cfg: dict[str, Any], log: str,
 def _run_agent(req: RunRequest, on_progress: Callable[[int, int, float], None] | None,
                exclude: tuple[str, ...] = ()) -> RunResult | None:
     """The agent engine (ualdbg.engines.agent); None, after one line on stderr saying why, when it
-    cannot work for this program and the trap engine must."""
-    from .agent import AgentRun, AgentUnavailable, run_agent
+    cannot work for this program and the trap engine must: decided before the program runs, for
+    the program never runs twice (a program the agent did not get into is not run again)."""
+    from .agent import AgentNotIn, AgentRun, AgentUnavailable, run_agent
 
     run = AgentRun(list(req.program), at=req.at, all_modules=req.all_modules, modules=list(req.modules),
-                   buffer=req.buffer, follow=req.follow, aslr=req.aslr, exclude=exclude, patch_after=req.patch_after)
+                   buffer=req.buffer, follow=req.follow, aslr=req.aslr, exclude=exclude, patch_after=req.patch_after,
+                   argv0=req.argv()[0])
     try:
         res = run_agent(run, on_progress)
     except AgentUnavailable as exc:
         if exclude:  # a script: the trap engine cannot run it
-            raise ToolError(f"{exc}; the trap and step engines need a native program, not a script") from None
+            raise ToolError(f"{exc}; the trap and step engines need a native program, not a script", EXIT_TOOL) from None
         print(f"ualdbg: {exc}; using the trap engine", file=sys.stderr, flush=True)
         return None
+    except AgentNotIn as exc:
+        raise ProgramUntraced(str(exc), exc.exit_status, exc.exit_signal) from None
+    except OSError as exc:  # the kernel refused the exec (resolve_program foresaw what it could)
+        raise ToolError(f"{req.argv()[0]}: cannot execute: {exc.strerror}", exec_status(exc)) from None
     return RunResult(res.doc, res.exit_status, res.exit_signal, res.log)
 
 
@@ -341,17 +383,24 @@ def _run_script(req: RunRequest, on_progress: Callable[[int, int, float], None] 
 def _run_step(req: RunRequest, on_progress: Callable[[int, int, float], None] | None) -> RunResult:
     """The native single-step engine (ualdbg.engines.stepnative); its errors are one line. A bad
     scope or policy is reported before the program name is even looked at."""
-    from .stepnative import StepRun, StepUnavailable, run_step, validate
+    from .stepnative import StepBadInput, StepNothing, StepRun, StepUnavailable, run_step, validate
 
     run = StepRun(req.program, functions=list(req.step_functions), ranges=list(req.step_ranges),
                   everywhere=req.everywhere, policy=req.policy or "ac", at=req.at, all_modules=req.all_modules,
-                  modules=list(req.modules), buffer=req.buffer, aslr=req.aslr)
+                  modules=list(req.modules), buffer=req.buffer, aslr=req.aslr, argv0=req.argv()[0])
     try:
         validate(run)
-        req.program[0] = resolve_program(req.program[0])
-        res = run_step(run, on_progress)
     except StepUnavailable as exc:
         raise ToolError(str(exc)) from None
+    req.program[0] = resolve_program(req.program[0])
+    try:
+        res = run_step(run, on_progress)
+    except StepNothing as exc:
+        raise ProgramUntraced(str(exc), exc.exit_status, exc.exit_signal, exc.status) from None
+    except StepBadInput as exc:
+        raise ToolError(str(exc)) from None
+    except StepUnavailable as exc:
+        raise ToolError(str(exc), EXIT_TOOL) from None
     return RunResult(res.doc, res.exit_status, res.exit_signal, "")
 
 
@@ -365,10 +414,11 @@ def _cross_step(req: RunRequest) -> bool:
             return arch_by_name(req.arch).name != os.uname().machine
         except ValueError:
             return True  # _cross_arch says what is wrong with it
-    try:
-        found = elf_arch(resolve_program(req.program[0]))
-    except ToolError:
-        return False  # the native stepper reports it, after the scope
+    typed = req.program[0]
+    path = typed if "/" in typed else (shutil.which(typed) or typed)
+    if not os.path.isfile(path):
+        return False  # resolve_program reports it, after the scope
+    found = elf_arch(path)
     return found is not None and found.name != os.uname().machine
 
 
@@ -394,6 +444,8 @@ def _step_args(req: RunRequest, arch: ArchInfo) -> list[str]:
 
 
 def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] | None = None) -> RunResult:
+    if req.argv0 is None:
+        req.argv0 = req.program[0]  # what the program gets as argv[0], as typed (issue 29)
     if req.engine == "step" and not _cross_step(req):
         return _run_step(req, on_progress)
     req.program[0] = resolve_program(req.program[0], scripts=req.engine in ("auto", "agent"))
@@ -418,7 +470,7 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
     with rundir.make() as run_dir:  # locked: a killed run's directory is reaped by the next (agent/rundir.py)
         tmp = run_dir.top
         cfg: dict[str, Any] = {
-            "program": req.program[0], "args": req.program[1:], "at": req.at,
+            "program": req.program[0], "args": req.program[1:], "argv": req.argv(), "at": req.at,
             "all_modules": req.all_modules, "modules": req.modules, "buffer": req.buffer,
             "json": os.path.join(tmp, "trace.json"), "status": os.path.join(tmp, "status.json"),
             "progress": os.path.join(tmp, "progress") if on_progress else None,
@@ -445,10 +497,13 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
                 if cross is not None:
                     returncode, *program_end = _run_qemu(req, cross, cfg, log, tmp)
                     waited = (program_end[0], program_end[1])
+                    interrupted = cfg.get("interrupted")
                 else:
+                    cfg["exec_wrapper"] = exec_spec(req, tmp)
                     guard = _guard()
                     try:
-                        gdb_proc = subprocess.Popen(gdb_command(req, cfg, log), stdin=None, stdout=None, stderr=None)
+                        gdb_proc = subprocess.Popen(gdb_command(req, cfg, log), stdin=None, stdout=None, stderr=None,
+                                                    preexec_fn=child_setup())
                     except BaseException:
                         guard.restore()
                         raise
@@ -458,12 +513,16 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
             if poller is not None and poller.is_alive():
                 poller.join()
         status, log_text = finished_status(
-            cfg, log, f"the debugger did not finish the trace ({req.debugger} exit status {returncode})")
+            cfg, log, f"{req.debugger} did not finish the trace (its exit status {returncode})")
         if waited is not None:
             # The kernel's word on how the program ended (lldb cannot tell exit 11 from SIGSEGV).
             status["exit_status"], status["exit_signal"] = waited
         if status.get("error") and status.get("exit_status") is None and status.get("exit_signal") is None:
-            raise ToolError(f"{req.debugger} could not run {req.program[0]}: {status['error']}")
+            reason = str(status["error"]).strip().splitlines()[0] if str(status["error"]).strip() else "?"
+            raise ToolError(f"{req.debugger} could not run {req.program[0]}: {reason}", EXIT_TOOL)
+        if not os.path.exists(cfg["json"]):
+            raise ProgramUntraced(f"{req.debugger} wrote no trace of {req.program[0]} (UALDBG_DEBUG=1 shows its log)",
+                                  status.get("exit_status"), status.get("exit_signal"))
         doc = json.load(open(cfg["json"]))
         if waited is not None:
             doc["program"]["exit_status"], doc["program"]["exit_signal"] = waited
@@ -471,7 +530,8 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
             doc["partial"], doc["interrupted_by"] = True, interrupted
         step = doc.get("step") if cfg.get("step") else None
         if step is not None and not step.get("steps") and not step.get("entries"):
-            raise ToolError(f"the program never entered the scope {step.get('scope')}: nothing was stepped")
+            raise ProgramUntraced(f"the program never entered the scope {step.get('scope')}: nothing was stepped",
+                                  status["exit_status"], status["exit_signal"], EXIT_ERROR)
     return RunResult(doc, status["exit_status"], status["exit_signal"], log_text)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import platform
+import select
 import struct
 import subprocess
 import time
@@ -16,6 +17,7 @@ from typing import Any
 
 from .. import __version__
 from ..agent import rundir
+from ..ci.gate import EXIT_ERROR, EXIT_TOOL
 from ..core.model import Access, AccessKind, Fault
 from ..core.result import ProgramInfo, TraceResult, sites_of
 from ..core.trace import TraceBuffer
@@ -28,6 +30,7 @@ from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
 from .modulescope import Scope
 from .scope import ScopeError, StepScope, function_ranges, parse_range, resolve_scope
+from .wrapper import SignalGuard, program_environ
 
 NAME = "step"
 
@@ -59,6 +62,21 @@ class StepUnavailable(Exception):
     """The step engine cannot run here or for this input: one line for the user."""
 
 
+class StepBadInput(StepUnavailable):
+    """The scope names what the program does not have (the program is killed at its arming
+    point, before its own code runs): bad input, status 2."""
+
+
+class StepNothing(StepUnavailable):
+    """The program ran but nothing was stepped: one line, how the program ended, and the status
+    when it did not fail (ci/gate.py: 2 for a scope it never entered, 125 when it ended before
+    the arming point)."""
+
+    def __init__(self, message: str, exit_status: int | None, exit_signal: int | None, status: int) -> None:
+        super().__init__(message)
+        self.exit_status, self.exit_signal, self.status = exit_status, exit_signal, status
+
+
 @dataclass
 class StepRun:
     """What to run, where to step and what to check (the CLI's RunRequest, as the stepper sees it)."""
@@ -73,6 +91,8 @@ class StepRun:
     modules: list[str] = field(default_factory=list)
     buffer: int = 100_000
     aslr: bool = False
+    argv0: str | None = None  # the program's argv[0] as typed; program[0] is its path
+    grace: float = 10.0  # engines/wrapper.SignalGuard
 
 
 @dataclass
@@ -250,13 +270,19 @@ def stepper_path() -> str:
         raise StepUnavailable(str(exc)) from None
 
 
-def _read_exact(fd: int, n: int) -> bytes | None:
+def _read_exact(fd: int, n: int, guard: SignalGuard | None = None) -> bytes | None:
+    """`n` bytes from the stepper, looking at the guard's deadline while none come (a signal
+    handler does not end a blocking read: PEP 475 restarts it)."""
     out = b""
     while len(out) < n:
+        if guard is not None:
+            guard.expired()
+            ready, _, _ = select.select([fd], [], [], guard.slice())
+            if not ready:
+                continue
         try:
             chunk = os.read(fd, n - len(out))
-        except (InterruptedError, KeyboardInterrupt):
-            # ^C went to the program too (same process group): its choice, as with the agent
+        except InterruptedError:
             continue
         if not chunk:
             return None
@@ -358,45 +384,60 @@ def run_step(run: StepRun, on_progress: Callable[[int, int, float], None] | None
         tmp = run_dir.top
         out = os.path.join(tmp, "step.out")
         started = time.monotonic()
+        # The stepper forks and execs the program with argv[0] as typed and the environment of a
+        # direct run; it dies with ualdbg, the program with it (stepper.c).
+        guard = SignalGuard(None, run.grace)  # before the program exists (engines/wrapper.py)
         try:
-            proc = subprocess.Popen([exe, str(cmd_r), str(evt_w), out, str(run.buffer), str(int(not run.aslr)), path,
-                                     *run.program[1:]], pass_fds=(cmd_r, evt_w), close_fds=True)
+            proc = subprocess.Popen([exe, str(cmd_r), str(evt_w), out, str(run.buffer), str(int(not run.aslr)),
+                                     str(os.getpid()), path, run.argv0 or path, *run.program[1:]],
+                                    pass_fds=(cmd_r, evt_w), close_fds=True, env=program_environ())
         except OSError as exc:
+            guard.restore()
             raise StepUnavailable(f"cannot start the stepper: {exc.strerror}") from None
+        except BaseException:
+            guard.restore()
+            raise
         finally:
             os.close(cmd_r)
             os.close(evt_w)
+        # Signals go to the program (once the stepper said which process it is), else the stepper.
+        guard.start(proc, lambda: [driver.pid] if driver.pid else [proc.pid])
         try:
-            _serve(driver, evt_r, cmd_w)
+            _serve(driver, evt_r, cmd_w, guard)
         finally:
             os.close(evt_r)
             os.close(cmd_w)
-            while True:
-                try:
-                    returncode = proc.wait()
-                    break
-                except KeyboardInterrupt:  # the program got the same ^C: its choice
-                    continue
+            try:
+                returncode = guard.wait()
+            finally:
+                guard.restore()
         ended = time.monotonic()
         if driver.error is not None:
-            raise StepUnavailable(driver.error)
+            raise StepBadInput(driver.error)
         if returncode != 0 or not os.path.exists(out):
             raise StepUnavailable(f"the stepper failed (exit status {returncode})")
         with open(out, "rb") as f:
             data = f.read()
-    return _result(run, driver, data, started, ended, on_progress)
+    result = _result(run, driver, data, started, ended, on_progress)
+    if guard.received:
+        result.doc["partial"], result.doc["interrupted_by"] = True, guard.received[0]
+        result.doc.setdefault("notes", []).append(f"interrupted by {guard.received[0]}: the trace is partial")
+    return result
 
 
-def _serve(driver: _Driver, evt_r: int, cmd_w: int) -> None:
+def _serve(driver: _Driver, evt_r: int, cmd_w: int, guard: SignalGuard | None = None) -> None:
     def send(kind: int, payload: bytes) -> None:
-        os.write(cmd_w, _frame(kind, payload))
+        try:
+            os.write(cmd_w, _frame(kind, payload))
+        except BrokenPipeError:
+            pass  # the stepper is gone (killed after a signal): its exit status says how
 
     while True:
-        head = _read_exact(evt_r, 8)
+        head = _read_exact(evt_r, 8, guard)
         if head is None:
             return  # the stepper is gone (its exit status says how)
         kind, length = struct.unpack("<II", head)
-        payload = _read_exact(evt_r, length) if length else b""
+        payload = _read_exact(evt_r, length, guard) if length else b""
         if payload is None:
             return
         if kind == EVT_EXEC:
@@ -436,9 +477,11 @@ def _result(run: StepRun, driver: _Driver, data: bytes, started: float, ended: f
     records = [_RECORD.unpack_from(data, offset + i * _RECORD.size) for i in range(nrecs)]
     scope = driver.scope
     if scope is None:
-        raise StepUnavailable(f"{os.path.basename(run.program[0])} ended before reaching {run.at}: nothing was stepped")
+        raise StepNothing(f"{os.path.basename(run.program[0])} ended before reaching {run.at}: nothing was stepped",
+                          exit_status, exit_signal, EXIT_TOOL)
     if not entries:
-        raise StepUnavailable(f"the program never entered the scope {scope.label}: nothing was stepped")
+        raise StepNothing(f"the program never entered the scope {scope.label}: nothing was stepped",
+                          exit_status, exit_signal, EXIT_ERROR)
 
     user_scope = Scope(all_modules=run.all_modules, modules=tuple(run.modules))
     buf = TraceBuffer(run.buffer)

@@ -1,11 +1,15 @@
 """The batch driver `ualdbg trace --pid` runs inside gdb: attach to a running process, arm every
 thread, let it run until the CLI asks for the end (a SIGSTOP it sends to the process, which gdb
-takes and never delivers) or the process exits, then disarm, detach and write the JSON."""
+takes and never delivers), the CLI dies (gdb sends itself that SIGSTOP) or the process exits,
+then disarm, detach and write the JSON."""
 from __future__ import annotations
 
 import json
 import os
+import select
 import signal
+import threading
+import time
 from typing import Any
 
 import gdb  # type: ignore[import-not-found]
@@ -20,13 +24,68 @@ SI_TKILL = -6
 
 
 def _our_stop(cli_pid: int) -> bool:
-    """The current stop is the SIGSTOP the CLI sent to end the trace (tgkill from its pid)."""
+    """The current stop is the SIGSTOP that ends the trace: tgkill from the CLI, or from gdb
+    itself when the CLI died (_CliWatch)."""
     try:
         si = gdb.parse_and_eval("$_siginfo")
         return (int(si["si_signo"]) == signal.SIGSTOP and int(si["si_code"]) == SI_TKILL
-                and int(si["_sifields"]["_kill"]["si_pid"]) == cli_pid)
+                and int(si["_sifields"]["_kill"]["si_pid"]) in (cli_pid, os.getpid()))
     except gdb.error:
         return False
+
+
+class _CliWatch:
+    """The process is not ours to kill, and must not stay traced with AC set when the CLI dies
+    (SIGKILL, a crash): a thread waits for the CLI's end (a pidfd; gdb's Python threads run while
+    the process does) and then sends the process the SIGSTOP that ends the trace, as the CLI
+    would; the loop in main disarms and detaches. gdb is in a session of its own: no signal to the
+    CLI's process group reaches it."""
+
+    def __init__(self, cli_pid: int, pid: int) -> None:
+        self.cli_pid, self.pid = cli_pid, pid
+        self.lock = threading.Lock()
+        self.over = False  # the trace is ending: no SIGSTOP from here any more
+        self.fired = False
+        threading.Thread(target=self._wait_and_end, name="ualdbg-cli-watch", daemon=True).start()
+
+    def _wait_and_end(self) -> None:
+        try:
+            fd = os.pidfd_open(self.cli_pid)
+        except (OSError, AttributeError):  # gone already, or no pidfd (Linux < 5.3, Python < 3.9)
+            fd = None
+        if fd is not None:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            while not poller.poll(1000):
+                pass
+        else:
+            while os.getppid() == self.cli_pid:
+                time.sleep(0.2)
+        import ctypes
+
+        with self.lock:
+            if not self.over:
+                self.fired = True
+                ctypes.CDLL(None, use_errno=True).syscall(234, self.pid, self.pid, signal.SIGSTOP)  # tgkill, as the CLI
+
+    def end(self) -> None:
+        with self.lock:
+            self.over = True
+
+    def after_detach(self) -> None:
+        """The CLI's SIGSTOP and ours may both have been sent: the one gdb did not take would stop
+        the process for good once detached."""
+        if not self.fired:
+            return
+        for _ in range(25):  # the pending one is delivered once the process runs again
+            try:
+                with open(f"/proc/{self.pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                        os.kill(self.pid, signal.SIGCONT)
+                        return
+            except OSError:
+                return
+            time.sleep(0.02)
 
 
 def _write(path: str, data: dict[str, Any]) -> None:
@@ -86,6 +145,7 @@ def main(config_json: str) -> None:
     session.program.pid = pid
     progress.tick(session, force=True)
     sites.tick(session, force=True)
+    watch = _CliWatch(int(cfg["cli_pid"]), pid)
     with open(cfg["attached"], "w") as f:
         f.write(f"{len(session.engine.armed)}\n")
     try:
@@ -96,10 +156,12 @@ def main(config_json: str) -> None:
                 break
     except gdb.error as exc:
         status["error"] = str(exc)
+    watch.end()
     if gdb.selected_inferior().pid:
         COMMANDS[("trace", "stop")].invoke(host, [])
         gdb.execute("ualdbg off", to_string=True)
         gdb.execute("detach", to_string=True)
+        watch.after_detach()
         status["detached"] = True
     else:
         code = gdb.convenience_variable("_exitcode")

@@ -3,18 +3,37 @@ fatal signals as gdb would not in batch mode), write the JSON document and the e
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
 from typing import Any
 
 import gdb  # type: ignore[import-not-found]
 
 from ...core.progress import ProgressFile
 from ...engines.lifecycle import Kind
+from ...engines.wrapper import debugger_keeps_running
 from ...render.jsondoc import build_document, dump
 from .install import install, installed
 
+# gdb's words when the program (here: the exec helper's exec of it) ends before it is running.
+_STARTUP = re.compile(r"During startup program (?:exited with code (\d+)|terminated with signal (SIG\w+))")
+
 
 def main(config_json: str) -> None:
+    """Never raises: whatever goes wrong is one line in the status file (the CLI prints it), not
+    a Python traceback in gdb's output."""
     cfg = json.loads(config_json)
+    status: dict[str, Any] = {"exit_status": None, "exit_signal": None, "error": None}
+    try:
+        _run(cfg, status)
+    except Exception as exc:  # a bug or a hostile binary: one line for the CLI
+        status["error"] = status["error"] or f"{type(exc).__name__}: {exc}"
+    with open(cfg["status"], "w") as f:
+        json.dump(status, f)
+
+
+def _run(cfg: dict[str, Any], status: dict[str, Any]) -> None:
     session = install()
     host, hooks = installed()
     progress = ProgressFile(cfg.get("progress"))
@@ -31,12 +50,22 @@ def main(config_json: str) -> None:
 
     # Run as it would alone: the program's own signals go to it without a stop (`all` leaves
     # out SIGTRAP and SIGINT, which gdb keeps: a program's own int3 or raise(SIGTRAP) is not
-    # delivered under the gdb engine; the agent engine delivers them).
+    # delivered under the gdb engine; the agent engine delivers them). SIGINT is the program's
+    # too: a Ctrl-C typed at the terminal (gdb gives the program the terminal) or passed on by
+    # the CLI reaches it, as without gdb.
     gdb.execute("handle all nostop noprint pass", to_string=True)
+    gdb.execute("handle SIGINT nostop noprint pass", to_string=True)
+    # gdb gives the program the dispositions it was started with, whatever it does itself.
+    debugger_keeps_running()
+    wrapper = cfg.get("exec_wrapper")
+    if wrapper:
+        # The exec helper execs the program with the argv and environment of a direct run, and
+        # gives it the parent-death signal: it dies with gdb, which dies with ualdbg.
+        helper, spec = wrapper
+        gdb.execute(f"set exec-wrapper {shlex.quote(helper)} -p {os.getpid()} {shlex.quote(spec)}", to_string=True)
     COMMANDS[("trace", "start")].invoke(host, args)
     session.program.path = cfg["program"]
     session.program.args = cfg["args"]
-    status: dict[str, Any] = {"exit_status": None, "exit_signal": None, "error": None}
     try:
         if cfg.get("remote"):
             # qemu-user holds the program at its first instruction until gdb connects.
@@ -51,13 +80,22 @@ def main(config_json: str) -> None:
             gdb.execute("continue", to_string=False)
     except gdb.error as exc:
         status["error"] = str(exc)
+        start = _STARTUP.search(str(exc))
+        if start is not None:  # the exec failed (the helper said why) or the program died at once
+            status["error"] = None
+            if start.group(1) is not None:
+                status["exit_status"] = int(start.group(1))
+            else:
+                import signal
+
+                status["exit_signal"] = int(getattr(signal, start.group(2), 0)) or None
     code = gdb.convenience_variable("_exitcode")
     sig = gdb.convenience_variable("_exitsignal")
-    status["exit_status"] = None if code is None else int(code)
-    status["exit_signal"] = None if sig is None else int(sig)
+    if code is not None:
+        status["exit_status"] = int(code)
+    if sig is not None:
+        status["exit_signal"] = int(sig)
     session.program.exit_status = status["exit_status"]
     session.program.exit_signal = status["exit_signal"]
     progress.tick(session, force=True)
     dump(build_document(session.result()), cfg["json"])
-    with open(cfg["status"], "w") as f:
-        json.dump(status, f)

@@ -12,6 +12,7 @@ import lldb  # type: ignore[import-not-found]
 from ...commands.all import COMMANDS
 from ...core.progress import ProgressFile
 from ...engines.lifecycle import Kind
+from ...engines.wrapper import debugger_keeps_running
 from ...render.jsondoc import build_document, dump
 from .install import install, installed
 
@@ -37,6 +38,7 @@ def main(debugger: lldb.SBDebugger, config_json: str) -> None:
     progress = ProgressFile(cfg.get("progress"))
     session.events.subscribe(Kind.FAULT_RECORDED, lambda decision: progress.tick(session))
     debugger.SetAsync(False)
+    debugger_keeps_running()
     try:
         # The program's file, so that the arm point is chosen from its symbols; lldb shows the
         # held fork's executable after the attach, and the program's again after its exec.
@@ -57,6 +59,10 @@ def main(debugger: lldb.SBDebugger, config_json: str) -> None:
         process = target.AttachToProcessWithID(lldb.SBListener(), int(cfg["attach_pid"]), err)
         if not err.Success() or not process.IsValid():
             raise RuntimeError(f"cannot attach to process {cfg['attach_pid']}: {err.GetCString()}")
+        # SIGINT is the program's, as without lldb (a Ctrl-C typed at the terminal, or passed on by
+        # the CLI): lldb suppresses it by default, as gdb's `handle SIGINT nopass` does.
+        ret = lldb.SBCommandReturnObject()
+        debugger.GetCommandInterpreter().HandleCommand("process handle -p true -s false -n false SIGINT", ret)
         _release(release_fd)
         release_fd = None
         while process.GetState() not in _DONE:

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/personality.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/ptrace.h>
 #include <sys/user.h>
@@ -989,7 +990,12 @@ static void load_table(const char *p, uint32_t len)
 
 int main(int argc, char **argv)
 {
-    if (argc < 7) { fputs("usage: ualdbg-stepper CMD_FD EVT_FD OUT RECORDS NO_ASLR PROG ARGS...\n", stderr); return 3; }
+    if (argc < 9) { fputs("usage: ualdbg-stepper CMD_FD EVT_FD OUT RECORDS NO_ASLR PARENT PATH ARGV0 ARGS...\n", stderr); return 3; }
+    /* Nothing ualdbg starts outlives it (issue 29): the stepper dies with ualdbg (PARENT, which
+       may have died before the prctl), and the program with the stepper (PTRACE_O_EXITKILL, and
+       its own parent-death signal until then). */
+    pid_t parent = (pid_t)strtol(argv[6], NULL, 10);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent) return 3;
     cmd_fd = atoi(argv[1]);
     evt_fd = atoi(argv[2]);
     const char *out = argv[3];
@@ -1000,18 +1006,26 @@ int main(int argc, char **argv)
     fcntl(cmd_fd, F_SETFD, FD_CLOEXEC);
     fcntl(evt_fd, F_SETFD, FD_CLOEXEC);
 
+    pid_t stepper = getpid();
     child = fork();
     if (child < 0) die("fork");
     if (child == 0) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != stepper) _exit(127);
         if (no_aslr) { int p = personality(0xffffffff); if (p != -1) personality((unsigned long)p | ADDR_NO_RANDOMIZE); }
         if (ptrace(PTRACE_TRACEME, 0, 0, 0) < 0) { perror("ualdbg-stepper: PTRACE_TRACEME"); _exit(127); }
-        execv(argv[6], argv + 6);
-        fprintf(stderr, "ualdbg-stepper: %s: %s\n", argv[6], strerror(errno));
-        _exit(127);
+        /* PATH is what to exec, argv from ARGV0 on what the program gets: argv[0] as typed. */
+        execv(argv[7], argv + 8);
+        int err = errno;
+        fprintf(stderr, "ualdbg: %s: cannot execute: %s\n", argv[8], strerror(err));
+        _exit(err == ENOENT ? 127 : 126);
     }
-    /* The terminal's ^C and ^\ go to the program, whose choice they are; the tracer stays. */
+    /* The terminal's ^C and ^\ go to the program, whose choice they are; the tracer stays. So
+       for a SIGTERM or SIGHUP sent to the whole process group (timeout(1), a hang-up): ualdbg
+       passes the program what it gets itself, and ends the stepper with SIGKILL if it must. */
     signal(SIGINT, SIG_IGN);
     signal(SIGQUIT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
     /* Pinned after the fork: the program keeps the CPU mask it was started with. */
     cpu = sched_getcpu();
     if (cpu >= 0) {

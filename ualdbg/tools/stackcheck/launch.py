@@ -17,66 +17,15 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-MAGIC = "ualdbg-exec-1"
+from ...stepper.execspec import MAGIC, SOURCE, LaunchSpec
+
+__all__ = ["MAGIC", "ExecHelper", "LaunchSpec", "environment_strings", "time_native"]
+
 ADDR_NO_RANDOMIZE = 0x0040000
 
-_HELPER_C = r"""
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/personality.h>
-#include <unistd.h>
-
-/* spec: MAGIC\0 ASLR(0|1)\0 STDIN\0 STDOUT\0 STDERR\0 PATH\0 ARGC\0 ARGV...\0 ENV...\0
-   (an empty STDIN/STDOUT/STDERR keeps what the helper inherited) */
-static int redirect(const char *path, int fd, int flags, const char *same_as, int same_fd)
-{
-    if (!*path) return 0;
-    if (same_as && strcmp(path, same_as) == 0) return dup2(same_fd, fd) < 0 ? -1 : 0;
-    int f = open(path, flags, 0644);
-    if (f < 0) { perror(path); return -1; }
-    if (f != fd && (dup2(f, fd) < 0 || close(f) < 0)) return -1;
-    return 0;
-}
-
-int main(int argc, char **argv)
-{
-    if (argc < 2) { fputs("ualdbg-exec: usage: ualdbg-exec SPEC\n", stderr); return 127; }
-    int fd = open(argv[1], O_RDONLY);
-    if (fd < 0) { perror(argv[1]); return 127; }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len == cap && !(buf = realloc(buf, cap *= 2))) return 127;
-        ssize_t n = read(fd, buf + len, cap - len);
-        if (n < 0) { perror(argv[1]); return 127; }
-        if (n == 0) break;
-        len += (size_t)n;
-    }
-    close(fd);
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++) n += buf[i] == 0;
-    char **s = calloc(n + 1, sizeof *s);
-    size_t k = 0;
-    for (size_t i = 0; i < len && k < n; i += strlen(buf + i) + 1) s[k++] = buf + i;
-    if (k < 7 || strcmp(s[0], "ualdbg-exec-1") != 0) { fprintf(stderr, "ualdbg-exec: %s: not a spec\n", argv[1]); return 127; }
-    long ac = strtol(s[6], 0, 10);
-    if (ac < 0 || (size_t)(7 + ac) > k) { fprintf(stderr, "ualdbg-exec: %s: bad argc\n", argv[1]); return 127; }
-    if (redirect(s[2], 0, O_RDONLY, NULL, -1) || redirect(s[3], 1, O_WRONLY | O_CREAT | O_TRUNC, NULL, -1)
-        || redirect(s[4], 2, O_WRONLY | O_CREAT | O_TRUNC, s[3], 1))
-        return 127;
-    int pers = personality(0xffffffff);
-    if (pers != -1) personality(s[1][0] == '1' ? (pers & ~ADDR_NO_RANDOMIZE) : (pers | ADDR_NO_RANDOMIZE));
-    /* argv and envp point into the spec's own buffer: NULL-terminated slices of s. */
-    char **av = calloc((size_t)ac + 1, sizeof *av);
-    for (long i = 0; i < ac; i++) av[i] = s[7 + i];
-    s[k] = NULL;
-    execve(s[5], av, s + 7 + ac);
-    perror(s[5]);
-    return 127;
-}
-"""
+# The helper's C source is the one the trace engines use too (ualdbg/stepper/src/exec.c), built
+# here into the sweep's folder, 32-bit when the program is.
+_HELPER_C = SOURCE.read_text()
 
 _HELPER_PY = r"""
 import ctypes, os, sys
@@ -99,25 +48,6 @@ if p != -1:
     libc.personality((p & ~0x40000) if d[1] == b"1" else (p | 0x40000))
 os.execve(d[5], d[7:7 + ac], dict(e.split(b"=", 1) if b"=" in e else (e, b"") for e in d[7 + ac:]))
 """
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """One exact exec: the path handed to execve, the full argv (argv[0] included), the full
-    environment as NAME=VALUE strings in order, and whether ASLR is on."""
-
-    path: str
-    argv: tuple[str, ...]
-    env: tuple[str, ...]
-    aslr: bool = False
-    stdin: str = ""  # paths to redirect to; "" keeps what the helper inherited
-    stdout: str = ""
-    stderr: str = ""
-
-    def encode(self) -> bytes:
-        fields = [MAGIC, "1" if self.aslr else "0", self.stdin, self.stdout, self.stderr, self.path,
-                  str(len(self.argv)), *self.argv, *self.env]
-        return b"".join(f.encode("utf-8", "surrogateescape") + b"\0" for f in fields)
 
 
 def environment_strings(env: dict[str, str] | None = None) -> tuple[str, ...]:

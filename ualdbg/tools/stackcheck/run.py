@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -18,7 +19,9 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from ...ci.gate import EXIT_NOT_FOUND, EXIT_TOOL
 from ...engines.runner import ToolError, _pkg_roots, find_gdb, find_lldb, resolve_program
+from ...engines.wrapper import child_setup
 from ...symbols.elfindex import elf_index
 from ...symbols.variables import FunctionVariables, VariableError, VariableInfo
 from .check import Item, Plan, ProbeSpec, Raw, Request, StackcheckError, Variant, build_document, make_variants, parse_var
@@ -34,7 +37,7 @@ def exec_path_for(typed: str) -> str:
         return typed
     found = shutil.which(typed)
     if found is None:
-        raise ToolError(f"{typed}: not found on PATH")
+        raise ToolError(f"{typed}: not found on PATH", EXIT_NOT_FOUND)
     return found
 
 
@@ -206,7 +209,8 @@ class DebuggerMeasurer:
         env = dict(os.environ, SHELL="/bin/sh")  # gdb's start-up shell; the program's env comes from the spec
         log = os.path.join(tmp, "debugger.log")
         with open(log, "w") as logf:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env)
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                                    preexec_fn=child_setup())  # dies with ualdbg (engines/wrapper.py)
             try:
                 while proc.poll() is None:
                     time.sleep(0.05)
@@ -224,13 +228,14 @@ class DebuggerMeasurer:
         with open(log, errors="replace") as f:
             self.log = f.read()
         if not os.path.exists(result):
-            tail = "\n".join(self.log.strip().splitlines()[-5:])
-            raise ToolError(f"{self.debugger} did not finish the measurements (exit status {proc.returncode})"
-                            + (f": {tail}" if tail else ""))
+            if os.environ.get("UALDBG_DEBUG"):
+                print(self.log, file=sys.stderr)
+            raise ToolError(f"{self.debugger} did not finish the measurements (exit status {proc.returncode}; "
+                            "UALDBG_DEBUG=1 shows its log)", EXIT_TOOL)
         with open(result) as f:
             data = json.load(f)
         if data.get("error"):
-            raise ToolError(f"{self.debugger} measurement failed: {data['error']}")
+            raise ToolError(f"{self.debugger} measurement failed: {data['error']}", EXIT_TOOL)
         raws = []
         for r in data["variants"]:
             trace = r.get("trace")

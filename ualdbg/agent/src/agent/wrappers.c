@@ -338,8 +338,10 @@ static void free_env(char **env, char *const orig[])
 }
 
 /* Before an exec: the image ends here (maps saved, state EXECED). A program that drops the
- * agent from the environment of the program it execs escapes the trace: in the process
- * ualdbg started, that ends the run here so ualdbg can use the trap engine instead. */
+ * agent from the environment of the program it execs escapes the trace: the buffer says so
+ * (UALDBG_F_STRIPPED) and the exec goes on as the program asked. It is never cut short to be
+ * run again under another engine: a program runs once under ualdbg (issue 29); ualdbg says in
+ * one line that the rest ran untraced, and --engine trap traces it whole. */
 static void before_exec(const char *file, char *const envp[], int foreign)
 {
     /* A vfork child shares the parent's memory and buffer: it has nothing to end. */
@@ -356,8 +358,6 @@ static void before_exec(const char *file, char *const envp[], int foreign)
     if (stripped)
         __atomic_or_fetch(&G.hdr->flags, UALDBG_F_STRIPPED, __ATOMIC_RELEASE);
     buffer_mark(UALDBG_EXECED, note);
-    if (stripped && G.root_line)
-        REAL(_exit)(127); /* libc's: the wrapper below would mark this buffer "exited" */
 }
 
 static void exec_failed(void)
