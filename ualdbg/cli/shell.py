@@ -22,7 +22,7 @@ from ..render.console import make_console
 from ..render.jsondoc import GROUPS, load_document
 from ..render.sarif import build_sarif
 from ..render.tables import header, records_table, summary_table
-from .outputs import OutputError, check_writable, write_json
+from .outputs import Named, OutputError, Report, check_distinct, check_writable, say, write_json
 
 
 class _Parser(argparse.ArgumentParser):
@@ -223,20 +223,54 @@ def _program(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[
     return prog
 
 
-def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """(path, what) of every file this command writes, to check before the program runs."""
-    out = [(args.json, "the JSON output"), (getattr(args, "sarif", None), "the SARIF output"),
-           (args.log_file, "the log file")]
+def _outputs(args: argparse.Namespace) -> list[Named]:
+    """Every file this command writes, to check before the program runs."""
+    out = [Named("--json", args.json), Named("--sarif", getattr(args, "sarif", None) or ""),
+           Named("--log-file", args.log_file or "")]
     if getattr(args, "update_baseline", False):
-        out.append((args.baseline, "the baseline"))
-    return [(path, what) for path, what in out if path]
+        out.append(Named("--baseline", args.baseline))
+    return [n for n in out if n.path]
 
 
-def _report_console(args: argparse.Namespace) -> Any:
-    """Where ualdbg's own report goes: stderr or --log-file, never the program's stdout."""
-    if args.log_file:
-        return make_console(open(args.log_file, "w"))
-    return make_console(sys.stderr)
+def _reads(args: argparse.Namespace) -> list[Named]:
+    """The files the run reads or runs, which no output may overwrite: a baseline being read, the
+    program, and the files its command line names (a script, its input)."""
+    import shutil
+
+    reads = []
+    if getattr(args, "baseline", None) and not getattr(args, "update_baseline", False):
+        reads.append(Named("the baseline being read", args.baseline))
+    rest = list(getattr(args, "program", None) or [])
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    if rest:
+        first = rest[0] if "/" in rest[0] else (shutil.which(rest[0]) or rest[0])
+        reads.append(Named("the program", first))
+        reads.extend(Named("a file the program's command line names", a) for a in rest[1:] if os.path.isfile(a))
+    return reads
+
+
+def _check_outputs(writes: list[Named], reads: list[Named]) -> None:
+    """Nothing runs unless every output can be written, and no two land on one file (issues 17, 29)."""
+    try:
+        check_distinct(writes, reads)
+        for n in writes:
+            check_writable(n.path, _WHAT.get(n.option, n.option))
+    except OutputError as exc:
+        raise ToolError(str(exc)) from None
+
+
+_WHAT = {"--json": "the JSON output", "--sarif": "the SARIF output", "--log-file": "the log file",
+         "--baseline": "the baseline"}
+
+
+def _sink(args: argparse.Namespace) -> Report:
+    """Where ualdbg's own report goes: stderr or --log-file (written whole at the end), never the
+    program's stdout. One per command."""
+    rep = getattr(args, "report_sink", None)
+    if rep is None:
+        rep = args.report_sink = Report(args.log_file)
+    return rep
 
 
 def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[dict[str, Any], Any]:
@@ -254,11 +288,7 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
             known = baseline.load(args.baseline)
         except baseline.BaselineError as exc:
             raise ToolError(str(exc)) from None
-    try:  # nothing runs unless every output can be written (issue 17: nothing lost)
-        for path, what in _outputs(args):
-            check_writable(path, what)
-    except OutputError as exc:
-        raise ToolError(str(exc)) from None
+    _check_outputs(_outputs(args), _reads(args))
     if args.pid is not None:
         return _trace_pid(args, known)
     if args.duration is not None:
@@ -290,7 +320,7 @@ def _print_trace(args: argparse.Namespace, result: Any, known: Any, last: str | 
     doc = result.doc
     if args.json:
         write_json(doc, args.json, "the JSON output")
-    out = _report_console(args)
+    out = _sink(args)
     out.print(header(doc))
     if doc["sites"]:
         out.print(summary_table(doc, getattr(args, "by", "pc")))
@@ -342,11 +372,7 @@ def _watch(args: argparse.Namespace) -> int:
 
     if (args.pid is None) == (not args.program or args.program == ["--"]):
         raise ToolError("ualdbg watch: give --pid PID or -- PROG ARGS (one of them)")
-    try:
-        for path, what in _outputs(args):
-            check_writable(path, what)
-    except OutputError as exc:
-        raise ToolError(str(exc)) from None
+    _check_outputs(_outputs(args), _reads(args))
     stream = sys.stdout
     live = stream.isatty() and not args.json_lines
     quit_ = threading.Event()
@@ -406,7 +432,7 @@ def _watch(args: argparse.Namespace) -> int:
     doc = result.doc
     if args.json:
         write_json(doc, args.json, "the JSON output")
-    out = _report_console(args)
+    out = _sink(args)
     out.print(header(doc))
     if doc["sites"]:
         out.print(summary_table(doc, "pc"))
@@ -414,7 +440,10 @@ def _watch(args: argparse.Namespace) -> int:
         out.print(f"note: {note}")
     if args.pid is not None and doc["attached"]["detached"]:
         out.print(f"ualdbg: detached from process {args.pid} ({doc['attached']['ended_by']}); no thread has AC set")
-    return EXIT_CLEAN
+    out.close()
+    if args.pid is not None:
+        return EXIT_CLEAN  # the process is not ualdbg's child: its status is in the JSON
+    return pass_exit_status(result.exit_status, result.exit_signal)  # as `trace -- PROG` does
 
 
 def _per_program(doc: dict[str, Any]) -> str | None:
@@ -446,7 +475,10 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.update_baseline and verdict.status == args.error_exitcode and not doc["program"].get("exit_signal") \
             and not doc["program"].get("exit_status"):
         verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(baseline.keys_of(doc))} sites written to {args.baseline}")
-    _report_console(args).print(verdict.line) if args.log_file else print(verdict.line, file=sys.stderr)
+    report = _sink(args)
+    report.print(verdict.line)
+    if not report.close():
+        say(verdict.line)  # the log did not reach its path (the fallback is named above): the verdict stays
     return verdict.status
 
 
@@ -455,11 +487,7 @@ def _report(args: argparse.Namespace) -> int:
         raise ToolError("ualdbg report: name a JSON trace, e.g. ualdbg report t.json")
     if len(args.file) > 1 and not args.merge:
         raise ToolError("ualdbg report: several files need --merge")
-    for path, what in ((args.json, "the JSON output"), (args.sarif, "the SARIF output")):
-        try:
-            check_writable(path, what)
-        except OutputError as exc:
-            raise ToolError(str(exc)) from None
+    _check_outputs([n for n in (Named("--json", args.json or ""), Named("--sarif", args.sarif or "")) if n.path], [])
     docs = [(path, load_document(path)) for path in args.file]
     doc = merge(docs) if args.merge else docs[0][1]
     if args.json:
@@ -489,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "trace":
             _doc, result = _trace(args, parser)
+            _sink(args).close()
             if args.pid is not None:
                 return EXIT_CLEAN  # the process is not ualdbg's child: its status is in the JSON
             return pass_exit_status(result.exit_status, result.exit_signal)
@@ -499,9 +528,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "stackcheck":
             from ..commands.stackcheck import run_cli
 
+            _check_outputs([Named("--json", args.json)] if args.json else [], _reads(args))
+
             return run_cli(args)
         if args.cmd == "audit":
             from ..commands.audit import run_cli as _audit_cli
+
+            _check_outputs([Named("--json", args.json)] if args.json else [],
+                           [Named("the ELF file", args.elf), *([Named("--trace", args.trace)] if args.trace else [])])
 
             return _audit_cli(args)
         if args.cmd in ("gdbinit", "lldbinit"):

@@ -310,8 +310,9 @@ def dump(doc: dict[str, Any], path: str) -> None:
         write_text(doc, sys.stdout)
         sys.stdout.flush()
         return
-    with open(path, "w") as f:
-        write_text(doc, f)
+    from ..core.files import write_atomic
+
+    write_atomic(path, lambda f: write_text(doc, f))  # whole or not at all, never through a planted link
 
 
 GROUPS = ("pc", "line", "function", "module")
