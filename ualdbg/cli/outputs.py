@@ -102,8 +102,10 @@ def check_distinct(writes: Iterable[Named], reads: Iterable[Named] = ()) -> None
 
 def say(line: str) -> None:
     """One line of ualdbg's own on stderr (nowhere when stderr is closed)."""
+    from ..render.console import shown
+
     try:
-        print(line, file=sys.stderr, flush=True)
+        print(shown(line), file=sys.stderr, flush=True)
     except (OSError, ValueError, AttributeError):
         pass
 

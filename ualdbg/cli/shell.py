@@ -24,6 +24,8 @@ from ..render.sarif import build_sarif
 from ..render.tables import header, records_table, summary_table
 from .outputs import Named, OutputError, Report, check_distinct, check_writable, say, write_json
 
+REPORT_LIMIT = 1000  # records `report` shows unless told: a table of 1,000 takes under a second
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:
@@ -171,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--sarif", metavar="FILE", default=None, help="write SARIF 2.1.0 for the (merged) document")
     r.add_argument("--summary", action="store_true")
     r.add_argument("--by", choices=GROUPS, default="pc")
-    r.add_argument("--limit", type=positive, default=None)
+    r.add_argument("--limit", type=nonnegative, default=REPORT_LIMIT, metavar="N",
+                   help=f"records shown: the newest N (default {REPORT_LIMIT:,}; 0: all of them, slow for a full ring)")
     _launcher_parsers(sub)
     return p
 
@@ -501,11 +504,48 @@ def _report(args: argparse.Namespace) -> int:
     if args.summary or args.by != "pc" or args.merge:
         out.print(summary_table(doc, args.by))
     else:
-        out.print(records_table(doc, args.limit))
+        out.print(records_table(doc, args.limit or None))
+        kept = len(doc["records"])
+        if args.limit and kept > args.limit:  # a full ring is 100,000 rows: minutes of table (issue 29)
+            out.print(f"records: the newest {args.limit:,} of {kept:,} kept shown (--limit N; --limit 0 shows all; "
+                      f"--summary counts every fault)")
     return EXIT_CLEAN
 
 
+def _closed_streams() -> None:
+    """A standard stream the user closed (`2>&-`) is nobody's: ualdbg's own lines to it go nowhere,
+    and its descriptor is held by a close-on-exec /dev/null, so that no file ualdbg opens lands on
+    it and the program still starts with it closed, as it would without ualdbg."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        nul = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        if nul != fd:  # a lower one was closed too and took it: handled on its own turn
+            os.close(nul)
+            continue
+        setattr(sys, name, open(nul, "r" if fd == 0 else "w", closefd=False))
+
+
+def _closed_pipe() -> int:
+    """Whoever read ualdbg's output stopped (`ualdbg report t.json | head -1`): end quietly by
+    SIGPIPE, status 141 in a shell, as `git log | head -1` and coreutils do (docs/CLI.md)."""
+    import signal
+
+    try:
+        nul = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(nul, sys.stdout.fileno())  # what is still buffered is flushed there at exit
+    except (OSError, ValueError, AttributeError):
+        pass
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> int:
+    _closed_streams()
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] in (["gdb"], ["lldb"]):
@@ -545,11 +585,13 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_CLEAN
         if args.cmd == "report":
             return _report(args)
+    except BrokenPipeError:
+        return _closed_pipe()
     except (ToolError, ValueError) as exc:
-        print(f"ualdbg: {exc}", file=sys.stderr)
+        say(f"ualdbg: {exc}")  # escaped: the message may quote a hostile file's names
         return EXIT_ERROR
     except OSError as exc:  # an unreadable or unwritable file that no check above foresaw
-        print(f"ualdbg: {exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}", file=sys.stderr)
+        say(f"ualdbg: {exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}")
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("ualdbg: interrupted", file=sys.stderr)
@@ -557,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug: still one line and status 2 (UALDBG_DEBUG=1 shows the traceback)
         if os.environ.get("UALDBG_DEBUG"):
             raise
-        print(f"ualdbg: internal error ({type(exc).__name__}: {exc}); UALDBG_DEBUG=1 shows where", file=sys.stderr)
+        say(f"ualdbg: internal error ({type(exc).__name__}: {exc}); UALDBG_DEBUG=1 shows where")
         return EXIT_ERROR
     return EXIT_ERROR
 

@@ -1,13 +1,59 @@
 """The one place a rich Console is built: markup and highlighting off (`[rbp-8]` is not markup,
-PLATFORM.md), colour only on a terminal, a fixed width when not a terminal."""
+PLATFORM.md), colour only on a terminal, a fixed width when not a terminal, a closed pipe
+downstream left to the caller (rich's own reaction is to exit with status 1), and text from
+inputs (a crafted DWARF name, a JSON trace) shown escaped: `shown` for each value, and the console
+escapes what still reaches it, so no escape sequence of an input's ever drives the terminal."""
 from __future__ import annotations
 
 import io
 import os
+import re
 from collections.abc import Iterable
 from typing import IO, Any
 
 from rich.console import Console
+from rich.segment import Segment
+
+# C0 and C1 controls and DEL (ESC starts a terminal's sequences), the bidirectional overrides
+# that reorder what a reader sees ("Trojan Source"), and lone surrogates (bytes that were not
+# UTF-8, kept by surrogateescape: they cannot even be encoded for a UTF-8 terminal).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSAFE_KEEP_NL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = m.group()
+    if c in _NAMED:
+        return _NAMED[c]
+    n = ord(c)
+    if 0xDC80 <= n <= 0xDCFF:  # surrogateescape's byte
+        return f"\\x{n - 0xDC00:02x}"
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
+
+
+def shown(text: Any, *, newlines: bool = False) -> str:
+    """`text` as a person may safely see it: control characters, bidirectional overrides and
+    undecodable bytes written as escapes (\\x1b, \\n, \\u202e, \\xff); `newlines` keeps line breaks
+    and tabs (the layout of a report or a source line, not an input's)."""
+    s = text if isinstance(text, str) else str(text)
+    return (_UNSAFE_KEEP_NL if newlines else _UNSAFE).sub(_escape, s)
+
+
+class _Console(Console):
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        # The last line of defence: every text segment escaped (rich's own control segments, the
+        # cursor moves of a Live display, are not text and pass); the renderers escape each
+        # value themselves (`shown`) so that tables measure what is printed.
+        return super()._render_buffer(
+            Segment(shown(seg.text, newlines=True), seg.style, seg.control)
+            if seg.control is None and _UNSAFE_KEEP_NL.search(seg.text) else seg for seg in buffer)
+
+    def on_broken_pipe(self) -> None:
+        # rich exits with status 1 here; `ualdbg report t.json | head -1` is not a failure: the
+        # front end decides (shell.py ends by SIGPIPE, 141, as `git log | head -1` does).
+        self.quiet = True
+        raise BrokenPipeError(32, "Broken pipe")
 
 
 def make_console(file: IO[str] | None = None, *, color: bool | None = None, width: int | None = None,
@@ -15,7 +61,7 @@ def make_console(file: IO[str] | None = None, *, color: bool | None = None, widt
     """`terminal`: drive a terminal (cursor moves for a Live display) even without colour (NO_COLOR)."""
     if color is None:
         color = bool(file is not None and file.isatty()) and "NO_COLOR" not in os.environ
-    return Console(
+    return _Console(
         file=file,
         markup=False,
         highlight=False,
