@@ -166,8 +166,10 @@ class Report:
         self.console = make_console(self._buf if self._buf is not None else sys.stderr)
 
     def print(self, *items: Any) -> None:
+        """Tables as rich lays them out; a line of text as one line (a verdict or a note cut at
+        the console's width could not be found with grep)."""
         try:
-            self.console.print(*items)
+            self.console.print(*items, soft_wrap=all(isinstance(i, str) for i in items))
         except (OSError, ValueError):  # stderr closed or gone: the report is nobody's to read
             pass
 

@@ -1,6 +1,6 @@
 """The `ualdbg` shell command (also `python -m ualdbg`): trace, check, stackcheck, audit, report.
 Exit statuses: `trace` passes the program's through; `check`: the program's own when it fails,
-else 0 clean, 1 (--error-exitcode) too many faults or new sites, 2 usage or tool error (ci/gate.py); `stackcheck` 0 clean, 1 misaligned/unaligned/too spread, 2 error;
+else 0 clean, 1 (--error-exitcode) too many faults or new sites, 2 usage or tool error, 3 incomplete (ci/gate.py); `stackcheck` 0 clean, 1 misaligned/unaligned/too spread, 2 error;
 `audit` 0 no finding (or none hit), 1 findings (hit), 2 error."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from ..engines.runner import RunRequest, ToolError, pass_exit_status, run_traced
 from ..render.console import make_console
 from ..render.jsondoc import GROUPS, load_document
 from ..render.sarif import build_sarif
-from ..render.tables import header, records_table, summary_table
+from ..render.tables import blind_lines, header, records_table, summary_table
 from .outputs import Named, OutputError, Report, check_distinct, check_writable, say, write_json
 
 REPORT_LIMIT = 1000  # records `report` shows unless told: a table of 1,000 takes under a second
@@ -120,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the status when the accesses exceed the limit or the baseline (default 1)")
     c.add_argument("--sarif", metavar="FILE", help="write SARIF 2.1.0 for code scanning")
     c.add_argument("--baseline", metavar="FILE", help="fail only on sites not in FILE (module, function and line of each)")
+    c.add_argument("--allow-incomplete", action="store_true",
+                   help="pass a run part of which ualdbg could not see (SIGBUS blocked or taken over by the program, a "
+                        "process the agent could not enter) instead of failing with status 3; the report, the JSON's "
+                        "blind_spots and SARIF still say what was not seen")
     c.add_argument("--update-baseline", action="store_true", help="write this run's sites to --baseline FILE and pass "
                    "(unless the program fails)")
     w = sub.add_parser("watch", help="live fault rate of a running process or a program (MONITOR ALIGN)",
@@ -332,6 +336,8 @@ def _print_trace(args: argparse.Namespace, result: Any, known: Any, last: str | 
         out.print(programs)
     for note in doc.get("notes") or []:
         out.print(f"note: {note}")
+    for line in blind_lines(doc):
+        out.print(line)
     if last:
         out.print(last)
     if known is not None:
@@ -441,6 +447,8 @@ def _watch(args: argparse.Namespace) -> int:
         out.print(summary_table(doc, "pc"))
     for note in doc.get("notes") or []:
         out.print(f"note: {note}")
+    for line in blind_lines(doc):
+        out.print(line)
     if args.pid is not None and doc["attached"]["detached"]:
         out.print(f"ualdbg: detached from process {args.pid} ({doc['attached']['ended_by']}); no thread has AC set")
     out.close()
@@ -469,15 +477,16 @@ def _per_program(doc: dict[str, Any]) -> str | None:
 def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     doc, _result = _trace(args, parser)
     partial = bool(doc.get("partial"))
-    if args.sarif:
-        write_json(build_sarif(doc), args.sarif, "the SARIF output")
-    if args.update_baseline:
-        write_json(baseline.build(doc), args.baseline, "the baseline")
     verdict = decide(doc, max_faults=args.max_faults, error_exitcode=args.error_exitcode,
-                     new_sites=getattr(args, "new_sites", None), partial=partial)
+                     new_sites=getattr(args, "new_sites", None), partial=partial,
+                     allow_incomplete=args.allow_incomplete)
     if args.update_baseline and verdict.status == args.error_exitcode and not doc["program"].get("exit_signal") \
             and not doc["program"].get("exit_status"):
         verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(baseline.keys_of(doc))} sites written to {args.baseline}")
+    if args.sarif:  # after the verdict: its invocation carries the exit status (issue 29)
+        write_json(build_sarif(doc, exit_code=verdict.status), args.sarif, "the SARIF output")
+    if args.update_baseline:
+        write_json(baseline.build(doc), args.baseline, "the baseline")
     report = _sink(args)
     report.print(verdict.line)
     if not report.close():
@@ -501,6 +510,8 @@ def _report(args: argparse.Namespace) -> int:
         return EXIT_CLEAN
     out = make_console(sys.stdout)
     out.print(header(doc))
+    for line in blind_lines(doc):
+        out.print(line)
     if args.summary or args.by != "pc" or args.merge:
         out.print(summary_table(doc, args.by))
     else:

@@ -61,6 +61,15 @@ def header(doc: dict[str, Any]) -> str:
         f"  {dur:.3f} s, {rate:,.0f}/s; engine {doc.get('engine')} {via}; {ring}", newlines=True)
 
 
+def blind_lines(doc: dict[str, Any]) -> list[str]:
+    """What the run did not see (the document's blind_spots, issue 29), one line each."""
+    spots = [b for b in doc.get("blind_spots") or [] if isinstance(b, dict)]
+    if not spots:
+        return []
+    return [f"INCOMPLETE: {len(spots)} part{'s' if len(spots) != 1 else ''} of the run not seen:"] + [
+        f"  not seen: {shown(b.get('text') or b.get('kind'))}" for b in spots]
+
+
 def summary_table(doc: dict[str, Any], by: str = "pc") -> Table | Group:
     sites = group_sites(doc["sites"], by)
     total = doc["faults_total"] or 1
