@@ -74,7 +74,9 @@ def site_key(site: dict[str, Any], paths: dict[str, str] | None = None, arch: st
 
 def fingerprint(key: str) -> str:
     """A stable, short fingerprint of a site key (SARIF partialFingerprints)."""
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
+    # surrogatepass: a name that was not UTF-8 (DWARF read with surrogateescape, a JSON "\udcff")
+    # hashes too; for any other key the bytes, and so the fingerprint, are the same as before.
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def keys_of(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
