@@ -190,28 +190,16 @@ def test_json_with_hostile_names(tmp_path: Path) -> None:
 
 # --- hypothesis: mutations of real files -------------------------------------------------------
 
-@pytest.mark.parametrize("seed", ELF_SEEDS)
-def test_fuzz_elf_parsers(seed: str, tmp_path_factory: pytest.TempPathFactory) -> None:
-    folder = tmp_path_factory.mktemp("fuzz-elf")
+@pytest.mark.parametrize("parser,seed", [("elf", s) for s in ELF_SEEDS] + [("stackcheck", s) for s in STACKCHECK_SEEDS])
+def test_fuzz_elf_parsers(parser: str, seed: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    folder = tmp_path_factory.mktemp(f"fuzz-{parser}")
     original = _elf(seed)
+    target = {"elf": elf_target, "stackcheck": stackcheck_target}[parser]
 
     @SETTINGS
     @given(mutated(original))
     def run(data: bytes) -> None:
-        elf_target(data, folder)
-
-    run()
-
-
-@pytest.mark.parametrize("seed", STACKCHECK_SEEDS)
-def test_fuzz_stackcheck_parsers(seed: str, tmp_path_factory: pytest.TempPathFactory) -> None:
-    folder = tmp_path_factory.mktemp("fuzz-stackcheck")
-    original = _elf(seed)
-
-    @SETTINGS
-    @given(mutated(original))
-    def run(data: bytes) -> None:
-        stackcheck_target(data, folder)
+        target(data, folder)
 
     run()
 
