@@ -184,3 +184,10 @@ def test_root_never_follows_a_link_another_user_planted_in_a_sticky_directory(ga
         assert sorted(p.name for p in victim_dir.iterdir()) == ["secret"], "written through a planted link"
     finally:
         shutil.rmtree(sticky, ignore_errors=True)
+
+
+def test_devices_are_no_collision(gate: Path, tmp_path: Path) -> None:
+    """/dev/null as every output, and as the program's argument: nothing is lost, nothing refused."""
+    r = run_cli("check", "--json", "/dev/null", "--sarif", "/dev/null", "--log-file", "/dev/null", "--",
+                str(gate), "1", "exit:0", "/dev/null", timeout=120)
+    assert r.returncode == 1 and r.stderr == "", r.explain()

@@ -67,15 +67,18 @@ class Named:
     path: str
 
 
-def _identity(path: str) -> tuple[Any, ...]:
-    """One file whatever its name: (device, inode) when it exists, else its resolved path."""
+def _identity(path: str) -> tuple[Any, ...] | None:
+    """One file whatever its name: (device, inode) when it exists, else its resolved path; None
+    for a device or pipe (/dev/null twice loses nothing)."""
     if path == "-":
         return ("stdout",)
     try:
         st = os.stat(path)
-        return ("inode", st.st_dev, st.st_ino)
     except OSError:
         return ("path", os.path.realpath(path))
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        return None
+    return ("inode", st.st_dev, st.st_ino)
 
 
 def check_distinct(writes: Iterable[Named], reads: Iterable[Named] = ()) -> None:
@@ -85,6 +88,8 @@ def check_distinct(writes: Iterable[Named], reads: Iterable[Named] = ()) -> None
     seen: dict[tuple[Any, ...], Named] = {}
     for w in writes:
         key = _identity(w.path)
+        if key is None:
+            continue
         if key in seen:
             first = seen[key]
             same = "stdout" if w.path == "-" else w.path
@@ -94,7 +99,7 @@ def check_distinct(writes: Iterable[Named], reads: Iterable[Named] = ()) -> None
         if r.path == "-" or not os.path.exists(r.path):
             continue
         key = _identity(r.path)
-        if key in seen:
+        if key is not None and key in seen:
             w = seen[key]
             raise OutputError(f"{w.option} {w.path} is {r.option} ({r.path}): ualdbg would overwrite it; "
                               "write the output elsewhere")

@@ -612,6 +612,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         say(f"ualdbg: internal error ({type(exc).__name__}: {exc}); UALDBG_DEBUG=1 shows where")
         return EXIT_ERROR
+    finally:
+        sink = getattr(args, "report_sink", None)
+        if sink is not None:
+            sink.close()  # what the report had when an error cut it short still reaches --log-file
     return EXIT_ERROR
 
 
