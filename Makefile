@@ -36,10 +36,11 @@ clean:
 	$(MAKE) -C examples clean
 	rm -rf .venv .pytest_cache
 
-# The long fuzz run (issue 17): 10,000 mutated inputs per parser, random seeds; `make test` runs
-# the seed corpus and a few hundred derandomized inputs per parser.
+# The long fuzz run (issues 17, 29): 10,000 mutated inputs per parser, random seeds, each with a
+# deadline, and 50 seeded mutations per command; `make test` runs the seed corpus, 150
+# derandomized inputs per parser and 8 per command.
 fuzz: setup
-	UALDBG_FUZZ_EXAMPLES=10000 UALDBG_FUZZ_RANDOM=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/fuzz
+	UALDBG_FUZZ_EXAMPLES=10000 UALDBG_FUZZ_RANDOM=1 UALDBG_FUZZ_CLI=50 .venv/bin/python -m pytest -q -p no:cacheprovider tests/fuzz
 
 # The resolver against gdb on the whole corpus (issue 18): every memory-access instruction of
 # 13 builds of Debian's xxHash, LZ4, fmtlib and MINPACK sources; `make test` checks a sample.

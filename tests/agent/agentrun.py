@@ -58,11 +58,13 @@ def by_function(doc: dict[str, Any]) -> Counter[str]:
 
 def comparable(doc: dict[str, Any]) -> dict[str, Any]:
     """What two engines must agree on for one deterministic run (ASLR off in both): everything
-    but timing, CPU, ids, the engine's own notes, and the out-of-scope counts (the agent's
-    presence changes what the dynamic loader does, and it skips string routines)."""
+    but timing, CPU, ids, the engine's own notes, the out-of-scope counts (the agent's
+    presence changes what the dynamic loader does, and it skips string routines), and what each
+    engine could not see (a program's SIGBUS handler runs unarmed under the agent, while gdb
+    takes every fault first: blind spots are the engine's own)."""
     d = json.loads(json.dumps(doc))
     for k in ("duration_s", "debugger", "engine", "processes", "agent", "notes", "faults_ignored",
-              "ignored_by_module", "buffer"):
+              "ignored_by_module", "buffer", "blind_spots"):
         d.pop(k, None)
     d["program"].pop("pid")
     for r in d["records"]:

@@ -48,6 +48,10 @@ _HEADER_FIELDS = (
 )
 _PATCH_HEADER = struct.Struct("<QIIII")  # at 2256: patches_offset, patch_capacity, patch_size, patches_used, patch_after
 _PATCH = struct.Struct("<QQQIIII QQII")
+# at 3584: what the agent knows it did not see (issue 29; ualdbg_agent.h, "blind-spot counters")
+_BLIND = struct.Struct("<QQQQQQQII")
+_BLIND_AT = 3584
+B_SIGBUS_TAKEN, B_EXEC_FOREIGN = 0x1, 0x2
 _REGS = struct.Struct("<17Q")  # 16 GPRs, then the fs/gs base
 _SITE = struct.Struct("<QQIIII16sQihh")
 _RECORD = struct.Struct("<QQQIIiI17Q")
@@ -97,6 +101,21 @@ class RegisterView(Mapping[str, int]):
 
 
 @dataclass(frozen=True)
+class Blind:
+    """What one process image ran without the agent watching (ualdbg_agent.h: blind_ns...)."""
+
+    ns: int = 0  # thread time armed threads spent with SIGBUS blocked by the program
+    events: int = 0  # times an armed thread blocked SIGBUS
+    threads: int = 0  # threads that did
+    handler_ns: int = 0  # time in the program's handlers run with SIGBUS blocked
+    handler_events: int = 0
+    children: int = 0  # processes started with the agent: each must have reported in
+    children_untraced: int = 0  # processes started without it
+    flags: int = 0  # B_*
+    now: int = 0  # threads blind when the header was read
+
+
+@dataclass(frozen=True)
 class Header:
     version: int
     site_capacity: int
@@ -124,6 +143,7 @@ class Header:
     exe: str
     argv: tuple[str, ...]
     note: str
+    blind: Blind
 
     @property
     def armed(self) -> bool:
@@ -254,7 +274,7 @@ class AgentBuffer:
             emulated=v["emulated"], stepped=v["stepped"], maps_len=v["maps_len"],
             exit_status=None if v["exit_status"] < 0 else v["exit_status"], dropped_sites=v["dropped_sites"],
             threads=v["threads"], unarmed_threads=v["unarmed_threads"], exe=_cstr(v["exe"]), argv=argv,
-            note=_cstr(v["note"]),
+            note=_cstr(v["note"]), blind=Blind(*_BLIND.unpack_from(self._map, _BLIND_AT)),
         )
 
     def progress(self) -> tuple[int, int]:

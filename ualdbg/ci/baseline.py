@@ -75,7 +75,9 @@ def fingerprint(key: str) -> str:
     """A stable, short fingerprint of a site key (SARIF partialFingerprints)."""
     import hashlib  # here, not at every start of the shell (issue 34)
 
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
+    # surrogatepass: a name that was not UTF-8 (DWARF read with surrogateescape, a JSON "\udcff")
+    # hashes too; for any other key the bytes, and so the fingerprint, are the same as before.
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def keys_of(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:

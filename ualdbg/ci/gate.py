@@ -1,6 +1,7 @@
 """The exit contract of `ualdbg check`, as valgrind's --error-exitcode and the sanitizers have it:
 a program that fails fails the gate with its own status; otherwise the gate fails with a status
-of its own when unaligned accesses exceed the limit (or are new against a baseline)."""
+of its own when unaligned accesses exceed the limit (or are new against a baseline), or when the
+run was incomplete: ualdbg knows it did not see part of it (the document's `blind_spots`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,6 +15,9 @@ EXIT_ERROR = 2  # usage error or bad input (options, input and output files): on
 EXIT_TOOL = 125  # ualdbg itself failed (a debugger missing or dead, an internal error, no trace made)
 EXIT_CANNOT_EXECUTE = 126  # the program was found but cannot be executed (permission, not a program)
 EXIT_NOT_FOUND = 127  # the program, its ELF interpreter or a shared library it needs was not found
+# The run was incomplete (issue 29): neither 1 (found), 2 (usage), nor the wrappers' 124-127
+# (timeout(1), env(1): the tool's own failure, cannot execute, not found) nor 128+N (a signal).
+EXIT_INCOMPLETE = 3
 
 STATUSES = """  2                  usage error or bad input: an option, a baseline, an output path (nothing was run)
   125                ualdbg failed (a debugger missing or dead, an internal error): one line on stderr
@@ -26,6 +30,9 @@ CONTRACT = f"""exit status:
   0                  the program succeeded and made at most --max-faults unaligned accesses in scope
                      (with --baseline: no site that is not in the baseline)
   1                  too many unaligned accesses, or new sites (--error-exitcode N chooses another status)
+  3                  incomplete: within the limit, but ualdbg knows it did not see part of the run (the
+                     program blocked SIGBUS or took it over, a process the agent could not enter: the
+                     JSON's blind_spots say what); --allow-incomplete passes such a run
 {STATUSES}"""
 
 
@@ -46,25 +53,46 @@ def _plural(n: int) -> str:
     return f"{n:,} unaligned access{'es' if n != 1 else ''}"
 
 
+def blind_summary(doc: dict[str, Any]) -> str | None:
+    """What a run did not see, in a few words for the verdict line (None: nothing it knows of)."""
+    spots = [b for b in doc.get("blind_spots") or [] if isinstance(b, dict)]
+    if not spots:
+        return None
+    kinds: dict[str, int] = {}
+    for b in spots:
+        kinds[str(b.get("kind"))] = kinds.get(str(b.get("kind")), 0) + int(b.get("count") or 0)
+    return ", ".join(f"{k} x{n:,}" for k, n in sorted(kinds.items()))
+
+
 def decide(doc: dict[str, Any], *, max_faults: int, error_exitcode: int = EXIT_FOUND,
-           new_sites: list[dict[str, Any]] | None = None, partial: bool = False) -> Verdict:
-    """The gate's verdict on one run. `new_sites`: with a baseline, the sites it does not know."""
+           new_sites: list[dict[str, Any]] | None = None, partial: bool = False,
+           allow_incomplete: bool = False) -> Verdict:
+    """The gate's verdict on one run. `new_sites`: with a baseline, the sites it does not know.
+    A run that found too much fails as such whatever it missed; a clean one that missed part of
+    the run is incomplete (EXIT_INCOMPLETE) unless `allow_incomplete`."""
     n = int(doc.get("faults_total") or 0)
+    blind = blind_summary(doc)
+    unseen = f"; INCOMPLETE: {blind}" if blind else ""
     prog = doc.get("program") or {}
     failed = program_status(prog.get("exit_status"), prog.get("exit_signal"))
     how = f"killed by signal {prog['exit_signal']}" if prog.get("exit_signal") else f"exit status {prog.get('exit_status')}"
     cut = " (interrupted: the trace is partial)" if partial else ""
     if failed:
-        return Verdict(failed, f"ualdbg check: FAIL: the program failed ({how}); {_plural(n)} in scope{cut}")
+        return Verdict(failed, f"ualdbg check: FAIL: the program failed ({how}); {_plural(n)} in scope{cut}{unseen}")
     if new_sites is not None:
         if new_sites:
             lines = ", ".join(baseline_where(s) for s in new_sites[:5]) + (" ..." if len(new_sites) > 5 else "")
             return Verdict(error_exitcode, f"ualdbg check: FAIL: {len(new_sites)} site{'s' if len(new_sites) != 1 else ''} "
-                                           f"not in the baseline ({lines}); {_plural(n)} in scope{cut}")
-        return Verdict(EXIT_CLEAN, f"ualdbg check: ok: {_plural(n)} in scope, all at sites in the baseline{cut}")
-    if n > max_faults:
-        return Verdict(error_exitcode, f"ualdbg check: FAIL: {_plural(n)} in scope (allowed {max_faults}){cut}")
-    return Verdict(EXIT_CLEAN, f"ualdbg check: ok: {_plural(n)} in scope (allowed {max_faults}){cut}")
+                                           f"not in the baseline ({lines}); {_plural(n)} in scope{cut}{unseen}")
+        clean = f"{_plural(n)} in scope, all at sites in the baseline{cut}"
+    elif n > max_faults:
+        return Verdict(error_exitcode, f"ualdbg check: FAIL: {_plural(n)} in scope (allowed {max_faults}){cut}{unseen}")
+    else:
+        clean = f"{_plural(n)} in scope (allowed {max_faults}){cut}"
+    if blind and not allow_incomplete:
+        return Verdict(EXIT_INCOMPLETE, f"ualdbg check: INCOMPLETE: {clean}, but part of the run was not seen ({blind}; "
+                                        "the report and the JSON's blind_spots say where; --allow-incomplete accepts it)")
+    return Verdict(EXIT_CLEAN, f"ualdbg check: ok: {clean}" + (f" (incomplete, accepted: {blind})" if blind else ""))
 
 
 def baseline_where(site: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ def merge(docs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         raise ValueError("nothing to merge")
     first = docs[0][1]
     sites: dict[str, dict[str, Any]] = {}
-    runs, processes, records = [], [], []
+    runs, processes, records, blind = [], [], [], []
     ignored: dict[str, int] = {}
     total = ignored_total = dropped = 0
     for index, (name, doc) in enumerate(docs):
@@ -25,6 +25,7 @@ def merge(docs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
                      "faults_total": doc.get("faults_total"), "duration_s": doc.get("duration_s")})
         processes += [dict(p, run=index) for p in doc.get("processes") or [] if isinstance(p, dict)]
         records += [dict(r, run=index) for r in doc.get("records") or [] if isinstance(r, dict)]
+        blind += [dict(b, run=index) for b in doc.get("blind_spots") or [] if isinstance(b, dict)]
         for key, site in keys_of(doc).items():
             have = sites.get(key)
             if have is None:
@@ -38,5 +39,6 @@ def merge(docs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     out.update(faults_total=total, faults_ignored=ignored_total, ignored_by_module=ignored,
                sites=sorted(sites.values(), key=lambda s: -int(s.get("count") or 0)),
                records=records, records_dropped=dropped, processes=processes, runs=runs, merged=len(docs),
+               blind_spots=blind,  # what any run did not see: the merged run did not see it either
                duration_s=sum(float(d.get("duration_s") or 0) for _n, d in docs))
     return out

@@ -1,21 +1,30 @@
-"""Output files that CI depends on: checked as writable before the program starts, and never
-lost afterwards: a write that still fails goes to a fallback file named on stderr."""
+"""Output files that CI depends on: checked before the program starts (writable, and no two on one
+file, nor on the program or a file the run reads), written whole or not at all (a temporary file
+in the same directory, fsync'd and renamed over the path), never through a symbolic link another
+user planted, and never lost: a write that still fails goes to a fallback file named on stderr."""
 from __future__ import annotations
 
+import io
 import os
+import stat
 import sys
 import tempfile
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import IO, Any
 
+from ..core.files import UnsafePath, resolve, special, temp_in, write_atomic
 from ..render.jsondoc import write_text
 
 
 class OutputError(Exception):
-    """An output cannot be written: one line, before anything runs."""
+    """An output cannot be written, or collides with another file of the run: one line, before
+    anything runs."""
 
 
 def check_writable(path: str | None, what: str) -> None:
-    """Raise OutputError when `path` cannot be created or overwritten (nothing is left behind)."""
+    """Raise OutputError when `path` cannot be written as write_output writes it (nothing is left
+    behind): its folder must take a new file, and an existing file must be one ualdbg may replace."""
     if path is None or path == "-":
         return
     if os.path.isdir(path):
@@ -23,38 +32,157 @@ def check_writable(path: str | None, what: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise OutputError(f"{what} {path}: no such directory {folder}")
-    existed = os.path.exists(path)
     try:
-        with open(path, "a"):
-            pass
+        where, unfollowed = resolve(path)
     except OSError as exc:
-        raise OutputError(f"{what} {path}: cannot write it ({exc.strerror})") from None
-    if not existed:
-        os.unlink(path)
+        raise OutputError(f"{what} {path}: {exc.strerror or exc}") from None
+    if not unfollowed and special(where):
+        if not os.access(where, os.W_OK):
+            raise OutputError(f"{what} {path}: cannot write it (Permission denied)")
+        return
+    folder = os.path.dirname(where)
+    try:
+        fd, tmp = temp_in(folder, os.path.basename(where))
+    except OSError as exc:
+        raise OutputError(f"{what} {path}: cannot write it ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(tmp)
+    try:
+        st = os.lstat(where)
+    except OSError:
+        return
+    d = os.stat(folder)
+    me = os.geteuid()
+    if me != 0 and d.st_mode & stat.S_ISVTX and st.st_uid != me and d.st_uid != me:
+        raise OutputError(f"{what} {path}: another user's file in a sticky directory (ualdbg cannot replace it)")
+    if not unfollowed and me != 0 and not os.access(where, os.W_OK):
+        raise OutputError(f"{what} {path}: cannot write it (Permission denied)")
 
 
-def write_json(doc: dict[str, Any], path: str, what: str) -> str | None:
-    """Write `doc` to `path` (- for stdout), streamed (render/jsondoc.write_text). If that fails
-    now, write it to a fallback file and say so on stderr; returns the path written, or None
-    when even the fallback failed."""
+@dataclass(frozen=True)
+class Named:
+    """A file of the run: what the user named it for (`--json`, `the program`) and its path."""
+
+    option: str
+    path: str
+
+
+def _identity(path: str) -> tuple[Any, ...] | None:
+    """One file whatever its name: (device, inode) when it exists, else its resolved path; None
+    for a device or pipe (/dev/null twice loses nothing)."""
     if path == "-":
-        write_text(doc, sys.stdout)
+        return ("stdout",)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ("path", os.path.realpath(path))
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        return None
+    return ("inode", st.st_dev, st.st_ino)
+
+
+def check_distinct(writes: Iterable[Named], reads: Iterable[Named] = ()) -> None:
+    """Raise OutputError when two outputs are one file (the last writer would win), or an output
+    is the program, a file on its command line or a file the run reads (it would be overwritten):
+    compared by realpath and st_dev/st_ino, so links and `./x` vs `x` do not hide it."""
+    seen: dict[tuple[Any, ...], Named] = {}
+    for w in writes:
+        key = _identity(w.path)
+        if key is None:
+            continue
+        if key in seen:
+            first = seen[key]
+            same = "stdout" if w.path == "-" else w.path
+            raise OutputError(f"{first.option} and {w.option} name the same file ({same}): each would overwrite the other")
+        seen[key] = w
+    for r in reads:
+        if r.path == "-" or not os.path.exists(r.path):
+            continue
+        key = _identity(r.path)
+        if key is not None and key in seen:
+            w = seen[key]
+            raise OutputError(f"{w.option} {w.path} is {r.option} ({r.path}): ualdbg would overwrite it; "
+                              "write the output elsewhere")
+
+
+def say(line: str) -> None:
+    """One line of ualdbg's own on stderr (nowhere when stderr is closed)."""
+    from ..render.console import shown
+
+    try:
+        print(shown(line), file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def write_output(path: str, what: str, write: Callable[[IO[str]], object], suffix: str = ".json") -> str | None:
+    """Write to `path` (- for stdout) with `write`, atomically. If that fails now, write a fallback
+    file (the current directory, else the temporary one) and say so on stderr; returns the path
+    written, or None when even the fallback failed."""
+    if path == "-":
+        write(sys.stdout)
         sys.stdout.flush()
         return path
     try:
-        with open(path, "w") as f:
-            write_text(doc, f)
+        write_atomic(path, write)
         return path
+    except UnsafePath as exc:
+        reason = str(exc)
     except OSError as exc:
-        reason = exc.strerror
+        reason = exc.strerror or str(exc)
     for folder in (os.getcwd(), tempfile.gettempdir()):
+        fd = -1
         try:
-            fd, fallback = tempfile.mkstemp(prefix=f"ualdbg-{what.replace(' ', '-')}-", suffix=".json", dir=folder)
+            fd, fallback = tempfile.mkstemp(prefix=f"ualdbg-{what.replace(' ', '-')}-", suffix=suffix, dir=folder)
             with os.fdopen(fd, "w") as f:
-                write_text(doc, f)
-            print(f"ualdbg: cannot write {what} {path} ({reason}); it is in {fallback}", file=sys.stderr, flush=True)
+                fd = -1
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            say(f"ualdbg: cannot write {what} {path} ({reason}); it is in {fallback}")
             return fallback
         except OSError:
+            if fd >= 0:
+                os.close(fd)
+            try:
+                os.unlink(fallback)
+            except (OSError, UnboundLocalError):
+                pass
             continue
-    print(f"ualdbg: cannot write {what} {path} ({reason}), nor a fallback file", file=sys.stderr, flush=True)
+    say(f"ualdbg: cannot write {what} {path} ({reason}), nor a fallback file")
     return None
+
+
+def write_json(doc: dict[str, Any], path: str, what: str) -> str | None:
+    """The document as render/jsondoc.write_text streams it, through write_output."""
+    return write_output(path, what, lambda f: write_text(doc, f))
+
+
+class Report:
+    """Where ualdbg's own report goes: stderr as it is printed, or the `--log-file`, written once,
+    whole, at the end (close). A log that cannot be written goes to a fallback file that stderr
+    names; `close` returns False then, so the caller repeats its verdict on stderr."""
+
+    def __init__(self, log_file: str | None) -> None:
+        from ..render.console import make_console
+
+        self.log_file = log_file
+        self._buf = io.StringIO() if log_file else None
+        self.console = make_console(self._buf if self._buf is not None else sys.stderr, deferred=True)
+
+    def print(self, *items: Any) -> None:
+        """Tables as rich lays them out; a line of text as one line (a verdict or a note cut at
+        the console's width could not be found with grep)."""
+        try:
+            self.console.print(*items, soft_wrap=all(isinstance(i, str) for i in items))
+        except (OSError, ValueError):  # stderr closed or gone: the report is nobody's to read
+            pass
+
+    def close(self) -> bool:
+        """Write the log file (if any); False when it did not reach its path."""
+        if self._buf is None or self.log_file is None:
+            return True
+        text = self._buf.getvalue()
+        self._buf = None
+        written = write_output(self.log_file, "the log file", lambda f: f.write(text), suffix=".log")
+        return written == self.log_file

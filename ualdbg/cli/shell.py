@@ -1,6 +1,6 @@
 """The `ualdbg` shell command (also `python -m ualdbg`): trace, check, stackcheck, audit, report.
 Exit statuses: `trace` passes the program's through; `check`: the program's own when it fails,
-else 0 clean, 1 (--error-exitcode) too many faults or new sites; `stackcheck` 0 clean, 1
+else 0 clean, 1 (--error-exitcode) too many faults or new sites, 3 incomplete (--allow-incomplete); `stackcheck` 0 clean, 1
 misaligned/unaligned/too spread; `audit` 0 no finding (or none hit), 1 findings (hit). Where a
 program is run (trace, check, stackcheck, watch -- PROG), ualdbg's own failures are the wrappers'
 125/126/127 (ci/gate.py); 2 is a usage error or bad input, and every error in report and audit."""
@@ -23,8 +23,10 @@ from ..engines.runner import ProgramUntraced, RunRequest, ToolError, pass_exit_s
 from ..render.console import make_console
 from ..render.jsondoc import GROUPS, load_document
 from ..render.sarif import build_sarif
-from ..render.tables import header, records_table, summary_table
-from .outputs import OutputError, check_writable, write_json
+from ..render.tables import blind_lines, header, records_table, summary_table
+from .outputs import Named, OutputError, Report, check_distinct, check_writable, say, write_json
+
+REPORT_LIMIT = 1000  # records `report` shows unless told: a table of 1,000 takes under a second
 
 TRACE_STATUSES = f"""exit status:
   the program's own  its exit status, or 128+N when signal N killed it (with --pid: 0)
@@ -147,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the status when the accesses exceed the limit or the baseline (default 1)")
     c.add_argument("--sarif", metavar="FILE", help="write SARIF 2.1.0 for code scanning")
     c.add_argument("--baseline", metavar="FILE", help="fail only on sites not in FILE (module, function and line of each)")
+    c.add_argument("--allow-incomplete", action="store_true",
+                   help="pass a run part of which ualdbg could not see (SIGBUS blocked or taken over by the program, a "
+                        "process the agent could not enter) instead of failing with status 3; the report, the JSON's "
+                        "blind_spots and SARIF still say what was not seen")
     c.add_argument("--update-baseline", action="store_true", help="write this run's sites to --baseline FILE and pass "
                    "(unless the program fails)")
     w = sub.add_parser("watch", help="live fault rate of a running process or a program (MONITOR ALIGN)",
@@ -209,7 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--sarif", metavar="FILE", default=None, help="write SARIF 2.1.0 for the (merged) document")
     r.add_argument("--summary", action="store_true")
     r.add_argument("--by", choices=GROUPS, default="pc")
-    r.add_argument("--limit", type=positive, default=None)
+    r.add_argument("--limit", type=nonnegative, default=REPORT_LIMIT, metavar="N",
+                   help=f"records shown: the newest N (default {REPORT_LIMIT:,}; 0: all of them, slow for a full ring)")
     _launcher_parsers(sub)
     return p
 
@@ -261,20 +268,54 @@ def _program(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[
     return prog
 
 
-def _outputs(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """(path, what) of every file this command writes, to check before the program runs."""
-    out = [(args.json, "the JSON output"), (getattr(args, "sarif", None), "the SARIF output"),
-           (args.log_file, "the log file")]
+def _outputs(args: argparse.Namespace) -> list[Named]:
+    """Every file this command writes, to check before the program runs."""
+    out = [Named("--json", args.json), Named("--sarif", getattr(args, "sarif", None) or ""),
+           Named("--log-file", args.log_file or "")]
     if getattr(args, "update_baseline", False):
-        out.append((args.baseline, "the baseline"))
-    return [(path, what) for path, what in out if path]
+        out.append(Named("--baseline", args.baseline))
+    return [n for n in out if n.path]
 
 
-def _report_console(args: argparse.Namespace) -> Any:
-    """Where ualdbg's own report goes: stderr or --log-file, never the program's stdout."""
-    if args.log_file:
-        return make_console(open(args.log_file, "w"), deferred=True)
-    return make_console(sys.stderr, deferred=True)
+def _reads(args: argparse.Namespace) -> list[Named]:
+    """The files the run reads or runs, which no output may overwrite: a baseline being read, the
+    program, and the files its command line names (a script, its input)."""
+    import shutil
+
+    reads = []
+    if getattr(args, "baseline", None) and not getattr(args, "update_baseline", False):
+        reads.append(Named("the baseline being read", args.baseline))
+    rest = list(getattr(args, "program", None) or [])
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    if rest:
+        first = rest[0] if "/" in rest[0] else (shutil.which(rest[0]) or rest[0])
+        reads.append(Named("the program", first))
+        reads.extend(Named("a file the program's command line names", a) for a in rest[1:] if os.path.isfile(a))
+    return reads
+
+
+def _check_outputs(writes: list[Named], reads: list[Named]) -> None:
+    """Nothing runs unless every output can be written, and no two land on one file (issues 17, 29)."""
+    try:
+        check_distinct(writes, reads)
+        for n in writes:
+            check_writable(n.path, _WHAT.get(n.option, n.option))
+    except OutputError as exc:
+        raise ToolError(str(exc)) from None
+
+
+_WHAT = {"--json": "the JSON output", "--sarif": "the SARIF output", "--log-file": "the log file",
+         "--baseline": "the baseline"}
+
+
+def _sink(args: argparse.Namespace) -> Report:
+    """Where ualdbg's own report goes: stderr or --log-file (written whole at the end), never the
+    program's stdout. One per command."""
+    rep = getattr(args, "report_sink", None)
+    if rep is None:
+        rep = args.report_sink = Report(args.log_file)
+    return rep
 
 
 def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[dict[str, Any], Any]:
@@ -292,11 +333,7 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
             known = baseline.load(args.baseline)
         except baseline.BaselineError as exc:
             raise ToolError(str(exc)) from None
-    try:  # nothing runs unless every output can be written (issue 17: nothing lost)
-        for path, what in _outputs(args):
-            check_writable(path, what)
-    except OutputError as exc:
-        raise ToolError(str(exc)) from None
+    _check_outputs(_outputs(args), _reads(args))
     if args.pid is not None:
         return _trace_pid(args, known)
     if args.duration is not None:
@@ -328,7 +365,7 @@ def _print_trace(args: argparse.Namespace, result: Any, known: Any, last: str | 
     doc = result.doc
     if args.json:
         write_json(doc, args.json, "the JSON output")
-    out = _report_console(args)
+    out = _sink(args)
     out.print(header(doc))
     if doc["sites"]:
         out.print(summary_table(doc, getattr(args, "by", "pc")))
@@ -337,6 +374,8 @@ def _print_trace(args: argparse.Namespace, result: Any, known: Any, last: str | 
         out.print(programs)
     for note in doc.get("notes") or []:
         out.print(f"note: {note}")
+    for line in blind_lines(doc):
+        out.print(line)
     if last:
         out.print(last)
     if known is not None:
@@ -380,11 +419,7 @@ def _watch(args: argparse.Namespace) -> int:
 
     if (args.pid is None) == (not args.program or args.program == ["--"]):
         raise ToolError("ualdbg watch: give --pid PID or -- PROG ARGS (one of them)")
-    try:
-        for path, what in _outputs(args):
-            check_writable(path, what)
-    except OutputError as exc:
-        raise ToolError(str(exc)) from None
+    _check_outputs(_outputs(args), _reads(args))
     stream = sys.stdout
     live = stream.isatty() and not args.json_lines
     quit_ = threading.Event()
@@ -450,15 +485,20 @@ def _watch(args: argparse.Namespace) -> int:
     doc = result.doc
     if args.json:
         write_json(doc, args.json, "the JSON output")
-    out = _report_console(args)
+    out = _sink(args)
     out.print(header(doc))
     if doc["sites"]:
         out.print(summary_table(doc, "pc"))
     for note in doc.get("notes") or []:
         out.print(f"note: {note}")
+    for line in blind_lines(doc):
+        out.print(line)
     if args.pid is not None and doc["attached"]["detached"]:
         out.print(f"ualdbg: detached from process {args.pid} ({doc['attached']['ended_by']}); no thread has AC set")
-    return EXIT_CLEAN
+    out.close()
+    if args.pid is not None:
+        return EXIT_CLEAN  # the process is not ualdbg's child: its status is in the JSON
+    return pass_exit_status(result.exit_status, result.exit_signal)  # as `trace -- PROG` does
 
 
 def _per_program(doc: dict[str, Any]) -> str | None:
@@ -481,16 +521,20 @@ def _per_program(doc: dict[str, Any]) -> str | None:
 def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     doc, _result = _trace(args, parser)
     partial = bool(doc.get("partial"))
-    if args.sarif:
-        write_json(build_sarif(doc), args.sarif, "the SARIF output")
-    if args.update_baseline:
-        write_json(baseline.build(doc), args.baseline, "the baseline")
     verdict = decide(doc, max_faults=args.max_faults, error_exitcode=args.error_exitcode,
-                     new_sites=getattr(args, "new_sites", None), partial=partial)
+                     new_sites=getattr(args, "new_sites", None), partial=partial,
+                     allow_incomplete=args.allow_incomplete)
     if args.update_baseline and verdict.status == args.error_exitcode and not doc["program"].get("exit_signal") \
             and not doc["program"].get("exit_status"):
         verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(baseline.keys_of(doc))} sites written to {args.baseline}")
-    _report_console(args).print(verdict.line) if args.log_file else print(verdict.line, file=sys.stderr)
+    if args.sarif:  # after the verdict: its invocation carries the exit status (issue 29)
+        write_json(build_sarif(doc, exit_code=verdict.status), args.sarif, "the SARIF output")
+    if args.update_baseline:
+        write_json(baseline.build(doc), args.baseline, "the baseline")
+    report = _sink(args)
+    report.print(verdict.line)
+    if not report.close():
+        say(verdict.line)  # the log did not reach its path (the fallback is named above): the verdict stays
     return verdict.status
 
 
@@ -499,11 +543,7 @@ def _report(args: argparse.Namespace) -> int:
         raise ToolError("ualdbg report: name a JSON trace, e.g. ualdbg report t.json")
     if len(args.file) > 1 and not args.merge:
         raise ToolError("ualdbg report: several files need --merge")
-    for path, what in ((args.json, "the JSON output"), (args.sarif, "the SARIF output")):
-        try:
-            check_writable(path, what)
-        except OutputError as exc:
-            raise ToolError(str(exc)) from None
+    _check_outputs([n for n in (Named("--json", args.json or ""), Named("--sarif", args.sarif or "")) if n.path], [])
     docs = [(path, load_document(path)) for path in args.file]
     doc = merge(docs) if args.merge else docs[0][1]
     if args.json:
@@ -514,14 +554,53 @@ def _report(args: argparse.Namespace) -> int:
         return EXIT_CLEAN
     out = make_console(sys.stdout)
     out.print(header(doc))
+    for line in blind_lines(doc):
+        out.print(line)
     if args.summary or args.by != "pc" or args.merge:
         out.print(summary_table(doc, args.by))
     else:
-        out.print(records_table(doc, args.limit))
+        out.print(records_table(doc, args.limit or None))
+        kept = len(doc["records"])
+        if args.limit and kept > args.limit:  # a full ring is 100,000 rows: minutes of table (issue 29)
+            out.print(f"records: the newest {args.limit:,} of {kept:,} kept shown (--limit N; --limit 0 shows all; "
+                      f"--summary counts every fault)")
     return EXIT_CLEAN
 
 
+def _closed_streams() -> None:
+    """A standard stream the user closed (`2>&-`) is nobody's: ualdbg's own lines to it go nowhere,
+    and its descriptor is held by a close-on-exec /dev/null, so that no file ualdbg opens lands on
+    it and the program still starts with it closed, as it would without ualdbg."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        nul = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        if nul != fd:  # a lower one was closed too and took it: handled on its own turn
+            os.close(nul)
+            continue
+        setattr(sys, name, open(nul, "r" if fd == 0 else "w", closefd=False))
+
+
+def _closed_pipe() -> int:
+    """Whoever read ualdbg's output stopped (`ualdbg report t.json | head -1`): end quietly by
+    SIGPIPE, status 141 in a shell, as `git log | head -1` and coreutils do (docs/CLI.md)."""
+    import signal
+
+    try:
+        nul = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(nul, sys.stdout.fileno())  # what is still buffered is flushed there at exit
+    except (OSError, ValueError, AttributeError):
+        pass
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> int:
+    _closed_streams()
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] in (["gdb"], ["lldb"]):
@@ -533,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "trace":
             _doc, result = _trace(args, parser)
+            _sink(args).close()
             if args.pid is not None:
                 return EXIT_CLEAN  # the process is not ualdbg's child: its status is in the JSON
             return pass_exit_status(result.exit_status, result.exit_signal)
@@ -543,9 +623,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "stackcheck":
             from ..commands.stackcheck import run_cli
 
+            _check_outputs([Named("--json", args.json)] if args.json else [], _reads(args))
+
             return run_cli(args)
         if args.cmd == "audit":
             from ..commands.audit import run_cli as _audit_cli
+
+            _check_outputs([Named("--json", args.json)] if args.json else [],
+                           [Named("the ELF file", args.elf), *([Named("--trace", args.trace)] if args.trace else [])])
 
             return _audit_cli(args)
         if args.cmd in ("gdbinit", "lldbinit"):
@@ -555,19 +640,21 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_CLEAN
         if args.cmd == "report":
             return _report(args)
+    except BrokenPipeError:
+        return _closed_pipe()
     except ProgramUntraced as exc:  # it ran, once, untraced: its failure is its own status, else ours
-        print(f"ualdbg: {exc}", file=sys.stderr)
+        say(f"ualdbg: {exc}")
         if exc.exit_signal is not None or exc.exit_status:
             return pass_exit_status(exc.exit_status, exc.exit_signal)
         return exc.status
     except ToolError as exc:
-        print(f"ualdbg: {exc}", file=sys.stderr)
+        say(f"ualdbg: {exc}")  # escaped: the message may quote a hostile file's names
         return exc.status
     except ValueError as exc:  # bad input (a JSON trace, --arch, a setting)
-        print(f"ualdbg: {exc}", file=sys.stderr)
+        say(f"ualdbg: {exc}")
         return EXIT_ERROR
     except OSError as exc:  # an unreadable or unwritable file that no check above foresaw
-        print(f"ualdbg: {exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}", file=sys.stderr)
+        say(f"ualdbg: {exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}")
         return EXIT_TOOL if _wraps(args) else EXIT_ERROR
     except KeyboardInterrupt:
         print("ualdbg: interrupted", file=sys.stderr)
@@ -575,8 +662,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug: still one line (UALDBG_DEBUG=1 shows the traceback)
         if os.environ.get("UALDBG_DEBUG"):
             raise
-        print(f"ualdbg: internal error ({type(exc).__name__}: {exc}); UALDBG_DEBUG=1 shows where", file=sys.stderr)
+        say(f"ualdbg: internal error ({type(exc).__name__}: {exc}); UALDBG_DEBUG=1 shows where")
         return EXIT_TOOL if _wraps(args) else EXIT_ERROR
+    finally:
+        sink = getattr(args, "report_sink", None)
+        if sink is not None:
+            sink.close()  # what the report had when an error cut it short still reaches --log-file
     return EXIT_ERROR
 
 

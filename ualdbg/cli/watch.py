@@ -80,7 +80,9 @@ class Rates:
 def _where(loc: SourceLoc) -> tuple[str, str]:
     fn = loc.function or (f"{loc.module_name}+{loc.offset:#x}" if loc.module_name and loc.offset is not None else "?")
     line = f"{os.path.basename(loc.file)}:{loc.line}" if loc.file and loc.line else ""
-    return fn, line
+    from ..render.console import shown
+
+    return shown(fn), shown(line)
 
 
 def as_json(r: Rates, resolve: Callable[[int], SourceLoc], n: int) -> str:

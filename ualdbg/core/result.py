@@ -105,6 +105,39 @@ class StepSummary:
     calls_run: int
 
 
+# The kinds of blind spot, `blind_spots[].kind` in the JSON (docs/CI.md, "Incomplete runs").
+BLIND_KINDS = {
+    "sigbus-blocked": "threads ran armed with SIGBUS blocked by the program (its mask): AC was clear there",
+    "handler-unarmed": "the program's signal handlers ran with SIGBUS blocked, unarmed",
+    "sigbus-taken": "the program took SIGBUS over without libc's sigaction: its faults reached the program",
+    "untraced-process": "processes the agent could not enter (static, setuid, another architecture, LD_PRELOAD "
+                        "stripped, a seccomp filter)",
+    "uncounted-faults": "faults the engine stepped over without counting (the site table was full)",
+}
+
+
+@dataclass(frozen=True)
+class BlindSpot:
+    """Part of a run that no engine watched: a fault there is neither trapped nor counted. `count`
+    counts what the kind is about (times a thread went blind, processes, faults)."""
+
+    kind: str
+    text: str  # one line for a person
+    count: int
+    threads: int | None = None
+    seconds: float | None = None
+    pid: int | None = None
+    path: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "count": self.count, "text": self.text}
+        for key in ("threads", "seconds", "pid", "path"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = round(value, 6) if isinstance(value, float) else value
+        return out
+
+
 @dataclass
 class TraceResult:
     """One trace, as the JSON document has it (render/jsondoc.py, build_document)."""
@@ -121,6 +154,8 @@ class TraceResult:
     # Faults counted without a record (the agent's patched sites): not records the ring dropped.
     unrecorded: int = 0
     step: StepSummary | None = None
+    # What the engine knows it did not see (issue 29): a gate cannot call such a run clean.
+    blind_spots: list[BlindSpot] = field(default_factory=list)
 
     @property
     def records_dropped(self) -> int:

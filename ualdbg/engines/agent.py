@@ -20,7 +20,7 @@ from ..agent import buffer as ab
 from ..agent import rundir
 from ..agent.build import BuildError, build
 from ..core.model import Access, Module, SourceLoc
-from ..core.result import ProgramInfo, Site, TraceResult, sites_of
+from ..core.result import BlindSpot, ProgramInfo, Site, TraceResult, sites_of
 from ..core.trace import TraceBuffer
 from ..isa.alignment import AcPolicy, Policy
 from ..render.jsondoc import build_document
@@ -571,6 +571,8 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     one.program = ProgramInfo(path=run.program[0], args=list(run.program[1:]), pid=root_pid,
                               exit_status=exit_status, exit_signal=exit_signal)
     one.buffer.started_at, one.buffer.stopped_at = started, max(started, ended)
+    one.blind_spots = blind_spots(images, lambda im: not out_of_scope_program(
+        run, im.header.exe, im.header.pid == root_pid and not driver))
     merged = build_document(one)
     unrecorded = one.unrecorded
     merged["processes"] = [{
@@ -596,8 +598,7 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
         "sites_dropped": sum(im.header.dropped_sites for im in images),
         "patching": dict(_patching_summary(run, images), faults_in_scope_without_record=unrecorded),
     }
-    notes = [f"{im.header.exe} (pid {im.header.pid}): {im.header.note}" for im in images
-             if im.header.note and im.header.note.startswith("exec without")]
+    notes = []
     system = sorted({os.path.basename(im.header.exe) for im in images
                      if (im.header.pid != root_pid or driver) and out_of_scope_program(run, im.header.exe, False)
                      and os.path.realpath(im.header.exe) not in run.exclude})
@@ -606,9 +607,6 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
                      "--all-modules (or --module NAME) includes them")
     if any(not im.header.armed for im in images):
         notes.append("some processes never reached their arming point (main): nothing was traced in them")
-    dropped = sum(im.header.dropped_sites for im in images)
-    if dropped:
-        notes.append(f"{dropped} faults at PCs beyond the agent's site table were single-stepped and not counted")
     patching = merged["agent"]["patching"]
     if patching["sites_patched"]:
         unrecorded = patching["faults_in_scope_without_record"]
@@ -618,6 +616,68 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
                      f"{run.patch_after} traps: their counts are exact, {recorded}")
     merged["notes"] = notes
     return merged
+
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
+def blind_spots(images: list[Image], in_scope: Callable[[Image], bool] = lambda im: True) -> list[BlindSpot]:
+    """What the agents of a run say they did not see (issue 29; ualdbg_agent.h, the blind-spot
+    counters) in the images whose faults count (`in_scope`: not a system program the run merely
+    started, whose faults are ignored anyway), and the processes that should have reported in and
+    did not, whoever started them: a child counted by its parent with no buffer of its own, an
+    exec whose new image never started the agent."""
+    out: list[BlindSpot] = []
+    by_pid: dict[int, list[Image]] = {}
+    for im in images:
+        by_pid.setdefault(im.header.pid, []).append(im)
+    for im in images:
+        h, b = im.header, im.header.blind
+        who = f"{os.path.basename(h.exe) or '?'} (pid {h.pid})"
+        if not in_scope(im):
+            b = ab.Blind(children=b.children, children_untraced=b.children_untraced, flags=b.flags & ab.B_EXEC_FOREIGN)
+        if b.events:
+            still = f", {b.now} still so at its end" if b.now else ""
+            out.append(BlindSpot(
+                "sigbus-blocked", f"{who}: {_plural(b.threads, 'thread')} blocked SIGBUS {_plural(b.events, 'time')} "
+                f"while armed ({b.ns / 1e9:.3f} s unwatched{still}): unaligned accesses there were not seen",
+                b.events, threads=b.threads, seconds=b.ns / 1e9, pid=h.pid, path=h.exe))
+        if b.handler_events:
+            out.append(BlindSpot(
+                "handler-unarmed", f"{who}: its signal handlers ran {_plural(b.handler_events, 'time')} with SIGBUS "
+                f"blocked ({b.handler_ns / 1e9:.3f} s unwatched): unaligned accesses there were not seen",
+                b.handler_events, seconds=b.handler_ns / 1e9, pid=h.pid, path=h.exe))
+        if b.flags & ab.B_SIGBUS_TAKEN:
+            out.append(BlindSpot(
+                "sigbus-taken", f"{who}: its SIGBUS action was no longer the agent's (set without libc's sigaction): "
+                "unaligned accesses after that went to the program", 1, pid=h.pid, path=h.exe))
+        if h.dropped_sites and in_scope(im):
+            out.append(BlindSpot(
+                "uncounted-faults", f"{who}: {_plural(h.dropped_sites, 'fault')} at PCs beyond the agent's site table "
+                "were single-stepped and not counted", h.dropped_sites, pid=h.pid, path=h.exe))
+        if h.state == ab.EXECED and not any(o.header.gen == h.gen + 1 for o in by_pid[h.pid]):
+            target = h.note.split(": ", 1)[-1] or "a program"
+            why = ("without the agent in LD_PRELOAD" if h.stripped else
+                   "an ELF the agent cannot be loaded into (32-bit, another machine)" if b.flags & ab.B_EXEC_FOREIGN
+                   else "which never started the agent (static, setuid, or a seccomp filter)")
+            out.append(BlindSpot("untraced-process", f"{who}: exec'd {target}, {why}: it ran untraced", 1,
+                                 pid=h.pid, path=target))
+    for pid, ims in by_pid.items():
+        who = f"{os.path.basename(ims[-1].header.exe) or '?'} (pid {pid})"
+        expected = sum(im.header.blind.children for im in ims)
+        reported = len({o.header.pid for o in images if o.header.ppid == pid and o.header.pid != pid})
+        if expected > reported:
+            out.append(BlindSpot(
+                "untraced-process", f"{who}: {expected - reported} of the {_plural(expected, 'process', 'processes')} "
+                "it started with the agent never reported in (a static or setuid program, or a seccomp filter that "
+                "keeps the agent from its buffer): they ran untraced", expected - reported, pid=pid))
+        untraced = sum(im.header.blind.children_untraced for im in ims)
+        if untraced:
+            out.append(BlindSpot(
+                "untraced-process", f"{who}: {_plural(untraced, 'process', 'processes')} it started ran without the agent "
+                "(an ELF it cannot be loaded into, or an environment without LD_PRELOAD)", untraced, pid=pid))
+    return out
 
 
 def _mark_patched(sites: list[Site], image: Image) -> int:

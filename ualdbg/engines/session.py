@@ -43,7 +43,7 @@ class Session(FaultRecorder):
             arch=platform.machine() if arch is None else arch.name,
             program=self.program, scope=self.scope.describe(), buffer=self.buffer,
             sites=sites_of(self.buffer, self.resolve, self.data_at), recording=self.armed,
-            step=self._step_summary())
+            step=self._step_summary(), blind_spots=self.engine.blind.spots(self.program.pid, self.program.path))
 
     def _step_summary(self) -> StepSummary | None:
         """Step mode: its scope and policy, and how many instructions it stepped."""

@@ -4,19 +4,74 @@ single-step trap that follows (one extra stop, not a debugger `stepi`); or, for 
 a FaultStepper (lldb), under the debugger's own single-step."""
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..core.result import BlindSpot
 from ..core.target import FaultStepper, OutOfLineTarget, SigInfo, Target, offers
 from ..isa import arch as archmod
 from ..isa.cpu import TrapFlags
 from .outofline import Slot, SlotPool
-from .procfs import sigbus_blocked
+from .procfs import blocked_signals
 from .recorder import Decision
 
 if TYPE_CHECKING:
     from .fixup import FixupEngine
     from .recorder import FaultRecorder
+
+
+# SIGCANCEL (32) and SIGSETXID (33): libc's pthread_sigmask and sigprocmask never let a program
+# block them, so a mask holding them is one of glibc's own short critical sections (around a
+# clone in pthread_create, posix_spawn), not the program's choice to block SIGBUS.
+_LIBC_INTERNAL = (1 << 31) | (1 << 32)
+_CLONE_THREAD = 0x10000
+_SIGBUS_BIT = 1 << (archmod.SIGBUS - 1)
+
+
+class BlindTally:
+    """What the trap engine knows it did not see (issue 29): threads it kept disarmed because the
+    program blocked SIGBUS there (a fault would kill the process), and the processes the program
+    started, which the debugger does not follow (gdb detaches them)."""
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.threads: set[int] = set()
+        self.since: dict[int, float] = {}
+        self.seconds = 0.0
+        self.children = 0
+
+    def start(self, tid: int) -> None:
+        if tid not in self.since:
+            self.since[tid] = time.monotonic()
+            self.events += 1
+            self.threads.add(tid)
+
+    def stop(self, tid: int) -> None:
+        t = self.since.pop(tid, None)
+        if t is not None:
+            self.seconds += time.monotonic() - t
+
+    def stop_all(self) -> None:
+        for tid in list(self.since):
+            self.stop(tid)
+
+    def spots(self, pid: int | None, path: str | None) -> list[BlindSpot]:
+        now = time.monotonic()
+        seconds = self.seconds + sum(now - t for t in self.since.values())  # open periods count so far
+        who = f"{(path or '?').rsplit('/', 1)[-1]} (pid {pid})"
+        out = []
+        if self.events:
+            n = len(self.threads)
+            out.append(BlindSpot("sigbus-blocked", f"{who}: {n:,} thread{'s' if n != 1 else ''} blocked SIGBUS "
+                                 f"{self.events:,} time{'s' if self.events != 1 else ''} while armed ({seconds:.3f} s "
+                                 "unwatched): unaligned accesses there were not seen", self.events, threads=n,
+                                 seconds=seconds, pid=pid, path=path))
+        if self.children:
+            out.append(BlindSpot("untraced-process", f"{who}: {self.children:,} process"
+                                 f"{'es' if self.children != 1 else ''} it started ran untraced (the trap engine "
+                                 "follows one process; the agent engine follows children)", self.children, pid=pid))
+        return out
 
 
 class TrapEngine:
@@ -44,6 +99,7 @@ class TrapEngine:
         self.mechanism = "EFLAGS.AC"
         self.slots = SlotPool()
         self.out_of_line = True
+        self.blind = BlindTally()
 
     # -- arming ------------------------------------------------------------------------------
     def _arch(self, target: Target) -> archmod.ArchInfo:
@@ -82,11 +138,15 @@ class TrapEngine:
         """Set AC in one thread unless it has SIGBUS blocked (a fault there would make the kernel
         reset the program's SIGBUS handler and unblock the signal: PLATFORM.md)."""
         pid = target.pid()
-        if pid is not None and sigbus_blocked(pid, tid):
+        mask = blocked_signals(pid, tid) if pid is not None else 0
+        if mask & _SIGBUS_BIT:
             self.sigbus_blocked.add(tid)
             self.armed.discard(tid)
             self._set_flags(target, tid, 0, self._ac(target).ac_bit)
+            if not mask & _LIBC_INTERNAL:
+                self.blind.start(tid)
             return False
+        self.blind.stop(tid)
         self.sigbus_blocked.discard(tid)
         self._set_flags(target, tid, self._ac(target).ac_bit, 0)
         self.armed.add(tid)
@@ -124,6 +184,7 @@ class TrapEngine:
         """The process is gone or is a new image: nothing is armed until the next arm point
         (a stop before `main` in the next run must not arm it early)."""
         self.active = False
+        self.blind.stop_all()
         self.pending_pc.clear()
         self.slots.reset()
         self.armed.clear()
@@ -136,6 +197,7 @@ class TrapEngine:
         self.tf_suspect.clear()
 
     def thread_exited(self, tid: int) -> None:
+        self.blind.stop(tid)
         for group in (self.armed, self.sigbus_blocked, self.in_clone):
             group.discard(tid)
         self.pending.pop(tid, None)
@@ -331,6 +393,7 @@ class TrapEngine:
                 self.before_task_creation(target, tid)
             else:
                 self.after_task_creation(target, tid)
+                self._count_process(target, tid, nr)
         elif nr == ac.sigprocmask_syscall and not entry:
             self.after_mask_change(target, tid)
 
@@ -346,6 +409,24 @@ class TrapEngine:
             self.in_clone.discard(tid)
             if self.active:
                 self._set_flags(target, tid, self._ac(target).ac_bit, 0)
+
+    def _count_process(self, target: Target, tid: int, nr: int) -> None:
+        """A task-creating syscall returned in the parent: a new process (not a thread) runs
+        untraced, as the debugger does not follow it (x86-64 numbers: clone, fork, vfork, clone3)."""
+        try:
+            ret = target.read_register(self._ac(target).syscall_ret, tid)
+            if not 0 < ret < 1 << 31:
+                return  # failed, or the child's side
+            if nr == 56:
+                flags = target.read_register("rdi", tid)  # clone(flags, ...): rdi survives the syscall
+            elif nr == 435:
+                flags = int.from_bytes(target.read_memory(target.read_register("rdi", tid), 8), "little")
+            else:
+                flags = 0  # fork, vfork
+        except Exception:  # a register or memory the debugger cannot read: not counted
+            return
+        if not flags & _CLONE_THREAD:
+            self.blind.children += 1
 
     def after_mask_change(self, target: Target, tid: int) -> None:
         """The last syscall a new pthread makes before its start routine restores its mask;

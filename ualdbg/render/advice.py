@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.advice import advice_by_pc
+from .console import shown
 
 
 def data_advice_table(doc: dict[str, Any]) -> Table | None:
@@ -30,7 +31,8 @@ def data_advice_table(doc: dict[str, Any]) -> Table | None:
         if via:
             text += f"\nvia {via['path']} ({via['type']} {via['pointer']} in {via['function']})"
         a = advice.get(s["pc"])
-        table.add_row(Text(str(s["count"])), Text(where), Text(text), Text(f"{a.remedy}: {a.text}" if a else "-"))
+        table.add_row(Text(str(s["count"])), Text(shown(where, newlines=True)), Text(shown(text, newlines=True)),
+                      Text(shown(f"{a.remedy}: {a.text}" if a else "-", newlines=True)))
     return table
 
 

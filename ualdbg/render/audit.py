@@ -9,6 +9,8 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from .console import shown
+
 
 def _table(*columns: str, title: str | None = None) -> Table:
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title=title, title_justify="left")
@@ -42,21 +44,21 @@ def render(doc: dict[str, Any]) -> list[Any]:
                    f"{f['file']}:{f['line']}" if f.get("file") and f.get("line") else "?"]
             if trace is not None:
                 row += [str(f.get("hits", 0)), "\n".join(f.get("sites", [])) or "-"]
-            t.add_row(*[Text(x, style="bold red" if trace is not None and col == "hits" and f.get("hits") else "")
+            t.add_row(*[Text(shown(x, newlines=True), style="bold red" if trace is not None and col == "hits" and f.get("hits") else "")
                         for col, x in zip(cols, row)])
         out.append(t)
     for c in doc["commons"]:
         t = _table("member", "offset", "type", "size", "8-byte view", "declared",
                    title=f"COMMON /{c['name']}/ at {c['address']} ({c['size']} bytes, symbol {c.get('symbol') or '?'})")
         for m in c["members"]:
-            t.add_row(*[Text(x) for x in (m["name"], str(m["offset"]), m.get("type") or "?", str(m.get("size", "?")),
+            t.add_row(*[Text(shown(x)) for x in (m["name"], str(m["offset"]), m.get("type") or "?", str(m.get("size", "?")),
                                           "MISALIGNED" if m["misaligns_8_byte_view"] else "ok",
                                           f"{m['file']}:{m['line']}" if m.get("file") else "?")])
         out.append(t)
     if not doc["dwarf"] and doc.get("symbols"):
         t = _table("symbol", "address", "size", "mod 8", "binding", title="data objects in the symbol table (types unknown)")
         for s in doc["symbols"]:
-            t.add_row(*[Text(x) for x in (s["name"], s["address"], str(s["size"]), str(s["mod8"]), s["kind"])])
+            t.add_row(*[Text(shown(x)) for x in (s["name"], s["address"], str(s["size"]), str(s["mod8"]), s["kind"])])
         out.append(t)
     if trace is not None:
         out.append(f"Trace of {trace.get('program') or '?'}: {trace['faults_explained']} of {trace['faults_total']} unaligned "

@@ -82,6 +82,9 @@ def build_document(trace: TraceResult) -> dict[str, Any]:
         "sites": [site_entry(site) for site in trace.sites],
         "records": records,
         "records_dropped": trace.records_dropped,
+        # What the engine knows it did not see (issue 29): an optional key of schema 1, always
+        # written by this version (empty: nothing unseen that it knows of); docs/CI.md.
+        "blind_spots": [b.to_json() for b in trace.blind_spots],
         **_step_section(trace.step),
     }
 
@@ -176,7 +179,7 @@ _TOP_TYPES: dict[str, tuple[type, ...]] = {
     "scope": (str, type(None)), "duration_s": (int, float, type(None)), "records_dropped": (int,),
     "ignored_by_module": (dict,), "buffer": (dict,), "processes": (list,), "notes": (list,), "merged": (int,),
     "partial": (bool,), "interrupted_by": (str, type(None)), "runs": (list,), "step": (dict, type(None)),
-    "agent": (dict, type(None)),
+    "agent": (dict, type(None)), "blind_spots": (list,),
 }
 _PROGRAM_TYPES: dict[str, tuple[type, ...]] = {
     "path": (str, type(None)), "args": (list,), "pid": (int, type(None)), "exit_status": (int, type(None)),
@@ -239,6 +242,10 @@ def shape_problem(doc: dict[str, Any]) -> str | None:
                     return f"sites[{i}].data is not an object"
     if "records_dropped" in doc and not isinstance(doc["records_dropped"], int):
         return "records_dropped is not a count"
+    for i, b in enumerate(doc.get("blind_spots", [])):
+        if not isinstance(b, dict) or not isinstance(b.get("kind"), str) or not isinstance(b.get("text"), str) \
+                or not isinstance(b.get("count"), int) or isinstance(b.get("count"), bool):
+            return f"blind_spots[{i}] is not a blind spot (kind, count, text)"
     return None
 
 
@@ -310,8 +317,9 @@ def dump(doc: dict[str, Any], path: str) -> None:
         write_text(doc, sys.stdout)
         sys.stdout.flush()
         return
-    with open(path, "w") as f:
-        write_text(doc, f)
+    from ..core.files import write_atomic
+
+    write_atomic(path, lambda f: write_text(doc, f))  # whole or not at all, never through a planted link
 
 
 GROUPS = ("pc", "line", "function", "module")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..core.model import Fault, SourceLoc
 from ..core.result import DataDescription
+from .console import shown
 
 
 def _loc_line(loc: SourceLoc) -> str:
@@ -53,7 +54,7 @@ def fault_report(fault: Fault, loc: SourceLoc, source_text: str | None = None, d
         lines.append(f"  {loc.line:<8}{source_text.rstrip()}")
     if checked_before:
         lines.insert(2, f"  policy: {fault.policy} ({POLICY_TEXT.get(fault.policy, fault.policy)}), checked before it executes")
-    return lines
+    return [shown(line, newlines=True) for line in lines]  # names from a hostile DWARF, escaped
 
 
 POLICY_TEXT = {"ac": "x86 alignment check", "natural": "not aligned to its size",

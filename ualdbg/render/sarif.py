@@ -1,5 +1,6 @@
 """SARIF 2.1.0 for code scanning: one result per unaligned-access site, located by the DWARF
-line of its PC."""
+line of its PC, and the invocation: ualdbg's exit status, whether the run was whole (not
+interrupted, nothing unseen), and a notification for each part it did not see (issue 29)."""
 from __future__ import annotations
 
 import os
@@ -11,7 +12,35 @@ from ..core.advice import advice_by_pc, vas_by_pc
 RULE_ID = "ualdbg/unaligned-access"
 
 
-def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None) -> dict[str, Any]:
+def invocation(doc: dict[str, Any], exit_code: int | None = None) -> dict[str, Any]:
+    """How the run went, as SARIF's invocation object: `exitCode` (ualdbg's own status, when the
+    caller knows it: `check`), `executionSuccessful` false for a partial run (interrupted) or an
+    incomplete one (blind spots), each such part as a toolExecutionNotification, and the
+    program's own end in properties."""
+    prog: dict[str, Any] = doc["program"] if isinstance(doc.get("program"), dict) else {}
+    spots = [b for b in doc.get("blind_spots") or [] if isinstance(b, dict)]
+    partial = bool(doc.get("partial"))
+    notes = []
+    if partial:
+        notes.append({"level": "warning", "descriptor": {"id": "ualdbg/partial-run"},
+                      "message": {"text": f"interrupted by {doc.get('interrupted_by') or 'a signal'}: the trace is partial"}})
+    for b in spots:
+        notes.append({"level": "warning", "descriptor": {"id": f"ualdbg/blind-spot/{b.get('kind')}"},
+                      "message": {"text": str(b.get("text") or b.get("kind"))},
+                      "properties": {k: v for k, v in b.items() if k != "text"}})
+    out: dict[str, Any] = {
+        "executionSuccessful": not partial and not spots,
+        "toolExecutionNotifications": notes,
+        "properties": {"partial": partial, "incomplete": bool(spots), "blindSpots": len(spots),
+                       "programExitStatus": prog.get("exit_status"), "programExitSignal": prog.get("exit_signal"),
+                       "faultsTotal": doc.get("faults_total")},
+    }
+    if exit_code is not None:
+        out["exitCode"] = exit_code
+    return out
+
+
+def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None, exit_code: int | None = None) -> dict[str, Any]:
     root = os.path.abspath(srcroot or os.getcwd())
     results = []
     advice = advice_by_pc(doc)
@@ -69,6 +98,7 @@ def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None) -> dict[str,
                 }],
             }},
             "originalUriBaseIds": {"%SRCROOT%": {"uri": "file://" + root.rstrip("/") + "/"}},
+            "invocations": [invocation(doc, exit_code)],
             "results": results,
         }],
     }

@@ -8,6 +8,8 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from .console import shown
+
 
 def header(doc: dict[str, Any]) -> str:
     env = doc["environment"]
@@ -71,7 +73,7 @@ def variants_table(doc: dict[str, Any], limit: int | None = None) -> Table:
                 n = tr.get("faults_total", 0)
                 cells.append(Text(str(n), style="bold red" if n else ""))
         if v.get("error"):
-            cells[0] = Text(f"{v['id']} ({v['error']})", style="red")
+            cells[0] = Text(shown(f"{v['id']} ({v['error']})"), style="red")
         t.add_row(*cells)
     return t
 
@@ -83,7 +85,8 @@ def verdicts_table(doc: dict[str, Any]) -> Table:
     types = {it["id"]: it["type"] for it in doc["items"]}
     for v in doc["verdicts"]:
         style = "bold red" if v["verdict"] == "misaligned" else ""
-        t.add_row(Text(v["item"]), Text(types.get(v["item"], "")), Text(str(v["align"])), Text(v["text"], style=style))
+        t.add_row(Text(shown(v["item"])), Text(shown(types.get(v["item"], ""))), Text(str(v["align"])),
+                  Text(shown(v["text"]), style=style))
     return t
 
 

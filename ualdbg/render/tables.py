@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .console import shown
 from .jsondoc import group_sites
 
 if TYPE_CHECKING:  # rich is imported by the tables that need it: a run with nothing to tabulate prints
@@ -13,20 +14,21 @@ if TYPE_CHECKING:  # rich is imported by the tables that need it: a run with not
 
 def _where(site: dict[str, Any]) -> str:
     if site.get("function"):
-        return f"{site['function']}+{site['function_offset'] or '0x0'}"
+        return f"{shown(site['function'])}+{shown(site['function_offset'] or '0x0')}"
     return "?"
 
 
 def _module_offset(site: dict[str, Any]) -> str:
     if site.get("module") and site.get("offset"):
-        return f"{site['module']}+{site['offset']}"
-    return site.get("module") or "?"
+        return f"{shown(site['module'])}+{shown(site['offset'])}"
+    return shown(site.get("module") or "?")
 
 
 def _source(site: dict[str, Any]) -> str:
-    text = f"{site['file']}:{site['line']}" if site.get("file") and site.get("line") else "?"
+    text = f"{shown(site['file'])}:{site['line']}" if site.get("file") and site.get("line") else "?"
     for frame in site.get("inlined_from") or []:
-        text += f"\n  inlined into {frame['function']} at {frame.get('file') or '?'}:{frame.get('line') or '?'}"
+        text += (f"\n  inlined into {shown(frame['function'])} at {shown(frame.get('file') or '?')}:"
+                 f"{shown(frame.get('line') or '?')}")
     return text
 
 
@@ -51,11 +53,19 @@ def header(doc: dict[str, Any]) -> str:
         status += f"; PARTIAL: interrupted by {doc.get('interrupted_by') or 'a signal'}"
     if doc.get("merged"):
         status += f"; {doc['merged']} runs merged"
-    return (
-        f"Unaligned accesses in {prog.get('path') or 'the program'}{status}\n"
+    return shown(
+        f"Unaligned accesses in {shown(prog.get('path') or 'the program')}{status}\n"
         f"  {total} in scope ({doc.get('scope', '')}), {ignored} ignored elsewhere\n"
-        f"  {dur:.3f} s, {rate:,.0f}/s; engine {doc.get('engine')} {via}; {ring}"
-    )
+        f"  {dur:.3f} s, {rate:,.0f}/s; engine {doc.get('engine')} {via}; {ring}", newlines=True)
+
+
+def blind_lines(doc: dict[str, Any]) -> list[str]:
+    """What the run did not see (the document's blind_spots, issue 29), one line each."""
+    spots = [b for b in doc.get("blind_spots") or [] if isinstance(b, dict)]
+    if not spots:
+        return []
+    return [f"INCOMPLETE: {len(spots)} part{'s' if len(spots) != 1 else ''} of the run not seen:"] + [
+        f"  not seen: {shown(b.get('text') or b.get('kind'))}" for b in spots]
 
 
 def summary_table(doc: dict[str, Any], by: str = "pc") -> Table | Group:
@@ -94,7 +104,7 @@ def summary_table(doc: dict[str, Any], by: str = "pc") -> Table | Group:
             row.append(_source(s))
         row.append(",".join(str(x) for x in s["sizes"]) or "?")
         row.append(s["access"] or "?")
-        table.add_row(*[Text(x) for x in row])
+        table.add_row(*[Text(shown(x, newlines=True)) for x in row])
     extra = data_advice_table(doc) if by == "pc" else None  # what the data is, and the fix (issue 9)
     return table if extra is None else Group(table, extra)
 
@@ -125,7 +135,7 @@ def records_table(doc: dict[str, Any], limit: int | None = None, tid: int | None
     for r in records:
         s = sites.get(r["pc"], {})
         src = f"{s['file']}:{s['line']}" if s.get("file") and s.get("line") else "?"
-        table.add_row(*[Text(x) for x in (
+        table.add_row(*[Text(shown(x, newlines=True)) for x in (
             str(r["seq"]), f"{r['time']:.6f}", "?" if r["cpu"] is None else str(r["cpu"]),
             str(r["pid"]), str(r["tid"]), r["pc"], r["va"] or "?", str(r["size"] or "?"),
             r["access"] or "?", _where(s) if s else "?", _with_data(src, record_data(s, r["va"])))])

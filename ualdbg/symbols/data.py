@@ -17,6 +17,7 @@ from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry, LocationExpr, LocationParser
 
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, _Unit
+from ualdbg.symbols.dwarfindex import children as die_children
 from ualdbg.symbols.elfindex import ElfIndex, elf_index
 from ualdbg.symbols.intervals import IntervalTable
 from ualdbg.symbols.layout import (
@@ -147,7 +148,7 @@ class ModuleData:
             while stack:
                 die, parents = stack.pop()
                 try:
-                    children = list(die.iter_children())
+                    children = list(die_children(die))
                 except DWARF_ERRORS:
                     continue
                 for child in children:
@@ -289,9 +290,9 @@ class ModuleData:
             func_name: str = "?"
             while level is not None:
                 nxt = None
-                for child in level.iter_children():
+                for child in die_children(level):
                     if child.tag in ("DW_TAG_namespace", "DW_TAG_module") and out == []:
-                        if any(covers(c) for c in child.iter_children() if c.tag == "DW_TAG_subprogram"):
+                        if any(covers(c) for c in die_children(child) if c.tag == "DW_TAG_subprogram"):
                             nxt = child
                             break
                     if child.tag == "DW_TAG_subprogram" or (child.tag in _SCOPES and out):
@@ -307,7 +308,7 @@ class ModuleData:
                 elif nxt.tag == "DW_TAG_inlined_subroutine":
                     func_name = dwarf.shown_name(nxt, cu, [], inlined=True) or name_of(origin(nxt)) or func_name
                 if nxt.tag not in ("DW_TAG_namespace", "DW_TAG_module"):
-                    out.append((func_name, nxt, [c for c in nxt.iter_children() if c.tag in _VARS]))
+                    out.append((func_name, nxt, [c for c in die_children(nxt) if c.tag in _VARS]))
                 level = nxt
         except DWARF_ERRORS:
             return out

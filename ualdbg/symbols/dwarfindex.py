@@ -8,7 +8,7 @@ import heapq
 import os
 import struct
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import cached_property
@@ -81,6 +81,100 @@ _PREFIX_TAGS = {
     "DW_TAG_union_type": None,
     "DW_TAG_module": None,
 }
+
+
+# Bounds on every walk of a hostile file's DIEs (issue 29): pyelftools follows DW_AT_sibling
+# wherever it points, so a sibling pointing back at an earlier DIE makes iter_children (and
+# get_parent, which walks children) loop forever. ualdbg walks DIEs only through `children`,
+# `parent` and `unit_dies`, which move forward only and stop after MAX_DIES.
+MAX_DIES = 2_000_000
+
+
+def _unit_end(cu: Any) -> int:
+    return int(cu.cu_offset + cu.size)
+
+
+def _skip_subtree(cu: Any, die: DIE, end: int) -> int:
+    """The offset after `die`'s subtree, by a linear scan (each DIE is at least one byte: the scan
+    only moves forward): what a missing or backward DW_AT_sibling leaves to find."""
+    pos, depth, n = die.offset + die.size, 1, 0
+    while depth:
+        if pos >= end or n > MAX_DIES:
+            raise DWARFError(f"the children of the DIE at {die.offset:#x} run past their unit")
+        d = cu._get_cached_DIE(pos)
+        if d.size <= 0:
+            raise DWARFError(f"an empty DIE at {pos:#x}")
+        pos += d.size
+        n += 1
+        if d.is_null():
+            depth -= 1
+        elif d.has_children:
+            depth += 1
+    return pos
+
+
+def children(die: DIE) -> Iterator[DIE]:
+    """`die`'s children, as die.iter_children() gives them, but always moving forward inside the
+    unit: a DW_AT_sibling that points back (a cycle) or out of the unit is ignored for a linear
+    scan, and a walk of more than MAX_DIES raises DWARFError."""
+    if not die.has_children:
+        return
+    cu = die.cu
+    end = _unit_end(cu)
+    pos, n = die.offset + die.size, 0
+    while True:
+        if pos >= end or n > MAX_DIES:
+            raise DWARFError(f"the children of the DIE at {die.offset:#x} run past their unit")
+        child = cu._get_cached_DIE(pos)
+        child.set_parent(die)
+        if child.is_null():
+            die._terminator = child
+            return
+        yield child
+        n += 1
+        nxt = pos + child.size
+        if child.has_children:
+            sibling = child.attributes.get("DW_AT_sibling")
+            target = None
+            if sibling is not None and isinstance(sibling.value, int):
+                target = sibling.value if sibling.form == "DW_FORM_ref_addr" else sibling.value + cu.cu_offset
+            nxt = target if target is not None and nxt < target < end else _skip_subtree(cu, child, end)
+        if nxt <= pos:
+            raise DWARFError(f"a DIE at {pos:#x} of no size")
+        pos = nxt
+
+
+def parent(die: DIE) -> DIE | None:
+    """The DIE `die` is a child of (None: a unit's top DIE), found as pyelftools' get_parent does
+    (down from the top, each generation's closest sibling before it) over `children`."""
+    known = die._parent
+    if known is not None:
+        return known
+    cu = die.cu
+    search = cu.get_top_DIE()
+    if search.offset >= die.offset:
+        return None
+    for _ in range(256):  # nesting depth: a real one is tens
+        closest = None
+        for child in children(search):
+            if child.offset == die.offset:
+                return search
+            if child.offset < die.offset:
+                closest = child
+            else:
+                break
+        if closest is None or not closest.has_children:
+            return None
+        search = closest
+    return None
+
+
+def unit_dies(cu: CompileUnit) -> Iterator[DIE]:
+    """Every DIE of a unit in file order (cu.iter_DIEs, which only moves forward), at most MAX_DIES."""
+    for n, d in enumerate(cu.iter_DIEs()):
+        if n > MAX_DIES:
+            raise DWARFError(f"the unit at {cu.cu_offset:#x} has more than {MAX_DIES:,} DIEs")
+        yield d
 
 
 @dataclass(frozen=True)
@@ -173,15 +267,17 @@ def _gdb_name(die: DIE, *, fortran: bool) -> str | None:
     if named is None:
         return None
     parts = [_text(named.attributes["DW_AT_name"].value)]
-    parent = named.get_parent()
-    while parent is not None and parent.tag in _PREFIX_TAGS:
-        if "DW_AT_name" in parent.attributes:
-            parts.append(_text(parent.attributes["DW_AT_name"].value))
-        elif _PREFIX_TAGS[parent.tag] is not None:
-            parts.append(str(_PREFIX_TAGS[parent.tag]))
+    up = parent(named)
+    for _ in range(64):  # nesting depth, bounded as the walk is
+        if up is None or up.tag not in _PREFIX_TAGS:
+            break
+        if "DW_AT_name" in up.attributes:
+            parts.append(_text(up.attributes["DW_AT_name"].value))
+        elif _PREFIX_TAGS[up.tag] is not None:
+            parts.append(str(_PREFIX_TAGS[up.tag]))
         else:
             break
-        parent = parent.get_parent()
+        up = parent(up)
     return "::".join(reversed(parts))
 
 
@@ -213,9 +309,9 @@ def qualified_die_name(die: DIE) -> str | None:
         if name is None and "DW_AT_name" in attrs:
             name = _text(attrs["DW_AT_name"].value)
         if scope is None:
-            parent = current.get_parent()
-            if parent is not None and parent.tag in _NAME_SCOPES:
-                scope = parent
+            up = parent(current)
+            if up is not None and up.tag in _NAME_SCOPES:
+                scope = up
         ref = next((k for k in ("DW_AT_abstract_origin", "DW_AT_specification") if k in attrs), None)
         if ref is None:
             break
@@ -227,7 +323,7 @@ def qualified_die_name(die: DIE) -> str | None:
         if scope is None or scope.tag not in _NAME_SCOPES:
             break
         parts.append(_scope_label(scope))
-        scope = scope.get_parent()
+        scope = parent(scope)
     return "::".join(reversed(parts))
 
 
@@ -622,7 +718,7 @@ class _Unit:
         in_function: bool,
         deep: bool,
     ) -> None:
-        for child in die.iter_children():
+        for child in children(die):
             tag = child.tag
             if tag == "DW_TAG_subprogram" or (
                 tag == "DW_TAG_inlined_subroutine" and parent is not None

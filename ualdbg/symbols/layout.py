@@ -10,7 +10,7 @@ from typing import Any
 from elftools.dwarf.die import DIE
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 
-from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, _Unit
+from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, _Unit, children, parent
 from ualdbg.symbols.variables import TypeInfo, _Types
 
 QUALIFIERS = frozenset({"DW_TAG_typedef", "DW_TAG_const_type", "DW_TAG_volatile_type", "DW_TAG_restrict_type",
@@ -67,8 +67,8 @@ def is_fortran(cu: Any) -> bool:
 def member_offset(member: DIE) -> int | None:
     attr = member.attributes.get("DW_AT_data_member_location")
     if attr is None:
-        parent = member.get_parent()
-        return 0 if parent is not None and parent.tag == "DW_TAG_union_type" else None
+        up = parent(member)
+        return 0 if up is not None and up.tag == "DW_TAG_union_type" else None
     if isinstance(attr.value, int):
         return attr.value
     value = list(attr.value)
@@ -87,7 +87,7 @@ def array_dims(die: DIE) -> list[tuple[int, int | None]]:
     """(lower bound, element count or None) per dimension, as declared."""
     dims: list[tuple[int, int | None]] = []
     fortran = is_fortran(die.cu)
-    for sub in die.iter_children():
+    for sub in children(die):
         if sub.tag != "DW_TAG_subrange_type":
             continue
         a = sub.attributes
@@ -153,7 +153,7 @@ class Layouts:
 
     def misplaced(self, die: DIE) -> list[tuple[DIE, int, TypeInfo]]:
         out = []
-        for m in die.iter_children():
+        for m in children(die):
             if m.tag != "DW_TAG_member" or "DW_AT_bit_size" in m.attributes or "DW_AT_data_bit_offset" in m.attributes:
                 continue
             off = member_offset(m)
@@ -196,7 +196,7 @@ class Layouts:
                 die = strip(elem)
             elif die.tag in AGGREGATES:
                 hit = None
-                for m in die.iter_children():
+                for m in children(die):
                     if m.tag != "DW_TAG_member" or "DW_AT_bit_size" in m.attributes:
                         continue
                     off = member_offset(m)

@@ -11,7 +11,7 @@ from elftools.dwarf.compileunit import CompileUnit
 from elftools.dwarf.die import DIE
 from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry, LocationExpr, LocationParser
 
-from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, die_name
+from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, children, die_name
 
 _QUALIFIERS = frozenset({"DW_TAG_typedef", "DW_TAG_const_type", "DW_TAG_volatile_type", "DW_TAG_restrict_type",
                          "DW_TAG_atomic_type", "DW_TAG_immutable_type", "DW_TAG_packed_type"})
@@ -101,7 +101,7 @@ class _Types:
         if tag == "DW_TAG_array_type":
             elem = self.of(self._target(die), depth + 1)
             counts: list[int | None] = []
-            for sub in die.iter_children():
+            for sub in children(die):
                 if sub.tag != "DW_TAG_subrange_type":
                     continue
                 a = sub.attributes
@@ -122,7 +122,7 @@ class _Types:
         if tag in ("DW_TAG_structure_type", "DW_TAG_union_type", "DW_TAG_class_type"):
             word = {"DW_TAG_structure_type": "struct", "DW_TAG_union_type": "union", "DW_TAG_class_type": "class"}[tag]
             align = 1
-            for member in die.iter_children():
+            for member in children(die):
                 if member.tag == "DW_TAG_member" and "DW_AT_type" in member.attributes:
                     if "DW_AT_data_bit_offset" in member.attributes or "DW_AT_bit_size" in member.attributes:
                         continue
@@ -197,7 +197,7 @@ class FunctionVariables:
         """The out-of-line definition of `name` (a DW_TAG_subprogram with code)."""
         try:
             for cu in self.info.iter_CUs():
-                for die in cu.get_top_DIE().iter_children():
+                for die in children(cu.get_top_DIE()):
                     if die.tag != "DW_TAG_subprogram":
                         continue
                     if (_name(die) == name or die_name(die)[0] == name) and self.dwarf.die_ranges(die, cu):
@@ -207,6 +207,15 @@ class FunctionVariables:
         raise VariableError(f"no function {name!r} with code in the program's DWARF (is it built with -g, or inlined everywhere?)")
 
     def variables(self, function: str) -> list[VariableInfo]:
+        """The locals and parameters of `function`; VariableError when its DWARF cannot be read
+        (a hostile file: one line for the user, never a parser's exception)."""
+        try:
+            return self._variables(function)
+        except DWARF_ERRORS as exc:
+            raise VariableError(f"cannot read the DWARF of function {function} ({type(exc).__name__}: "
+                                f"{str(exc)[:100]})") from None
+
+    def _variables(self, function: str) -> list[VariableInfo]:
         die, cu = self.function(function)
         out: list[VariableInfo] = []
         ranges = self.dwarf.die_ranges(die, cu)
@@ -245,7 +254,7 @@ class FunctionVariables:
         return found[0]  # the outermost: a shadowing inner declaration comes later in DIE order
 
     def _collect(self, die: DIE, cu: CompileUnit, function: str, block_start: int | None, out: list[VariableInfo]) -> None:
-        for child in die.iter_children():
+        for child in children(die):
             tag = child.tag
             if tag in _BLOCKS:
                 ranges = self.dwarf.die_ranges(child, cu)

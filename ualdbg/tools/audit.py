@@ -12,7 +12,7 @@ from elftools.dwarf.die import DIE
 
 from ..core.programfile import elf_file_problem
 from ..symbols.data import GlobalVar, ModuleData, module_data
-from ..symbols.dwarfindex import DWARF_ERRORS
+from ..symbols.dwarfindex import DWARF_ERRORS, unit_dies
 from ..symbols.elfindex import ElfIndex, elf_index
 from ..symbols.layout import AGGREGATES, decl_pos, name_of, ref
 
@@ -179,7 +179,7 @@ def _packed_members(md: ModuleData, findings: list[Finding]) -> int:
     seen: set[tuple[Any, ...]] = set()
     checked = 0
     for cu in dwarf.dwarfinfo.iter_CUs():
-        for die in cu.iter_DIEs():
+        for die in unit_dies(cu):
             if die.tag not in AGGREGATES or "DW_AT_declaration" in die.attributes or "DW_AT_byte_size" not in die.attributes:
                 continue
             info = md.layouts.info(die)

@@ -22,12 +22,14 @@ from elftools.elf.sections import SymbolTableSection
 from ...ci.gate import EXIT_NOT_FOUND, EXIT_TOOL
 from ...engines.runner import ToolError, _pkg_roots, find_gdb, find_lldb, resolve_program
 from ...engines.wrapper import child_setup
+from ...symbols.dwarfindex import DWARF_ERRORS
 from ...symbols.elfindex import elf_index
 from ...symbols.variables import FunctionVariables, VariableError, VariableInfo
 from .check import Item, Plan, ProbeSpec, Raw, Request, StackcheckError, Variant, build_document, make_variants, parse_var
 from .launch import ExecHelper, LaunchSpec, time_native
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
+_ELF_ERRORS: tuple[type[BaseException], ...] = (OSError, ELFError, *DWARF_ERRORS)
 
 
 def exec_path_for(typed: str) -> str:
@@ -70,15 +72,18 @@ def load_program(path: str) -> Program:
                 if main_link is not None:
                     break
             has_own_dwarf = elf.has_dwarf_info() and elf.get_section_by_name(".debug_info") is not None
-    except (OSError, ELFError) as exc:
-        raise ToolError(f"{path}: cannot read the ELF file: {exc}") from None
+    except _ELF_ERRORS as exc:  # a hostile header or symbol table: one line, as audit says it
+        raise ToolError(f"{path}: a corrupt ELF file ({type(exc).__name__}: {str(exc)[:100]})") from None
     if machine not in ("EM_X86_64", "EM_386"):
         raise ToolError(f"{path}: {machine} programs are not supported (x86-64 and i386 are)")
     if main_link is None:
         raise ToolError(f"{path}: no symbol `main` (stripped?): stackcheck stops at main's entry")
-    index = elf_index(path)
-    dwarf = index.dwarf if index is not None else None
-    fv = FunctionVariables(dwarf, word) if dwarf is not None else None
+    try:
+        index = elf_index(path)
+        dwarf = index.dwarf if index is not None else None
+        fv = FunctionVariables(dwarf, word) if dwarf is not None else None
+    except DWARF_ERRORS as exc:
+        raise ToolError(f"{path}: a corrupt ELF or DWARF file ({type(exc).__name__}: {str(exc)[:100]})") from None
     return Program(path, word, "x86_64" if machine == "EM_X86_64" else "i386", main_link, not has_own_dwarf, fv)
 
 

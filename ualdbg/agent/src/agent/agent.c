@@ -62,6 +62,8 @@ _Static_assert(sizeof(struct ualdbg_header) <= UALDBG_HEADER_SIZE, "header");
 _Static_assert(offsetof(struct ualdbg_header, exe) == 208, "header layout");
 _Static_assert(offsetof(struct ualdbg_header, note) == 1744, "header layout");
 _Static_assert(offsetof(struct ualdbg_header, patches_offset) == 2256, "header layout");
+_Static_assert(offsetof(struct ualdbg_header, blind_ns) == 3584, "header layout");
+_Static_assert(offsetof(struct ualdbg_header, blind_now) == 3644, "header layout");
 _Static_assert(sizeof(struct ualdbg_patch) == UALDBG_PATCH_SIZE, "patch layout");
 _Static_assert(sizeof(struct ualdbg_site) == UALDBG_SITE_SIZE, "site layout");
 _Static_assert(offsetof(struct ualdbg_site, variants) == 64, "site layout");
@@ -880,6 +882,7 @@ void agent_new_process(int follow, int in_handler)
     maps_lock = 0;
     pool_lock = 0;
     signals_after_fork();
+    pid_t parent = G.pid;
     G.pid = raw_getpid();
     G.fork_gen++;
     TS.tid = 0;
@@ -896,6 +899,10 @@ void agent_new_process(int follow, int in_handler)
     }
     void *old = G.hdr;
     size_t old_len = G.map_len;
+    /* Counted in the parent's buffer (still mapped, shared): a child that cannot make a buffer of
+     * its own (a seccomp filter, no memory) is then missing from the run, and ualdbg says so. */
+    if (old)
+        __atomic_add_fetch(&((struct ualdbg_header *)old)->children, 1, __ATOMIC_RELAXED);
     const struct ualdbg_site *old_sites = G.sites;
     uint32_t old_mask = G.site_mask;
     if (buffer_create() != 0) {
@@ -904,6 +911,7 @@ void agent_new_process(int follow, int in_handler)
         ac_clear();
         return;
     }
+    G.hdr->ppid = parent; /* not getppid(): the parent may be gone already */
     if (G.armed) {
         G.hdr->flags |= UALDBG_F_ARMED;
         G.hdr->armed_ns = now_ns();
@@ -1025,6 +1033,8 @@ void strip_own_environment(void)
 static void on_exit_cb(int status, void *arg)
 {
     (void)arg;
+    blind_flush();
+    blind_check_sigbus();
     process_exited(status);
 }
 
@@ -1331,6 +1341,7 @@ static void trampolines_disarm(void)
  * snapshots were taken whenever a new PC needed one). */
 EXPORT void ualdbg_agent_disarm(void)
 {
+    blind_check_sigbus(); /* a module loaded since the attach may have taken SIGBUS over */
     G.detaching = 1;
     G.armed = 0;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);

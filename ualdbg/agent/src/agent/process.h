@@ -70,6 +70,9 @@ struct thread_state {
     uint64_t skip_slot[SKIP_DEPTH];
     uint64_t skip_ra[SKIP_DEPTH];
     int in_program_handler; /* depth of the program's signal handlers running on this thread */
+    uint64_t blind_since;   /* armed, with SIGBUS blocked by the program, since (0: not blind; wrappers.c) */
+    uint32_t blind_gen;     /* G.fork_gen when blind_since was set: a fork child counts afresh */
+    int blind_counted;      /* this thread is in the buffer's blind_threads */
 };
 
 extern struct agent_config CFG HIDDEN;

@@ -189,6 +189,13 @@ void chain_signal(int sig, siginfo_t *si, ucontext_t *uc)
         uint64_t one = 1ull << (sig - 1);
         raw_sigprocmask(SIG_UNBLOCK, &one, NULL);
     }
+    /* A handler that runs with SIGBUS blocked runs unarmed in an armed thread: blind (issue 29). */
+    int blind = blocked && armable() && G.hdr;
+    uint64_t since = 0;
+    if (blind) { /* counted before the call: a handler may longjmp out and never return here */
+        __atomic_add_fetch(&G.hdr->handler_events, 1, __ATOMIC_RELAXED);
+        since = now_ns();
+    }
     if (!blocked && armable())
         ac_set();
     TS.in_program_handler++; /* the patcher does not move code this handler may return into */
@@ -197,6 +204,8 @@ void chain_signal(int sig, siginfo_t *si, ucontext_t *uc)
     else
         u.sa_handler(sig);
     TS.in_program_handler--;
+    if (blind && G.hdr)
+        __atomic_add_fetch(&G.hdr->handler_ns, now_ns() - since, __ATOMIC_RELAXED);
     ac_clear();
 }
 

@@ -64,6 +64,10 @@ enum { UALDBG_RUNNING = 1, UALDBG_EXITED = 2, UALDBG_EXECED = 3 };
 #define UALDBG_SITE_UNPATCHABLE 0x80u /* the patcher refused it (the patch table says why) */
 #define UALDBG_SITE_SHADOW 0x100u   /* a copy inside a patch trampoline: counted at its origin, not a site */
 
+/* header.blind_flags: what the agent could not watch (issue 29) */
+#define UALDBG_B_SIGBUS_TAKEN 0x1u  /* the kernel's SIGBUS action was not the agent's at an exit, exec or detach */
+#define UALDBG_B_EXEC_FOREIGN 0x2u  /* this image exec'd an ELF the agent cannot be loaded into */
+
 /* patch.state */
 enum { UALDBG_PATCH_EMPTY = 0, UALDBG_PATCH_ACTIVE = 1, UALDBG_PATCH_REFUSED = 2 };
 /* patch.reason (UALDBG_PATCH_REFUSED) */
@@ -158,6 +162,20 @@ struct ualdbg_header { /* UALDBG_HEADER_SIZE bytes */
     uint32_t patch_size;       /* 2268 */
     uint32_t patches_used;     /* 2272: entries written (patched and refused) */
     uint32_t patch_after;      /* 2276: traps at a site before it is patched; 0: --no-patch */
+    uint8_t reserved[3584 - 2280]; /* room for other fields; the blind-spot counters stay at 3584 */
+    /* What the agent knows it did not see (issue 29; docs/AGENT.md, "Blind spots"): a fault
+     * there is neither trapped nor counted, so a gate cannot call the run clean. */
+    uint64_t blind_ns;         /* 3584: thread time past the arming point with SIGBUS blocked by the program */
+    uint64_t blind_events;     /* 3592: times an armed thread blocked SIGBUS (a mask call, a longjmp's mask,
+                                *       a thread started with it blocked) */
+    uint64_t blind_threads;    /* 3600: threads that did so at least once */
+    uint64_t handler_ns;       /* 3608: time in the program's signal handlers run with SIGBUS blocked */
+    uint64_t handler_events;   /* 3616: such handler runs in armed threads */
+    uint64_t children;         /* 3624: processes this image started with the agent: each must report in */
+    uint64_t children_untraced; /* 3632: processes it started without the agent (an ELF the agent cannot be
+                                 *       loaded into, an environment the program stripped of it) */
+    uint32_t blind_flags;      /* 3640: UALDBG_B_* */
+    uint32_t blind_now;        /* 3644: threads blind right now */
 };
 
 #define UALDBG_PATCH_SIZE 64

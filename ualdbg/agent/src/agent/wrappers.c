@@ -3,7 +3,9 @@
  * unblocked (a new pthread starts with every signal blocked and faults in libc at once:
  * PLATFORM.md); masks that block SIGBUS disarm the thread; longjmp re-decides; fork, vfork,
  * posix_spawn, system, popen and exec keep or drop the agent for children (--no-follow), and
- * run libc's child-starting code unarmed (it blocks every signal while it runs).
+ * run libc's child-starting code unarmed (it blocks every signal while it runs). What the agent
+ * cannot see is counted (issue 29): armed threads that block SIGBUS run blind, and every process
+ * started with the agent must report in (the children counter), else ualdbg says it was not traced.
  */
 #include "wrappers.h"
 
@@ -61,6 +63,75 @@ HIDDEN void wrappers_init(void)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Blind spots: where a fault is neither trapped nor counted. */
+
+/* Re-decide whether this thread runs blind (past its arming point, SIGBUS blocked by the program,
+ * so AC is clear: a fault there would kill the process) after its mask may have changed, and
+ * count the start of a blind period (an event, the thread) and the time of one that ends. */
+HIDDEN void blind_update(void)
+{
+    struct ualdbg_header *h = G.hdr;
+    if (!h || !CFG.configured)
+        return;
+    if (TS.blind_since && TS.blind_gen != G.fork_gen) { /* a fork child: its own buffer counts afresh */
+        TS.blind_since = 0;
+        TS.blind_counted = 0;
+        if (sigbus_blocked_now() && armable()) {
+            TS.blind_since = h->start_ns ? h->start_ns : now_ns();
+            TS.blind_gen = G.fork_gen;
+            TS.blind_counted = 1;
+            __atomic_add_fetch(&h->blind_events, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&h->blind_threads, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&h->blind_now, 1, __ATOMIC_RELAXED);
+            return;
+        }
+    }
+    int blind = armable() && sigbus_blocked_now();
+    if (blind && !TS.blind_since) {
+        TS.blind_since = now_ns();
+        TS.blind_gen = G.fork_gen;
+        __atomic_add_fetch(&h->blind_events, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&h->blind_now, 1, __ATOMIC_RELAXED);
+        if (!TS.blind_counted) {
+            TS.blind_counted = 1;
+            __atomic_add_fetch(&h->blind_threads, 1, __ATOMIC_RELAXED);
+        }
+    } else if (!blind && TS.blind_since) {
+        __atomic_add_fetch(&h->blind_ns, now_ns() - TS.blind_since, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&h->blind_now, 1, __ATOMIC_RELAXED);
+        TS.blind_since = 0;
+    }
+}
+
+/* This thread (or the process) ends: a blind period still open is counted up to now. */
+HIDDEN void blind_flush(void)
+{
+    struct ualdbg_header *h = G.hdr;
+    if (!h || !TS.blind_since || TS.blind_gen != G.fork_gen)
+        return;
+    __atomic_add_fetch(&h->blind_ns, now_ns() - TS.blind_since, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&h->blind_now, 1, __ATOMIC_RELAXED);
+    TS.blind_since = 0;
+}
+
+/* Whether the kernel's SIGBUS action is still the agent's: a program can take it over without
+ * libc's sigaction (a raw rt_sigaction, a module dlopen'ed after an injection), and then faults
+ * reach the program, not the agent. Marked in the buffer when not. */
+HIDDEN void blind_check_sigbus(void)
+{
+    struct {
+        void *handler;
+        unsigned long flags;
+        void *restorer;
+        uint64_t mask;
+    } k;
+    if (!G.hdr || !G.active || G.detaching)
+        return;
+    if (raw_syscall4(SYS_rt_sigaction, SIGBUS, 0, (long)&k, 8) == 0 && k.handler != (void *)ualdbg_sigbus_entry)
+        __atomic_or_fetch(&G.hdr->blind_flags, UALDBG_B_SIGBUS_TAKEN, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* main */
 
 static main_fn program_main;
@@ -93,6 +164,7 @@ struct start {
 static void thread_done(void *unused)
 {
     (void)unused;
+    blind_flush();
     /* libc's thread exit path blocks every signal: leave it unarmed. */
     TS.want_armed = -1;
     ac_clear();
@@ -111,6 +183,7 @@ static void *thread_trampoline(void *p)
         if (sigbus_blocked_now() && G.hdr)
             __atomic_add_fetch(&G.hdr->unarmed_threads, 1, __ATOMIC_RELAXED);
         rearm();
+        blind_update(); /* started with SIGBUS blocked (its creator's mask): blind from here */
     }
     ret = s.fn(s.arg);
     thread_done(NULL);
@@ -148,6 +221,7 @@ EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(
 
 static void after_mask_change(uint64_t was)
 {
+    blind_update();
     if (armable())
         rearm();
     else
@@ -213,6 +287,7 @@ static void before_longjmp(struct __jmp_buf_tag *env)
     if (armable()) {
         if (env->__mask_was_saved)
             raw_sigprocmask(SIG_SETMASK, (const uint64_t *)(const void *)&env->__saved_mask, NULL);
+        blind_update();
         rearm();
     }
 }
@@ -321,6 +396,39 @@ static char **child_env(const char *file, char *const envp[], int *foreign)
     return CFG.follow && !*foreign ? NULL : env_without_agent(envp);
 }
 
+/* A process started with `envp`: one more that must report in (`children`), or one started
+ * without the agent (`children_untraced`: an ELF it cannot be loaded into, or an environment the
+ * program stripped of it). Nothing is counted when not following children (--no-follow). Returns
+ * the counter bumped, for an exec that fails to take it back. */
+static uint64_t *count_child(char *const envp[], int foreign)
+{
+    if (!CFG.configured || !CFG.follow || !G.hdr || !G.active)
+        return NULL;
+    uint64_t *c = foreign || !env_has_agent(envp) ? &G.hdr->children_untraced : &G.hdr->children;
+    __atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
+    return c;
+}
+
+static void uncount_child(uint64_t *c)
+{
+    if (c)
+        __atomic_sub_fetch(c, 1, __ATOMIC_RELAXED);
+}
+
+/* An exec: in a vfork child (the parent's buffer, shared) it starts a child process of the
+ * parent's; in a process with its own buffer the image ends, and ualdbg sees whether the next
+ * one reported in. */
+static uint64_t *count_exec(char *const envp[], int foreign)
+{
+    if (!G.hdr || !G.active)
+        return NULL;
+    if (raw_getpid() != G.pid)
+        return count_child(envp, foreign);
+    if (foreign)
+        __atomic_or_fetch(&G.hdr->blind_flags, UALDBG_B_EXEC_FOREIGN, __ATOMIC_RELAXED);
+    return NULL;
+}
+
 static void free_env(char **env, char *const orig[])
 {
     if (!env)
@@ -355,21 +463,28 @@ static void before_exec(const char *file, char *const envp[], int foreign)
     p = stpncpy(p, file ? file : "?", (size_t)(end - p));
     *p = 0;
     maps_snapshot();
+    blind_flush();
+    blind_check_sigbus();
     if (stripped)
         __atomic_or_fetch(&G.hdr->flags, UALDBG_F_STRIPPED, __ATOMIC_RELEASE);
     buffer_mark(UALDBG_EXECED, note);
 }
 
-static void exec_failed(void)
+static void exec_failed(uint64_t *counted)
 {
-    if (CFG.configured && G.hdr && G.active && raw_getpid() == G.pid)
+    uncount_child(counted);
+    if (CFG.configured && G.hdr && G.active && raw_getpid() == G.pid) {
+        __atomic_and_fetch(&G.hdr->blind_flags, ~UALDBG_B_EXEC_FOREIGN, __ATOMIC_RELAXED);
         buffer_mark(UALDBG_RUNNING, "");
+    }
 }
 
 /* _exit and _Exit skip libc's exit handlers, where the agent learns the status (a fork child
  * usually ends so): the status is noted here, then libc's own ends the process. */
 EXPORT void _exit(int status)
 {
+    blind_flush();
+    blind_check_sigbus();
     process_exited(status);
     REAL(_exit)(status);
     __builtin_unreachable();
@@ -377,6 +492,8 @@ EXPORT void _exit(int status)
 
 EXPORT void _Exit(int status)
 {
+    blind_flush();
+    blind_check_sigbus();
     process_exited(status);
     REAL(_Exit)(status);
     __builtin_unreachable();
@@ -389,9 +506,10 @@ EXPORT int execve(const char *path, char *const argv[], char *const envp[])
     int foreign;
     char **env = child_env(path, envp, &foreign);
     before_exec(path, envp, foreign);
+    uint64_t *counted = count_exec(envp, foreign);
     int r = real_execve(path, argv, env ? env : envp);
     int e = errno;
-    exec_failed();
+    exec_failed(counted);
     free_env(env, envp);
     ac_restore(was);
     errno = e;
@@ -405,9 +523,10 @@ EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
     int foreign;
     char **env = child_env(file, envp, &foreign);
     before_exec(file, envp, foreign);
+    uint64_t *counted = count_exec(envp, foreign);
     int r = real_execvpe(file, argv, env ? env : envp);
     int e = errno;
-    exec_failed();
+    exec_failed(counted);
     free_env(env, envp);
     ac_restore(was);
     errno = e;
@@ -433,9 +552,10 @@ EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
     int foreign;
     char **env = child_env(NULL, envp, &foreign);
     before_exec("(fexecve)", envp, foreign);
+    uint64_t *counted = count_exec(envp, foreign);
     int r = real_fexecve(fd, argv, env ? env : envp);
     int e = errno;
-    exec_failed();
+    exec_failed(counted);
     free_env(env, envp);
     ac_restore(was);
     errno = e;
@@ -502,6 +622,8 @@ EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_acti
     int foreign;
     char **env = child_env(path, envp, &foreign);
     int r = real_posix_spawn(pid, path, fa, attr, argv, env ? env : envp);
+    if (r == 0)
+        count_child(envp, foreign);
     free_env(env, envp);
     ac_restore(was);
     return r;
@@ -515,6 +637,8 @@ EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_act
     int foreign;
     char **env = child_env(file, envp, &foreign);
     int r = real_posix_spawnp(pid, file, fa, attr, argv, env ? env : envp);
+    if (r == 0)
+        count_child(envp, foreign);
     free_env(env, envp);
     ac_restore(was);
     return r;

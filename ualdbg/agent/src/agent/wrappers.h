@@ -5,5 +5,8 @@
 #include "process.h"
 
 HIDDEN void wrappers_init(void);
+HIDDEN void blind_update(void);
+HIDDEN void blind_flush(void);
+HIDDEN void blind_check_sigbus(void);
 
 #endif
