@@ -19,7 +19,7 @@ EXIT_NOT_FOUND = 127  # the program, its ELF interpreter or a shared library it 
 # (timeout(1), env(1): the tool's own failure, cannot execute, not found) nor 128+N (a signal).
 EXIT_INCOMPLETE = 3
 
-STATUSES = """  2                  usage error or bad input: an option, a baseline, an output path (nothing was run)
+STATUSES = """  2                  usage error or bad input: an option, a baseline, an output path, a corrupt ELF (nothing was run)
   125                ualdbg failed (a debugger missing or dead, an internal error): one line on stderr
   126                the program cannot be executed (permission, not an ELF program or #! script)
   127                the program, its ELF interpreter or a shared library it needs was not found

@@ -106,8 +106,8 @@ def resolve_program(argv0: str, *, scripts: bool = False) -> str:
     if problem:
         raise ToolError(problem, EXIT_NOT_FOUND if not os.path.exists(path) else EXIT_CANNOT_EXECUTE)
     problem = elf_structure_problem(path)
-    if problem:
-        raise ToolError(f"{argv0}: {problem}", EXIT_CANNOT_EXECUTE)
+    if problem:  # a truncated or corrupt ELF is bad input, as the charter has it: 2, not the shell's 126
+        raise ToolError(f"{argv0}: {problem}", EXIT_ERROR)
     if not os.access(path, os.X_OK):
         raise ToolError(f"{argv0}: not executable", EXIT_CANNOT_EXECUTE)
     start = start_problem(path, argv0, program_environ())

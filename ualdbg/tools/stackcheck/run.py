@@ -19,7 +19,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from ...ci.gate import EXIT_NOT_FOUND, EXIT_TOOL
+from ...ci.gate import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_TOOL
 from ...engines.runner import ToolError, _pkg_roots, find_gdb, find_lldb, resolve_program
 from ...engines.wrapper import child_setup
 from ...symbols.dwarfindex import DWARF_ERRORS
@@ -240,7 +240,10 @@ class DebuggerMeasurer:
         with open(result) as f:
             data = json.load(f)
         if data.get("error"):
-            raise ToolError(f"{self.debugger} measurement failed: {data['error']}", EXIT_TOOL)
+            # The debugger refusing the program's DWARF ("Dwarf Error: ...") is bad input (status 2),
+            # as a corrupt ELF is; anything else is the debugger failing (125).
+            bad_input = "Dwarf Error" in str(data["error"]) or "DWARF" in str(data["error"])
+            raise ToolError(f"{self.debugger} measurement failed: {data['error']}", EXIT_ERROR if bad_input else EXIT_TOOL)
         raws = []
         for r in data["variants"]:
             trace = r.get("trace")
