@@ -10,7 +10,9 @@ that must not change behaviour (issue 19) shows here as no difference.
 `record REV DIR` puts `git archive REV` at one fixed path (/tmp/ualdbg-compare/src) and runs
 `python -m ualdbg trace --json` from there, in one fixed environment (PATH, HOME, PYTHONPATH,
 LANG), for each example and engine: the traced programs see the same environment, so the same
-stack layout, whichever tree runs and whoever starts it. `diff` compares the
+stack layout, whichever tree runs and whoever starts it; the cross-built examples run under
+qemu-user and gdb-multiarch (signal mode on strict CPUs, the debuggers' step engine on aarch64 and
+armhf). `diff` compares the
 documents with what varies from run to run left out (durations, pids, tids, cpus, record times and
 sequence numbers, thread ids in texts, temporary paths) and the records ordered by (pc, va, size)
 (threads interleave as they like), and the report's lines without the duration line."""
@@ -58,16 +60,37 @@ EXTRA: list[tuple[str, list[str], list[str]]] = [
 ]
 
 
+# Cross-built examples under qemu-user and gdb-multiarch (`make -C examples cross ARCH=...`, which
+# `record` runs first): signal mode on the strict CPUs of examples/README.md's tables (the fix-up
+# engine: native traps, prctl, delay slots, ARM's two instruction sets), and the debuggers' step
+# engine where the CPU does not trap (aarch64; armhf in Thumb-2), which `trace` reaches only there.
+CROSS: list[tuple[str, list[str], str, list[str]]] = [
+    *((f"cross-{arch}", [], arch, [prog, *args]) for arch in ("sparc64", "alpha", "hppa", "sh4")
+      for prog, args in (("not_aligned", ["1000"]), ("memalign", ["100", "5"]), ("mpi_status", ["50"]),
+                         ("packed_header", ["20"]))),
+    *((f"cross-{arch}", [], arch, ["pair_stream", "300", "13"]) for arch in ("armhf", "mips")),
+    ("cross-aarch64-step", ["--arch", "aarch64", "--engine", "step", "--in", "bump"], "aarch64", ["not_aligned", "200"]),
+    ("cross-aarch64-step", ["--arch", "aarch64", "--engine", "step", "--in", "fill", "--in", "total"], "aarch64",
+     ["memalign", "100", "5"]),
+    ("cross-aarch64-step", ["--arch", "aarch64", "--engine", "step", "--in", "parse_frame"], "aarch64",
+     ["packed_header", "20"]),
+    ("cross-armhf-step", ["--engine", "step", "--in", "bump"], "armhf", ["not_aligned", "50"]),
+]
+
+
 def runs() -> list[tuple[str, list[str], list[str]]]:
     out = []
     for engine, opts in ENGINES.items():
         for prog, args in PROGRAMS:
             out.append((engine, opts, [str(BUILD / prog), *args]))
-    return out + [(e, o, p if p[0].startswith("/") else [str(BUILD / p[0]), *p[1:]]) for e, o, p in EXTRA]
+    out += [(e, o, p if p[0].startswith("/") else [str(BUILD / p[0]), *p[1:]]) for e, o, p in EXTRA]
+    return out + [(e, o, [str(BUILD / arch / p[0]), *p[1:]]) for e, o, arch, p in CROSS]
 
 
 def name_of(engine: str, program: list[str]) -> str:
     base = os.path.basename(program[0]) if program[0] != "/bin/sh" else "sh"
+    if program[0].startswith(str(BUILD) + "/") and os.path.dirname(program[0]) != str(BUILD):
+        base = os.path.relpath(program[0], BUILD).replace("/", "-")  # a cross build: build/ARCH/PROG
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{engine}.{base}.{'_'.join(program[1:])[:40]}")
 
 
@@ -87,6 +110,10 @@ def record(rev: str, out: Path) -> None:
     # addresses) and the C library's own unaligned accesses (the counts ignored out of scope).
     env = {k: os.environ[k] for k in ("PATH", "HOME", "XDG_CACHE_HOME") if k in os.environ}
     env.update(PYTHONPATH=str(STAGE), LANG="C.UTF-8")
+    for arch in sorted({arch for _e, _o, arch, _p in CROSS}):
+        # A missing cross toolchain leaves its runs without a document on both sides (`diff`
+        # shows them the same): build them in this tree, whichever revision is recorded.
+        subprocess.run(["make", "-s", "-C", str(ROOT / "examples"), "cross", f"ARCH={arch}"], capture_output=True)
     for engine, opts, program in runs():
         name = name_of(engine, program)
         doc = out / f"{name}.json"
