@@ -29,8 +29,8 @@ from ..render.jsondoc import build_document
 from ..symbols.data import DataRef, describe_saved
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
-from .recorder import InstructionCache, Scope, breaking_access
 from .records import RecordTable, merged, table_from
+from .rules import InstructionCache, Scope, breaking_access
 
 NAME = "agent"
 ENV_CONFIG = "UALDBG_AGENT"
@@ -450,7 +450,7 @@ class _Frozen:
 
 class SavedCode:
     """The code the agent saved at each faulting PC, decoded once per PC, and what the access of
-    a trapped instruction is for the registers the agent saved (FaultRecorder.analyse's answer
+    a trapped instruction is for the registers the agent saved (FaultRules.analyse's answer
     for a live thread)."""
 
     def __init__(self, code: Mapping[int, bytes], policy: Policy) -> None:

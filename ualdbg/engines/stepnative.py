@@ -25,7 +25,7 @@ from ..render.jsondoc import build_document
 from ..stepper.build import BuildError, build
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
-from .recorder import Scope
+from .rules import Scope
 from .scope import ScopeError, StepScope, function_ranges, parse_range, resolve_scope
 
 NAME = "step"

@@ -5,26 +5,23 @@ a FaultStepper (lldb), under the debugger's own single-step."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from ..core.target import FaultStepper, OutOfLineTarget, SigInfo, Target, offers
 from ..isa import arch as archmod
-from .outofline import Slot, SlotPool
+from .faultpath import Decision, FaultPath
+from .fixup import FixupEngine
+from .outofline import OutOfLine
 from .procfs import sigbus_blocked
-from .recorder import Decision
-
-if TYPE_CHECKING:
-    from .fixup import FixupEngine
-    from .recorder import FaultRecorder
 
 
 class TrapEngine:
-    """Per-thread arming state of one inferior. All methods run while the target is stopped."""
+    """Per-thread arming state of one inferior. All methods run while the target is stopped, and
+    after the lifecycle has told the engine the target's architecture (`use_arch`)."""
 
     name = "trap"
 
-    def __init__(self, session: FaultRecorder) -> None:
-        self.session = session
+    def __init__(self, faults: FaultPath) -> None:
+        self.faults = faults
         self.active = False
         self.armed: set[int] = set()  # threads whose AC we set
         self.sigbus_blocked: set[int] = set()  # threads we keep disarmed: SIGBUS is blocked there
@@ -41,29 +38,24 @@ class TrapEngine:
         # Architectures without EFLAGS.AC (SPARC, Alpha...): the fix-up engine does the work.
         self.fixup: FixupEngine | None = None
         self.mechanism = "EFLAGS.AC"
-        self.slots = SlotPool()
-        self.out_of_line = True
+        self.slots = OutOfLine(faults)
 
     # -- arming ------------------------------------------------------------------------------
-    def _arch(self, target: Target) -> archmod.ArchInfo:
-        if self.arch is None:
-            self.arch = archmod.arch_info(target.arch())
-            if self.arch.mechanism != archmod.MECH_AC:
-                from .fixup import FixupEngine
+    def use_arch(self, arch: archmod.ArchInfo) -> None:
+        """The target's architecture, from the lifecycle when it first meets the target (once
+        per session): a CPU without EFLAGS.AC gets the fix-up engine."""
+        self.arch = arch
+        if arch.mechanism != archmod.MECH_AC:
+            self.fixup = FixupEngine(arch, self.faults)
+            self.mechanism = self.fixup.mechanism
 
-                self.fixup = FixupEngine(self.session, self.arch)
-                self.mechanism = self.fixup.mechanism
+    def _a(self) -> archmod.ArchInfo:
+        if self.arch is None:
+            raise RuntimeError("the trap engine has not been told the target's architecture")
         return self.arch
 
-    def _fixup_for(self, target: Target) -> FixupEngine | None:
-        self._arch(target)
-        return self.fixup
-
-    def _flags(self, target: Target, tid: int | None) -> int:
-        return target.read_register(self._arch(target).flags, tid)
-
     def _set_flags(self, target: Target, tid: int | None, set_bits: int, clear_bits: int) -> None:
-        name = self._arch(target).flags
+        name = self._a().flags
         old = target.read_register(name, tid)
         new = (old | set_bits) & ~clear_bits
         if new != old:
@@ -76,17 +68,17 @@ class TrapEngine:
         if pid is not None and sigbus_blocked(pid, tid):
             self.sigbus_blocked.add(tid)
             self.armed.discard(tid)
-            self._set_flags(target, tid, 0, self._arch(target).ac_bit)
+            self._set_flags(target, tid, 0, self._a().ac_bit)
             return False
         self.sigbus_blocked.discard(tid)
-        self._set_flags(target, tid, self._arch(target).ac_bit, 0)
+        self._set_flags(target, tid, self._a().ac_bit, 0)
         self.armed.add(tid)
         return True
 
     def arm(self, target: Target) -> None:
         """Arm every thread now (at main, at start, after attach, or when asked while stopped)."""
         self.active = True
-        fixup = self._fixup_for(target)
+        fixup = self.fixup
         if fixup is not None:
             fixup.arm(target)
             self.armed.update(target.threads())
@@ -98,12 +90,12 @@ class TrapEngine:
     def disarm(self, target: Target | None) -> None:
         """Clear AC (and our TF) in every thread; forget all per-thread state."""
         self.active = False
-        fixup = self._fixup_for(target) if target is not None and target.pid() is not None else None
-        if target is not None and fixup is not None:
-            fixup.disarm(target)
-        elif target is not None and target.pid() is not None:
-            self.leave_slots(target)
-            a = self._arch(target)
+        live = target is not None and target.pid() is not None
+        if target is not None and live and self.fixup is not None:
+            self.fixup.disarm(target)
+        elif target is not None and live:
+            self.slots.leave(target, self._a())
+            a = self._a()
             for tid in target.threads():
                 clear = a.ac_bit
                 if (tid in self.pending and not self.pending[tid]) or tid in self.tf_suspect:
@@ -138,7 +130,7 @@ class TrapEngine:
         (gdb's `step`/`next`/`finish` single-step without showing our catchpoint their traps),
         and arm threads that should be armed and are not (created by a path ualdbg saw no hook
         for, or that unblocked SIGBUS)."""
-        a = self._arch(target)
+        a = self._a()
         if self.fixup is not None:
             return
         for tid, fault_pc in list(self.pending_pc.items()):
@@ -170,7 +162,7 @@ class TrapEngine:
     def siginfo_unavailable(self, target: Target, signo: int) -> SigInfo | None:
         """What to go on when the debugger has no siginfo (qemu's gdb stub): the fix-up engine
         decodes the instruction and needs none; the AC engine needs si_code and gives up."""
-        if signo != archmod.SIGBUS or self._fixup_for(target) is None:
+        if signo != archmod.SIGBUS or self._a().mechanism == archmod.MECH_AC:
             return None
         return SigInfo(signo, 0, None)
 
@@ -179,7 +171,8 @@ class TrapEngine:
         info = info or target.siginfo()
         if info is None:
             return Decision.NOT_OURS
-        fixup = self._fixup_for(target)
+        self._a()  # which engine decides (AC or fix-up) is the architecture's
+        fixup = self.fixup
         if fixup is not None:
             return fixup.on_signal(target, info)
         if info.signo == archmod.SIGTRAP:
@@ -192,23 +185,21 @@ class TrapEngine:
             # unless we are active (then it is an unaligned access in scope of the trace).
             if not self.active:
                 return Decision.NOT_OURS
-        a = self._arch(target)
+        a = self._a()
         flags = target.read_register(a.flags, tid)
         if not flags & a.ac_bit:
             return Decision.NOT_OURS
         if offers(target, FaultStepper):
             return self._on_fault_stepper(target, tid, info, flags, target.step_over_fault)
         pc = target.read_register(a.pc, tid)
-        if self.slots.spans and self.slots.covers(pc):
-            slot = self.slots.locate(pc)
-            if slot is not None and slot.in_head(pc):
-                # The slot's own pushfq faulted: the program's rsp is misaligned. Clear AC from
-                # here; the head's popfq keeps it clear and the tail sets it again.
-                target.write_register(a.flags, flags & ~a.ac_bit, tid)
-                return Decision.RESUME
-        stop = self.session.record_fault(target, tid, info)
-        if not stop and self.out_of_line and offers(target, OutOfLineTarget):
-            slot = self._slot(target, tid, target.write_memory)
+        if self.slots.in_head(pc):
+            # The slot's own pushfq faulted: the program's rsp is misaligned. Clear AC from
+            # here; the head's popfq keeps it clear and the tail sets it again.
+            target.write_register(a.flags, flags & ~a.ac_bit, tid)
+            return Decision.RESUME
+        stop = self.faults.record(target, a, tid, info)
+        if not stop and offers(target, OutOfLineTarget):
+            slot = self.slots.slot_for(target, a, tid, target.write_memory)
             if slot is not None:
                 # One stop per fault: the slot clears AC, runs the copy, sets AC, jumps back.
                 target.write_register(a.pc, slot.start, tid)
@@ -220,30 +211,6 @@ class TrapEngine:
         target.write_register(a.flags, (flags & ~a.ac_bit) | a.tf_bit, tid)
         return Decision.STOP if stop else Decision.RESUME
 
-    def _slot(self, target: Target, tid: int, write_memory: Callable[[int, bytes], None]) -> Slot | None:
-        pool = self.slots
-        if pool.regions is None:
-            mm = self.session.module_map(target)
-            if mm is None:
-                return None
-            pool.find_regions(mm)
-        insn = self.session.insn_at(target, target.read_register(self._arch(target).pc, tid))
-        return pool.slot_for(insn, write_memory) if insn is not None else None
-
-    def leave_slots(self, target: Target) -> None:
-        """Move threads stopped inside an out-of-line slot back to the program's own code,
-        with the slot's work undone or finished, so nothing sets AC after a disarm."""
-        if not self.slots.by_pc:
-            return
-        a = self._arch(target)
-        for tid in target.threads():
-            pc = target.read_register(a.pc, tid)
-            slot = self.slots.locate(pc)
-            if slot is not None:
-                new_pc, new_sp = slot.unwind(pc, target.read_register(a.sp, tid))
-                target.write_register(a.sp, new_sp, tid)
-                target.write_register(a.pc, new_pc, tid)
-
     def _on_fault_stepper(self, target: Target, tid: int, info: SigInfo, flags: int,
                           step_over_fault: Callable[[int], None]) -> Decision:
         """The second resume strategy, for targets that single-step the fault themselves (lldb:
@@ -252,10 +219,10 @@ class TrapEngine:
         thread at the same PC before anything else runs: that SIGBUS is the reported one, stepped
         over without counting it twice. AC is clear for exactly one instruction (one iteration of
         a rep string instruction, so k misaligned elements still count k)."""
-        a = self._arch(target)
+        a = self._a()
         pc = target.read_register(a.pc, tid)
         if self.reported.pop(tid, None) != pc:
-            if self.session.record_fault(target, tid, info):
+            if self.faults.record(target, a, tid, info):
                 self.reported[tid] = pc
                 return Decision.STOP
         self.pending[tid] = True  # True: ualdbg set no TF, so disarm must not clear it
@@ -268,11 +235,11 @@ class TrapEngine:
         if self.pending.pop(tid, None) is None:
             return
         if self.active and tid in self.armed:
-            self._set_flags(target, tid, self._arch(target).ac_bit, 0)
+            self._set_flags(target, tid, self._a().ac_bit, 0)
 
     def scrub_tf(self, target: Target, tid: int) -> bool:
         """Clear a TF the kernel re-set after ualdbg cleared its own (see `tf_suspect`)."""
-        a = self._arch(target)
+        a = self._a()
         try:
             flags = target.read_register(a.flags, tid)
         except Exception:
@@ -290,7 +257,7 @@ class TrapEngine:
             return Decision.NOT_OURS
         tf_was_set = self.pending.pop(tid)
         self.pending_pc.pop(tid, None)
-        a = self._arch(target)
+        a = self._a()
         clear = 0 if tf_was_set else a.tf_bit
         if clear:
             self.tf_suspect.add(tid)
@@ -308,7 +275,7 @@ class TrapEngine:
         breakpoints (which know both)."""
         if not self.active or self.fixup is not None:
             return
-        a = self._arch(target)
+        a = self._a()
         if tid is None:
             tid = target.current_tid()
         if nr is None:
@@ -327,14 +294,14 @@ class TrapEngine:
         """New tasks copy the caller's flags: start them unarmed (a new pthread runs libc with
         signals blocked before its start routine; a forked child is not traced)."""
         if self.active and tid in self.armed:
-            self._set_flags(target, tid, 0, self._arch(target).ac_bit)
+            self._set_flags(target, tid, 0, self._a().ac_bit)
             self.in_clone.add(tid)
 
     def after_task_creation(self, target: Target, tid: int) -> None:
         if tid in self.in_clone:
             self.in_clone.discard(tid)
             if self.active:
-                self._set_flags(target, tid, self._arch(target).ac_bit, 0)
+                self._set_flags(target, tid, self._a().ac_bit, 0)
 
     def after_mask_change(self, target: Target, tid: int) -> None:
         """The last syscall a new pthread makes before its start routine restores its mask;
