@@ -74,7 +74,7 @@ class AgentResult:
 # Where the agent can work
 
 
-def _elf_facts(path: str) -> tuple[int, int, bool]:
+def elf_facts(path: str) -> tuple[int, int, bool]:
     """(ELF class, machine, has PT_INTERP) of an executable."""
     import struct
 
@@ -115,7 +115,7 @@ def preflight(path: str) -> None:
     host = platform.machine()
     if host not in ("x86_64", "amd64"):
         raise AgentUnavailable(f"the agent runs on x86-64 hosts, not {host}")
-    cls, machine, interp = _elf_facts(path)
+    cls, machine, interp = elf_facts(path)
     if cls != 2 or machine != 62:
         raise AgentUnavailable(f"{os.path.basename(path)} is not a 64-bit x86 program")
     if not interp:
@@ -270,11 +270,11 @@ class SignalGuard:
             signal.signal(signo, old)
 
 
-def _shm_dir() -> str | None:
+def shm_dir() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
-class _Progress:
+class Progress:
     """Sums the counters of every buffer in the run's directory, for the live display."""
 
     def __init__(self, directory: str) -> None:
@@ -300,7 +300,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
     path = run.program[0]
     preflight(path)
     lib = agent_library()
-    directory = tempfile.mkdtemp(prefix="ualdbg-agent-", dir=_shm_dir())
+    directory = tempfile.mkdtemp(prefix="ualdbg-agent-", dir=shm_dir())
     try:
         added = agent_environment(run, lib, directory, os.environ)
         env = dict(os.environ)
@@ -316,7 +316,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
             guard.restore()
             raise
         guard.start(proc)
-        progress = _Progress(directory)
+        progress = Progress(directory)
         done = threading.Event()
         poller = None
         if on_progress is not None or on_directory is not None:
@@ -345,7 +345,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
             progress.close()
         exit_status = returncode if returncode >= 0 else None
         exit_signal = -returncode if returncode < 0 else None
-        images = _load_images(directory)
+        images = load_images(directory)
         root = [im for im in images if im.header.pid == proc.pid]
         if not root:
             raise AgentUnavailable(f"the agent never reported in from {os.path.basename(path)} "
@@ -382,7 +382,7 @@ class Image:
     patch_after: int = 0
 
 
-def _load_images(directory: str) -> list[Image]:
+def load_images(directory: str) -> list[Image]:
     images = []
     for _pid, _gen, path in ab.buffer_files(directory):
         try:

@@ -24,11 +24,14 @@ from typing import Any, NamedTuple, overload
 from ..agent import buffer as ab
 from ..core.model import Access
 from ..isa.alignment import AcPolicy
-from ..isa.decode import _GPR, _MASK32, _MASK64, _RIP, Insn, MemOperand
+from ..isa.decode import Insn, MemOperand, register_slice
 
 RECORD_SIZE = ab.RECORD_SIZE
 _WORDS = RECORD_SIZE // 8  # the record as 8-byte words: seq, time_ns, pc, pid|tid, cpu|flags, 16 GPRs, seg base
 _W_SEQ, _W_TIME, _W_PC, _W_GPR, _W_SEG = 0, 1, 2, 5, 21
+_MASK64 = (1 << 64) - 1
+_MASK32 = (1 << 32) - 1
+_RIP = frozenset({"rip", "eip"})  # RIP-relative: the base is the next instruction's address (decode.py)
 _GPR_INDEX = {name: i for i, name in enumerate(ab.GPR_NAMES)}
 _HEAD = struct.Struct("<QQQIIi")
 CHUNK = 16384  # records per chunk of JSON text
@@ -48,12 +51,20 @@ def _column(words: memoryview, word: int, rows: Sequence[int] | None) -> list[in
 
 
 def _gpr_column(words: memoryview, name: str, rows: Sequence[int] | None) -> list[int]:
-    full, shift, bits = _GPR[name]
+    full, shift, bits = register_slice(name)
     col = _column(words, _W_GPR + _GPR_INDEX[full], rows)
     if shift == 0 and bits == 64:
         return col
     mask = (1 << bits) - 1
     return [(v >> shift) & mask for v in col]
+
+
+def _is_gpr(name: str) -> bool:
+    try:
+        register_slice(name)
+    except KeyError:
+        return False
+    return True
 
 
 def _fast(insn: Insn, policy: Any) -> bool:
@@ -64,9 +75,9 @@ def _fast(insn: Insn, policy: Any) -> bool:
     for op in insn.operands:
         if op.vsib is not None or op.bit_offset is not None:
             return False
-        if op.base is not None and op.base not in _RIP and op.base not in _GPR:
+        if op.base is not None and op.base not in _RIP and not _is_gpr(op.base):
             return False
-        if op.index is not None and op.index not in _GPR:
+        if op.index is not None and not _is_gpr(op.index):
             return False
         if op.segment is not None and op.segment not in ("fs", "gs"):
             return False
@@ -81,7 +92,7 @@ def _addresses(insn: Insn, op: MemOperand, words: memoryview, rows: Sequence[int
     if op.base is not None and op.base in _RIP:
         const += insn.next_pc
     elif op.base is not None:
-        if op.rsp_adjust and _GPR[op.base][0] == "rsp":
+        if op.rsp_adjust and register_slice(op.base)[0] == "rsp":
             const += op.rsp_adjust
         base = _gpr_column(words, op.base, rows)
     if op.index is not None:

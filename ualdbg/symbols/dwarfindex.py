@@ -231,7 +231,7 @@ def qualified_die_name(die: DIE) -> str | None:
     return "::".join(reversed(parts))
 
 
-class _Unit:
+class Unit:
     """Everything one compile unit says about addresses, parsed on first use."""
 
     def __init__(self, owner: DwarfIndex, cu: CompileUnit) -> None:
@@ -746,7 +746,7 @@ class DwarfIndex:
         # Functions the linker discarded keep their DWARF with addresses at or near 0; they
         # would shadow real code in a PIE or shared object, whose first segment starts at 0.
         self._is_code = is_code or (lambda addr: addr != 0)
-        self._units: dict[int, _Unit | None] = {}
+        self._units: dict[int, Unit | None] = {}
         self._names: dict[int, tuple[str | None, bool]] = {}
         self._gdb_names: dict[int, str | None] = {}
         self._languages: dict[int, int | None] = {}
@@ -893,7 +893,7 @@ class DwarfIndex:
             self._rest = IntervalTable(items)
         return self._rest
 
-    def _unit_at(self, addr: int) -> _Unit | None:
+    def _unit_at(self, addr: int) -> Unit | None:
         offset = self._aranges[0].find(addr)
         if offset is None:
             offset = self._rest_table().find(addr)
@@ -901,7 +901,7 @@ class DwarfIndex:
             return None
         if offset not in self._units:
             try:
-                self._units[offset] = _Unit(self, self.dwarfinfo.get_CU_at(offset))
+                self._units[offset] = Unit(self, self.dwarfinfo.get_CU_at(offset))
             except DWARF_ERRORS:
                 self._units[offset] = None
         return self._units[offset]

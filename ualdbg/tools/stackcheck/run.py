@@ -18,7 +18,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from ...engines.runner import ToolError, _pkg_roots, find_gdb, find_lldb, resolve_program
+from ...engines.runner import ToolError, find_gdb, find_lldb, pkg_roots, resolve_program
 from ...symbols.elfindex import elf_index
 from ...symbols.variables import FunctionVariables, VariableError, VariableInfo
 from .check import Item, Plan, ProbeSpec, Raw, Request, StackcheckError, Variant, build_document, make_variants, parse_var
@@ -164,7 +164,7 @@ class DebuggerMeasurer:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def command(self, plan_path: str, program: str) -> list[str]:
-        setup = f"import sys; sys.path[:0] = {_pkg_roots()!r}"
+        setup = f"import sys; sys.path[:0] = {pkg_roots()!r}"
         if self.debugger == "lldb":
             return [find_lldb(), "--no-lldbinit", "--batch", "-o", f"script {setup}",
                     # `import ualdbg...` binds `ualdbg` in lldb's script namespace, where lldb
