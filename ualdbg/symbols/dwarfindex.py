@@ -231,24 +231,17 @@ def qualified_die_name(die: DIE) -> str | None:
     return "::".join(reversed(parts))
 
 
-class Unit:
-    """Everything one compile unit says about addresses, parsed on first use."""
+class UnitLines:
+    """One compile unit's line table as gdb reads it, and its file names: PC -> file:line."""
 
-    def __init__(self, owner: DwarfIndex, cu: CompileUnit) -> None:
+    def __init__(self, owner: DwarfIndex, cu: CompileUnit, top: DIE) -> None:
         self._owner = owner
         self._cu = cu
-        self._top = cu.get_top_DIE()
-        attrs = self._top.attributes
+        self._top = top
+        attrs = top.attributes
         self.comp_dir = _text(attrs["DW_AT_comp_dir"].value) if "DW_AT_comp_dir" in attrs else None
-        language = attrs["DW_AT_language"].value if "DW_AT_language" in attrs else None
-        self._plain_names = language in _PLAIN_LANGUAGES
-        self._cplus = language in _CPLUS_LANGUAGES
-        self._fortran = language in _FORTRAN_LANGUAGES
         self._files: dict[int, tuple[str, str] | None] = {}
         self._pos_cache: dict[tuple[int, int], SourcePos | None] = {}
-        self._names: dict[tuple[int, int], str] = {}
-        self._abstract: list[int] = []  # filled by the shallow walk
-        self._narrow: dict[int, tuple[list[_Node], IntervalTable[int]]] = {}
 
     @cached_property
     def _program(self) -> LineProgram | None:
@@ -477,10 +470,26 @@ class Unit:
             pass  # a truncated program: the rows read before the end count
         # A file index per subfile, to name the answer (any index of that path names it alike).
         index_of = {subfile: index for index, subfile in subfiles.items()}
-        return self._sweep(tables, index_of)
+        return _sweep(tables, index_of)
 
-    @staticmethod
-    def _sweep(
+    @cached_property
+    def _low_pc(self) -> int:
+        try:
+            ranges = self._owner.die_ranges(self._top, self._cu)
+        except DWARF_ERRORS:
+            return 0
+        return min((lo for lo, _ in ranges), default=0)
+
+    def line_at(self, addr: int) -> SourcePos | None:
+        addrs, shown = self._lines
+        i = bisect_right(addrs, addr) - 1
+        if i < 0 or shown[i] is None:
+            return None
+        file_index, line = shown[i]  # type: ignore[misc]
+        return self.pos(file_index, line)
+
+
+def _sweep(
         tables: dict[object, list[list[int]]], index_of: dict[object, int]
     ) -> tuple[list[int], list[tuple[int, int] | None]]:
         # find_pc_sect_line: per file, the last entry at or below the PC (entries sorted by
@@ -532,21 +541,23 @@ class Unit:
                 shown.append(answer)
         return addrs, shown
 
-    @cached_property
-    def _low_pc(self) -> int:
-        try:
-            ranges = self._owner.die_ranges(self._top, self._cu)
-        except DWARF_ERRORS:
-            return 0
-        return min((lo for lo, _ in ranges), default=0)
 
-    def line_at(self, addr: int) -> SourcePos | None:
-        addrs, shown = self._lines
-        i = bisect_right(addrs, addr) - 1
-        if i < 0 or shown[i] is None:
-            return None
-        file_index, line = shown[i]  # type: ignore[misc]
-        return self.pos(file_index, line)
+
+class UnitScopes:
+    """One compile unit's function instances, concrete and inlined, as gdb's block tree has
+    them: PC -> the frames of its inline chain, innermost first."""
+
+    def __init__(self, owner: DwarfIndex, cu: CompileUnit, top: DIE, lines: UnitLines) -> None:
+        self._owner = owner
+        self._cu = cu
+        self._top = top
+        self._lines = lines  # names the call site of each inlined instance
+        attrs = top.attributes
+        language = attrs["DW_AT_language"].value if "DW_AT_language" in attrs else None
+        self._cplus = language in _CPLUS_LANGUAGES
+        self._names: dict[tuple[int, int], str] = {}
+        self._abstract: list[int] = []  # filled by the shallow walk
+        self._narrow: dict[int, tuple[list[_Node], IntervalTable[int]]] = {}
 
     @cached_property
     def _scopes(self) -> tuple[list[_Node], IntervalTable[int]]:
@@ -650,7 +661,7 @@ class Unit:
                     )
                     call_line = attrs["DW_AT_call_line"].value if "DW_AT_call_line" in attrs else 0
                     if call_file is not None:
-                        call = self.pos(call_file, call_line)
+                        call = self._lines.pos(call_file, call_line)
                 node = len(nodes)
                 nodes.append(
                     _Node(
@@ -725,6 +736,26 @@ class Unit:
             frames.append(ScopeFrame(self._name(index, node), entry, node.call))
             index = node.parent
         return tuple(frames)
+
+
+class Unit:
+    """Everything one compile unit says about addresses, parsed on first use: its line table
+    (UnitLines, from .debug_line) and its function instances (UnitScopes, from .debug_info),
+    two structures of their own that share only the unit's top DIE."""
+
+    def __init__(self, owner: DwarfIndex, cu: CompileUnit) -> None:
+        top = cu.get_top_DIE()
+        self.lines = UnitLines(owner, cu, top)
+        self.scopes = UnitScopes(owner, cu, top, self.lines)
+
+    def pos(self, file_index: int, line: int) -> SourcePos | None:
+        return self.lines.pos(file_index, line)
+
+    def line_at(self, addr: int) -> SourcePos | None:
+        return self.lines.line_at(addr)
+
+    def frames_at(self, addr: int) -> tuple[ScopeFrame, ...]:
+        return self.scopes.frames_at(addr)
 
 
 class DwarfIndex:
