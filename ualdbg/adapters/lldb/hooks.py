@@ -17,7 +17,7 @@ import lldb  # type: ignore[import-not-found]
 from ...engines.lifecycle import Kind
 from ...engines.session import Session
 from ...engines.step import StepDecision
-from .breakpoints import BP_NAME, Breakpoints
+from .breakpoints import Breakpoints
 from .faultstep import FaultSteps, is_alignment_sigbus
 from .interp import command, warn
 from .registry import HOOKS
@@ -27,8 +27,6 @@ from .sitemap import MASK_SYSCALL, site_nr
 from .stepping import LldbStepControl
 from .stophook import Stop, StopHook, StopRules
 from .target import FaultSteppingLldbTarget, LldbTarget
-
-__all__ = ["BP_NAME", "LldbHooks", "hooks_of"]
 
 
 def hooks_of(debugger: lldb.SBDebugger) -> LldbHooks | None:

@@ -11,9 +11,9 @@ from typing import Any
 import lldb  # type: ignore[import-not-found]
 
 from ...tools.stackcheck.sweep import SweepError, sweep
-from .hooks import BP_NAME
+from .breakpoints import BP_NAME
 
-ARM_POINT_NAME = f"{BP_NAME}_arm_point_hit"  # how hooks.LldbHooks names its arm point
+ARM_POINT_NAME = f"{BP_NAME}_arm_point_hit"  # how breakpoints.Breakpoints names its arm point
 _DONE = (lldb.eStateExited, lldb.eStateDetached, lldb.eStateInvalid, lldb.eStateCrashed)
 
 
