@@ -1,9 +1,9 @@
 """One ualdbg session inside one debugger, composed of its parts: what the user armed (`Mode`),
-what decides (faultpath.py's rules: scope, policy, decoded instructions), what names (the process
-image: modules, symbolizer), what records (the recorder: buffer, data names), the fault path that
-joins them, the trap and step engines that are given that path and the target's ArchInfo, and the
-lifecycle and stop decisions the adapters call; and what it hands render/: its TraceResult and
-the report of its last fault."""
+what decides (rules.py: scope, policy, decoded instructions), what names (image.py: modules,
+symbolizer), what records (recorder.py: buffer, data names), the fault path that joins them
+(faultpath.py), the trap and step engines that are given that path and the target's ArchInfo,
+and the lifecycle and stop decisions the adapters call; and what it hands render/: its
+TraceResult and the report of its last fault."""
 from __future__ import annotations
 
 import platform
