@@ -14,7 +14,7 @@ from ualdbg.engines.faultpath import Decision
 from ualdbg.engines.lifecycle import Events, Kind, arm_function
 from ualdbg.engines.session import Session
 from ualdbg.engines.step import ScopeRequest
-from ualdbg.isa.arch import BUS_ADRALN, SIGBUS
+from ualdbg.isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP
 
 AC, TF = 0x40000, 0x100
 # 0x1000: mov rax, qword ptr [rdi] (an 8-byte read); 0x1003: call 0x2000
@@ -298,3 +298,55 @@ def test_a_stripped_program_is_armed_at_libc_start_main_and_told_so() -> None:
     assert arm_function(True) == ("main", None)
     name, said = arm_function(False)
     assert name == "__libc_start_main" and said is not None and "no symbol `main`" in said
+
+
+# -- what the session composes -------------------------------------------------------------------
+def _holds(obj: object, what: object, depth: int = 2) -> bool:
+    """Whether `obj` keeps `what` among its attributes (or theirs, `depth` levels down)."""
+    for value in vars(obj).values() if hasattr(obj, "__dict__") else ():
+        if value is what or (depth > 1 and not isinstance(value, type) and _holds(value, what, depth - 1)):
+            return True
+    return False
+
+
+def test_no_engine_holds_the_session() -> None:
+    """The engines are given the fault path and the ArchInfo, never the session (issue 30)."""
+    s, _ = _session()
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    assert s.engine.arch is s.lifecycle.arch and s.engine.arch is not None and s.engine.arch.name == "x86_64"
+    for engine in (s.engine, s.step, s.step.checks, s.engine.slots):
+        assert not _holds(engine, s), type(engine).__name__
+    assert s.engine.faults is s.faults and s.step.faults is s.faults
+
+
+def test_the_step_engine_sets_the_policy_through_the_rules() -> None:
+    s, _ = _step_session()  # --policy natural
+    assert s.rules.policy.name == "natural"
+    s.step.configure(ScopeRequest(ranges=("0x1000,0x1008",)), None)  # no --policy: x86's AC rule
+    assert s.rules.policy.name == "ac"
+
+
+# -- the stops: reports held, faults owed after `off` ----------------------------------------------
+def test_a_report_is_held_per_thread_and_the_latest_is_what_gdb_shows() -> None:
+    s, _ = _session(tracing=False, breaking=True)
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    assert s.stops.fault(t, FAULT) is Decision.STOP
+    s.stops.reports[9] = ["an older report of thread 9"]  # as if held before, never shown
+    s.stops.reports[7] = s.stops.reports.pop(7)  # thread 7's is the latest
+    text = s.stops.report_text(None, color=False)
+    assert text and "PC = 0x1000" in text and not s.stops.reports  # one stop at a time: the rest go
+    s.stops.reports[7] = ["kept"]
+    s.lifecycle.exited(1.0)
+    assert s.stops.report_text(7, color=False) is None  # no stop shows a gone process's report
+
+
+def test_faults_owed_after_off_are_let_go_once_each() -> None:
+    s, _ = _session()
+    stops = s.stops
+    stops.owe([7, 8])
+    assert not stops.owed_fault(7, SigInfo(SIGTRAP, 2, None))  # not its fault: the user's business
+    assert stops.owed_fault(7, FAULT) and not stops.owed_fault(7, FAULT)  # once
+    assert not stops.owed_fault(9, FAULT)  # a thread that owed nothing
+    assert stops.paid(8) and not stops.owed  # lldb: the last one stepped over its fault
