@@ -148,7 +148,15 @@ class Stops:
         deliver (gdb reports a thread's pending SIGBUS at the next resume; lldb's thread still
         shows its own). Their AC is clear now: each one's fault is let go once without the
         signal, and it runs the instruction as if ualdbg never was."""
-        self.owed = set(tids)
+        self.owed |= set(tids)
+
+    def keep_owed(self, tids: Iterable[int]) -> None:
+        """Only these threads may still deliver their fault (gdb: the others moved on)."""
+        self.owed &= set(tids)
+
+    def forgive(self) -> None:
+        """Nothing is owed any more: the debugger lets go of the signal (gdb's finish_drain)."""
+        self.owed.clear()
 
     def owed_fault(self, tid: int, info: SigInfo | None) -> bool:
         """After `off`: whether this stop is the owed fault of `tid` (resume it without the

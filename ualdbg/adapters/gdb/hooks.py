@@ -112,13 +112,13 @@ class GdbHooks:
         running = {int(t.ptid[1]) for t in gdb.selected_inferior().threads() if t.is_valid() and t.is_running()}
         # A thread still running in non-stop mode may yet report its fault: keep it.
         pending = self.holding.unreported_alignment_faults() if self.target() is not None else set()
-        stops.owe(stops.owed & (pending | running))
+        stops.keep_owed(pending | running)
         return not stops.owed and not self.holding.kicks
 
     def finish_drain(self) -> None:
         """The pending faults are swallowed (or their threads moved on): now let go of SIGBUS."""
         self.catchpoints.delete_all()
-        self.session.stops.owe(())
+        self.session.stops.forgive()
         self.holding.kicks.clear()
         self.signals.give_back(self.target() is not None)
 
