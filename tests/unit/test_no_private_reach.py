@@ -13,6 +13,11 @@ PACKAGE = ROOT / "ualdbg"
 # The standard library's documented names that start with an underscore: os._exit (leave a
 # forked child without running the parent's cleanup), and namedtuple's methods.
 DOCUMENTED = {"_exit", "_replace", "_asdict", "_fields", "_make"}
+# Another library's private field read on purpose, by the one module that must: pyelftools' DIE
+# keeps its parent in `_parent` (set by its public set_parent), and its get_parent walks the unit
+# again with no bound when the field is unset, which a hostile DW_AT_sibling makes endless
+# (dwarfindex.parent, issue 29).
+THIRD_PARTY = {("symbols/dwarfindex.py", "_parent")}
 
 
 def _private(name: str) -> bool:
@@ -65,5 +70,7 @@ def test_the_check_sees_what_it_must() -> None:
 def test_no_module_uses_another_modules_private_names() -> None:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        found += [f"{path.relative_to(ROOT)}:{where}" for where in reaches(path.read_text(), str(path))]
+        module = str(path.relative_to(PACKAGE))
+        found += [f"{path.relative_to(ROOT)}:{where}" for where in reaches(path.read_text(), str(path))
+                  if (module, where.rsplit(".", 1)[-1]) not in THIRD_PARTY]
     assert not found, "private names of other modules used (make them public, or ask their owner):\n" + "\n".join(found)

@@ -101,7 +101,7 @@ def _skip_subtree(cu: Any, die: DIE, end: int) -> int:
     while depth:
         if pos >= end or n > MAX_DIES:
             raise DWARFError(f"the children of the DIE at {die.offset:#x} run past their unit")
-        d = cu._get_cached_DIE(pos)
+        d = cu.get_DIE_from_refaddr(pos)
         if d.size <= 0:
             raise DWARFError(f"an empty DIE at {pos:#x}")
         pos += d.size
@@ -125,7 +125,7 @@ def children(die: DIE) -> Iterator[DIE]:
     while True:
         if pos >= end or n > MAX_DIES:
             raise DWARFError(f"the children of the DIE at {die.offset:#x} run past their unit")
-        child = cu._get_cached_DIE(pos)
+        child = cu.get_DIE_from_refaddr(pos)
         child.set_parent(die)
         if child.is_null():
             die._terminator = child
@@ -147,6 +147,8 @@ def children(die: DIE) -> Iterator[DIE]:
 def parent(die: DIE) -> DIE | None:
     """The DIE `die` is a child of (None: a unit's top DIE), found as pyelftools' get_parent does
     (down from the top, each generation's closest sibling before it) over `children`."""
+    # pyelftools' own field, set by DIE.set_parent (`children` sets it): get_parent would walk
+    # the unit again, with no bound, when it is unset
     known = die._parent
     if known is not None:
         return known
