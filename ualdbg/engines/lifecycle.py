@@ -273,6 +273,9 @@ class Lifecycle:
         no breakpoint of the step engine stays."""
         if target is not None and target.pid() is not None:
             self.arch_of(target)
+        # Threads stepping over a fault by ualdbg's TF: their trap may have happened already,
+        # unreported (gdb's all-stop stopped them for another thread's event). OFF tells them.
+        stepping = {tid for tid, own_tf in self.engine.pending.items() if not own_tf}
         self.engine.disarm(target)
         self.step.disarm(target)
-        self.events.emit(Kind.OFF)
+        self.events.emit(Kind.OFF, stepping)

@@ -2,7 +2,8 @@
 fault (the trap engine), the single-step trap after one, a step of the step engine or one of its
 breakpoints, a fault the debugger itself stepped over (lldb). A STOP leaves the break report of
 the recorded fault to show at the stop the user sees (`report_text`: rendered here, once); after
-`ualdbg off` the faults the debugger has yet to deliver are let go (`owe`). The adapters carry out
+`ualdbg off` the faults and step-over traps the debugger has yet to deliver are let go (`owe`,
+`owed_steps`). The adapters carry out
 the verdicts; lifecycle.py is the rest of a process's life."""
 from __future__ import annotations
 
@@ -31,7 +32,11 @@ class Stops:
         self.reports: dict[int, list[str]] = {}
         # After `off`: threads stopped at an alignment fault the debugger has yet to deliver.
         self.owed: set[int] = set()
+        # ... and threads whose single-step trap after a fault (ualdbg's TF, gdb) may still come:
+        # the lifecycle tells them with OFF, the adapter keeps those it finds unreported.
+        self.owed_steps: set[int] = set()
         self.events.subscribe(Kind.EXITED, lambda _: self.reports.clear())
+        self.events.subscribe(Kind.OFF, lambda stepping: self.owed_steps.update(stepping or ()))
 
     # -- the trap engine -------------------------------------------------------------------------
     def signal_info(self, target: Target, signo: int) -> SigInfo | None:
@@ -151,22 +156,33 @@ class Stops:
         self.owed |= set(tids)
 
     def keep_owed(self, tids: Iterable[int]) -> None:
-        """Only these threads may still deliver their fault (gdb: the others moved on)."""
-        self.owed &= set(tids)
+        """Only these threads may still deliver their fault or trap (gdb: the others moved on)."""
+        keep = set(tids)
+        self.owed &= keep
+        self.owed_steps &= keep
+
+    def owes(self) -> bool:
+        """Whether a fault or a step-over trap may still come from before `off`."""
+        return bool(self.owed or self.owed_steps)
 
     def forgive(self) -> None:
         """Nothing is owed any more: the debugger lets go of the signal (gdb's finish_drain)."""
         self.owed.clear()
+        self.owed_steps.clear()
 
     def owed_fault(self, tid: int, info: SigInfo | None) -> bool:
         """After `off`: whether this stop is the owed fault of `tid` (resume it without the
-        signal; it is no longer owed)."""
+        signal; it is no longer owed): its alignment fault, or the trap of its step over one."""
         if info is not None and info.signo == SIGBUS and info.code == BUS_ADRALN and tid in self.owed:
             self.owed.discard(tid)
+            return True
+        if info is not None and info.signo == SIGTRAP and info.code == TRAP_TRACE and tid in self.owed_steps:
+            self.owed_steps.discard(tid)
             return True
         return False
 
     def paid(self, tid: int) -> bool:
         """`tid` ran past its owed fault (lldb steps it over): True when none is owed any more."""
         self.owed.discard(tid)
-        return not self.owed
+        self.owed_steps.discard(tid)
+        return not self.owes()

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 import gdb  # type: ignore[import-not-found]
 
+from ...engines.step import TRAP_TRACE
 from ...isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP
 from .console import warn
 from .signals import SignalHandles
@@ -86,6 +87,15 @@ class Holding:
         reported yet: in all-stop mode, a thread that faulted while gdb was stopping everything
         for another thread's event keeps its SIGBUS pending, and gdb reports it at the next
         resume, after `off` has cleared that thread's AC. The caller has a stopped thread."""
+        return self._unreported(SIGBUS, BUS_ADRALN)
+
+    def unreported_step_traps(self) -> set[int]:
+        """Threads (other than the current one) whose last stop is a single-step trap gdb has not
+        reported yet: the trap after a fault ran with AC clear and TF set, pending as a fault
+        is (unreported_alignment_faults) when `off` runs."""
+        return self._unreported(SIGTRAP, TRAP_TRACE)
+
+    def _unreported(self, signo: int, code: int) -> set[int]:
         found: set[int] = set()
         cur = gdb.selected_thread()
         if cur is None:
@@ -97,13 +107,13 @@ class Holding:
                 held = self.target.held.get(int(t.ptid[1]))
                 if held is not None:  # non-stop: a running thread ualdbg holds stopped
                     stop = held.stop_info(int(t.ptid[1]))
-                    if stop is not None and stop.signo == SIGBUS and stop.code == BUS_ADRALN:
+                    if stop is not None and stop.signo == signo and stop.code == code:
                         found.add(int(t.ptid[1]))
                     continue
                 t.switch()
                 try:
                     si = gdb.parse_and_eval("$_siginfo")
-                    if int(si["si_signo"]) == SIGBUS and int(si["si_code"]) == BUS_ADRALN:
+                    if int(si["si_signo"]) == signo and int(si["si_code"]) == code:
                         found.add(int(t.ptid[1]))
                 except gdb.error:
                     pass

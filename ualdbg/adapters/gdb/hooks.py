@@ -91,11 +91,14 @@ class GdbHooks:
         if not self.installed:
             return
         stops = self.session.stops
-        stops.owe(self.holding.unreported_alignment_faults() if self.target() is not None else ())
-        # The SIGBUS catchpoint swallows those faults first, the SIGTRAP one the stops of the
-        # threads held in non-stop mode (finish_drain); the syscall catchpoint goes.
+        live = self.target() is not None
+        stops.owe(self.holding.unreported_alignment_faults() if live else ())
+        # A step over a fault whose trap gdb has not reported: owed only where it is pending.
+        stops.owed_steps &= self.holding.unreported_step_traps() if live else set()
+        # The SIGBUS catchpoint swallows those faults first, the SIGTRAP one those traps and the
+        # stops of the threads held in non-stop mode (finish_drain); the syscall catchpoint goes.
         numbers = self.catchpoints.numbers
-        keep = numbers[:2] if self.holding.kicks else numbers[:1] if stops.owed else []
+        keep = numbers[:2] if self.holding.kicks or stops.owed_steps else numbers[:1] if stops.owed else []
         self.catchpoints.keep_only(keep)
         self.catchpoints.installed = False
         self.catchpoints.remove_arm_point()
@@ -105,15 +108,16 @@ class GdbHooks:
     def drained(self) -> bool:
         """After `off`: every pending fault and every stop of a held thread was collected."""
         stops = self.session.stops
-        if not stops.owed and not self.holding.kicks:
+        if not stops.owes() and not self.holding.kicks:
             return True
         if self.target() is None and not gdb.selected_inferior().pid:
             return True
         running = {int(t.ptid[1]) for t in gdb.selected_inferior().threads() if t.is_valid() and t.is_running()}
         # A thread still running in non-stop mode may yet report its fault: keep it.
-        pending = self.holding.unreported_alignment_faults() if self.target() is not None else set()
+        live = self.target() is not None
+        pending = self.holding.unreported_alignment_faults() | self.holding.unreported_step_traps() if live else set()
         stops.keep_owed(pending | running)
-        return not stops.owed and not self.holding.kicks
+        return not stops.owes() and not self.holding.kicks
 
     def finish_drain(self) -> None:
         """The pending faults are swallowed (or their threads moved on): now let go of SIGBUS."""
