@@ -161,7 +161,7 @@ def measure(code: Path, reps: int, log: Any = print, wait: float = 60.0) -> dict
 
 POST = """
 import io, json, sys, time
-from ualdbg.engines.agent import AgentRun, _load_images, document
+from ualdbg.engines.agent import AgentRun, load_images, document
 try:
     from ualdbg.cli.outputs import write_json
 except ImportError:  # a tree from before the layout of issue 19
@@ -173,7 +173,7 @@ run = AgentRun(a["program"], buffer=a["buffer"])
 out = []
 for _ in range(a["reps"]):  # what `ualdbg trace --json F` does once the program has ended
     t0 = time.perf_counter()
-    doc = document(run, _load_images(a["dir"]), a["pid"], 0.0, 1.0, 0, None, {}, "")
+    doc = document(run, load_images(a["dir"]), a["pid"], 0.0, 1.0, 0, None, {}, "")
     write_json(doc, a["json"], "the JSON output")
     console = make_console(io.StringIO())
     console.print(header(doc))

@@ -49,11 +49,11 @@ FIXTURE_PROGRAMS: list[list[str]] = [
 ]
 RENDER = """
 import json, sys
-from ualdbg.engines.agent import AgentRun, _load_images, document
+from ualdbg.engines.agent import AgentRun, load_images, document
 from ualdbg.render.jsondoc import to_text
 a = json.loads(sys.argv[1])
 run = AgentRun(a["program"], buffer=a["buffer"])
-doc = document(run, _load_images(a["dir"]), a["pid"], a["started"], a["ended"], a["status"], None, a["env"], a["lib"])
+doc = document(run, load_images(a["dir"]), a["pid"], a["started"], a["ended"], a["status"], None, a["env"], a["lib"])
 sys.stdout.write(to_text(doc))
 """
 

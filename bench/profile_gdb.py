@@ -21,18 +21,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # list that exists (the code under test moves faster than this list); a label found nowhere is
 # reported as skipped.
 SECTIONS = [
-    ("signal catchpoint condition ($_ualdbg_signal), all", [("ualdbg.adapters.gdb.hooks", "_SignalFunction.invoke")]),
-    ("syscall catchpoint condition ($_ualdbg_syscall)", [("ualdbg.adapters.gdb.hooks", "_SyscallFunction.invoke")]),
-    ("arm point at main", [("ualdbg.adapters.gdb.hooks", "ArmPoint.stop")]),
-    ("`handle SIGBUS` changes", [("ualdbg.adapters.gdb.hooks", "GdbHooks._set_pass")]),
+    ("signal catchpoint condition ($_ualdbg_signal), all", [("ualdbg.adapters.gdb.conditions", "_SignalFunction.invoke"),
+                                                            ("ualdbg.adapters.gdb.hooks", "_SignalFunction.invoke")]),
+    ("syscall catchpoint condition ($_ualdbg_syscall)", [("ualdbg.adapters.gdb.conditions", "_SyscallFunction.invoke"),
+                                                        ("ualdbg.adapters.gdb.hooks", "_SyscallFunction.invoke")]),
+    ("arm point at main", [("ualdbg.adapters.gdb.catchpoints", "ArmPoint.stop"), ("ualdbg.adapters.gdb.hooks", "ArmPoint.stop")]),
+    ("`handle SIGBUS` changes", [("ualdbg.adapters.gdb.signals", "SignalHandles.set_pass"),
+                                  ("ualdbg.adapters.gdb.hooks", "GdbHooks._set_pass")]),
     ("engine: on_signal (SIGBUS and SIGTRAP)", [("ualdbg.engines.trap", "TrapEngine.on_signal")]),
     ("engine: TF trap after the fault, re-arm AC", [("ualdbg.engines.trap", "TrapEngine._on_trap")]),
-    ("session: record_fault", [("ualdbg.engines.recorder", "FaultRecorder.record_fault")]),
-    ("session: module_of (scope)", [("ualdbg.engines.recorder", "FaultRecorder.module_of")]),
-    ("session: decode + policy", [("ualdbg.engines.recorder", "FaultRecorder.analyse")]),
+    ("session: record_fault", [("ualdbg.engines.faultpath", "FaultPath.record"),
+                                ("ualdbg.engines.recorder", "FaultRecorder.record_fault")]),
+    ("session: module_of (scope)", [("ualdbg.engines.image", "ProcessImage.module_of"),
+                                     ("ualdbg.engines.recorder", "FaultRecorder.module_of")]),
+    ("session: decode + policy", [("ualdbg.engines.rules", "FaultRules.analyse"),
+                                   ("ualdbg.engines.recorder", "FaultRecorder.analyse")]),
     ("session: CPU of the thread (/proc/PID/task/TID/stat)",
      [("ualdbg.engines.procfs", "CpuReader.__call__"), ("ualdbg.engines.recorder", "last_cpu")]),
-    ("session: resolve (symbolize)", [("ualdbg.engines.recorder", "FaultRecorder.resolve")]),
+    ("session: resolve (symbolize)", [("ualdbg.engines.image", "ProcessImage.resolve"),
+                                       ("ualdbg.engines.recorder", "FaultRecorder.resolve")]),
     ("trace buffer: add", [("ualdbg.core.trace", "TraceBuffer.add")]),
     ("target: siginfo ($_siginfo)", [("ualdbg.adapters.gdb.target", "GdbTarget.siginfo")]),
     ("target: read_register", [("ualdbg.adapters.gdb.target", "GdbTarget.read_register")]),
@@ -96,15 +103,18 @@ def _faults() -> tuple[int, int]:
 def mark_arming(marks: dict) -> None:
     """Note when the arm point at `main` first runs: the armed part of the run starts there, and
     per-fault figures leave out gdb's start-up, the loader and libc's start."""
-    from ualdbg.adapters.gdb import hooks
+    try:
+        from ualdbg.adapters.gdb import catchpoints as owner
+    except ImportError:  # before the gdb hooks were split by concern
+        from ualdbg.adapters.gdb import hooks as owner
 
-    stop = hooks.ArmPoint.stop
+    stop = owner.ArmPoint.stop
 
     def marked(self):
         marks.setdefault("armed_at", time.perf_counter())
         return stop(self)
 
-    hooks.ArmPoint.stop = marked
+    owner.ArmPoint.stop = marked
 
 
 def main() -> None:

@@ -140,7 +140,7 @@ def postprocess(reps: int) -> list[tuple[str, int, int, float]]:
     import io
 
     from ualdbg.cli.outputs import write_json
-    from ualdbg.engines.agent import AgentRun, _load_images, agent_environment, agent_library, document
+    from ualdbg.engines.agent import AgentRun, agent_environment, agent_library, document, load_images
     from ualdbg.render.console import make_console
     from ualdbg.render.tables import header, summary_table
 
@@ -157,10 +157,10 @@ def postprocess(reps: int) -> list[tuple[str, int, int, float]]:
                            stdout=subprocess.DEVNULL, check=True)
             pid = min(int(f.split(".")[0]) for f in os.listdir(d))
             best = float("inf")
-            document(run, _load_images(d), pid, 0.0, 1.0, 0, None, {}, "")  # imports and the ELF's indexes: once a run
+            document(run, load_images(d), pid, 0.0, 1.0, 0, None, {}, "")  # imports and the ELF's indexes: once a run
             for _ in range(reps):
                 t0 = time.perf_counter()
-                doc = document(run, _load_images(d), pid, 0.0, 1.0, 0, None, {}, "")
+                doc = document(run, load_images(d), pid, 0.0, 1.0, 0, None, {}, "")
                 write_json(doc, str(Path(o) / "t.json"), "the JSON output")
                 console = make_console(io.StringIO())
                 console.print(header(doc))

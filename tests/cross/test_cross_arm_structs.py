@@ -128,8 +128,8 @@ def test_break_stops_at_each_neon_and_pc_fault_once_then_performs_it(tmp_path: P
 
 
 class _Regs:
-    """Just enough of a debugger for FixupEngine.perform: registers, memory at 0x1000, d
-    registers as raw bits."""
+    """Just enough of a debugger for Performer.perform (engines/perform.py): registers, memory
+    at 0x1000, d registers as raw bits."""
 
     def __init__(self, regs: dict[str, int]) -> None:
         self.regs = {"pc": 0x8000, "cpsr": 0x10, **regs}
@@ -156,7 +156,7 @@ class _Regs:
 
 
 def _perform(raw: str, regs: dict[str, int], mode: str = "") -> _Regs:
-    from ualdbg.engines.fixup import FixupEngine
+    from ualdbg.engines.perform import Performer
     from ualdbg.isa.decode import decoder_for
     from ualdbg.isa.insn import transfer
 
@@ -165,7 +165,7 @@ def _perform(raw: str, regs: dict[str, int], mode: str = "") -> _Regs:
     op = transfer(insn)
     assert op is not None, insn.text
     t = _Regs(regs)
-    engine = FixupEngine(None, arch_by_name("armhf"))  # type: ignore[arg-type]
+    engine = Performer(arch_by_name("armhf"))
     engine.perform(t, 1, insn, op, engine.address(t, 1, op))  # type: ignore[arg-type]
     return t
 

@@ -85,11 +85,11 @@ def test_lambda_bodies_read_by_their_symbol_agree_with_the_full_walk(work: Path)
     deep = 0
     for pc in memory_access_pcs(binary):
         unit = narrow._unit_at(pc)
-        if unit is None or unit._scopes[1].find(pc) is not None:
+        if unit is None or unit.scopes._scopes[1].find(pc) is not None:
             continue
         deep += 1
         assert narrow.frames_at(pc) == full.frames_at(pc), hex(pc)
-    read_narrow = sum(len(u._narrow) for u in narrow._units.values() if u is not None)
+    read_narrow = sum(len(u.scopes._narrow) for u in narrow._units.values() if u is not None)
     assert deep >= 20 and read_narrow >= 1, (deep, read_narrow)
-    assert all(u is None or "_deep_scopes" not in u.__dict__ for u in narrow._units.values())
+    assert all(u is None or "_deep_scopes" not in u.scopes.__dict__ for u in narrow._units.values())
     clear_cache()

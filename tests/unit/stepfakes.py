@@ -50,6 +50,7 @@ class FakeTarget(Target):
 
 class FakeControl:
     eager_returns = False  # as gdb's: return breakpoints when a stepped thread leaves the scope
+    steps_inherited = True  # as gdb's: a thread made by a stepped thread inherits TF
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, int]] = []

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ualdbg.core.model import AccessKind
 from ualdbg.core.target import SigInfo, Target
 from ualdbg.core.trace import TraceBuffer
-from ualdbg.engines.recorder import Decision
+from ualdbg.engines.faultpath import Decision
+from ualdbg.engines.modulescope import Scope
 from ualdbg.engines.session import Session
 from ualdbg.isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP
 
@@ -58,9 +59,9 @@ class FakeTarget(Target):
 
 def armed(breaking: bool = False) -> tuple[Session, FakeTarget]:
     s = Session("fake")
-    s.breaking, s.tracing = breaking, not breaking
+    s.mode.breaking, s.mode.tracing = breaking, not breaking
     t = FakeTarget()
-    s.engine.arm(t)
+    s.lifecycle.arm_now(t)
     return s, t
 
 
@@ -76,7 +77,7 @@ def test_fault_then_trap_resumes_with_ac_back() -> None:
     assert s.engine.on_signal(t) is Decision.RESUME
     flags = t.regs[1]["eflags"]
     assert not flags & AC and flags & TF  # the instruction runs once with AC clear
-    fault = s.last_fault
+    fault = s.recorder.last_fault
     assert fault is not None and fault.va == 0x1001 and fault.size == 8 and fault.access is AccessKind.READ_WRITE
     assert fault.explained is True
     t.info = SigInfo(SIGTRAP, 2, None)
@@ -90,7 +91,7 @@ def test_break_mode_stops_and_other_sigbus_is_not_ours() -> None:
     assert s.engine.on_signal(t) is Decision.STOP
     t2 = FakeTarget()
     s2, _ = armed()
-    s2.engine.arm(t2)
+    s2.lifecycle.arm_now(t2)
     t2.info = SigInfo(SIGBUS, 2, 0x1234)  # BUS_ADRERR: a real bus error, the program's own
     assert s2.engine.on_signal(t2) is Decision.NOT_OURS
 
@@ -98,6 +99,7 @@ def test_break_mode_stops_and_other_sigbus_is_not_ours() -> None:
 def test_not_armed_is_not_ours_and_a_programs_own_tf_is_kept() -> None:
     s = Session("fake")
     t = FakeTarget()
+    s.arch_of(t)
     assert s.engine.on_signal(t) is Decision.NOT_OURS
     s, t = armed()
     t.regs[1]["eflags"] |= TF  # the program single-steps itself
@@ -112,7 +114,7 @@ def test_out_of_scope_faults_are_counted_as_ignored() -> None:
     t.regs[1]["rip"] = LIBC + 0x10
     assert s.engine.on_signal(t) is Decision.RESUME
     assert s.buffer.total == 0 and s.buffer.ignored == 1 and s.buffer.ignored_by_module == {"libc.so.6": 1}
-    s.scope.all_modules = True
+    s.rules.use_scope(Scope(all_modules=True))
     t.info = SigInfo(SIGTRAP, 2, None)
     s.engine.on_signal(t)
     t.info = SigInfo(SIGBUS, BUS_ADRALN, None)
@@ -123,14 +125,14 @@ def test_undecodable_instruction_is_reported_as_unknown() -> None:
     s, t = armed()
     t.regs[1]["rip"] = PROG + 0x200
     s.engine.on_signal(t)
-    assert s.last_fault is not None and s.last_fault.explained is None and s.last_fault.va is None
+    assert s.recorder.last_fault is not None and s.recorder.last_fault.explained is None and s.recorder.last_fault.va is None
 
 
 def test_aligned_decoded_access_is_flagged_as_unexplained() -> None:
     s, t = armed()
     t.regs[1]["rax"] = 0x1000  # the decoded operand is aligned: the CPU must have meant another
     s.engine.on_signal(t)
-    assert s.last_fault is not None and s.last_fault.explained is False
+    assert s.recorder.last_fault is not None and s.recorder.last_fault.explained is False
 
 
 def test_clone_syscall_starts_children_unarmed() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from ualdbg.core.model import AccessKind
 from ualdbg.core.target import FloatMover, MemoryWriter, RegisterBatch, SigInfo, SymbolLookup, Target
-from ualdbg.engines.recorder import Decision
+from ualdbg.engines.faultpath import Decision
 from ualdbg.engines.session import Session
 from ualdbg.isa.arch import BUS_ADRALN, PR_GET_UNALIGN, PR_SET_UNALIGN, PR_UNALIGN_SIGBUS, SH4, SIGBUS, SIGTRAP, sh4
 
@@ -91,8 +91,8 @@ class FloatMovingTarget(FakeTarget, FloatMover):
 
 def tracing(target: FakeTarget) -> Session:
     s = Session("fake")
-    s.tracing = True
-    s.engine.arm(target)
+    s.mode.tracing = True
+    s.lifecycle.arm_now(target)
     return s
 
 
@@ -100,7 +100,7 @@ def test_sparc_ldx_loads_big_endian_and_advances_pc_and_npc() -> None:
     t = FakeTarget("sparc:v9a", sparc(0x0B, G1, O0, rs2=O1), {"o0": DATA, "o1": 1})
     t.mem[1:9] = bytes.fromhex("0102030405060708")
     s = tracing(t)
-    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.RESUME
+    assert s.stops.fault(t, NO_SIGINFO) is Decision.RESUME
     assert t.regs["g1"] == 0x0102030405060708
     assert (t.regs["pc"], t.regs["npc"]) == (TEXT + 4, TEXT + 8)
     f = s.buffer.records[-1]
@@ -113,7 +113,7 @@ def test_sparc_store_in_a_delay_slot_goes_to_npc() -> None:
     t = FakeTarget("sparc:v9a", sparc(0x04, G1, I0, simm=2), {"i0": DATA, "g1": 0xFFFFFFFF_AABBCCDD})
     t.regs["npc"] = TEXT + 0x40
     s = tracing(t)
-    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.RESUME
+    assert s.stops.fault(t, NO_SIGINFO) is Decision.RESUME
     assert t.writes == [(DATA + 2, bytes.fromhex("aabbccdd"))]
     assert (t.regs["pc"], t.regs["npc"]) == (TEXT + 0x40, TEXT + 0x44)
     assert s.buffer.records[-1].access is AccessKind.WRITE
@@ -123,13 +123,13 @@ def test_sparc_signed_halfword_negative_displacement_and_pairs() -> None:
     t = FakeTarget("sparc:v9a", sparc(0x0A, O1, O0, simm=-1), {"o0": DATA + 4})  # ldsh [%o0 - 1], %o1
     t.mem[3:5] = b"\xff\xfe"
     s = tracing(t)
-    s.engine.on_signal(t, NO_SIGINFO)
+    s.stops.fault(t, NO_SIGINFO)
     assert t.regs["o1"] == (-2) & (1 << 64) - 1
     # ldd [%o0], %o2: two 32-bit words into %o2 (high) and %o3
     t2 = FakeTarget("sparc:v9a", sparc(0x03, O2, O0, simm=0), {"o0": DATA + 4})
     t2.mem[4:12] = bytes.fromhex("1122334455667788")
     s2 = tracing(t2)
-    assert s2.engine.on_signal(t2, NO_SIGINFO) is Decision.RESUME
+    assert s2.stops.fault(t2, NO_SIGINFO) is Decision.RESUME
     assert (t2.regs["o2"], t2.regs["o3"]) == (0x11223344, 0x55667788)
     assert s2.buffer.records[-1].size == 8
 
@@ -139,7 +139,7 @@ def test_sparc_cas_compares_and_swaps_atomically_for_the_program() -> None:
     t = FakeTarget("sparc:v9a", sparc(0x3C, O2, O0, rs2=O1, asi=0x80), {"o0": DATA + 2, "o1": 5, "o2": 9})
     t.mem[2:6] = (5).to_bytes(4, "big")
     s = tracing(t)
-    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.RESUME
+    assert s.stops.fault(t, NO_SIGINFO) is Decision.RESUME
     assert bytes(t.mem[2:6]) == (9).to_bytes(4, "big") and t.regs["o2"] == 5
     assert s.buffer.records[-1].access is AccessKind.READ_WRITE
 
@@ -147,17 +147,17 @@ def test_sparc_cas_compares_and_swaps_atomically_for_the_program() -> None:
 def test_aligned_or_unknown_or_other_signals_are_not_ours() -> None:
     t = FakeTarget("sparc:v9a", sparc(0x0B, G1, O0, simm=0), {"o0": DATA + 8})  # aligned ldx
     s = tracing(t)
-    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.NOT_OURS
-    assert s.engine.on_signal(t, SigInfo(SIGTRAP, 0, None)) is Decision.NOT_OURS
+    assert s.stops.fault(t, NO_SIGINFO) is Decision.NOT_OURS
+    assert s.stops.fault(t, SigInfo(SIGTRAP, 0, None)) is Decision.NOT_OURS
     t.code[TEXT] = bytes.fromhex("81c3e008")  # retl: no memory access
-    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.NOT_OURS
+    assert s.stops.fault(t, NO_SIGINFO) is Decision.NOT_OURS
     assert s.buffer.total == 0 and t.regs["pc"] == TEXT
 
 
 def test_float_registers_are_recorded_then_left_to_the_program() -> None:
     t = FakeTarget("sparc:v9a", sparc(0x23, 2, O0, simm=0), {"o0": DATA + 4})  # lddf [%o0], %f2
     s = tracing(t)
-    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.NOT_OURS
+    assert s.stops.fault(t, NO_SIGINFO) is Decision.NOT_OURS
     assert s.buffer.total == 1 and t.regs["pc"] == TEXT
     assert s.engine.fixup is not None and "floating-point" in s.engine.fixup.not_emulated[TEXT]
 
@@ -166,12 +166,12 @@ def test_break_stops_at_the_instruction_then_performs_it_once() -> None:
     t = FakeTarget("sparc:v9a", sparc(0x00, O1, O0, simm=0), {"o0": DATA + 1})  # lduw [%o0], %o1
     t.mem[1:5] = bytes.fromhex("deadbeef")
     s = Session("fake")
-    s.breaking = True
-    s.engine.arm(t)
-    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.STOP
+    s.mode.breaking = True
+    s.lifecycle.arm_now(t)
+    assert s.stops.fault(t, NO_SIGINFO) is Decision.STOP
     assert t.regs["pc"] == TEXT and "o1" not in t.regs  # stopped AT it, not performed
     # the user's `continue` re-executes it: the same trap again, performed, not counted twice
-    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.RESUME
+    assert s.stops.fault(t, NO_SIGINFO) is Decision.RESUME
     assert t.regs["o1"] == 0xDEADBEEF and t.regs["pc"] == TEXT + 4 and s.buffer.total == 1
 
 
@@ -184,8 +184,8 @@ def test_alpha_ldl_sign_extends_little_endian_and_pc_plus_4() -> None:
     del t.regs["npc"]
     t.mem[1:5] = (0x80000001).to_bytes(4, "little")
     s = Session("fake")  # not armed through prctl here: that is the next test
-    s.tracing = True
-    assert s.engine.on_signal(t, SigInfo(SIGBUS, BUS_ADRALN, DATA + 1)) is Decision.RESUME
+    s.mode.tracing = True
+    assert s.stops.fault(t, SigInfo(SIGBUS, BUS_ADRALN, DATA + 1)) is Decision.RESUME
     assert t.regs["t0"] == 0xFFFFFFFF80000001 and t.regs["pc"] == TEXT + 4
     f = s.buffer.records[-1]
     assert (f.va, f.size, f.insn) == (DATA + 1, 4, "ldl t0, -3(a0)")
@@ -200,8 +200,8 @@ def test_alpha_arms_prctl_by_redirecting_the_thread_and_restores_it() -> None:
     t.symbols["prctl"] = prctl
     before = dict(t.regs)
     s = Session("fake")
-    s.tracing = True
-    s.engine.arm(t)  # first call: PR_GET_UNALIGN into a stack slot
+    s.mode.tracing = True
+    s.lifecycle.arm_now(t)  # first call: PR_GET_UNALIGN into a stack slot
     fix = s.engine.fixup
     assert fix is not None
     assert (t.regs["pc"], t.regs["t12"], t.regs["ra"], t.regs["a0"]) == (prctl, prctl, main, PR_GET_UNALIGN)
@@ -209,20 +209,20 @@ def test_alpha_arms_prctl_by_redirecting_the_thread_and_restores_it() -> None:
     assert scratch < before["sp"] and t.regs["sp"] < scratch
     t.mem[scratch - DATA:scratch - DATA + 4] = (1).to_bytes(4, "little")  # the kernel writes NOPRINT
     t.regs.update(pc=main, v0=0)
-    s.engine.arm(t)  # back at main: second call, PR_SET_UNALIGN SIGBUS
+    s.lifecycle.arm_now(t)  # back at main: second call, PR_SET_UNALIGN SIGBUS
     assert (t.regs["pc"], t.regs["a0"], t.regs["a1"]) == (prctl, PR_SET_UNALIGN, PR_UNALIGN_SIGBUS)
     t.regs.update(pc=main, v0=0)
-    s.engine.arm(t)
-    assert fix.prctl_state == "armed" and fix.saved_unalign == 1
+    s.lifecycle.arm_now(t)
+    assert fix.prctl is not None and fix.prctl.state == "armed" and fix.prctl.saved_unalign == 1
     assert {k: t.regs[k] for k in before} == before
 
 
 def test_alpha_without_prctl_says_so() -> None:
     t = FakeTarget("alpha:ev4", b"", {"sp": DATA + 0x80})
     s = Session("fake")
-    s.tracing = True
+    s.mode.tracing = True
     with pytest.raises(RuntimeError, match="no `prctl`"):
-        s.engine.arm(t)
+        s.lifecycle.arm_now(t)
 
 
 def test_arm64_ldar_is_performed_ldxr_is_left_to_the_program() -> None:
@@ -231,15 +231,15 @@ def test_arm64_ldar_is_performed_ldxr_is_left_to_the_program() -> None:
     del t.regs["npc"]
     t.mem[3:11] = (0x1122334455667788).to_bytes(8, "little")
     s = Session("fake")
-    s.tracing = True
-    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.RESUME
+    s.mode.tracing = True
+    assert s.stops.fault(t, NO_SIGINFO) is Decision.RESUME
     assert t.regs["x3"] == 0x1122334455667788 and t.regs["pc"] == TEXT + 4
     t.code[TEXT + 4] = (0xC85F7C00).to_bytes(4, "little")  # ldxr x0, [x0]
-    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.NOT_OURS  # recorded, not performed
+    assert s.stops.fault(t, NO_SIGINFO) is Decision.NOT_OURS  # recorded, not performed
     assert s.buffer.total == 2 and t.regs["pc"] == TEXT + 4
     assert s.engine.fixup is not None and "exclusive monitor" in s.engine.fixup.not_emulated[TEXT + 4]
     t.code[TEXT + 4] = (0xF9400000).to_bytes(4, "little")  # ldr x0, [x0]: never traps on arm64
-    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.NOT_OURS and s.buffer.total == 2
+    assert s.stops.fault(t, NO_SIGINFO) is Decision.NOT_OURS and s.buffer.total == 2
 
 
 def test_sparc_lddf_goes_through_the_debuggers_float_move() -> None:
@@ -247,10 +247,10 @@ def test_sparc_lddf_goes_through_the_debuggers_float_move() -> None:
     t = FloatMovingTarget("sparc:v9a", sparc(0x23, 8, G1, simm=0), {"g1": DATA + 1})
     moves = t.moves
     s = tracing(t)
-    assert s.engine.on_signal(t, NO_SIGINFO) is Decision.RESUME
+    assert s.stops.fault(t, NO_SIGINFO) is Decision.RESUME
     assert moves == [("d8", DATA + 1, 8, False)] and t.regs["pc"] == TEXT + 4
     t.code[TEXT + 4] = sparc(0x27, 1, G1, simm=8)  # std %f32, [%g1 + 8]
-    s.engine.on_signal(t, NO_SIGINFO)
+    s.stops.fault(t, NO_SIGINFO)
     assert moves[-1] == ("f32", DATA + 9, 8, True)
 
 
@@ -308,8 +308,8 @@ def test_hppa_ldw_in_a_delay_slot_loads_big_endian_and_moves_the_pc_queue() -> N
     t = hppa_target(0x0F48109C, {"r26": DATA + 1, "pcoqt": 0x2000 | 3})  # ldw 4(r26),ret0; next: 0x2000
     t.mem[5:9] = (0x80000001).to_bytes(4, "big")
     s = Session("fake")  # not armed through prctl here: the redirect test below does that
-    s.tracing = True
-    assert s.engine.on_signal(t, SigInfo(SIGBUS, BUS_ADRALN, DATA + 5)) is Decision.RESUME
+    s.mode.tracing = True
+    assert s.stops.fault(t, SigInfo(SIGBUS, BUS_ADRALN, DATA + 5)) is Decision.RESUME
     assert t.regs["ret0"] == 0x80000001  # PA-RISC loads zero-extend
     assert (t.regs["pcoqh"], t.regs["pcoqt"]) == (0x2003, 0x2007)
     f = s.buffer.records[-1]
@@ -319,8 +319,8 @@ def test_hppa_ldw_in_a_delay_slot_loads_big_endian_and_moves_the_pc_queue() -> N
 def test_hppa_sth_writes_big_endian() -> None:
     t = hppa_target(0x0E93125D, {"r20": DATA + 5, "r19": 0x12345678})  # sth r19,-2(r20)
     s = Session("fake")  # not armed through prctl here: the redirect test below does that
-    s.tracing = True
-    assert s.engine.on_signal(t, SigInfo(SIGBUS, BUS_ADRALN, DATA + 3)) is Decision.RESUME
+    s.mode.tracing = True
+    assert s.stops.fault(t, SigInfo(SIGBUS, BUS_ADRALN, DATA + 3)) is Decision.RESUME
     assert t.writes == [(DATA + 3, b"\x56\x78")]
     assert (t.regs["pcoqh"], t.regs["pcoqt"]) == ((TEXT + 4) | 3, (TEXT + 8) | 3)
 
@@ -332,20 +332,20 @@ def test_hppa_redirect_into_prctl_uses_the_stack_above_sp_and_the_pc_queue() -> 
     t.symbols["prctl"] = prctl
     before = dict(t.regs)
     s = Session("fake")
-    s.tracing = True
-    s.engine.arm(t)
+    s.mode.tracing = True
+    s.lifecycle.arm_now(t)
     assert (t.regs["pcoqh"], t.regs["pcoqt"]) == (prctl | 3, (prctl + 4) | 3)
     assert t.regs["rp"] == TEXT | 3 and t.regs["r26"] == PR_GET_UNALIGN
     scratch = t.regs["r25"]
     assert before["sp"] < scratch < t.regs["sp"] and t.regs["sp"] % 64 == 0
     t.mem[scratch - DATA:scratch - DATA + 4] = (1).to_bytes(4, "big")
     t.regs.update(pc=TEXT, pcoqh=TEXT | 3, ret0=0)
-    s.engine.arm(t)
+    s.lifecycle.arm_now(t)
     assert (t.regs["r26"], t.regs["r25"]) == (PR_SET_UNALIGN, PR_UNALIGN_SIGBUS)
     t.regs.update(pc=TEXT, pcoqh=TEXT | 3, ret0=0)
-    s.engine.arm(t)
+    s.lifecycle.arm_now(t)
     fix = s.engine.fixup
-    assert fix is not None and fix.prctl_state == "armed" and fix.saved_unalign == 1
+    assert fix is not None and fix.prctl is not None and fix.prctl.state == "armed" and fix.prctl.saved_unalign == 1
     assert {k: t.regs[k] for k in before} == before
 
 
@@ -356,8 +356,8 @@ def test_hppa_fldd_moves_both_halves_as_floats() -> None:
     assert isinstance(t, FloatMovingTarget)
     moves = t.moves
     s = Session("fake")
-    s.tracing = True
-    assert s.engine.on_signal(t, SigInfo(SIGBUS, BUS_ADRALN, DATA + 9)) is Decision.RESUME
+    s.mode.tracing = True
+    assert s.stops.fault(t, SigInfo(SIGBUS, BUS_ADRALN, DATA + 9)) is Decision.RESUME
     assert moves == [("fr6", DATA + 9, 4, False), ("fr6R", DATA + 13, 4, False)]
     assert (t.regs["pcoqh"], t.regs["pcoqt"]) == ((TEXT + 4) | 3, (TEXT + 8) | 3)
     f = s.buffer.records[-1]
@@ -425,10 +425,9 @@ class _Regs(MemoryWriter, RegisterBatch):
 
 
 def test_sh4_post_increment_moves_the_base_unless_it_is_the_destination() -> None:
-    from ualdbg.engines.fixup import FixupEngine
+    from ualdbg.engines.perform import Performer
 
-    eng = FixupEngine.__new__(FixupEngine)
-    eng.arch, eng.zero_regs, eng.mask = SH4, frozenset(), 0xFFFFFFFF
+    eng = Performer(SH4)
     mem = {0x1001 + k: b for k, b in enumerate((0x80, 0xFF, 0x00, 0x00))}
     t = _Regs({"r4": 0x1001, "r1": 0, "pc": 0x400000}, dict(mem))
     insn = sh4.decode(0x6145)  # mov.w @r4+,r1: sign-extended, r4 += 2

@@ -10,11 +10,11 @@ from stepfakes import FakeControl
 from stepfakes import FakeTarget as _FakeTarget
 
 from ualdbg.core.target import SigInfo
+from ualdbg.engines.faultpath import Decision
 from ualdbg.engines.lifecycle import Events, Kind, arm_function
-from ualdbg.engines.recorder import Decision
 from ualdbg.engines.session import Session
 from ualdbg.engines.step import ScopeRequest
-from ualdbg.isa.arch import BUS_ADRALN, SIGBUS
+from ualdbg.isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP
 
 AC, TF = 0x40000, 0x100
 # 0x1000: mov rax, qword ptr [rdi] (an 8-byte read); 0x1003: call 0x2000
@@ -39,7 +39,7 @@ class FakeTarget(_FakeTarget):
 
 def _session(tracing: bool = True, breaking: bool = False) -> tuple[Session, list[tuple[Kind, Any]]]:
     s = Session("fake")
-    s.tracing, s.breaking = tracing, breaking
+    s.mode.tracing, s.mode.breaking = tracing, breaking
     told: list[tuple[Kind, Any]] = []
     for kind in Kind:
         s.events.subscribe(kind, lambda payload, kind=kind: told.append((kind, payload)))
@@ -104,9 +104,9 @@ def test_arm_at_start_only_with_at_start() -> None:
     s, told = _session()
     t = FakeTarget()
     assert s.lifecycle.arm_at_start(t) is False and not s.engine.active
-    s.at = "start"
+    s.mode.at = "start"
     assert s.lifecycle.arm_at_start(t) is True and s.engine.active and told == [(Kind.ARMED, t)]
-    s.tracing = False
+    s.mode.tracing = False
     s.engine.forget_threads()
     assert s.lifecycle.arm_at_start(t) is False and not s.engine.active
 
@@ -136,8 +136,7 @@ def test_a_traced_fault_is_recorded_told_and_resumed() -> None:
     s, told = _session()
     t = FakeTarget()
     s.lifecycle.arm_point(t, FakeControl())
-    decision, report = s.lifecycle.fault(t, FAULT)
-    assert decision is Decision.RESUME and report is None
+    assert s.stops.fault(t, FAULT) is Decision.RESUME and s.stops.report_text(7, color=False) is None
     assert s.buffer.total == 1 and told[-1] == (Kind.FAULT_RECORDED, Decision.RESUME)
     assert not t.regs["eflags"] & AC and t.regs["eflags"] & TF  # the instruction runs once unarmed
 
@@ -146,8 +145,9 @@ def test_a_break_fault_stops_with_its_report() -> None:
     s, told = _session(tracing=False, breaking=True)
     t = FakeTarget()
     s.lifecycle.arm_point(t, FakeControl())
-    decision, report = s.lifecycle.fault(t, FAULT)
-    assert decision is Decision.STOP and report and any("0x1000" in line for line in report)
+    assert s.stops.fault(t, FAULT) is Decision.STOP
+    report = s.stops.report_text(7, color=False)  # held for the stop the user sees, once
+    assert report and "PC = 0x1000" in report and s.stops.report_text(7, color=False) is None
     assert told[-1] == (Kind.FAULT_RECORDED, Decision.STOP)
 
 
@@ -155,8 +155,8 @@ def test_a_signal_that_is_not_ours_is_neither_recorded_nor_told() -> None:
     s, told = _session()
     t = FakeTarget()
     s.lifecycle.arm_point(t, FakeControl())
-    decision, report = s.lifecycle.fault(t, SigInfo(SIGBUS, 2, 0x1234))  # BUS_ADRERR: the program's
-    assert decision is Decision.NOT_OURS and report is None
+    assert s.stops.fault(t, SigInfo(SIGBUS, 2, 0x1234)) is Decision.NOT_OURS  # BUS_ADRERR: the program's
+    assert s.stops.report_text(None, color=False) is None
     assert s.buffer.total == 0 and Kind.FAULT_RECORDED not in _kinds(told)
 
 
@@ -166,14 +166,14 @@ def test_a_stop_arms_threads_no_hook_saw_born() -> None:
     s.lifecycle.arm_point(t, FakeControl())
     t.tids = [7, 8]
     t.regs["eflags"] = 0x202  # (one register file: thread 8 reads as unarmed)
-    s.lifecycle.stopped(t)
+    s.stops.stopped(t)
     assert s.engine.armed == {7, 8} and t.regs["eflags"] & AC
 
 
 def test_a_stop_when_not_armed_changes_nothing() -> None:
     s, _ = _session(tracing=False)
     t = FakeTarget()
-    s.lifecycle.stopped(t)
+    s.stops.stopped(t)
     assert not s.engine.armed and not t.regs["eflags"] & AC
 
 
@@ -200,7 +200,7 @@ def test_thread_ends_are_forgotten_by_both_engines() -> None:
     s.lifecycle.thread_exited(8)
     assert s.engine.armed == {7} and 8 not in s.step.returns and told[-1] == (Kind.THREAD_EXITED, 8)
     t.tids = [7, 9]
-    s.lifecycle.stopped(t)  # 9 is armed at the stop
+    s.stops.stopped(t)  # 9 is armed at the stop
     s.lifecycle.threads_gone([9])  # a debugger that tells no thread's end: 7 is gone
     assert s.engine.armed == {9} and told[-1] == (Kind.THREAD_EXITED, 7)
 
@@ -270,7 +270,7 @@ def test_off_disarms_both_engines() -> None:
     t = FakeTarget()
     s.lifecycle.arm_point(t, FakeControl())
     s.lifecycle.disarm(t)
-    assert not t.regs["eflags"] & AC and not s.engine.active and told[-1] == (Kind.OFF, None)
+    assert not t.regs["eflags"] & AC and not s.engine.active and told[-1] == (Kind.OFF, set())
     s2, _ = _step_session()
     control = FakeControl()
     s2.lifecycle.arm_point(t, control)
@@ -298,3 +298,74 @@ def test_a_stripped_program_is_armed_at_libc_start_main_and_told_so() -> None:
     assert arm_function(True) == ("main", None)
     name, said = arm_function(False)
     assert name == "__libc_start_main" and said is not None and "no symbol `main`" in said
+
+
+# -- what the session composes -------------------------------------------------------------------
+def _holds(obj: object, what: object, depth: int = 2) -> bool:
+    """Whether `obj` keeps `what` among its attributes (or theirs, `depth` levels down)."""
+    for value in vars(obj).values() if hasattr(obj, "__dict__") else ():
+        if value is what or (depth > 1 and not isinstance(value, type) and _holds(value, what, depth - 1)):
+            return True
+    return False
+
+
+def test_no_engine_holds_the_session() -> None:
+    """The engines are given the fault path and the ArchInfo, never the session (issue 30)."""
+    s, _ = _session()
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    assert s.engine.arch is s.lifecycle.arch and s.engine.arch is not None and s.engine.arch.name == "x86_64"
+    for engine in (s.engine, s.step, s.step.checks, s.engine.slots):
+        assert not _holds(engine, s), type(engine).__name__
+    assert s.engine.faults is s.faults and s.step.faults is s.faults
+
+
+def test_the_step_engine_sets_the_policy_through_the_rules() -> None:
+    s, _ = _step_session()  # --policy natural
+    assert s.rules.policy.name == "natural"
+    s.step.configure(ScopeRequest(ranges=("0x1000,0x1008",)), None)  # no --policy: x86's AC rule
+    assert s.rules.policy.name == "ac"
+
+
+# -- the stops: reports held, faults owed after `off` ----------------------------------------------
+def test_a_report_is_held_per_thread_and_the_latest_is_what_gdb_shows() -> None:
+    s, _ = _session(tracing=False, breaking=True)
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    assert s.stops.fault(t, FAULT) is Decision.STOP
+    s.stops.reports[9] = ["an older report of thread 9"]  # as if held before, never shown
+    s.stops.reports[7] = s.stops.reports.pop(7)  # thread 7's is the latest
+    text = s.stops.report_text(None, color=False)
+    assert text and "PC = 0x1000" in text and not s.stops.reports  # one stop at a time: the rest go
+    s.stops.reports[7] = ["kept"]
+    s.lifecycle.exited(1.0)
+    assert s.stops.report_text(7, color=False) is None  # no stop shows a gone process's report
+
+
+def test_faults_owed_after_off_are_let_go_once_each() -> None:
+    s, _ = _session()
+    stops = s.stops
+    stops.owe([7, 8])
+    assert not stops.owed_fault(7, SigInfo(SIGTRAP, 2, None))  # not its fault: the user's business
+    assert stops.owed_fault(7, FAULT) and not stops.owed_fault(7, FAULT)  # once
+    assert not stops.owed_fault(9, FAULT)  # a thread that owed nothing
+    assert stops.paid(8) and not stops.owed  # lldb: the last one stepped over its fault
+
+
+def test_a_step_over_a_fault_still_unreported_at_off_is_let_go_once() -> None:
+    # gdb, all-stop: a thread ran its faulting instruction with AC clear and TF set, and its trap
+    # came while gdb stopped everything for another thread; `off` clears its TF, but the trap is
+    # reported at the next resume. It is ualdbg's, let go once, never shown to the user.
+    s, told = _session()
+    t = FakeTarget()
+    s.lifecycle.arm_point(t, FakeControl())
+    assert s.stops.fault(t, FAULT) is Decision.RESUME and t.regs["eflags"] & TF
+    s.lifecycle.disarm(t)
+    assert told[-1] == (Kind.OFF, {7}) and not t.regs["eflags"] & (AC | TF)
+    stops = s.stops
+    assert stops.owes() and not stops.owed_fault(7, FAULT)  # its fault was taken: only its trap
+    assert stops.owed_fault(7, SigInfo(SIGTRAP, 2, None)) and not stops.owes()
+    assert not stops.owed_fault(7, SigInfo(SIGTRAP, 2, None))  # once: the next is the user's business
+    stops.owed_steps.add(8)
+    stops.keep_owed([9])  # gdb found no trap pending for it
+    assert not stops.owes()

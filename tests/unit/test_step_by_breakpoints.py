@@ -24,12 +24,12 @@ def FakeTarget(regs: dict[str, int]) -> _FakeTarget:
 
 def test_a_breakpoint_per_instruction_and_each_hit_checked() -> None:
     s = Session("fake")
-    s.tracing = True
+    s.mode.tracing = True
     s.step.configure(ScopeRequest(ranges=("0x1000,0x1010",)), None, "aarch64")
-    assert s.policy.name == "natural"  # the default off x86
+    assert s.rules.policy.name == "natural"  # the default off x86
     t = FakeTarget({"pc": 0x2000, "x0": 0x5001, "x2": 0, "x3": 0, "sp": 0x7000})
     c = FakeControl()
-    s.step.arm(t, c)  # type: ignore[arg-type]
+    s.lifecycle.arm_now(t, c)  # type: ignore[arg-type]
     assert sorted(a for k, a in c.calls if k == "break") == [0x1000, 0x1004, 0x1008, 0x100c]
     for pc in (0x1000, 0x1004, 0x1008, 0x100c):
         t.regs["pc"] = pc
@@ -43,10 +43,10 @@ def test_a_breakpoint_per_instruction_and_each_hit_checked() -> None:
 
 def test_a_thread_already_in_scope_has_its_instruction_checked_at_arm() -> None:
     s = Session("fake")
-    s.tracing = True
+    s.mode.tracing = True
     s.step.configure(ScopeRequest(ranges=("0x1000,0x1010",)), "natural", "aarch64")
     t = FakeTarget({"pc": 0x1004, "x0": 0x5002, "x3": 0, "sp": 0x7000})
-    s.step.arm(t, FakeControl())  # type: ignore[arg-type]
+    s.lifecycle.arm_now(t, FakeControl())  # type: ignore[arg-type]
     assert [(f.pc, f.va) for f in s.buffer.records] == [(0x1004, 0x5006)]
 
 
@@ -55,15 +55,15 @@ def test_scopes_without_ranges_are_refused_in_one_line(request_: ScopeRequest) -
     s = Session("fake")
     s.step.configure(request_, None, "aarch64")
     with pytest.raises(ScopeError, match="--in FUNC or --range"):
-        s.step.arm(FakeTarget({"pc": 0x1000, "sp": 0x7000}), FakeControl())  # type: ignore[arg-type]
+        s.lifecycle.arm_now(FakeTarget({"pc": 0x1000, "sp": 0x7000}), FakeControl())  # type: ignore[arg-type]
 
 
 def test_default_policy_follows_the_target_when_configured_before_it_existed() -> None:
     s = Session("fake")
     s.step.configure(ScopeRequest(ranges=("0x1000,0x1010",)), None)  # no process yet: x86's default
-    assert s.policy.name == "ac"
-    s.step.arm(FakeTarget({"pc": 0x2000, "sp": 0x7000}), FakeControl())  # type: ignore[arg-type]
-    assert s.policy.name == "natural"
+    assert s.rules.policy.name == "ac"
+    s.lifecycle.arm_now(FakeTarget({"pc": 0x2000, "sp": 0x7000}), FakeControl())  # type: ignore[arg-type]
+    assert s.rules.policy.name == "natural"
     s.step.configure(ScopeRequest(ranges=("0x1000,0x1010",)), "cacheline")
-    s.step.arm(FakeTarget({"pc": 0x2000, "sp": 0x7000}), FakeControl())  # type: ignore[arg-type]
-    assert s.policy.name == "cacheline"  # what the user typed stays
+    s.lifecycle.arm_now(FakeTarget({"pc": 0x2000, "sp": 0x7000}), FakeControl())  # type: ignore[arg-type]
+    assert s.rules.policy.name == "cacheline"  # what the user typed stays

@@ -21,7 +21,7 @@ def FakeTarget(regs: dict[str, int]) -> _FakeTarget:
 
 def _session(policy: str, breaking: bool = False) -> Session:
     s = Session("fake")
-    s.tracing, s.breaking = not breaking, breaking
+    s.mode.tracing, s.mode.breaking = not breaking, breaking
     s.step.configure(ScopeRequest(ranges=("0x1000,0x100e",)), policy)
     return s
 
@@ -30,7 +30,7 @@ def test_checks_each_instruction_and_runs_calls_out_of_scope() -> None:
     s = _session("natural")
     t = FakeTarget({"rip": 0x1000, "rdi": 0x5001, "rdx": 0, "rsp": 0x7000})
     c = FakeControl()
-    s.step.arm(t, c)
+    s.lifecycle.arm_now(t, c)
     # at the range start: stepping starts and `mov rax, [rdi]` (8 bytes at 1 mod 8) is recorded
     assert ("break", 0x1000) in c.calls and ("step", 7) in c.calls
     assert s.buffer.total == 1 and s.step.stats.entries == 1
@@ -43,8 +43,8 @@ def test_checks_each_instruction_and_runs_calls_out_of_scope() -> None:
     assert s.step.on_breakpoint(t, 7) is StepDecision.RUN
     t.regs["rsp"] = 0x7000  # the call returns
     assert s.step.on_breakpoint(t, 7) is StepDecision.STEP
-    assert s.buffer.total == 2 and s.last_fault is not None and s.last_fault.pc == 0x1008
-    assert s.last_fault.policy == "natural" and s.last_fault.va == 0x5001 and s.last_fault.size == 8
+    assert s.buffer.total == 2 and s.recorder.last_fault is not None and s.recorder.last_fault.pc == 0x1008
+    assert s.recorder.last_fault.policy == "natural" and s.recorder.last_fault.va == 0x5001 and s.recorder.last_fault.size == 8
     t.regs["rip"] = 0x100D  # ret reads [rsp], aligned
     assert s.step.on_step(t, 7) is StepDecision.STEP
     t.regs.update(rip=0x9000, rsp=0x7008)  # returned to the caller: stepping ends
@@ -58,17 +58,17 @@ def test_break_stops_before_the_offending_instruction() -> None:
     s = _session("ac", breaking=True)
     t = FakeTarget({"rip": 0x1003, "rdi": 0x5000, "rdx": 0, "rsp": 0x7000})
     c = FakeControl()
-    s.step.arm(t, c)  # in the range, not at its start: stepping starts here, no entry counted
+    s.lifecycle.arm_now(t, c)  # in the range, not at its start: stepping starts here, no entry counted
     assert s.step.stats.entries == 0 and s.buffer.total == 0
     t.regs.update(rip=0x1008, rdi=0x5004)  # add qword [rdi] at 4 mod 8: #AC would trap
     assert s.step.on_step(t, 7) is StepDecision.STOP
-    assert s.last_fault is not None and s.last_fault.pc == 0x1008 and s.last_fault.access is not None
+    assert s.recorder.last_fault is not None and s.recorder.last_fault.pc == 0x1008 and s.recorder.last_fault.access is not None
 
 
 def test_cacheline_policy_counts_only_line_splits() -> None:
     s = _session("cacheline")
     t = FakeTarget({"rip": 0x1000, "rdi": 0x5038, "rdx": 0, "rsp": 0x7000})
-    s.step.arm(t, FakeControl())  # 8 bytes at 0x5038 end at 0x503f: no split
+    s.lifecycle.arm_now(t, FakeControl())  # 8 bytes at 0x5038 end at 0x503f: no split
     assert s.buffer.total == 0
     t.regs.update(rip=0x1008, rdi=0x503C)  # 8 bytes at 0x503c cross 0x5040
     s.step.on_step(t, 7)

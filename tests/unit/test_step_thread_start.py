@@ -21,11 +21,11 @@ class MappedTarget(FakeTarget):
 
 def _armed(request: ScopeRequest) -> tuple[Session, MappedTarget, FakeControl]:
     s = Session("fake")
-    s.tracing = True
+    s.mode.tracing = True
     s.step.configure(request, "natural")
     t = MappedTarget({"eflags": 0x202, "rip": 0x9000, "rdi": 0x5001, "rax": 0, "rsp": 0x7000}, CODE)
     c = FakeControl()
-    s.step.arm(t, c)
+    s.lifecycle.arm_now(t, c)
     return s, t, c
 
 
@@ -37,7 +37,7 @@ def test_everywhere_adopts_the_new_thread_where_clone_returned_0() -> None:
     t.regs["rax"] = 0  # the new thread: stepped from here, its first instruction checked
     assert s.step.on_thread_start(t, 8) is StepDecision.STEP
     assert c.calls[-1] == ("step", 8) and s.step.stepping(8)
-    assert s.buffer.total == 1 and s.last_fault is not None and s.last_fault.tid == 8 and s.last_fault.va == 0x5001
+    assert s.buffer.total == 1 and s.recorder.last_fault is not None and s.recorder.last_fault.tid == 8 and s.recorder.last_fault.va == 0x5001
     # seen again (a second site on its way, or a stale stop): not adopted twice
     assert s.step.on_thread_start(t, 8) is StepDecision.RUN and c.calls.count(("step", 8)) == 1
 

@@ -40,7 +40,7 @@ ALL = {name: _members(cls) for name, cls in _protocols().items()}
 CAPABILITIES = set().union(*ALL.values())  # every name an engine may call on a target
 # The seams beside the target, declared as well (engines/step.py's StepControl, the commands'
 # Host and LaunchSource); not their generic names, as `step`, which sessions also have.
-SEAMS = {"eager_returns", "step_control", "launch_info"}
+SEAMS = {"eager_returns", "steps_inherited", "step_control", "launch_info"}
 OPTIONAL = CAPABILITIES - ALL["Target"] - ALL["MemoryReader"]
 
 

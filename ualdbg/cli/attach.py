@@ -142,14 +142,14 @@ def injection_problem(pid: int) -> str | None:
     """Why the agent cannot be injected into `pid`, in a few words; None when it can be tried."""
     import platform
 
-    from ..engines.agent import AgentUnavailable, _elf_facts
+    from ..engines.agent import AgentUnavailable, elf_facts
     from .inject import InjectError, libc_function
 
     if platform.machine() not in ("x86_64", "amd64"):
         return f"the agent is injected on x86-64 hosts, not {platform.machine()}"
     name = f"process {pid} ({_comm(pid)})"
     try:
-        cls, machine, interp = _elf_facts(f"/proc/{pid}/exe")
+        cls, machine, interp = elf_facts(f"/proc/{pid}/exe")
     except AgentUnavailable as exc:
         return f"{name}: {exc}"
     if cls != 2 or machine != 62:
@@ -249,10 +249,10 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
         ENV_CONFIG,
         AgentRun,
         AgentUnavailable,
-        _load_images,
-        _Progress,
+        Progress,
         agent_environment,
         document,
+        load_images,
         run_directory,
     )
     from .inject import InjectError, agent_mapped, inject, remove
@@ -289,7 +289,7 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
         if ready is not None:
             ready("agent injected")
         finished = threading.Event()
-        progress = _Progress(directory)
+        progress = Progress(directory)
         sampler = AgentSampler() if on_sample is not None else None
         poller = None
         if on_progress is not None:
@@ -351,7 +351,7 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
         if sampler is not None and on_sample is not None:
             on_sample(sampler(directory, ended - started))
             sampler.close()
-        images = _load_images(directory)
+        images = load_images(directory)
         root = [im for im in images if im.header.pid == pid]
         exit_status = root[-1].header.exit_status if exited and root else None
         doc = document(run, images, pid, started, ended, exit_status, None, {}, lib)

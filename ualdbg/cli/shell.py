@@ -249,8 +249,9 @@ def _launch(argv: list[str], parser: argparse.ArgumentParser) -> int:
 
     kind, rest = argv[0], argv[1:]
     if rest[:1] in (["-h"], ["--help"]):
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        sub.choices[kind].print_help()
+        launchers = _Parser(prog=parser.prog).add_subparsers(parser_class=_Parser)
+        _launcher_parsers(launchers)  # declared once: the same parsers as in build_parser
+        launchers.choices[kind].print_help()
         return EXIT_CLEAN
     try:
         return launch(kind, rest)

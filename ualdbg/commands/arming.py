@@ -9,6 +9,7 @@ from rich.text import Text
 
 from ..core.settings import SETTINGS
 from ..core.target import LiveThreads, offers
+from ..engines.modulescope import Scope
 from ..engines.scope import ScopeError
 from ..engines.step import ScopeRequest
 from ..isa.alignment import ac_rules
@@ -19,10 +20,11 @@ from .registry import Host, Output, Parser, Runner, UsageError, command
 
 def apply_scope(host: Host, args: argparse.Namespace) -> None:
     s = host.session
-    s.at = args.at or s.config["at"]
-    s.scope.all_modules = bool(args.all_modules if args.all_modules is not None else s.config["all-modules"])
+    s.mode.at = args.at or s.config["at"]
+    modules = s.scope.modules
     if args.module:
-        s.scope.modules = tuple(dict.fromkeys(s.scope.modules + tuple(args.module)))
+        modules = tuple(dict.fromkeys(modules + tuple(args.module)))
+    s.rules.use_scope(Scope(bool(args.all_modules if args.all_modules is not None else s.config["all-modules"]), modules))
 
 
 def check_engine_args(host: Host, args: argparse.Namespace, verb: str) -> None:
@@ -52,8 +54,8 @@ def arm_step(host: Host, args: argparse.Namespace, armed_before: bool) -> list[s
         host.install()
         if target is None:
             s.step.check_static(s.program.path)
-            return [f"step engine armed at {s.at} of the next run: {s.step.describe()}"]
-        s.step.arm(target, host.step_control())
+            return [f"step engine armed at {s.mode.at} of the next run: {s.step.describe()}"]
+        s.lifecycle.arm_now(target, host.step_control())
     except ScopeError as exc:
         s.step.enabled = False
         raise UsageError(f"ualdbg: {exc}") from None
@@ -65,12 +67,12 @@ def arm(host: Host) -> list[str]:
     host.install()
     target = host.target()
     if target is None:
-        return [f"armed at {host.session.at} of the next run"]
-    host.session.engine.arm(target)
+        return [f"armed at {host.session.mode.at} of the next run"]
+    host.session.lifecycle.arm_now(target)
     e = host.session.engine
     deferred = e.fixup.arming_deferred() if e.fixup is not None else None
     if deferred:
-        return [f"armed at {host.session.at}: {deferred}"]
+        return [f"armed at {host.session.mode.at}: {deferred}"]
     return [f"armed now: {len(e.armed)} thread(s) with {e.mechanism}"
             + (f"; {len(e.sigbus_blocked)} kept disarmed (SIGBUS blocked)" if e.sigbus_blocked else "")]
 
@@ -95,13 +97,13 @@ def _break(p: Parser) -> Runner:
     def run(host: Host, args: argparse.Namespace) -> Output:
         check_engine_args(host, args, "break")
         apply_scope(host, args)
-        was = host.session.breaking
-        before = host.session.armed
-        host.session.breaking = True
+        mode = host.session.mode
+        was, before = mode.breaking, mode.armed
+        mode.breaking = True
         try:
             out = arm_step(host, args, before) if args.engine == "step" else arm(host)
         except Exception:
-            host.session.breaking = was
+            mode.breaking = was
             raise
         return [f"ualdbg: breaking at unaligned accesses in {host.session.scope.describe()}; " + out[0]]
 
@@ -113,7 +115,7 @@ def _break(p: Parser) -> Runner:
 def _off(p: Parser) -> Runner:
     def run(host: Host, args: argparse.Namespace) -> Output:
         s = host.session
-        s.breaking = s.tracing = False
+        s.mode.breaking = s.mode.tracing = False
         s.buffer.stopped_at = s.buffer.stopped_at or None
         s.lifecycle.disarm(host.target())
         host.uninstall()
@@ -129,19 +131,19 @@ def _off(p: Parser) -> Runner:
 def _status(p: Parser) -> Runner:
     def run(host: Host, args: argparse.Namespace) -> Output:
         s, e = host.session, host.session.engine
-        mode = " and ".join(m for m, on in (("breaking", s.breaking), ("tracing", s.tracing)) if on) or "off"
+        mode = " and ".join(m for m, on in (("breaking", s.mode.breaking), ("tracing", s.mode.tracing)) if on) or "off"
         lines = [f"ualdbg {s.version} in {s.debugger}: {mode}"]
         if e.fixup is None:  # x86: which accesses raise #AC here (a strict CPU has its own trap)
             lines.append(f"  #AC rule: {ac_rules().describe()}")
-        if s.armed and s.step.enabled:
+        if s.mode.armed and s.step.enabled:
             lines.append(f"  engine: step; scope: {s.step.describe()}")
             lines.append(f"  steps: {s.step.stats.line()}" + (f"; {s.step.ended}" if s.step.ended else ""))
-        elif s.armed and e.fixup is not None:
+        elif s.mode.armed and e.fixup is not None:
             lines.append(f"  mechanism: {e.mechanism}")
-            lines.append(f"  arm point: {s.at}; scope: {s.scope.describe()}")
-        elif s.armed:
+            lines.append(f"  arm point: {s.mode.at}; scope: {s.scope.describe()}")
+        elif s.mode.armed:
             lines.append(f"  mechanism: {e.mechanism} (x86-64: prctl(PR_SET_UNALIGN) returns EINVAL, so the alignment-check flag is used)")
-            lines.append(f"  arm point: {s.at}; scope: {s.scope.describe()}")
+            lines.append(f"  arm point: {s.mode.at}; scope: {s.scope.describe()}")
         target = host.target()
         if target is not None and target.pid() is not None and e.fixup is not None:
             out: Output = ["\n".join(lines + e.fixup.status_lines())]  # no flag to show per thread
@@ -149,7 +151,7 @@ def _status(p: Parser) -> Runner:
             table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
             for col in ("thread", "AC", "state"):
                 table.add_column(col)
-            t = trap_flags(e._arch(target).name)
+            t = trap_flags(s.arch_of(target).name)
             for tid in target.threads():
                 ac = t is not None and bool(target.read_register(t.register, tid) & t.ac_bit)
                 state = ("single-stepped by the step engine (in scope)" if tid in s.step.threads else

@@ -27,15 +27,15 @@ def _start(p: Parser) -> Runner:
         if args.buffer:
             s.config.set("buffer", str(args.buffer))
             s.buffer.resize(args.buffer)
-        if not s.armed:
+        if not s.mode.armed:
             s.buffer.clear()
         s.buffer.stopped_at = None
-        was, before = s.tracing, s.armed
-        s.tracing = True
+        was, before = s.mode.tracing, s.mode.armed
+        s.mode.tracing = True
         try:
             out = arm_step(host, args, before) if args.engine == "step" else arm(host)
         except Exception:
-            s.tracing = was
+            s.mode.tracing = was
             raise
         return [f"ualdbg: tracing unaligned accesses in {s.scope.describe()} (ring of {s.buffer.capacity}); " + out[0]]
 
@@ -47,9 +47,9 @@ def _start(p: Parser) -> Runner:
 def _stop(p: Parser) -> Runner:
     def run(host: Host, args: argparse.Namespace) -> Output:
         s = host.session
-        s.tracing = False
+        s.mode.tracing = False
         s.buffer.stopped_at = s.buffer.started_at + s.buffer.now()
-        if not s.breaking:
+        if not s.mode.breaking:
             s.lifecycle.disarm(host.target())
             host.uninstall()
         return [f"ualdbg: trace stopped; {s.buffer.total} faults recorded"]

@@ -156,7 +156,7 @@ class FaultStepper(Protocol):
     """A Target whose debugger cannot be handed an unrequested TF trap (lldb: a user's
     `thread step-over`/`finish` plan claims every trace stop and would single-step the rest of
     the line with AC clear). The adapter then runs the faulting instruction once under the
-    debugger's own single-step and calls `TrapEngine.fault_stepped` after it. lldb's hooks."""
+    debugger's own single-step and tells `Stops.fault_stepped` after it. lldb's hooks."""
 
     def step_over_fault(self, tid: int) -> None:
         """Queue one single-step of `tid` for when the process resumes; never resumes itself."""

@@ -90,7 +90,7 @@ class AgentResult:
 # Where the agent can work
 
 
-def _elf_facts(path: str) -> tuple[int, int, bool]:
+def elf_facts(path: str) -> tuple[int, int, bool]:
     """(ELF class, machine, has PT_INTERP) of an executable."""
     import struct
 
@@ -131,7 +131,7 @@ def preflight(path: str) -> None:
     host = os.uname().machine
     if host not in ("x86_64", "amd64"):
         raise AgentUnavailable(f"the agent runs on x86-64 hosts, not {host}")
-    cls, machine, interp = _elf_facts(path)
+    cls, machine, interp = elf_facts(path)
     if cls != 2 or machine != 62:
         raise AgentUnavailable(f"{os.path.basename(path)} is not a 64-bit x86 program")
     if not interp:
@@ -192,7 +192,7 @@ def run_directory(**kw: Any) -> rundir.RunDir:
         raise AgentUnavailable(f"no private directory for the agent's buffers: {exc.strerror}") from None
 
 
-class _Progress:
+class Progress:
     """Sums the counters of every buffer in the run's directory, for the live display."""
 
     def __init__(self, directory: str) -> None:
@@ -236,7 +236,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
             guard.restore()
             raise
         guard.start(proc)
-        progress = _Progress(directory)
+        progress = Progress(directory)
         done = threading.Event()
         poller = None
         if on_progress is not None or on_directory is not None:
@@ -265,7 +265,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
             progress.close()
         exit_status = returncode if returncode >= 0 else None
         exit_signal = -returncode if returncode < 0 else None
-        images = _load_images(directory)
+        images = load_images(directory)
         root = [im for im in images if im.header.pid == proc.pid]
         if not root:
             raise AgentNotIn(f"the agent never reported in from {os.path.basename(path)} (its dynamic loader "
@@ -304,7 +304,7 @@ class Image:
     patch_after: int = 0
 
 
-def _load_images(directory: str) -> list[Image]:
+def load_images(directory: str) -> list[Image]:
     images = []
     for _pid, _gen, path in ab.buffer_files(directory):
         try:
@@ -423,7 +423,7 @@ class _Frozen:
 
 class SavedCode:
     """The code the agent saved at each faulting PC, decoded once per PC, and what the access of
-    a trapped instruction is for the registers the agent saved (FaultRecorder.analyse's answer
+    a trapped instruction is for the registers the agent saved (FaultRules.analyse's answer
     for a live thread)."""
 
     def __init__(self, code: Mapping[int, bytes], policy: Policy,
@@ -437,7 +437,7 @@ class SavedCode:
         key = (pc, self.code.get(pc, b""))
         if key not in self._decoded:
             if self._insns is None:
-                from .recorder import InstructionCache
+                from .rules import InstructionCache
 
                 self._insns = InstructionCache()
             self._decoded[key] = self._insns.at(_Frozen(*key), pc)
@@ -448,7 +448,7 @@ class SavedCode:
         insn = self.insn(pc)
         if insn is None:
             return None, None
-        from .recorder import breaking_access
+        from .rules import breaking_access
 
         return insn, breaking_access(insn, regs, self.policy)[0]
 

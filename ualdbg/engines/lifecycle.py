@@ -1,18 +1,18 @@
 """The process lifecycle, written once for every debugger: what the engines do when the arm point
-is hit, when a thread stops at an alignment fault, when a process starts, execs, loses a thread,
-exits, or is about to be let go (detach, quit), and at `ualdbg off`.
+is hit, when a process starts, execs, makes a task, loses a thread, exits, or is about to be let
+go (detach, quit), and at `ualdbg off`. What they decide at a stop is its neighbour, stops.py.
 
-The adapters (adapters/gdb/hooks.py, adapters/lldb/hooks.py) only translate their debugger's
-events (gdb.events, catchpoint conditions, lldb's stop hook, breakpoint callbacks) into calls of
-`Lifecycle`, and carry out its verdicts with their debugger's mechanics (`handle` settings,
-thread plans, breakpoints). What happened is told on the session's `Events` bus, which the
-adapters and the batch drivers subscribe to for what is theirs alone (a progress file, an
-adapter's own per-process state, a line for the user).
+The adapters (adapters/gdb/, adapters/lldb/) only translate their debugger's events (gdb.events,
+catchpoint conditions, lldb's stop hook, breakpoint callbacks) into calls of `Lifecycle` and
+`Stops`, and carry out their verdicts with their debugger's mechanics (`handle` settings, thread
+plans, breakpoints). What happened is told on the session's `Events` bus, which the adapters and
+the batch drivers subscribe to for what is theirs alone (a progress file, an adapter's own
+per-process state, a line for the user).
 
     event           emitted by                       payload
     ARMED           arm_point, attached, arm_at_start  the Target the engine armed
     STEP_ARMED      arm_point, attached              the Target the step engine armed
-    FAULT_RECORDED  fault                            the engine's Decision
+    FAULT_RECORDED  Stops.fault                      the engine's Decision
     NEW_PROCESS     new_process (run, attach, exec)  the pid
                     (syscall: a task made, a mask changed: the engines' own, nothing told)
     THREAD_EXITED   thread_exited, threads_gone      the tid
@@ -27,10 +27,11 @@ from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Any
 
-from ..core.target import SigInfo, Target
-from ..isa.arch import SIGBUS
-from .recorder import Decision, FaultRecorder
-from .step import StepControl, StepEngine
+from ..core.result import ProgramInfo
+from ..core.target import Target
+from ..isa import arch as archmod
+from .faultpath import FaultPath, Mode
+from .step import StepControl, StepDecision, StepEngine, creates_thread
 from .trap import TrapEngine
 
 
@@ -84,31 +85,41 @@ class Lifecycle:
     """The decisions of one session over its processes, for the trap and the step engine. Every
     method runs while the debugger has the process stopped (or gone)."""
 
-    def __init__(self, recorder: FaultRecorder, engine: TrapEngine, step: StepEngine,
-                 events: Events | None = None, break_report: Callable[[], list[str]] | None = None) -> None:
-        self.recorder = recorder
+    def __init__(self, mode: Mode, program: ProgramInfo, faults: FaultPath, engine: TrapEngine, step: StepEngine,
+                 events: Events | None = None) -> None:
+        self.mode = mode
+        self.program = program
+        self.faults = faults
         self.engine = engine
         self.step = step
         self.events = events if events is not None else Events()
-        # The report of the recorded fault a STOP shows (Session.break_report: render/report.py).
-        self.break_report = break_report if break_report is not None else (lambda: [])
+        self.arch: archmod.ArchInfo | None = None
+
+    def arch_of(self, target: Target) -> archmod.ArchInfo:
+        """The target's architecture, learnt from the first live target (gdb-multiarch knows it
+        only once a program is loaded or connected) and kept for the session; the trap engine
+        is told it then, before any event of that target reaches it."""
+        if self.arch is None:
+            self.arch = archmod.arch_info(target.arch())
+            self.engine.use_arch(self.arch)
+        return self.arch
 
     # -- arming ----------------------------------------------------------------------------------
     def _arm_step(self, target: Target, control: StepControl) -> None:
-        self.step.arm(target, control)
+        self.step.arm(target, control, self.arch_of(target))
         self.events.emit(Kind.STEP_ARMED, target)
 
     def _arm_trap(self, target: Target) -> None:
+        self.arch_of(target)
         self.engine.arm(target)
         self.events.emit(Kind.ARMED, target)
 
     def arm_point(self, target: Target, control: StepControl) -> bool:
         """`main` (or the entry, `--at start`) is reached: arm the engine the user chose, if
         ualdbg is armed at all. True when an engine was armed."""
-        r = self.recorder
-        if not r.armed:
+        if not self.mode.armed:
             return False
-        r.program.pid = target.pid()
+        self.program.pid = target.pid()
         if self.step.enabled:
             self._arm_step(target, control)
         else:
@@ -118,8 +129,7 @@ class Lifecycle:
     def arm_at_start(self, target: Target) -> bool:
         """A new image (run or exec) is loaded: with `--at start` this is the first moment it can
         be armed (the trap engine; its arm point is the loader's entry). True when armed."""
-        r = self.recorder
-        if not (r.armed and r.at == "start"):
+        if not (self.mode.armed and self.mode.at == "start"):
             return False
         self._arm_trap(target)
         return True
@@ -128,60 +138,81 @@ class Lifecycle:
         """The first stop of a process ualdbg was armed for before `attach`: its arm point is
         long past, arm where the process is. Returns the line for the user, or None when there
         was nothing to arm (not armed, or armed already)."""
-        r = self.recorder
-        if not r.armed:
+        if not self.mode.armed:
             return None
         if self.step.enabled:
             if self.step.armed:
                 return None
-            r.program.pid = target.pid()
+            self.program.pid = target.pid()
             self._arm_step(target, control)
             return f"ualdbg: attached: step engine armed: {self.step.describe()}"
         if self.engine.active:
             return None
-        r.program.pid = target.pid()
+        self.program.pid = target.pid()
         self._arm_trap(target)
         return f"ualdbg: attached: armed {len(self.engine.armed)} thread(s)"
 
-    # -- stops -----------------------------------------------------------------------------------
-    def fault(self, target: Target, info: SigInfo) -> tuple[Decision, list[str] | None]:
-        """A thread stopped at a signal ualdbg may own (an alignment SIGBUS, a strict CPU's
-        SIGBUS/SIGSEGV): the trap engine decides. Returns its decision and, for STOP, the
-        break report to show. A recorded fault is told as FAULT_RECORDED."""
-        decision = self.engine.on_signal(target, info)
-        if decision is Decision.NOT_OURS:
-            return decision, None
-        if decision is Decision.STEP_THEN_RESUME or info.signo == SIGBUS:
-            self.events.emit(Kind.FAULT_RECORDED, decision)
-        if decision is Decision.STOP:
-            return decision, self.break_report()
-        return decision, None
-
-    def stopped(self, target: Target) -> None:
-        """A stop the user sees: the trap engine finishes what the debugger's own steps hid
-        from it and arms the threads no hook saw being born."""
-        if self.recorder.armed or self.engine.pending:
-            self.engine.reconcile(target)
+    def arm_now(self, target: Target, control: StepControl | None = None) -> None:
+        """`break` or `trace start` typed while the program is stopped: arm the trap engine, or
+        with a step control the step engine, where the program is (nothing is told: the command
+        says what it armed)."""
+        if control is not None:
+            self.step.arm(target, control, self.arch_of(target))
+        else:
+            self.arch_of(target)
+            self.engine.arm(target)
 
     # -- processes and threads -------------------------------------------------------------------
     def new_process(self, pid: int) -> None:
         """A run, an attach or an exec: addresses mean something new, and nothing is armed until
         the next arm point (a stop before `main` in the next run must not arm it early)."""
-        self.recorder.new_process()
+        self.faults.new_process()
         self.engine.forget_threads()
         self.step.forget_threads()
-        self.recorder.program.pid = pid
+        self.program.pid = pid
         self.events.emit(Kind.NEW_PROCESS, pid)
 
     def syscall(self, target: Target, tid: int | None = None, nr: int | None = None,
-                entry: bool | None = None) -> None:
+                entry: bool | None = None) -> StepDecision:
         """A thread is at the entry or the exit of a syscall that makes a task (clone, fork,
         vfork, clone3) or changes its signal mask: the trap engine starts new tasks unarmed
-        and re-decides the thread's arming after a mask change. What the debugger does not
-        tell (gdb's catchpoint), the engine reads from the thread's registers. The step
-        engine's new threads are the adapters' own: gdb's inherit TF, lldb's thread plans are
-        not inherited (adapters/*/stepping.py)."""
+        and re-decides the thread's arming after a mask change; the step engine keeps TF out
+        of a forked child and steps a new thread with --everywhere. What the debugger does not
+        tell (gdb's catchpoint), the engines read from the thread's registers. STOP: the step
+        engine breaks before a new thread's first instruction."""
+        if self.step.enabled:
+            return self._step_syscall(target, tid, nr, entry)
+        self.arch_of(target)
         self.engine.on_syscall(target, tid, nr, entry)
+        return StepDecision.RUN
+
+    def _step_syscall(self, target: Target, tid: int | None, nr: int | None, entry: bool | None) -> StepDecision:
+        """A stepped process's new tasks: where they inherit the stepping (gdb: clone copies
+        TF), at the creating thread's entry and exit; where not (lldb's thread plans), at the
+        new thread's first stop, the exit of the syscall that made it (StepEngine.on_thread_start)."""
+        step, control = self.step, self.step.control
+        if control is None:
+            return StepDecision.RUN  # not armed in this process yet
+        t = archmod.trap_flags(self.arch_of(target).name)
+        if t is None:
+            return StepDecision.RUN  # no trap flag for a new task to inherit: stepped by breakpoints
+        tid = tid if tid is not None else target.current_tid()
+        if not control.steps_inherited:
+            return step.on_thread_start(target, tid) if entry is False and nr in t.task_creating_syscalls else StepDecision.RUN
+        if not step.stepping(tid):
+            return StepDecision.RUN
+        if target.read_register(t.syscall_nr, tid) not in t.task_creating_syscalls:
+            return StepDecision.RUN
+        if target.read_register(t.syscall_ret, tid) == (-archmod.ENOSYS & 0xFFFFFFFFFFFFFFFF):
+            step.before_task_creation(target, tid, creates_thread(target, tid))
+            return StepDecision.RUN
+        return step.after_task_creation(target, tid)
+
+    def touched_threads(self) -> set[int]:
+        """The threads whose flags ualdbg may have set: what `off` and a detach must reach (gdb
+        holds them stopped first in non-stop mode)."""
+        e = self.engine
+        return set(e.armed) | set(e.pending) | set(e.tf_suspect) | set(self.step.threads)
 
     def thread_exited(self, tid: int) -> None:
         self.engine.thread_exited(tid)
@@ -215,7 +246,7 @@ class Lifecycle:
             if step.control is not None:
                 step.control.clear_breakpoints()
             step.forget_threads()
-        buf = self.recorder.buffer
+        buf = self.faults.recorder.buffer
         if not (keep_end and buf.stopped_at is not None):
             buf.stopped_at = ended_at if ended_at is not None else time.monotonic()
         self.events.emit(Kind.EXITED)
@@ -227,6 +258,7 @@ class Lifecycle:
         tracer. The step scope stays chosen: an `attach` arms it again."""
         e, step = self.engine, self.step
         if target is not None and (e.armed or e.pending):
+            self.arch_of(target)
             e.disarm(target)
         if target is not None and step.threads and step.control is not None:
             live = set(target.threads())
@@ -239,6 +271,11 @@ class Lifecycle:
     def disarm(self, target: Target | None) -> None:
         """`ualdbg off` (or `trace stop` when not breaking): no thread keeps a flag of ualdbg's,
         no breakpoint of the step engine stays."""
+        if target is not None and target.pid() is not None:
+            self.arch_of(target)
+        # Threads stepping over a fault by ualdbg's TF: their trap may have happened already,
+        # unreported (gdb's all-stop stopped them for another thread's event). OFF tells them.
+        stepping = {tid for tid, own_tf in self.engine.pending.items() if not own_tf}
         self.engine.disarm(target)
         self.step.disarm(target)
-        self.events.emit(Kind.OFF)
+        self.events.emit(Kind.OFF, stepping)

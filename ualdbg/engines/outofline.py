@@ -14,9 +14,12 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..core.target import Target
+from ..isa import arch as archmod
 from ..isa.decode import Insn
 from ..symbols.elfindex import elf_index
 from ..symbols.maps import ModuleMap, is_loader_path
+from .faultpath import FaultPath
 
 WriteMemory = Callable[[int, bytes], None]
 
@@ -152,3 +155,47 @@ class SlotPool:
         self.regions = None
         self.by_pc.clear()
         self.spans.clear()
+
+
+class OutOfLine:
+    """The trap engine's slots in one process image: where a fault the engine resumes by itself
+    runs instead, and how a thread stopped inside one goes back to the program's code."""
+
+    def __init__(self, faults: FaultPath) -> None:
+        self.faults = faults
+        self.pool = SlotPool()
+
+    def in_head(self, pc: int) -> bool:
+        """Whether `pc` is in the head of a slot (before the copied instruction)."""
+        if not (self.pool.spans and self.pool.covers(pc)):
+            return False
+        slot = self.pool.locate(pc)
+        return slot is not None and slot.in_head(pc)
+
+    def slot_for(self, target: Target, arch: archmod.ArchInfo, tid: int, write_memory: WriteMemory) -> Slot | None:
+        """The slot of the faulting instruction of `tid` (written at its first fault), or None
+        where it cannot have one."""
+        pool = self.pool
+        if pool.regions is None:
+            mm = self.faults.image.module_map(target)
+            if mm is None:
+                return None
+            pool.find_regions(mm)
+        insn = self.faults.insn_at(target, arch, target.read_register(arch.pc, tid))
+        return pool.slot_for(insn, write_memory) if insn is not None else None
+
+    def leave(self, target: Target, arch: archmod.ArchInfo) -> None:
+        """Move threads stopped inside a slot back to the program's own code, with the slot's
+        work undone or finished, so nothing sets AC after a disarm."""
+        if not self.pool.by_pc:
+            return
+        for tid in target.threads():
+            pc = target.read_register(arch.pc, tid)
+            slot = self.pool.locate(pc)
+            if slot is not None:
+                new_pc, new_sp = slot.unwind(pc, target.read_register(arch.sp, tid))
+                target.write_register(arch.sp, new_sp, tid)
+                target.write_register(arch.pc, new_pc, tid)
+
+    def reset(self) -> None:
+        self.pool.reset()

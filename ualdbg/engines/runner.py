@@ -116,7 +116,7 @@ def resolve_program(argv0: str, *, scripts: bool = False) -> str:
     return os.path.abspath(path)
 
 
-def _pkg_roots() -> list[str]:
+def pkg_roots() -> list[str]:
     """Folders that make ualdbg and its dependencies importable in the debugger's Python."""
     import capstone
     import elftools
@@ -149,7 +149,7 @@ def gdb_batch(gdb: str, log: str, *, aslr: bool = False) -> list[str]:
         "-iex", "set pagination off", "-iex", "set confirm off",
         "-iex", "set print thread-events off", "-iex", "set print inferior-events off",
         *(["-iex", "set disable-randomization off"] if aslr else []),
-        "-ex", f"python import sys; sys.path[:0] = {_pkg_roots()!r}",
+        "-ex", f"python import sys; sys.path[:0] = {pkg_roots()!r}",
     ]
 
 
@@ -200,7 +200,7 @@ def find_lldb() -> str:
 
 
 def lldb_command(cfg: dict[str, Any]) -> list[str]:
-    setup = f"import sys; sys.path[:0] = {_pkg_roots()!r}"
+    setup = f"import sys; sys.path[:0] = {pkg_roots()!r}"
     return [
         find_lldb(), "--no-lldbinit", "--batch",
         "-o", f"script {setup}",

@@ -1,48 +1,72 @@
-"""One ualdbg session inside one debugger: the fault recorder (engines/recorder.py: settings,
-scope, the shared trace buffer, the fault path) with the trap and the step engine that feed it,
-and what it hands render/ (its TraceResult and the report of its last fault), and the lifecycle
-(engines/lifecycle.py) that the adapters call at each event of a process."""
+"""One ualdbg session inside one debugger, composed of its parts: what the user armed (`Mode`),
+what decides (rules.py: scope, policy, decoded instructions), what names (image.py: modules,
+symbolizer), what records (recorder.py: buffer, data names), the fault path that joins them
+(faultpath.py), the trap and step engines that are given that path and the target's ArchInfo,
+and the lifecycle and stop decisions the adapters call; and what it hands render/: its
+TraceResult and the report of its last fault."""
 from __future__ import annotations
 
 import platform
 
-from ..core.result import StepSummary, TraceResult, sites_of
+from .. import __version__
+from ..core.result import ProgramInfo, StepSummary, TraceResult, sites_of
+from ..core.settings import Config
 from ..core.target import Target
+from ..core.trace import TraceBuffer
 from ..isa import arch as archmod
 from ..render.report import fault_report
+from .faultpath import FaultPath, Mode
+from .image import ProcessImage
 from .lifecycle import Events, Lifecycle
+from .modulescope import Scope
 from .recorder import FaultRecorder
+from .rules import FaultRules
 from .step import StepEngine
+from .stops import Stops
 from .trap import TrapEngine
 
 
-class Session(FaultRecorder):
+class Session:
     def __init__(self, debugger: str) -> None:
-        super().__init__(debugger)
-        self.engine = TrapEngine(self)
-        self.step = StepEngine(self)  # step mode (`--engine step`), enabled instead of the trap engine
+        self.debugger = debugger
+        self.version = __version__
+        self.config = Config()
+        self.mode = Mode()
+        self.program = ProgramInfo()
+        self.rules = FaultRules()
+        self.image = ProcessImage()
+        self.recorder = FaultRecorder(TraceBuffer(self.config["buffer"]))
+        self.faults = FaultPath(self.mode, self.rules, self.image, self.recorder)
+        self.engine = TrapEngine(self.faults)
+        self.step = StepEngine(self.faults)  # step mode (`--engine step`), enabled instead of the trap engine
         self.events = Events()
-        self.lifecycle = Lifecycle(self, self.engine, self.step, self.events, self.break_report)
+        self.lifecycle = Lifecycle(self.mode, self.program, self.faults, self.engine, self.step, self.events)
+        self.stops = Stops(self.lifecycle, self.break_report)
+
+    @property
+    def buffer(self) -> TraceBuffer:
+        return self.recorder.buffer
+
+    @property
+    def scope(self) -> Scope:
+        return self.rules.scope
 
     @property
     def engine_name(self) -> str:
         return self.step.name if self.step.enabled else self.engine.name
 
     def arch_of(self, target: Target) -> archmod.ArchInfo:
-        return self.engine._arch(target)
-
-    def fixup_reported(self) -> dict[int, int] | None:
-        fixup = self.engine.fixup
-        return fixup.reported if fixup is not None else None
+        """The target's architecture (Lifecycle.arch_of: learnt once)."""
+        return self.lifecycle.arch_of(target)
 
     def result(self) -> TraceResult:
         """What this session has recorded, for the JSON document (render/jsondoc.py)."""
-        arch = self.engine.arch
+        arch = self.lifecycle.arch
         return TraceResult(
             engine=self.engine_name, debugger=self.debugger, version=self.version,
             arch=platform.machine() if arch is None else arch.name,
             program=self.program, scope=self.scope.describe(), buffer=self.buffer,
-            sites=sites_of(self.buffer, self.resolve, self.data_at), recording=self.armed,
+            sites=sites_of(self.buffer, self.image.resolve, self.recorder.data_at), recording=self.mode.armed,
             step=self._step_summary(), blind_spots=self.engine.blind.spots(self.program.pid, self.program.path))
 
     def _step_summary(self) -> StepSummary | None:
@@ -52,16 +76,14 @@ class Session(FaultRecorder):
             return None
         st = step.stats
         return StepSummary(scope=step.scope.describe() if step.scope is not None else step.request.describe(),
-                           policy=self.policy.name, steps=st.steps, entries=st.entries, calls_run=st.calls_run)
+                           policy=self.rules.policy.name, steps=st.steps, entries=st.entries, calls_run=st.calls_run)
 
     def break_report(self) -> list[str]:
         """The break report of the last recorded fault, with its source line when the `source`
-        setting is on: what every adapter prints at a break stop."""
-        fault = self.last_fault
+        setting is on: what every adapter prints at a break stop (Stops.report_text)."""
+        fault = self.recorder.last_fault
         if fault is None:
             return []
-        loc = self.resolve(fault.pc)
-        src = None
-        if self.config["source"] and loc.file and loc.line and self.symbolizer is not None:
-            src = self.symbolizer.source_line(loc.file, loc.line)
-        return fault_report(fault, loc, src, self.last_data, checked_before=self.step.enabled)
+        loc = self.image.resolve(fault.pc)
+        src = self.image.source_line(loc) if self.config["source"] else None
+        return fault_report(fault, loc, src, self.recorder.last_data, checked_before=self.step.enabled)

@@ -6,20 +6,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from ..core.result import BlindSpot
 from ..core.target import FaultStepper, OutOfLineTarget, SigInfo, Target, offers
 from ..isa import arch as archmod
 from ..isa.cpu import TrapFlags
-from .outofline import Slot, SlotPool
+from .faultpath import Decision, FaultPath
+from .fixup import FixupEngine
+from .outofline import OutOfLine
 from .procfs import blocked_signals
-from .recorder import Decision
-
-if TYPE_CHECKING:
-    from .fixup import FixupEngine
-    from .recorder import FaultRecorder
-
 
 # SIGCANCEL (32) and SIGSETXID (33): libc's pthread_sigmask and sigprocmask never let a program
 # block them, so a mask holding them is one of glibc's own short critical sections (around a
@@ -41,6 +36,16 @@ class BlindTally:
         self.seconds = 0.0
         self.children = 0
 
+    def kept_disarmed(self, tid: int, mask: int) -> bool:
+        """Whether a thread with this blocked-signal mask stays disarmed (SIGBUS blocked), and
+        so unwatched from now unless the mask is one of libc's own short ones."""
+        if not mask & _SIGBUS_BIT:
+            self.stop(tid)
+            return False
+        if not mask & _LIBC_INTERNAL:
+            self.start(tid)
+        return True
+
     def start(self, tid: int) -> None:
         if tid not in self.since:
             self.since[tid] = time.monotonic()
@@ -55,6 +60,24 @@ class BlindTally:
     def stop_all(self) -> None:
         for tid in list(self.since):
             self.stop(tid)
+
+    def count_process(self, target: Target, tid: int, nr: int, ac: TrapFlags) -> None:
+        """A task-creating syscall returned in the parent: a new process (not a thread) runs
+        untraced, as the debugger does not follow it (x86-64 numbers: clone, fork, vfork, clone3)."""
+        try:
+            ret = target.read_register(ac.syscall_ret, tid)
+            if not 0 < ret < 1 << 31:
+                return  # failed, or the child's side
+            if nr == 56:
+                flags = target.read_register("rdi", tid)  # clone(flags, ...): rdi survives the syscall
+            elif nr == 435:
+                flags = int.from_bytes(target.read_memory(target.read_register("rdi", tid), 8), "little")
+            else:
+                flags = 0  # fork, vfork
+        except Exception:  # a register or memory the debugger cannot read: not counted
+            return
+        if not flags & _CLONE_THREAD:
+            self.children += 1
 
     def spots(self, pid: int | None, path: str | None) -> list[BlindSpot]:
         now = time.monotonic()
@@ -74,13 +97,39 @@ class BlindTally:
         return out
 
 
+def change_flags(target: Target, tid: int | None, ac: TrapFlags, set_bits: int, clear_bits: int) -> None:
+    """Set and clear bits of one thread's flags register (written only if it changes)."""
+    old = target.read_register(ac.register, tid)
+    new = (old | set_bits) & ~clear_bits
+    if new != old:
+        target.write_register(ac.register, new, tid)
+
+
+def set_ac(target: Target, tid: int, ac: TrapFlags, on: bool) -> None:
+    """Arm (set AC) or disarm one thread."""
+    change_flags(target, tid, ac, ac.ac_bit if on else 0, 0 if on else ac.ac_bit)
+
+
+def clear_tf(target: Target, tid: int, ac: TrapFlags) -> bool:
+    """Clear TF in one thread's flags; whether it was set (False too where it cannot be read)."""
+    try:
+        flags = target.read_register(ac.register, tid)
+    except Exception:
+        return False
+    if not flags & ac.tf_bit:
+        return False
+    target.write_register(ac.register, flags & ~ac.tf_bit, tid)
+    return True
+
+
 class TrapEngine:
-    """Per-thread arming state of one inferior. All methods run while the target is stopped."""
+    """Per-thread arming state of one inferior. All methods run while the target is stopped, and
+    after the lifecycle has told the engine the target's architecture (`use_arch`)."""
 
     name = "trap"
 
-    def __init__(self, session: FaultRecorder) -> None:
-        self.session = session
+    def __init__(self, faults: FaultPath) -> None:
+        self.faults = faults
         self.active = False
         self.armed: set[int] = set()  # threads whose AC we set
         self.sigbus_blocked: set[int] = set()  # threads we keep disarmed: SIGBUS is blocked there
@@ -94,68 +143,53 @@ class TrapEngine:
         # PTRACE_CONT will ever clear it. Such a TF is scrubbed at every stop of the thread.
         self.tf_suspect: set[int] = set()
         self.arch: archmod.ArchInfo | None = None
+        self.flags: TrapFlags | None = None  # x86-64's EFLAGS.AC and TF (isa/cpu.py)
         # Architectures without EFLAGS.AC (SPARC, Alpha...): the fix-up engine does the work.
         self.fixup: FixupEngine | None = None
         self.mechanism = "EFLAGS.AC"
-        self.slots = SlotPool()
-        self.out_of_line = True
+        self.slots = OutOfLine(faults)
         self.blind = BlindTally()
 
     # -- arming ------------------------------------------------------------------------------
-    def _arch(self, target: Target) -> archmod.ArchInfo:
-        if self.arch is None:
-            self.arch = archmod.arch_info(target.arch())
-            if self.arch.mechanism != archmod.MECH_AC:
-                from .fixup import FixupEngine
+    def use_arch(self, arch: archmod.ArchInfo) -> None:
+        """The target's architecture, from the lifecycle when it first meets the target (once
+        per session): a CPU without EFLAGS.AC gets the fix-up engine."""
+        self.arch = arch
+        self.flags = archmod.trap_flags(arch.name)
+        if arch.mechanism != archmod.MECH_AC:
+            self.fixup = FixupEngine(arch, self.faults)
+            self.mechanism = self.fixup.mechanism
 
-                self.fixup = FixupEngine(self.session, self.arch)
-                self.mechanism = self.fixup.mechanism
+    def _a(self) -> archmod.ArchInfo:
+        if self.arch is None:
+            raise RuntimeError("the trap engine has not been told the target's architecture")
         return self.arch
 
-    def _fixup_for(self, target: Target) -> FixupEngine | None:
-        self._arch(target)
-        return self.fixup
-
-    def _ac(self, target: Target) -> TrapFlags:
-        """The flags register this engine arms (x86-64's EFLAGS.AC and TF): only the AC path
-        asks, and the CPUs without one have a fix-up engine instead."""
-        flags = archmod.trap_flags(self._arch(target).name)
-        if flags is None:
-            raise RuntimeError(f"{self._arch(target).name} has no alignment-check flag to arm")
-        return flags
-
-    def _flags(self, target: Target, tid: int | None) -> int:
-        return target.read_register(self._ac(target).register, tid)
-
-    def _set_flags(self, target: Target, tid: int | None, set_bits: int, clear_bits: int) -> None:
-        name = self._ac(target).register
-        old = target.read_register(name, tid)
-        new = (old | set_bits) & ~clear_bits
-        if new != old:
-            target.write_register(name, new, tid)
+    def _ac(self) -> TrapFlags:
+        """The flags this engine arms (only the AC path asks: other CPUs have a fix-up engine)."""
+        if self.flags is None:
+            raise RuntimeError(f"{self._a().name} has no alignment-check flag to arm")
+        return self.flags
 
     def arm_thread(self, target: Target, tid: int) -> bool:
         """Set AC in one thread unless it has SIGBUS blocked (a fault there would make the kernel
         reset the program's SIGBUS handler and unblock the signal: PLATFORM.md)."""
         pid = target.pid()
         mask = blocked_signals(pid, tid) if pid is not None else 0
-        if mask & _SIGBUS_BIT:
+        if self.blind.kept_disarmed(tid, mask):
             self.sigbus_blocked.add(tid)
             self.armed.discard(tid)
-            self._set_flags(target, tid, 0, self._ac(target).ac_bit)
-            if not mask & _LIBC_INTERNAL:
-                self.blind.start(tid)
+            set_ac(target, tid, self._ac(), False)
             return False
-        self.blind.stop(tid)
         self.sigbus_blocked.discard(tid)
-        self._set_flags(target, tid, self._ac(target).ac_bit, 0)
+        set_ac(target, tid, self._ac(), True)
         self.armed.add(tid)
         return True
 
     def arm(self, target: Target) -> None:
         """Arm every thread now (at main, at start, after attach, or when asked while stopped)."""
         self.active = True
-        fixup = self._fixup_for(target)
+        fixup = self.fixup
         if fixup is not None:
             fixup.arm(target)
             self.armed.update(target.threads())
@@ -167,17 +201,17 @@ class TrapEngine:
     def disarm(self, target: Target | None) -> None:
         """Clear AC (and our TF) in every thread; forget all per-thread state."""
         self.active = False
-        fixup = self._fixup_for(target) if target is not None and target.pid() is not None else None
-        if target is not None and fixup is not None:
-            fixup.disarm(target)
-        elif target is not None and target.pid() is not None:
-            self.leave_slots(target)
-            ac = self._ac(target)
+        live = target is not None and target.pid() is not None
+        if target is not None and live and self.fixup is not None:
+            self.fixup.disarm(target)
+        elif target is not None and live:
+            self.slots.leave(target, self._a())
+            ac = self._ac()
             for tid in target.threads():
                 clear = ac.ac_bit
                 if (tid in self.pending and not self.pending[tid]) or tid in self.tf_suspect:
                     clear |= ac.tf_bit
-                self._set_flags(target, tid, 0, clear)
+                change_flags(target, tid, ac, 0, clear)
         self.forget_threads()
 
     def forget_threads(self) -> None:
@@ -209,7 +243,7 @@ class TrapEngine:
         (gdb's `step`/`next`/`finish` single-step without showing our catchpoint their traps),
         and arm threads that should be armed and are not (created by a path ualdbg saw no hook
         for, or that unblocked SIGBUS)."""
-        a = self._arch(target)
+        a = self._a()
         if self.fixup is not None:
             return
         for tid, fault_pc in list(self.pending_pc.items()):
@@ -223,10 +257,10 @@ class TrapEngine:
             if moved:
                 tf_was_set = self.pending.pop(tid)
                 del self.pending_pc[tid]
-                ac = self._ac(target)
+                ac = self._ac()
                 clear = 0 if tf_was_set else ac.tf_bit
                 arm = ac.ac_bit if (self.active and tid in self.armed) else 0
-                self._set_flags(target, tid, arm, clear)
+                change_flags(target, tid, ac, arm, clear)
                 if clear:
                     self.tf_suspect.add(tid)
         for tid in list(self.tf_suspect):
@@ -242,7 +276,7 @@ class TrapEngine:
     def siginfo_unavailable(self, target: Target, signo: int) -> SigInfo | None:
         """What to go on when the debugger has no siginfo (qemu's gdb stub): the fix-up engine
         decodes the instruction and needs none; the AC engine needs si_code and gives up."""
-        if signo != archmod.SIGBUS or self._fixup_for(target) is None:
+        if signo != archmod.SIGBUS or self._a().mechanism == archmod.MECH_AC:
             return None
         return SigInfo(signo, 0, None)
 
@@ -251,7 +285,8 @@ class TrapEngine:
         info = info or target.siginfo()
         if info is None:
             return Decision.NOT_OURS
-        fixup = self._fixup_for(target)
+        self._a()  # which engine decides (AC or fix-up) is the architecture's
+        fixup = self.fixup
         if fixup is not None:
             return fixup.on_signal(target, info)
         if info.signo == archmod.SIGTRAP:
@@ -264,23 +299,21 @@ class TrapEngine:
             # unless we are active (then it is an unaligned access in scope of the trace).
             if not self.active:
                 return Decision.NOT_OURS
-        a, ac = self._arch(target), self._ac(target)
+        a, ac = self._a(), self._ac()
         flags = target.read_register(ac.register, tid)
         if not flags & ac.ac_bit:
             return Decision.NOT_OURS
         if offers(target, FaultStepper):
             return self._on_fault_stepper(target, tid, info, flags, target.step_over_fault)
         pc = target.read_register(a.pc, tid)
-        if self.slots.spans and self.slots.covers(pc):
-            slot = self.slots.locate(pc)
-            if slot is not None and slot.in_head(pc):
-                # The slot's own pushfq faulted: the program's rsp is misaligned. Clear AC from
-                # here; the head's popfq keeps it clear and the tail sets it again.
-                target.write_register(ac.register, flags & ~ac.ac_bit, tid)
-                return Decision.RESUME
-        stop = self.session.record_fault(target, tid, info)
-        if not stop and self.out_of_line and offers(target, OutOfLineTarget):
-            slot = self._slot(target, tid, target.write_memory)
+        if self.slots.in_head(pc):
+            # The slot's own pushfq faulted: the program's rsp is misaligned. Clear AC from
+            # here; the head's popfq keeps it clear and the tail sets it again.
+            target.write_register(ac.register, flags & ~ac.ac_bit, tid)
+            return Decision.RESUME
+        stop = self.faults.record(target, a, tid, info)
+        if not stop and offers(target, OutOfLineTarget):
+            slot = self.slots.slot_for(target, a, tid, target.write_memory)
             if slot is not None:
                 # One stop per fault: the slot clears AC, runs the copy, sets AC, jumps back.
                 target.write_register(a.pc, slot.start, tid)
@@ -292,30 +325,6 @@ class TrapEngine:
         target.write_register(ac.register, (flags & ~ac.ac_bit) | ac.tf_bit, tid)
         return Decision.STOP if stop else Decision.RESUME
 
-    def _slot(self, target: Target, tid: int, write_memory: Callable[[int, bytes], None]) -> Slot | None:
-        pool = self.slots
-        if pool.regions is None:
-            mm = self.session.module_map(target)
-            if mm is None:
-                return None
-            pool.find_regions(mm)
-        insn = self.session.insn_at(target, target.read_register(self._arch(target).pc, tid))
-        return pool.slot_for(insn, write_memory) if insn is not None else None
-
-    def leave_slots(self, target: Target) -> None:
-        """Move threads stopped inside an out-of-line slot back to the program's own code,
-        with the slot's work undone or finished, so nothing sets AC after a disarm."""
-        if not self.slots.by_pc:
-            return
-        a = self._arch(target)
-        for tid in target.threads():
-            pc = target.read_register(a.pc, tid)
-            slot = self.slots.locate(pc)
-            if slot is not None:
-                new_pc, new_sp = slot.unwind(pc, target.read_register(a.sp, tid))
-                target.write_register(a.sp, new_sp, tid)
-                target.write_register(a.pc, new_pc, tid)
-
     def _on_fault_stepper(self, target: Target, tid: int, info: SigInfo, flags: int,
                           step_over_fault: Callable[[int], None]) -> Decision:
         """The second resume strategy, for targets that single-step the fault themselves (lldb:
@@ -324,14 +333,14 @@ class TrapEngine:
         thread at the same PC before anything else runs: that SIGBUS is the reported one, stepped
         over without counting it twice. AC is clear for exactly one instruction (one iteration of
         a rep string instruction, so k misaligned elements still count k)."""
-        a = self._arch(target)
+        a = self._a()
         pc = target.read_register(a.pc, tid)
         if self.reported.pop(tid, None) != pc:
-            if self.session.record_fault(target, tid, info):
+            if self.faults.record(target, a, tid, info):
                 self.reported[tid] = pc
                 return Decision.STOP
         self.pending[tid] = True  # True: ualdbg set no TF, so disarm must not clear it
-        ac = self._ac(target)
+        ac = self._ac()
         target.write_register(ac.register, flags & ~ac.ac_bit, tid)
         step_over_fault(tid)
         return Decision.RESUME
@@ -341,19 +350,11 @@ class TrapEngine:
         if self.pending.pop(tid, None) is None:
             return
         if self.active and tid in self.armed:
-            self._set_flags(target, tid, self._ac(target).ac_bit, 0)
+            set_ac(target, tid, self._ac(), True)
 
     def scrub_tf(self, target: Target, tid: int) -> bool:
         """Clear a TF the kernel re-set after ualdbg cleared its own (see `tf_suspect`)."""
-        ac = self._ac(target)
-        try:
-            flags = target.read_register(ac.register, tid)
-        except Exception:
-            return False
-        if not flags & ac.tf_bit:
-            return False
-        target.write_register(ac.register, flags & ~ac.tf_bit, tid)
-        return True
+        return clear_tf(target, tid, self._ac())
 
     def _on_trap(self, target: Target) -> Decision:
         tid = target.current_tid()
@@ -363,14 +364,14 @@ class TrapEngine:
             return Decision.NOT_OURS
         tf_was_set = self.pending.pop(tid)
         self.pending_pc.pop(tid, None)
-        ac = self._ac(target)
+        ac = self._ac()
         clear = 0 if tf_was_set else ac.tf_bit
         if clear:
             self.tf_suspect.add(tid)
         if self.active and tid in self.armed:
-            self._set_flags(target, tid, ac.ac_bit, clear)
+            change_flags(target, tid, ac, ac.ac_bit, clear)
         else:
-            self._set_flags(target, tid, 0, clear)
+            change_flags(target, tid, ac, 0, clear)
         # A program that single-steps itself (TF already set) still gets its own SIGTRAP.
         return Decision.NOT_OURS if tf_was_set else Decision.RESUME
 
@@ -381,7 +382,7 @@ class TrapEngine:
         breakpoints (which know both)."""
         if not self.active or self.fixup is not None:
             return
-        ac = self._ac(target)
+        ac = self._ac()
         if tid is None:
             tid = target.current_tid()
         if nr is None:
@@ -393,7 +394,7 @@ class TrapEngine:
                 self.before_task_creation(target, tid)
             else:
                 self.after_task_creation(target, tid)
-                self._count_process(target, tid, nr)
+                self.blind.count_process(target, tid, nr, ac)
         elif nr == ac.sigprocmask_syscall and not entry:
             self.after_mask_change(target, tid)
 
@@ -401,32 +402,14 @@ class TrapEngine:
         """New tasks copy the caller's flags: start them unarmed (a new pthread runs libc with
         signals blocked before its start routine; a forked child is not traced)."""
         if self.active and tid in self.armed:
-            self._set_flags(target, tid, 0, self._ac(target).ac_bit)
+            set_ac(target, tid, self._ac(), False)
             self.in_clone.add(tid)
 
     def after_task_creation(self, target: Target, tid: int) -> None:
         if tid in self.in_clone:
             self.in_clone.discard(tid)
             if self.active:
-                self._set_flags(target, tid, self._ac(target).ac_bit, 0)
-
-    def _count_process(self, target: Target, tid: int, nr: int) -> None:
-        """A task-creating syscall returned in the parent: a new process (not a thread) runs
-        untraced, as the debugger does not follow it (x86-64 numbers: clone, fork, vfork, clone3)."""
-        try:
-            ret = target.read_register(self._ac(target).syscall_ret, tid)
-            if not 0 < ret < 1 << 31:
-                return  # failed, or the child's side
-            if nr == 56:
-                flags = target.read_register("rdi", tid)  # clone(flags, ...): rdi survives the syscall
-            elif nr == 435:
-                flags = int.from_bytes(target.read_memory(target.read_register("rdi", tid), 8), "little")
-            else:
-                flags = 0  # fork, vfork
-        except Exception:  # a register or memory the debugger cannot read: not counted
-            return
-        if not flags & _CLONE_THREAD:
-            self.blind.children += 1
+                set_ac(target, tid, self._ac(), True)
 
     def after_mask_change(self, target: Target, tid: int) -> None:
         """The last syscall a new pthread makes before its start routine restores its mask;

@@ -16,7 +16,7 @@ from elftools.dwarf.die import DIE
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry, LocationExpr, LocationParser
 
-from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, _Unit
+from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, Unit
 from ualdbg.symbols.dwarfindex import children as die_children
 from ualdbg.symbols.elfindex import ElfIndex, elf_index
 from ualdbg.symbols.intervals import IntervalTable
@@ -125,8 +125,8 @@ class ModuleData:
 
     def __init__(self, index: ElfIndex) -> None:
         self.index = index
-        self.layouts = Layouts(8 if index._elf.elfclass == 64 else 4)
-        self._units: dict[int, _Unit] = {}
+        self.layouts = Layouts(8 if index.elf.elfclass == 64 else 4)
+        self.units: dict[int, Unit] = {}
         self._dies: dict[int, DIE] = {}
         self.common_decl: dict[str, tuple[str | None, int | None]] = {}  # "COMMON /data/" -> file, line
 
@@ -202,7 +202,7 @@ class ModuleData:
                 container: str | None
                 if parent is not None and parent.tag == "DW_TAG_common_block":
                     kind, container = "common", f"COMMON /{name_of(parent) or ''}/"
-                    self.common_decl.setdefault(container, decl_pos(dwarf, parent, self._units))
+                    self.common_decl.setdefault(container, decl_pos(dwarf, parent, self.units))
                 else:
                     func = next((p for p in reversed(parents) if p.tag == "DW_TAG_subprogram"), None)
                     if func is not None:
@@ -210,7 +210,7 @@ class ModuleData:
                     else:
                         external = "DW_AT_external" in src.attributes or "DW_AT_external" in die.attributes
                         kind, container = ("global" if external else "static"), None
-                file, line = decl_pos(dwarf, die, self._units)
+                file, line = decl_pos(dwarf, die, self.units)
                 self._dies[die.offset] = die
                 yield GlobalVar(name, start, tinfo.size or 0, kind, container, die.offset, file, line, tinfo.name)
         except DWARF_ERRORS:
@@ -224,7 +224,7 @@ class ModuleData:
     def symbols(self) -> list[GlobalVar]:
         """Data objects of the symbol tables (functions are ElfIndex's business)."""
         out: dict[int, GlobalVar] = {}
-        for elf in self.index._symbol_sources():
+        for elf in self.index.symbol_sources():
             for section in elf.iter_sections():
                 if section["sh_type"] not in ("SHT_SYMTAB", "SHT_DYNSYM"):
                     continue
@@ -251,7 +251,7 @@ class ModuleData:
         return self._dies.get(offset)
 
     def section_of(self, addr: int) -> str | None:
-        for section in self.index._elf.iter_sections():
+        for section in self.index.elf.iter_sections():
             h = section.header
             if h["sh_addr"] and h["sh_addr"] <= addr < h["sh_addr"] + h["sh_size"]:
                 return section.name
@@ -353,7 +353,7 @@ class ModuleData:
         """CFA rules from .eh_frame (or .debug_frame): link-time PC -> (register, offset)."""
         items: list[tuple[int, int, Any]] = []
         try:
-            info = self.index._elf.get_dwarf_info(follow_links=False)
+            info = self.index.elf.get_dwarf_info(follow_links=False)
             entries = info.EH_CFI_entries() if info.has_EH_CFI() else (info.CFI_entries() if info.has_CFI() else [])
             for entry in entries:
                 if type(entry).__name__ != "FDE":
@@ -628,7 +628,7 @@ def _local_in(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[st
         kind = "parameter" if die.tag == "DW_TAG_formal_parameter" else "local"
         dwarf = md.dwarf
         assert dwarf is not None
-        file, line = decl_pos(dwarf, src, md._units)
+        file, line = decl_pos(dwarf, src, md.units)
         decl = f", declared at {file}:{line}" if file and line else ""
         thread = f", stack of thread {frame.tid}" if frame.tid is not None else ""
         where = f"{kind} of {func}" + (f" (frame #{depth})" if depth else "")

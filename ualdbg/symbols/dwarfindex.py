@@ -101,7 +101,7 @@ def _skip_subtree(cu: Any, die: DIE, end: int) -> int:
     while depth:
         if pos >= end or n > MAX_DIES:
             raise DWARFError(f"the children of the DIE at {die.offset:#x} run past their unit")
-        d = cu._get_cached_DIE(pos)
+        d = cu.get_DIE_from_refaddr(pos)
         if d.size <= 0:
             raise DWARFError(f"an empty DIE at {pos:#x}")
         pos += d.size
@@ -125,7 +125,7 @@ def children(die: DIE) -> Iterator[DIE]:
     while True:
         if pos >= end or n > MAX_DIES:
             raise DWARFError(f"the children of the DIE at {die.offset:#x} run past their unit")
-        child = cu._get_cached_DIE(pos)
+        child = cu.get_DIE_from_refaddr(pos)
         child.set_parent(die)
         if child.is_null():
             die._terminator = child
@@ -147,6 +147,8 @@ def children(die: DIE) -> Iterator[DIE]:
 def parent(die: DIE) -> DIE | None:
     """The DIE `die` is a child of (None: a unit's top DIE), found as pyelftools' get_parent does
     (down from the top, each generation's closest sibling before it) over `children`."""
+    # pyelftools' own field, set by DIE.set_parent (`children` sets it): get_parent would walk
+    # the unit again, with no bound, when it is unset
     known = die._parent
     if known is not None:
         return known
@@ -327,24 +329,17 @@ def qualified_die_name(die: DIE) -> str | None:
     return "::".join(reversed(parts))
 
 
-class _Unit:
-    """Everything one compile unit says about addresses, parsed on first use."""
+class UnitLines:
+    """One compile unit's line table as gdb reads it, and its file names: PC -> file:line."""
 
-    def __init__(self, owner: DwarfIndex, cu: CompileUnit) -> None:
+    def __init__(self, owner: DwarfIndex, cu: CompileUnit, top: DIE) -> None:
         self._owner = owner
         self._cu = cu
-        self._top = cu.get_top_DIE()
-        attrs = self._top.attributes
+        self._top = top
+        attrs = top.attributes
         self.comp_dir = _text(attrs["DW_AT_comp_dir"].value) if "DW_AT_comp_dir" in attrs else None
-        language = attrs["DW_AT_language"].value if "DW_AT_language" in attrs else None
-        self._plain_names = language in _PLAIN_LANGUAGES
-        self._cplus = language in _CPLUS_LANGUAGES
-        self._fortran = language in _FORTRAN_LANGUAGES
         self._files: dict[int, tuple[str, str] | None] = {}
         self._pos_cache: dict[tuple[int, int], SourcePos | None] = {}
-        self._names: dict[tuple[int, int], str] = {}
-        self._abstract: list[int] = []  # filled by the shallow walk
-        self._narrow: dict[int, tuple[list[_Node], IntervalTable[int]]] = {}
 
     @cached_property
     def _program(self) -> LineProgram | None:
@@ -573,10 +568,26 @@ class _Unit:
             pass  # a truncated program: the rows read before the end count
         # A file index per subfile, to name the answer (any index of that path names it alike).
         index_of = {subfile: index for index, subfile in subfiles.items()}
-        return self._sweep(tables, index_of)
+        return _sweep(tables, index_of)
 
-    @staticmethod
-    def _sweep(
+    @cached_property
+    def _low_pc(self) -> int:
+        try:
+            ranges = self._owner.die_ranges(self._top, self._cu)
+        except DWARF_ERRORS:
+            return 0
+        return min((lo for lo, _ in ranges), default=0)
+
+    def line_at(self, addr: int) -> SourcePos | None:
+        addrs, shown = self._lines
+        i = bisect_right(addrs, addr) - 1
+        if i < 0 or shown[i] is None:
+            return None
+        file_index, line = shown[i]  # type: ignore[misc]
+        return self.pos(file_index, line)
+
+
+def _sweep(
         tables: dict[object, list[list[int]]], index_of: dict[object, int]
     ) -> tuple[list[int], list[tuple[int, int] | None]]:
         # find_pc_sect_line: per file, the last entry at or below the PC (entries sorted by
@@ -628,21 +639,23 @@ class _Unit:
                 shown.append(answer)
         return addrs, shown
 
-    @cached_property
-    def _low_pc(self) -> int:
-        try:
-            ranges = self._owner.die_ranges(self._top, self._cu)
-        except DWARF_ERRORS:
-            return 0
-        return min((lo for lo, _ in ranges), default=0)
 
-    def line_at(self, addr: int) -> SourcePos | None:
-        addrs, shown = self._lines
-        i = bisect_right(addrs, addr) - 1
-        if i < 0 or shown[i] is None:
-            return None
-        file_index, line = shown[i]  # type: ignore[misc]
-        return self.pos(file_index, line)
+
+class UnitScopes:
+    """One compile unit's function instances, concrete and inlined, as gdb's block tree has
+    them: PC -> the frames of its inline chain, innermost first."""
+
+    def __init__(self, owner: DwarfIndex, cu: CompileUnit, top: DIE, lines: UnitLines) -> None:
+        self._owner = owner
+        self._cu = cu
+        self._top = top
+        self._lines = lines  # names the call site of each inlined instance
+        attrs = top.attributes
+        language = attrs["DW_AT_language"].value if "DW_AT_language" in attrs else None
+        self._cplus = language in _CPLUS_LANGUAGES
+        self._names: dict[tuple[int, int], str] = {}
+        self._abstract: list[int] = []  # filled by the shallow walk
+        self._narrow: dict[int, tuple[list[_Node], IntervalTable[int]]] = {}
 
     @cached_property
     def _scopes(self) -> tuple[list[_Node], IntervalTable[int]]:
@@ -746,7 +759,7 @@ class _Unit:
                     )
                     call_line = attrs["DW_AT_call_line"].value if "DW_AT_call_line" in attrs else 0
                     if call_file is not None:
-                        call = self.pos(call_file, call_line)
+                        call = self._lines.pos(call_file, call_line)
                 node = len(nodes)
                 nodes.append(
                     _Node(
@@ -823,6 +836,26 @@ class _Unit:
         return tuple(frames)
 
 
+class Unit:
+    """Everything one compile unit says about addresses, parsed on first use: its line table
+    (UnitLines, from .debug_line) and its function instances (UnitScopes, from .debug_info),
+    two structures of their own that share only the unit's top DIE."""
+
+    def __init__(self, owner: DwarfIndex, cu: CompileUnit) -> None:
+        top = cu.get_top_DIE()
+        self.lines = UnitLines(owner, cu, top)
+        self.scopes = UnitScopes(owner, cu, top, self.lines)
+
+    def pos(self, file_index: int, line: int) -> SourcePos | None:
+        return self.lines.pos(file_index, line)
+
+    def line_at(self, addr: int) -> SourcePos | None:
+        return self.lines.line_at(addr)
+
+    def frames_at(self, addr: int) -> tuple[ScopeFrame, ...]:
+        return self.scopes.frames_at(addr)
+
+
 class DwarfIndex:
     """Address lookups into one file's DWARF. Compile units are found through
     .debug_aranges (or their top DIEs) and parsed only when an address falls in them."""
@@ -842,7 +875,7 @@ class DwarfIndex:
         # Functions the linker discarded keep their DWARF with addresses at or near 0; they
         # would shadow real code in a PIE or shared object, whose first segment starts at 0.
         self._is_code = is_code or (lambda addr: addr != 0)
-        self._units: dict[int, _Unit | None] = {}
+        self._units: dict[int, Unit | None] = {}
         self._names: dict[int, tuple[str | None, bool]] = {}
         self._gdb_names: dict[int, str | None] = {}
         self._languages: dict[int, int | None] = {}
@@ -989,7 +1022,7 @@ class DwarfIndex:
             self._rest = IntervalTable(items)
         return self._rest
 
-    def _unit_at(self, addr: int) -> _Unit | None:
+    def _unit_at(self, addr: int) -> Unit | None:
         offset = self._aranges[0].find(addr)
         if offset is None:
             offset = self._rest_table().find(addr)
@@ -997,7 +1030,7 @@ class DwarfIndex:
             return None
         if offset not in self._units:
             try:
-                self._units[offset] = _Unit(self, self.dwarfinfo.get_CU_at(offset))
+                self._units[offset] = Unit(self, self.dwarfinfo.get_CU_at(offset))
             except DWARF_ERRORS:
                 self._units[offset] = None
         return self._units[offset]

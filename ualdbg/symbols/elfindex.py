@@ -162,7 +162,7 @@ class ElfIndex:
     def _read_symbols(self) -> IntervalTable[Symbol]:
         best: dict[int, tuple[tuple[int, int, int, int, str], str, int, int]] = {}
         sections: dict[int, tuple[int, int]] = {}
-        for elf in self._symbol_sources():
+        for elf in self.symbol_sources():
             for name, value, size, info, shndx in _function_symbols(elf):
                 rank = (
                     size == 0,
@@ -194,7 +194,13 @@ class ElfIndex:
             items.append((start, start + size, Symbol(name, start, size)))
         return IntervalTable(items)
 
-    def _symbol_sources(self) -> Iterator[ELFFile]:
+    @property
+    def elf(self) -> ELFFile:
+        """The ELF file itself (pyelftools), for what this index does not answer (symbols/data.py)."""
+        return self._elf
+
+    def symbol_sources(self) -> Iterator[ELFFile]:
+        """The file and its separate debug file, if any: where symbol tables are."""
         yield self._elf
         debug = self._debug_elf
         if debug is not None and debug is not self._elf:
@@ -207,7 +213,7 @@ class ElfIndex:
         """Every defined function symbol, aliases and duplicates included (`symbols` keeps one
         name per address); a symbol without a size gets the one `symbols` infers for it."""
         try:
-            found = [entry for elf in self._symbol_sources() for entry in _function_symbols(elf)]
+            found = [entry for elf in self.symbol_sources() for entry in _function_symbols(elf)]
         except _DWARF_LOAD_ERRORS:
             return
         for name, value, size, _info, _shndx in found:

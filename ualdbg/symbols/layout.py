@@ -10,8 +10,8 @@ from typing import Any
 from elftools.dwarf.die import DIE
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 
-from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, _Unit, children, parent
-from ualdbg.symbols.variables import TypeInfo, _Types
+from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, Unit, children, parent
+from ualdbg.symbols.variables import TypeInfo, Types
 
 QUALIFIERS = frozenset({"DW_TAG_typedef", "DW_TAG_const_type", "DW_TAG_volatile_type", "DW_TAG_restrict_type",
                         "DW_TAG_atomic_type", "DW_TAG_immutable_type", "DW_TAG_packed_type"})
@@ -121,14 +121,14 @@ class Layouts:
     """Type sizes, alignments and offset paths for one ELF's DWARF, cached per type DIE."""
 
     def __init__(self, address_size: int = 8) -> None:
-        self.types = _Types(address_size)
+        self.types = Types(address_size)
         self._packed: dict[int, bool] = {}
 
     def info(self, die: DIE | None) -> TypeInfo:
         got = self.types.of(die)
         arr = strip(die)
         if arr is not None and arr.tag == "DW_TAG_array_type":
-            # Counted here, not by _Types: Fortran bounds start at 1 when DWARF omits the lower
+            # Counted here, not by Types: Fortran bounds start at 1 when DWARF omits the lower
             # bound, and bounds known only at run time (a dummy array x(len)) are DIE references
             # or expressions, not counts.
             elem = self.info(ref(arr, "DW_AT_type"))
@@ -222,7 +222,7 @@ class Layouts:
                       struct, member, member_off, member_align, packed)
 
 
-def decl_pos(dwarf: DwarfIndex, die: DIE, units: dict[int, _Unit]) -> tuple[str | None, int | None]:
+def decl_pos(dwarf: DwarfIndex, die: DIE, units: dict[int, Unit]) -> tuple[str | None, int | None]:
     """Declaration file and line of a DIE (through its origin), as the DWARF names the file."""
     src = die if "DW_AT_decl_line" in die.attributes else origin(die)
     a = src.attributes
@@ -234,7 +234,7 @@ def decl_pos(dwarf: DwarfIndex, die: DIE, units: dict[int, _Unit]) -> tuple[str 
     cu = src.cu
     unit = units.get(cu.cu_offset)
     if unit is None:
-        unit = units[cu.cu_offset] = _Unit(dwarf, cu)  # type: ignore[arg-type]
+        unit = units[cu.cu_offset] = Unit(dwarf, cu)  # type: ignore[arg-type]
     try:
         pos = unit.pos(a["DW_AT_decl_file"].value, line)
     except DWARF_ERRORS:

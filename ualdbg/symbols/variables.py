@@ -62,7 +62,7 @@ def _pow2_divisor(n: int, cap: int = 16) -> int:
     return a
 
 
-class _Types:
+class Types:
     def __init__(self, address_size: int) -> None:
         self.address_size = address_size
         self.cache: dict[int, TypeInfo] = {}
@@ -184,7 +184,7 @@ class FunctionVariables:
     def __init__(self, dwarf: DwarfIndex, address_size: int) -> None:
         self.dwarf = dwarf
         self.info = dwarf.dwarfinfo
-        self.types = _Types(address_size)
+        self.types = Types(address_size)
         self._cfa_based = False
         self._entry = self._body = 0
         self.locations: LocationParser | None

@@ -183,7 +183,7 @@ def _packed_members(md: ModuleData, findings: list[Finding]) -> int:
             if die.tag not in AGGREGATES or "DW_AT_declaration" in die.attributes or "DW_AT_byte_size" not in die.attributes:
                 continue
             info = md.layouts.info(die)
-            file, line = decl_pos(dwarf, die, md._units)
+            file, line = decl_pos(dwarf, die, md.units)
             key = (info.name, file, line, info.size)
             if key in seen:
                 continue
@@ -191,7 +191,7 @@ def _packed_members(md: ModuleData, findings: list[Finding]) -> int:
             checked += 1
             for member, off, tinfo in md.layouts.misplaced(die):
                 mname = name_of(member) or "<anonymous>"
-                mfile, mline = decl_pos(dwarf, member, md._units)
+                mfile, mline = decl_pos(dwarf, member, md.units)
                 findings.append(Finding("packed-member", f"{info.name}.{mname}", tinfo.name, off, None, tinfo.align,
                                         tinfo.size, mfile or file, mline or line, struct=info.name, member=mname))
     return checked

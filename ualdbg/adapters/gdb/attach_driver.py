@@ -15,8 +15,8 @@ from typing import Any
 import gdb  # type: ignore[import-not-found]
 
 from ...core.progress import ProgressFile, SitesFile
+from ...engines.faultpath import Decision
 from ...engines.lifecycle import Kind
-from ...engines.recorder import Decision
 from ...render.jsondoc import build_document, dump
 from .install import install, installed
 

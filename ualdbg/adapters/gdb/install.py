@@ -19,7 +19,7 @@ from .target import GdbTarget
 
 _STATE: dict[str, Any] = {}
 # Commands that set or clear flags in every thread: in non-stop mode the running threads are
-# held stopped while they run (hooks.hold_running).
+# held stopped while they run (holding.py: Holding.hold_running).
 _HOLDING = {("break",), ("off",), ("trace", "start"), ("trace", "stop")}
 
 
@@ -101,7 +101,7 @@ def _run(spec: CommandSpec, argv: str) -> None:
     try:
         if spec.path in _HOLDING:
             disarming = spec.path in (("off",), ("trace", "stop"))
-            with host.hooks.hold_running(host.hooks.touched_threads() if disarming else None):
+            with host.hooks.holding.hold_running(host.hooks.touched_threads() if disarming else None):
                 _emit(spec.invoke(host, argv))
             host.hooks.hint_all_stop()
         else:

@@ -8,7 +8,7 @@ from typing import Any
 
 import gdb  # type: ignore[import-not-found]
 
-from ...tools.stackcheck.sweep import SweepError, skip_data_names, sweep
+from ...tools.stackcheck.sweep import SweepError, sweep
 
 
 def _quiet(cmd: str) -> str:
@@ -69,7 +69,7 @@ class GdbSweep:
             from .install import install, installed
 
             self.session = install()
-            skip_data_names(self.session)
+            self.session.recorder.skip_site_data()  # counts and places only: FaultRecorder.skip_site_data
             self.host, _hooks = installed()
             # The program's own signals go to it as they would without a debugger.
             _quiet("handle all nostop noprint pass")

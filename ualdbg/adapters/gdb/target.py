@@ -83,7 +83,7 @@ class GdbTarget(Target, MemoryWriter, RegisterBatch, FloatMover, FloatBits, Infe
 
     def threads(self) -> list[int]:
         """The threads whose registers can be read now: in non-stop mode not those running,
-        unless ualdbg holds them (hooks.hold_running). The thread whose event a condition or a
+        unless ualdbg holds them (holding.py: Holding.hold_running). The thread whose event a condition or a
         breakpoint's stop() decides counts as stopped: gdb calls it running until the stop is
         final."""
         event = self._event_tid

@@ -42,12 +42,12 @@ def init(debugger: Any, internal_dict: dict[str, Any] | None = None) -> None:
     if reason is not None:
         sys.stderr.write(f"ualdbg: {reason}\n")
         return
-    from . import hooks, install
+    from . import breakpoints, faultstep, hooks, install, stepping, stophook
 
     # lldb finds command classes and callbacks by dotted names from its script namespace, where
     # `ualdbg` may still be the entry file's module (imported under the same name), and a
     # package re-imported by that file lacks the attributes of submodules imported before.
-    for module in (hooks, install):
+    for module in (hooks, install, breakpoints, faultstep, stophook, stepping):
         parts = module.__name__.split(".")
         for i in range(1, len(parts)):
             parent, child = sys.modules[".".join(parts[:i])], sys.modules[".".join(parts[:i + 1])]

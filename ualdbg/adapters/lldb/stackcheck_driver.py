@@ -10,10 +10,10 @@ from typing import Any
 
 import lldb  # type: ignore[import-not-found]
 
-from ...tools.stackcheck.sweep import SweepError, skip_data_names, sweep
-from .hooks import BP_NAME
+from ...tools.stackcheck.sweep import SweepError, sweep
+from .breakpoints import BP_NAME
 
-ARM_POINT_NAME = f"{BP_NAME}_arm_point_hit"  # how hooks.LldbHooks names its arm point
+ARM_POINT_NAME = f"{BP_NAME}_arm_point_hit"  # how breakpoints.Breakpoints names its arm point
 _DONE = (lldb.eStateExited, lldb.eStateDetached, lldb.eStateInvalid, lldb.eStateCrashed)
 
 
@@ -75,7 +75,7 @@ class LldbSweep:
             from .install import install, installed
 
             self.session = install(debugger)
-            skip_data_names(self.session)
+            self.session.recorder.skip_site_data()  # counts and places only: FaultRecorder.skip_site_data
             host, hooks = installed(debugger)
             # lldb launches the program from lldb-server: ualdbg would take it for an attached
             # process and arm it at once, long before main (as the batch driver, arm at main).

@@ -7,30 +7,21 @@ decided by the stop hook, which auto-continues them unless the engine stops ther
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import lldb  # type: ignore[import-not-found]
 
 from ...core.target import Target
 from ...engines.session import Session
 from ...engines.step import StepDecision
+from .breakpoints import BP_NAME, Breakpoints
 from .registry import HOOKS
 from .target import LldbTarget
 
-
-class StepHooks(Protocol):
-    """What the step control uses of hooks.py's LldbHooks, which owns it."""
-
-    session: Session
-
-    def sbtarget(self) -> lldb.SBTarget: ...
-
-    def _ours(self, target: lldb.SBTarget, tag: str | None = None) -> list[lldb.SBBreakpoint]: ...
-
-
 _THIS = __name__
-BP_TAG = "step_point_hit"  # the name tag hooks._own gives our breakpoints (and their callback)
+BP_TAG = "step_point_hit"  # the name tag of our breakpoints (as Breakpoints.own gives its callbacks')
 
 
 def _control_of(thread: lldb.SBThread) -> LldbStepControl | None:
@@ -108,15 +99,18 @@ class ScopeStep:
 
 
 class LldbStepControl:
-    """The StepControl of engines/step.py over lldb."""
+    """The StepControl of engines/step.py over lldb; its decisions are the session's Stops."""
 
-    def __init__(self, hooks: StepHooks) -> None:
-        self.hooks = hooks
+    eager_returns = True  # see the module docstring
+    steps_inherited = False  # a thread plan is no new thread's: Lifecycle.syscall adopts it at clone's exit
+
+    def __init__(self, session: Session, sbtarget: Callable[[], lldb.SBTarget], breakpoints: Breakpoints) -> None:
+        self.session = session
+        self.sbtarget = sbtarget
+        self.breakpoints = breakpoints
         self.planned: set[int] = set()  # threads with a live ScopeStep plan
         self.points: dict[int, int] = {}  # address -> breakpoint ID
-        self.reports: dict[int, list[str]] = {}  # tid -> the break report its stop shows
         self.in_callback = False
-        self.eager_returns = True  # see the module docstring
         self.warned_split = False  # split_function_warning said once
 
     def _target(self, thread: lldb.SBThread) -> LldbTarget:
@@ -141,17 +135,17 @@ class LldbStepControl:
             return
         if self.in_callback:
             return  # never while lldb decides a stop: the engine made them all at arm time
-        target = self.hooks.sbtarget()
+        target = self.sbtarget()
         bp = target.BreakpointCreateByAddress(addr)
         if not bp.IsValid():
             raise RuntimeError(f"lldb refused a breakpoint at {addr:#x}")
-        for name in ("ualdbg", f"ualdbg_{BP_TAG}"):
+        for name in (BP_NAME, f"{BP_NAME}_{BP_TAG}"):
             bp.AddName(name)
         self.points[addr] = bp.GetID()
 
     def clear_breakpoints(self) -> None:
-        target = self.hooks.sbtarget()
-        for bp in self.hooks._ours(target, BP_TAG):
+        target = self.sbtarget()
+        for bp in self.breakpoints.ours(target, BP_TAG):
             target.BreakpointDelete(bp.GetID())
         self.points.clear()
         self.planned.clear()
@@ -160,49 +154,35 @@ class LldbStepControl:
     def is_ours(self, thread: lldb.SBThread, any_of_ours: bool = False) -> bool:
         """Whether the breakpoint of this stop is the step engine's (or any of ualdbg's)."""
         bp = thread.GetProcess().GetTarget().FindBreakpointByID(thread.GetStopReasonDataAtIndex(0))
-        return bool(bp.IsValid() and bp.MatchesName("ualdbg" if any_of_ours else f"ualdbg_{BP_TAG}"))
+        return bool(bp.IsValid() and bp.MatchesName(BP_NAME if any_of_ours else f"{BP_NAME}_{BP_TAG}"))
 
-    def _decide(self, thread: lldb.SBThread, decision: StepDecision) -> StepDecision:
-        if decision is StepDecision.STOP:
-            self.reports[int(thread.GetThreadID())] = self.hooks.session.break_report()
-        return decision
+    @contextmanager
+    def deciding(self) -> Iterator[None]:
+        """While lldb decides a stop (a plan's question, a breakpoint's callback): no breakpoint
+        is made then (`break_at`)."""
+        self.in_callback = True
+        try:
+            yield
+        finally:
+            self.in_callback = False
 
     def on_step(self, thread: lldb.SBThread) -> StepDecision:
-        self.in_callback = True
-        try:
-            step = self.hooks.session.step
-            return self._decide(thread, step.on_step(self._target(thread), int(thread.GetThreadID())))
-        finally:
-            self.in_callback = False
+        with self.deciding():
+            return self.session.stops.stepped(self._target(thread), int(thread.GetThreadID()))
 
     def on_breakpoint(self, thread: lldb.SBThread) -> bool:
-        return self._site_callback(thread, self.hooks.session.step.on_breakpoint)
-
-    def on_thread_start(self, thread: lldb.SBThread) -> bool:
-        """At the exit breakpoint of clone/clone3 (a site callback): a new thread is stepped
-        from there with --everywhere. True stops there (break, a violation ahead)."""
-        return self._site_callback(thread, self.hooks.session.step.on_thread_start)
-
-    def _site_callback(self, thread: lldb.SBThread, event: Callable[[Target, int], StepDecision]) -> bool:
-        """A breakpoint site's callback: the step engine's `event(target, tid)` decides."""
-        self.in_callback = True
-        try:
-            decision = event(self._target(thread), int(thread.GetThreadID()))
-            return self._decide(thread, decision) is StepDecision.STOP
-        finally:
-            self.in_callback = False
+        """An entry or return breakpoint of the step engine: True stops there (break)."""
+        with self.deciding():
+            decision = self.session.stops.step_breakpoint(self._target(thread), int(thread.GetThreadID()))
+        return decision is StepDecision.STOP
 
     def stepping(self, thread: lldb.SBThread) -> bool:
         return int(thread.GetThreadID()) in self.planned
 
-    def take_report(self, thread: lldb.SBThread) -> list[str] | None:
-        """For the stop hook: the report of a break stop of this thread (once)."""
-        return self.reports.pop(int(thread.GetThreadID()), None)
-
     def warn_split(self, target: Target) -> None:
         """When the lifecycle has armed the step engine (--everywhere): split_function_warning,
         once."""
-        step = self.hooks.session.step
+        step = self.session.step
         if step.scope is not None and step.scope.kind == "everywhere" and not self.warned_split:
             assert isinstance(target, LldbTarget)
             said = split_function_warning(target.process.GetTarget())

@@ -118,7 +118,7 @@ class LldbTarget(Target):
 
 class FaultSteppingLldbTarget(LldbTarget, FaultStepper):
     """The hooks' target: the trap engine resumes a fault by lldb's own single-step, which
-    `step_over` queues (hooks.queue_fault_step), instead of setting TF itself (FaultStepper)."""
+    `step_over` queues (faultstep.FaultSteps.queue), instead of setting TF itself (FaultStepper)."""
 
     def __init__(self, process: lldb.SBProcess, thread: lldb.SBThread | None,
                  step_over: Callable[[lldb.SBThread], None]) -> None:

@@ -20,7 +20,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from ...ci.gate import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_TOOL
-from ...engines.runner import ToolError, _pkg_roots, find_gdb, find_lldb, resolve_program
+from ...engines.runner import ToolError, find_gdb, find_lldb, pkg_roots, resolve_program
 from ...engines.wrapper import child_setup
 from ...symbols.dwarfindex import DWARF_ERRORS
 from ...symbols.elfindex import elf_index
@@ -172,7 +172,7 @@ class DebuggerMeasurer:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def command(self, plan_path: str, program: str) -> list[str]:
-        setup = f"import sys; sys.path[:0] = {_pkg_roots()!r}"
+        setup = f"import sys; sys.path[:0] = {pkg_roots()!r}"
         if self.debugger == "lldb":
             return [find_lldb(), "--no-lldbinit", "--batch", "-o", f"script {setup}",
                     # `import ualdbg...` binds `ualdbg` in lldb's script namespace, where lldb

@@ -73,21 +73,6 @@ class SweepDebugger(Protocol):
         ...
 
 
-class _NoDataNames(dict[int, Any]):
-    """A Session.data_at that says every PC's data is already named, and names none: the
-    stackcheck trace summary keeps counts and places only, and naming the data at a fault
-    (symbols/data.py) walks the faulting thread's frames through libc's DWARF, 15-50 s here
-    at the first fault on an argv string."""
-
-    def __contains__(self, key: object) -> bool:
-        return True
-
-
-def skip_data_names(session: Any) -> None:
-    """For a trace sweep's Session (both adapters' stackcheck drivers)."""
-    session.data_at = _NoDataNames()
-
-
 def stack_end(pid: int, sp: int) -> int:
     """End of the mapping that holds `sp` (the stack's top), from /proc: the kernel's view."""
     with open(f"/proc/{pid}/maps") as f:

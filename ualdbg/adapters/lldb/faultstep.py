@@ -1,0 +1,129 @@
+"""The trap engine's faults that lldb steps over itself (engines/trap.py: a FaultStepper target):
+a scripted thread plan single-steps the faulting instruction with AC clear, then the engine arms
+the thread again; after `off`, the same plan takes a thread stopped at a fault past it. lldb 19
+turns a single-step trap it did not ask for into a visible stop, so the engine's own TF path
+cannot serve here."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lldb  # type: ignore[import-not-found]
+
+from ...isa.arch import BUS_ADRALN, SIGBUS
+from .registry import hooks_of_thread
+
+_THIS = __name__  # the plan is named to lldb by its dotted path from here
+
+
+class FaultStep:
+    """Scripted thread plan: single-step the thread once (AC is clear), then arm it again and
+    let the plans below (the user's `next`, `finish`... or the base plan) carry on. The other
+    threads wait for that one instruction, so no other stop can come between."""
+
+    def __init__(self, thread_plan: lldb.SBThreadPlan, args_data: Any, internal_dict: Any = None) -> None:
+        self.plan = thread_plan
+        self.thread = thread_plan.GetThread()
+        self.start_pc = self.thread.GetFrameAtIndex(0).GetPC()
+        leave = args_data.GetValueForKey("leave") if args_data is not None and args_data.IsValid() else None
+        self.leave = bool(leave is not None and leave.IsValid() and leave.GetBooleanValue())
+        if hasattr(thread_plan, "SetStopOthers"):
+            thread_plan.SetStopOthers(True)
+
+    def _done(self) -> None:
+        hooks = hooks_of_thread(self.thread)
+        if hooks is not None:
+            if self.leave:
+                hooks.left(self.thread)
+            else:
+                hooks.fault_stepped(self.thread)
+        self.plan.SetPlanComplete(True)
+
+    def _stale_fault(self) -> bool:
+        """The thread still shows the SIGBUS this plan steps over: it has not run yet (another
+        thread's event stopped the process first)."""
+        return bool(is_alignment_sigbus(self.thread) and self.thread.GetFrameAtIndex(0).GetPC() == self.start_pc)
+
+    def explains_stop(self, event: lldb.SBEvent) -> bool:
+        return bool(self.thread.GetStopReason() == lldb.eStopReasonTrace or self._stale_fault())
+
+    def should_stop(self, event: lldb.SBEvent) -> bool:
+        if self.thread.GetStopReason() == lldb.eStopReasonTrace:
+            self._done()
+        return False
+
+    def should_step(self) -> bool:
+        return True
+
+    def is_stale(self) -> bool:
+        # Another plan (a user's step) ran the instruction, or a stop moved the thread: our step
+        # is done either way; arm again and get discarded.
+        if self.thread.GetFrameAtIndex(0).GetPC() != self.start_pc:
+            self._done()
+            return True
+        return False
+
+    def stop_description(self, stream: lldb.SBStream) -> None:
+        stream.Print("ualdbg: stepping over an unaligned access")
+
+
+def is_alignment_sigbus(thread: lldb.SBThread) -> bool:
+    """Whether the thread is stopped at an alignment fault (SIGBUS, BUS_ADRALN)."""
+    if thread.GetStopReason() != lldb.eStopReasonSignal or thread.GetStopReasonDataAtIndex(0) != SIGBUS:
+        return False
+    code = thread.GetSiginfo().GetChildMemberWithName("si_code")
+    return bool(code.IsValid() and code.GetValueAsSigned() == BUS_ADRALN)
+
+
+class FaultSteps:
+    """The FaultStep plans of one debugger: the PC each thread's queued plan runs the fault
+    at, and where each thread's last one ended (lldb may show that trap again)."""
+
+    def __init__(self) -> None:
+        self.stepping: dict[int, int] = {}  # tid -> PC of the fault its FaultStep plan runs
+        self.stepped: dict[int, int] = {}  # tid -> PC where its last FaultStep ended
+
+    def queue(self, thread: lldb.SBThread) -> None:
+        """FaultStepper.step_over_fault: the plan for this thread's fault."""
+        self.stepping[int(thread.GetThreadID())] = thread.GetFrameAtIndex(0).GetPC()
+        err = thread.StepUsingScriptedThreadPlan(f"{_THIS}.FaultStep", False)
+        if not err.Success():
+            raise RuntimeError(f"cannot queue a single-step: {err.GetCString()}")
+
+    def leave(self, thread: lldb.SBThread) -> None:
+        """After `off`: take this thread, stopped at a fault, past it (AC is clear now)."""
+        args = lldb.SBStructuredData()
+        args.SetFromJSON('{"leave": true}')
+        thread.StepUsingScriptedThreadPlan(f"{_THIS}.FaultStep", args, False)
+
+    def done(self, thread: lldb.SBThread) -> bool:
+        """A FaultStep plan ended: True when it was the trap engine's (arm the thread again)."""
+        tid = int(thread.GetThreadID())
+        if self.stepping.pop(tid, None) is None:
+            return False
+        self.stepped[tid] = thread.GetFrameAtIndex(0).GetPC()
+        return True
+
+    def being_stepped(self, tid: int, pc: int) -> bool:
+        """The SIGBUS at `pc` is the one a queued plan is about to step over, not a new one."""
+        return self.stepping.get(tid) == pc
+
+    def just_stepped(self, tid: int, pc: int) -> bool:
+        """A stop at `pc` is the trap that ended this thread's last plan, shown again."""
+        return self.stepped.get(tid) == pc
+
+    def lost(self, live: set[int], pc_of: Callable[[int], int]) -> list[int]:
+        """At a stop the user sees: the threads whose plan was lost (another plan ran the
+        instruction, or a stop moved the thread); gone threads are forgotten."""
+        out = []
+        for tid, pc in list(self.stepping.items()):
+            if tid not in live:
+                self.stepping.pop(tid, None)
+            elif pc_of(tid) != pc:
+                self.stepping.pop(tid, None)
+                out.append(tid)
+        return out
+
+    def forget(self) -> None:
+        self.stepping.clear()
+        self.stepped.clear()
