@@ -1,5 +1,6 @@
-"""The suite's session fixtures: the built examples and the small fixture programs. The helpers
-themselves are the package tests/support (imported as `support.X`)."""
+"""The suite's session fixtures: the built examples and the small fixture programs; and after each
+test, the round trip of every JSON trace it left in its tmp_path (support/documents.py). The
+helpers themselves are the package tests/support (imported as `support.X`)."""
 from __future__ import annotations
 
 import subprocess
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from support.build import build_program
+from support.documents import check_folder
 from support.env import BUILD, EXAMPLES, FIXTURES
 
 
@@ -23,3 +25,14 @@ def test_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for src in (FIXTURES / "programs").glob("*.c"):
         build_program(out / src.stem, src, flags=("-g", "-O1"))
     return out
+
+
+@pytest.fixture(autouse=True)
+def traces_round_trip(request: pytest.FixtureRequest) -> object:
+    """Every trace document the test wrote into its tmp_path comes back from a TraceResult as the
+    same text: build_document(load_document(doc)) == doc (issue 30)."""
+    yield
+    folder = request.node.funcargs.get("tmp_path")
+    if isinstance(folder, Path) and folder.is_dir():
+        problems = check_folder(folder)
+        assert not problems, "\n".join(problems)

@@ -118,9 +118,10 @@ def test_summary_and_sarif_carry_data_and_advice(tmp_path: Path) -> None:
 ])
 def test_advice_per_example(prog: str, args: list[str], remedy: str, needle: str, tmp_path: Path) -> None:
     from ualdbg.core.advice import advice_by_pc
+    from ualdbg.core.document import load_document
 
     doc, log = cli_trace(prog, *args, tmp_path=tmp_path)
-    advice = advice_by_pc(doc)
+    advice = advice_by_pc(load_document(doc))
     hits = [a for a in advice.values() if a.remedy == remedy and needle in a.text]
     assert hits, (log, advice)
     p = run_cli("report", "--summary", str(tmp_path / f"{prog}.json"))
@@ -128,12 +129,13 @@ def test_advice_per_example(prog: str, args: list[str], remedy: str, needle: str
 
 
 def test_advice_counts_make_it_worth_it(tmp_path: Path) -> None:
-    doc, log = cli_trace("mpi_status", "50", tmp_path=tmp_path)
-    for s in doc["sites"]:
-        from ualdbg.core.advice import advise
+    from ualdbg.core.advice import advise
+    from ualdbg.core.document import load_document
 
+    doc, log = cli_trace("mpi_status", "50", tmp_path=tmp_path)
+    for s in load_document(doc).sites:
         a = advise(s)
-        assert a is not None and f"{s['count']} accesses here" in a.text, log
+        assert a is not None and f"{s.count} accesses here" in a.text, log
 
 
 def test_agent_names_the_faulting_frames_local_not_its_callers(stack_locals: Path, tmp_path: Path) -> None:
@@ -153,17 +155,20 @@ def test_agent_names_the_faulting_frames_local_not_its_callers(stack_locals: Pat
 
 
 def test_trace_records_name_their_element(tmp_path: Path) -> None:
+    from ualdbg.core.document import load_document
     from ualdbg.render.advice import record_data
 
     # One record per fault (a patched site keeps only the records of its first traps).
     doc, log = cli_trace("common_block", "5", tmp_path=tmp_path, options=("--no-patch",))
-    fill = next(s for s in doc["sites"] if s["function"] == "fill")
-    d = fill["data"]
-    assert d["size"] == 4000 and int(d["start"], 16) == int(d["va"], 16), log  # r2[0] is where r2 starts
-    vas = [r["va"] for r in doc["records"] if r["pc"] == fill["pc"]]
+    trace = load_document(doc)
+    fill = next(s for s in trace.sites if s.loc.function == "fill")
+    d = fill.data
+    assert d is not None and d.start is not None
+    assert d.size == 4000 and d.start == d.va, log  # r2[0] is where r2 starts
+    vas = [r.va for r in trace.records if r.pc == fill.pc]
     # x(i) of the REAL*8 view is r2 elements 2(i-1) and 2(i-1)+1: element 2(i-1), offset 0
     assert [record_data(fill, va) for va in vas] == [f"r2[{2 * i}]+0" for i in range(5)], log
-    assert record_data(fill, f"{int(d['start'], 16) + 4000:#x}") == "-"  # past r2: not said to be r2
+    assert record_data(fill, d.start + 4000) == "-"  # past r2: not said to be r2
     p = run_cli("report", str(tmp_path / "common_block.json"))
     assert p.returncode == 0 and "r2[8]+0" in p.stdout, p.explain()
 

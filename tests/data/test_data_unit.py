@@ -9,6 +9,9 @@ from elftools.dwarf.dwarf_expr import DWARFExprParser
 from support.env import BUILD
 
 from ualdbg.core.advice import ALIGN, COPY_ONCE, MEMCPY, advise
+from ualdbg.core.dataref import DataRef, Via
+from ualdbg.core.model import AccessKind, SourceLoc
+from ualdbg.core.result import Site
 from ualdbg.symbols.data import Frame, describe, module_data
 from ualdbg.symbols.elfindex import elf_index
 from ualdbg.symbols.layout import Evaluator, Unreadable
@@ -79,24 +82,25 @@ def test_common_member_from_elf() -> None:
     assert (i1.path, i1.offset, i1.element_type) == ("i1", 0, "integer(kind=4)")
 
 
-def site(data: dict | None, count: int = 50, access: str = "read", sizes: tuple[int, ...] = (8,)) -> dict:
-    return {"pc": "0x1", "count": count, "sizes": list(sizes), "access": access, "data": data}
+def site(data: DataRef | None, count: int = 50, access: str = "read", sizes: tuple[int, ...] = (8,)) -> Site:
+    return Site(SourceLoc(pc=1), count, set(sizes), AccessKind(access), data)
 
 
 def test_advice_rules() -> None:
-    packed = {"kind": "static", "va": "0x1001", "via": {"path": "h->seq+0", "packed": True, "struct": "struct h", "member": "seq"}}
+    packed = DataRef("static", "h", 0x1001, via=Via("h", "struct h *", "h->seq+0", "f", packed=True, struct="struct h",
+                                                     member="seq"))
     a = advise(site(packed))
     assert a is not None and a.remedy == MEMCPY and "50 accesses here" in a.text
-    common = {"kind": "common", "va": "0x1004", "path": "r2[0]", "name": "r2", "container": "COMMON /data/"}
+    common = DataRef("common", "r2", 0x1004, path="r2[0]", name="r2", container="COMMON /data/")
     a = advise(site(common))
     assert a is not None and a.remedy == ALIGN and "COMMON layout" in a.text
-    var = {"kind": "global", "va": "0x100c", "path": "g.a[1]", "name": "g", "element_type": "int", "element_size": 4}
+    var = DataRef("global", "g", 0x100c, path="g.a[1]", name="g", element_type="int", element_size=4)
     a = advise(site(var))
     assert a is not None and a.remedy == ALIGN and "alignas(8)" in a.text and "4 mod 8" in a.text
     # the same small datum read many times: copy it once
-    hot = advise(site(var, count=400), vas=["0x100c", "0x1014"] * 200)
+    hot = advise(site(var, count=400), vas=[0x100c, 0x1014] * 200)
     assert hot is not None and hot.remedy == COPY_ONCE and "read 200 times" in hot.text
     # below the count that makes it worth it, or written: not copy-once
-    assert advise(site(var, count=40), vas=["0x100c"] * 40).remedy == ALIGN  # type: ignore[union-attr]
-    assert advise(site(var, count=400, access="write"), vas=["0x100c"] * 400).remedy == ALIGN  # type: ignore[union-attr]
-    assert advise(site({"kind": "heap", "va": "0x9"})) is None and advise(site(None)) is None
+    assert advise(site(var, count=40), vas=[0x100c] * 40).remedy == ALIGN  # type: ignore[union-attr]
+    assert advise(site(var, count=400, access="write"), vas=[0x100c] * 400).remedy == ALIGN  # type: ignore[union-attr]
+    assert advise(site(DataRef("heap", "heap", 0x9))) is None and advise(site(None)) is None

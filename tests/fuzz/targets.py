@@ -19,11 +19,11 @@ from ualdbg.ci.baseline import load as load_baseline
 from ualdbg.ci.gate import decide
 from ualdbg.ci.merge import merge
 from ualdbg.commands.audit import run_audit
+from ualdbg.core.document import read_document
 from ualdbg.engines.agent import AgentUnavailable, preflight
 from ualdbg.engines.runner import ToolError, resolve_program
 from ualdbg.render.audit import render as render_audit
 from ualdbg.render.console import make_console
-from ualdbg.render.jsondoc import load_document
 from ualdbg.render.sarif import build_sarif
 from ualdbg.render.tables import blind_lines, header, records_table, summary_table
 from ualdbg.symbols.elfindex import clear_cache, elf_index
@@ -120,7 +120,7 @@ def json_target(data: bytes, folder: Path) -> None:
     path.write_bytes(data)
     with deadline():
         try:
-            doc = load_document(str(path))
+            doc = read_document(str(path))
         except EXPECTED:
             return
         raw, console = _strict_console()

@@ -12,10 +12,10 @@ from ualdbg.tools.stackcheck.check import (
     Raw,
     Request,
     StackcheckError,
-    build_document,
     make_variants,
     parse_initial_stack,
     parse_lengths,
+    stackcheck_document,
     timing_analysis,
     verdict,
 )
@@ -88,12 +88,12 @@ def test_document_exit_status_on_a_misaligned_variable() -> None:
     plan = Plan("/prog", 8, 0x1000, {"register": "rsi"}, [], vs, False, ())
     raws = [Raw("v0", sp_main=0x7ff0, argv_ptr=0x8008, vars={"main:d": 0x7000}),
             Raw("v1", sp_main=0x7fe0, argv_ptr=0x7ff8, vars={"main:d": 0x6ffc})]
-    doc = build_document(req, plan, items, raws, None, None, "x86_64", [], 0.1)
+    doc = stackcheck_document(req, plan, items, raws, None, None, "x86_64", [], 0.1)
     assert doc["exit"] == 1 and doc["reasons"] == ["main:d is misaligned in 1 variant(s)"]
     assert doc["variants"][1]["addresses"]["main:d"] == {"address": "0x6ffc", "align": 4, "16": 12, "32": 28, "64": 60, "4096": 4092}
     assert doc["variants"][0]["addresses"]["sp_entry"]["address"] == "0x8000"
     raws[1].vars["main:d"] = 0x6ff8
-    assert build_document(req, plan, items, raws, None, None, "x86_64", [], 0.1)["exit"] == 0
+    assert stackcheck_document(req, plan, items, raws, None, None, "x86_64", [], 0.1)["exit"] == 0
 
 
 @pytest.mark.parametrize("kind", ["c", "python"])

@@ -5,21 +5,23 @@ json.dumps of each record object (times included: repr(round(t, 6))); merged pro
 out in the order and numbering of the dict-based merge."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
 import random
 import struct
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from support.env import require_tool
 
 from ualdbg.agent import buffer as ab
+from ualdbg.core.document import record_json, write_document
 from ualdbg.engines import records as ar
 from ualdbg.engines.agent import SavedCode
 from ualdbg.isa.alignment import ZEN3_RULES, AcPolicy, NaturalPolicy
-from ualdbg.render.jsondoc import to_text
 
 PC0 = 0x401000
 # (code, what the tests want of it): every operand form the columns compute, and the ones they
@@ -110,6 +112,12 @@ def table_of(rows: list[bytes], started: float, shapes: list[ar.Shape], shape: l
     return ar.RecordTable(b"".join(rows), started, ar.Explained(va, shape, shapes), seq=seq)
 
 
+def to_text(doc: dict[str, Any]) -> str:
+    out = io.StringIO()
+    write_document(doc, out)
+    return out.getvalue()
+
+
 def test_c_writer_writes_what_json_dumps_writes() -> None:
     lib = _writer_or_fail()
     rng = random.Random(5)
@@ -125,14 +133,14 @@ def test_c_writer_writes_what_json_dumps_writes() -> None:
         va.append(rng.choice([0, 1, rng.randrange(1 << 64)]))
     for seq_override in (None, list(range(7, 7 + len(rows)))):
         table = table_of(rows, started, shapes, shape, va, seq_override)
-        want = ",\n".join("    " + json.dumps(r) for r in table)
+        want = ",\n".join("    " + json.dumps(record_json(r)) for r in table)
         for chunk in (1, 3, 1000, ar.CHUNK):
             assert "".join(table.json_chunks("    ", chunk)) == want
             assert "".join(table._py_chunks("    ", chunk, 0)) == want  # the writer without C
     assert lib is ar.writer()
     doc = {"schema": 1, "records": table, "records_dropped": 0}
-    assert to_text(doc) == to_text({**doc, "records": list(table)})  # the document, streamed or not
-    assert json.loads(to_text(doc))["records"] == list(table)
+    assert to_text(doc) == to_text({**doc, "records": [record_json(r) for r in table]})  # streamed or not
+    assert json.loads(to_text(doc))["records"] == [record_json(r) for r in table]
 
 
 def test_times_are_python_repr_of_round() -> None:
@@ -152,7 +160,7 @@ def test_a_time_the_writer_cannot_write_falls_back_to_python() -> None:
     _writer_or_fail()
     rows = [record(i, i * 10**9, 0x401000, [0] * 16) for i in range(1, 6)]
     table = table_of(rows, -2.0**31, [ar.Shape(True, 8, "read")], [0] * 5, [16] * 5)  # times of ~2^31 s
-    assert "".join(table.json_chunks("    ", 2)) == ",\n".join("    " + json.dumps(r) for r in table)
+    assert "".join(table.json_chunks("    ", 2)) == ",\n".join("    " + json.dumps(record_json(r)) for r in table)
 
 
 def test_merged_tables_order_and_number_as_the_dict_merge() -> None:
@@ -171,9 +179,9 @@ def test_merged_tables_order_and_number_as_the_dict_merge() -> None:
         dicts.extend(table)
     total = 1000  # counted faults: more than the records kept
     for capacity in (1, 250, 10_000):
-        dicts_sorted = sorted(dicts, key=lambda r: (r["time"], r["pid"], r["seq"]))[-capacity:]
+        dicts_sorted = sorted(dicts, key=lambda r: (r.time, r.pid, r.seq))[-capacity:]
         first = total - len(dicts_sorted)
-        want = [dict(r, seq=first + i + 1) for i, r in enumerate(dicts_sorted)]
+        want = [replace(r, seq=first + i + 1) for i, r in enumerate(dicts_sorted)]
         assert list(ar.merged(tables, started, capacity, total)) == want
 
 
@@ -183,9 +191,9 @@ def test_vas_by_pc_matches_the_records(sites: int, shape_of: Any) -> None:
     rows = [record(i, 10**9, 0x401000 + i % sites, [0] * 16) for i in range(1, 31)]
     shapes = [ar.Shape(True, 8, "read"), ar.Shape(False, None, None)]
     table = table_of(rows, 0.0, shapes, [shape_of(i) for i in range(30)], [i * 8 + (i == 3) for i in range(30)])
-    want: dict[str, list[str]] = {}
+    want: dict[int, list[int]] = {}
     for r in table:
-        if r["va"]:
-            want.setdefault(r["pc"], []).append(r["va"])
+        if r.va is not None:
+            want.setdefault(r.pc, []).append(r.va)
     assert table.vas_by_pc() == want
     assert sum(map(len, want.values())) == 30 - sum(shape_of(i) for i in range(30))

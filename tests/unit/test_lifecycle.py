@@ -4,6 +4,7 @@ exit, a detach and `off`, and what each tells on the event bus. The adapters onl
 their debugger's events into these calls (tests/gdb, tests/lldb check that they do)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from stepfakes import FakeControl
@@ -15,6 +16,7 @@ from ualdbg.engines.lifecycle import Events, Kind, arm_function
 from ualdbg.engines.session import Session
 from ualdbg.engines.step import ScopeRequest
 from ualdbg.isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP
+from ualdbg.render.report import break_text
 
 AC, TF = 0x40000, 0x100
 # 0x1000: mov rax, qword ptr [rdi] (an 8-byte read); 0x1003: call 0x2000
@@ -136,7 +138,7 @@ def test_a_traced_fault_is_recorded_told_and_resumed() -> None:
     s, told = _session()
     t = FakeTarget()
     s.lifecycle.arm_point(t, FakeControl())
-    assert s.stops.fault(t, FAULT) is Decision.RESUME and s.stops.report_text(7, color=False) is None
+    assert s.stops.fault(t, FAULT) is Decision.RESUME and s.stops.take_report(7) is None
     assert s.buffer.total == 1 and told[-1] == (Kind.FAULT_RECORDED, Decision.RESUME)
     assert not t.regs["eflags"] & AC and t.regs["eflags"] & TF  # the instruction runs once unarmed
 
@@ -146,8 +148,8 @@ def test_a_break_fault_stops_with_its_report() -> None:
     t = FakeTarget()
     s.lifecycle.arm_point(t, FakeControl())
     assert s.stops.fault(t, FAULT) is Decision.STOP
-    report = s.stops.report_text(7, color=False)  # held for the stop the user sees, once
-    assert report and "PC = 0x1000" in report and s.stops.report_text(7, color=False) is None
+    report = break_text(s.stops.take_report(7), color=False)  # held for the stop the user sees, once
+    assert report and "PC = 0x1000" in report and s.stops.take_report(7) is None
     assert told[-1] == (Kind.FAULT_RECORDED, Decision.STOP)
 
 
@@ -156,7 +158,7 @@ def test_a_signal_that_is_not_ours_is_neither_recorded_nor_told() -> None:
     t = FakeTarget()
     s.lifecycle.arm_point(t, FakeControl())
     assert s.stops.fault(t, SigInfo(SIGBUS, 2, 0x1234)) is Decision.NOT_OURS  # BUS_ADRERR: the program's
-    assert s.stops.report_text(None, color=False) is None
+    assert s.stops.take_report(None) is None
     assert s.buffer.total == 0 and Kind.FAULT_RECORDED not in _kinds(told)
 
 
@@ -333,13 +335,14 @@ def test_a_report_is_held_per_thread_and_the_latest_is_what_gdb_shows() -> None:
     t = FakeTarget()
     s.lifecycle.arm_point(t, FakeControl())
     assert s.stops.fault(t, FAULT) is Decision.STOP
-    s.stops.reports[9] = ["an older report of thread 9"]  # as if held before, never shown
+    older = s.stops.reports[7]
+    s.stops.reports[9] = replace(older, fault=replace(older.fault, pc=0x2000))  # as if held before, never shown
     s.stops.reports[7] = s.stops.reports.pop(7)  # thread 7's is the latest
-    text = s.stops.report_text(None, color=False)
+    text = break_text(s.stops.take_report(None), color=False)
     assert text and "PC = 0x1000" in text and not s.stops.reports  # one stop at a time: the rest go
-    s.stops.reports[7] = ["kept"]
+    s.stops.reports[7] = older
     s.lifecycle.exited(1.0)
-    assert s.stops.report_text(7, color=False) is None  # no stop shows a gone process's report
+    assert s.stops.take_report(7) is None  # no stop shows a gone process's report
 
 
 def test_faults_owed_after_off_are_let_go_once_each() -> None:

@@ -1,14 +1,15 @@
 """core/result.py: what every engine hands render/ (a TraceResult), the merge of one instruction's
 sites over process images (the agent's, issue 19 item 4: objects, not JSON dicts), and the JSON
-document render/jsondoc.py builds from it."""
+document core/document.py builds from it."""
 from __future__ import annotations
 
 from dataclasses import replace
 
+from ualdbg.core.document import build_document, shape_problem
 from ualdbg.core.model import AccessKind, Fault, SourceLoc
-from ualdbg.core.result import ProgramInfo, Site, StepSummary, TraceResult, sites_of
+from ualdbg.core.result import ProgramInfo, Site, TraceResult, sites_of
+from ualdbg.core.sections import StepSummary
 from ualdbg.core.trace import TraceBuffer
-from ualdbg.render.jsondoc import build_document, shape_problem
 
 
 def site(count: int, access: AccessKind | None = AccessKind.READ, sizes: set[int] | None = None, **kw: object) -> Site:
@@ -48,10 +49,13 @@ def test_absorb_leaves_the_site_it_was_copied_from() -> None:
     assert first.sizes == {4} and merged.sizes == {4, 8}
 
 
-def trace(buf: TraceBuffer, **kw: object) -> TraceResult:
-    return TraceResult(engine="trap", debugger="gdb", arch="x86_64", version="0", program=ProgramInfo("/bin/prog", ["1"], 42, 0),
-                       scope="the program", buffer=buf, sites=sites_of(buf, lambda pc: SourceLoc(pc=pc)), recording=True,
-                       **kw)  # type: ignore[arg-type]
+def trace(buf: TraceBuffer, step: StepSummary | None = None, **kw: object) -> TraceResult:
+    result = TraceResult.of_buffer(buf, engine="trap", debugger="gdb", arch="x86_64", version="0",
+                                   program=ProgramInfo("/bin/prog", ["1"], 42, 0), scope="the program",
+                                   sites=sites_of(buf, lambda pc: SourceLoc(pc=pc)), recording=True,
+                                   **kw)  # type: ignore[arg-type]
+    result.step = step
+    return result
 
 
 def test_document_of_a_trace_result() -> None:

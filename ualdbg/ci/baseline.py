@@ -7,6 +7,8 @@ import json
 import os
 from typing import Any
 
+from ..core.result import Site, TraceResult
+
 FORMAT = "ualdbg-baseline"
 VERSION = 1
 
@@ -15,16 +17,15 @@ class BaselineError(Exception):
     """A baseline file that cannot be read: one line."""
 
 
-def _insn_bytes(site: dict[str, Any], module_paths: dict[str, str], arch: str) -> str | None:
+def _insn_bytes(site: Site, module_paths: dict[str, str], arch: str) -> str | None:
     """The bytes of the instruction at the site, read from its module's file (None if unknown)."""
-    path = module_paths.get(site.get("module") or "")
-    offset = site.get("offset")
-    if not path or not offset:
+    path = module_paths.get(site.loc.module_name or "")
+    vaddr = site.loc.offset
+    if not path or vaddr is None:
         return None
     try:
         from elftools.elf.elffile import ELFFile
 
-        vaddr = int(offset, 16)
         with open(path, "rb") as f:
             elf = ELFFile(f)
             for seg in elf.iter_segments():
@@ -48,27 +49,31 @@ def _insn_bytes(site: dict[str, Any], module_paths: dict[str, str], arch: str) -
     return code[:length].hex()
 
 
-def module_paths(doc: dict[str, Any]) -> dict[str, str]:
-    """Module name -> file, as far as the document tells (the program itself, and processes')."""
+def module_paths(result: TraceResult) -> dict[str, str]:
+    """Module name -> file, as far as the trace tells (the program itself, and processes')."""
     out: dict[str, str] = {}
-    for entry in [doc.get("program") or {}, *(doc.get("processes") or [])]:
-        path = entry.get("path") if isinstance(entry, dict) else None
-        if isinstance(path, str) and path:
+    for path in [result.program.path, *(p.path for p in result.processes or [])]:
+        if path:
             out.setdefault(os.path.basename(path), path)
     return out
 
 
-def site_key(site: dict[str, Any], paths: dict[str, str] | None = None, arch: str = "x86_64") -> str:
-    module = site.get("module") or "?"
-    function = site.get("function") or ""
-    if site.get("file") and site.get("line"):
-        return f"{module}|{function}|{os.path.basename(site['file'])}:{site['line']}"
+def _hex(v: int | None) -> str | None:
+    return None if v is None else f"{v:#x}"
+
+
+def site_key(site: Site, paths: dict[str, str] | None = None, arch: str = "x86_64") -> str:
+    loc = site.loc
+    module = loc.module_name or "?"
+    function = loc.function or ""
+    if loc.file and loc.line:
+        return f"{module}|{function}|{os.path.basename(loc.file)}:{loc.line}"
     code = _insn_bytes(site, paths or {}, arch)
     if code:
         return f"{module}|{function}|insn:{code}"
     if function:
-        return f"{module}|{function}+{site.get('function_offset')}"
-    return f"{module}+{site.get('offset')}"
+        return f"{module}|{function}+{_hex(loc.function_offset)}"
+    return f"{module}+{_hex(loc.offset)}"
 
 
 def fingerprint(key: str) -> str:
@@ -80,19 +85,28 @@ def fingerprint(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def keys_of(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    paths, arch = module_paths(doc), str(doc.get("arch") or "x86_64")
-    out: dict[str, dict[str, Any]] = {}
-    for site in doc.get("sites") or []:
+def keys_of(result: TraceResult) -> dict[str, Site]:
+    paths, arch = module_paths(result), str(result.arch or "x86_64")
+    out: dict[str, Site] = {}
+    for site in result.sites:
         out.setdefault(site_key(site, paths, arch), site)
     return out
 
 
-def build(doc: dict[str, Any]) -> dict[str, Any]:
-    from .gate import baseline_where
+def where(site: Site) -> str:
+    """A site for a person, as a baseline and the gate's verdict name it: file:line, else
+    function+offset, else module+offset."""
+    loc = site.loc
+    if loc.file and loc.line:
+        return f"{loc.file}:{loc.line}"
+    if loc.function:
+        return f"{loc.function}+{_hex(loc.function_offset)}"
+    return f"{loc.module_name}+{_hex(loc.offset)}"
 
-    sites = [{"key": k, "where": baseline_where(s), "count": s.get("count", 0)} for k, s in sorted(keys_of(doc).items())]
-    return {"format": FORMAT, "version": VERSION, "program": (doc.get("program") or {}).get("path"), "sites": sites}
+
+def build(result: TraceResult) -> dict[str, Any]:
+    sites = [{"key": k, "where": where(s), "count": s.count} for k, s in sorted(keys_of(result).items())]
+    return {"format": FORMAT, "version": VERSION, "program": result.program.path, "sites": sites}
 
 
 def load(path: str) -> set[str]:
@@ -113,5 +127,5 @@ def load(path: str) -> set[str]:
     return {s["key"] for s in sites}
 
 
-def new_sites(doc: dict[str, Any], known: set[str]) -> list[dict[str, Any]]:
-    return [s for k, s in keys_of(doc).items() if k not in known]
+def new_sites(result: TraceResult, known: set[str]) -> list[Site]:
+    return [s for k, s in keys_of(result).items() if k not in known]

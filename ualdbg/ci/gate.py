@@ -5,7 +5,9 @@ run was incomplete: ualdbg knows it did not see part of it (the document's `blin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from ..core.result import Site, TraceResult
+from .baseline import where
 
 EXIT_CLEAN = 0
 EXIT_FOUND = 1  # the default of --error-exitcode
@@ -53,35 +55,34 @@ def _plural(n: int) -> str:
     return f"{n:,} unaligned access{'es' if n != 1 else ''}"
 
 
-def blind_summary(doc: dict[str, Any]) -> str | None:
+def blind_summary(result: TraceResult) -> str | None:
     """What a run did not see, in a few words for the verdict line (None: nothing it knows of)."""
-    spots = [b for b in doc.get("blind_spots") or [] if isinstance(b, dict)]
-    if not spots:
+    if not result.blind_spots:
         return None
     kinds: dict[str, int] = {}
-    for b in spots:
-        kinds[str(b.get("kind"))] = kinds.get(str(b.get("kind")), 0) + int(b.get("count") or 0)
+    for b in result.blind_spots:
+        kinds[b.kind] = kinds.get(b.kind, 0) + b.count
     return ", ".join(f"{k} x{n:,}" for k, n in sorted(kinds.items()))
 
 
-def decide(doc: dict[str, Any], *, max_faults: int, error_exitcode: int = EXIT_FOUND,
-           new_sites: list[dict[str, Any]] | None = None, partial: bool = False,
+def decide(result: TraceResult, *, max_faults: int, error_exitcode: int = EXIT_FOUND,
+           new_sites: list[Site] | None = None, partial: bool = False,
            allow_incomplete: bool = False) -> Verdict:
     """The gate's verdict on one run. `new_sites`: with a baseline, the sites it does not know.
     A run that found too much fails as such whatever it missed; a clean one that missed part of
     the run is incomplete (EXIT_INCOMPLETE) unless `allow_incomplete`."""
-    n = int(doc.get("faults_total") or 0)
-    blind = blind_summary(doc)
+    n = result.faults_total
+    blind = blind_summary(result)
     unseen = f"; INCOMPLETE: {blind}" if blind else ""
-    prog = doc.get("program") or {}
-    failed = program_status(prog.get("exit_status"), prog.get("exit_signal"))
-    how = f"killed by signal {prog['exit_signal']}" if prog.get("exit_signal") else f"exit status {prog.get('exit_status')}"
+    prog = result.program
+    failed = program_status(prog.exit_status, prog.exit_signal)
+    how = f"killed by signal {prog.exit_signal}" if prog.exit_signal else f"exit status {prog.exit_status}"
     cut = " (interrupted: the trace is partial)" if partial else ""
     if failed:
         return Verdict(failed, f"ualdbg check: FAIL: the program failed ({how}); {_plural(n)} in scope{cut}{unseen}")
     if new_sites is not None:
         if new_sites:
-            lines = ", ".join(baseline_where(s) for s in new_sites[:5]) + (" ..." if len(new_sites) > 5 else "")
+            lines = ", ".join(where(s) for s in new_sites[:5]) + (" ..." if len(new_sites) > 5 else "")
             return Verdict(error_exitcode, f"ualdbg check: FAIL: {len(new_sites)} site{'s' if len(new_sites) != 1 else ''} "
                                            f"not in the baseline ({lines}); {_plural(n)} in scope{cut}{unseen}")
         clean = f"{_plural(n)} in scope, all at sites in the baseline{cut}"
@@ -93,11 +94,3 @@ def decide(doc: dict[str, Any], *, max_faults: int, error_exitcode: int = EXIT_F
         return Verdict(EXIT_INCOMPLETE, f"ualdbg check: INCOMPLETE: {clean}, but part of the run was not seen ({blind}; "
                                         "the report and the JSON's blind_spots say where; --allow-incomplete accepts it)")
     return Verdict(EXIT_CLEAN, f"ualdbg check: ok: {clean}" + (f" (incomplete, accepted: {blind})" if blind else ""))
-
-
-def baseline_where(site: dict[str, Any]) -> str:
-    if site.get("file") and site.get("line"):
-        return f"{site['file']}:{site['line']}"
-    if site.get("function"):
-        return f"{site['function']}+{site.get('function_offset')}"
-    return f"{site.get('module')}+{site.get('offset')}"

@@ -18,7 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..agent import rundir
+from ..core.document import read_document
 from ..core.progress import poll
+from ..core.sections import AttachState
 from ..engines.runner import RunRequest, RunResult, ToolError, find_gdb, finished_status, gdb_batch
 from .watch import Sample
 
@@ -354,26 +356,25 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
         images = load_images(directory)
         root = [im for im in images if im.header.pid == pid]
         exit_status = root[-1].header.exit_status if exited and root else None
-        doc = document(run, images, pid, started, ended, exit_status, None, {}, lib)
+        result = document(run, images, pid, started, ended, exit_status, None, {}, lib)
     finally:
         run_dir.close()
-    doc["program"]["pid"] = pid
-    doc["agent"]["injected"] = True
-    doc["attached"] = {
-        "pid": pid, "detached": not exited, "ended_by": ender.by if not exited else "exit", "engine": "agent",
-        "threads_armed": injected.threads_armed, "agent_left": "loaded, inert" if not exited else None,
-        "stopped_s": {"attach": round(injected.stopped_s, 6), "detach": round(removed_s, 6)},
-    }
+    assert result.agent is not None  # the agent's trace has its summary
+    result.agent.injected = True
+    result.attached = AttachState(
+        pid=pid, detached=not exited, ended_by=ender.by if not exited else "exit", engine="agent",
+        threads_armed=injected.threads_armed, agent_left="loaded, inert" if not exited else None,
+        stopped_s={"attach": round(injected.stopped_s, 6), "detach": round(removed_s, 6)})
     if execed:
-        doc.setdefault("notes", []).append(f"process {pid} exec'd {_comm(pid)} during the trace: the new program "
-                                           "was not traced (an exec clears AC and drops the agent)")
+        result.note(f"process {pid} exec'd {_comm(pid)} during the trace: the new program "
+                    "was not traced (an exec clears AC and drops the agent)")
     if not injected.threads_armed:
-        doc.setdefault("notes", []).append(f"no thread of process {pid} could be armed at the attach (each blocked "
-                                           "SIGBUS); only threads it started or unblocked later were traced")
+        result.note(f"no thread of process {pid} could be armed at the attach (each blocked "
+                    "SIGBUS); only threads it started or unblocked later were traced")
     if exited:
         how = f"exit status {exit_status}" if exit_status is not None else "its exit status is unknown: killed by a signal?"
-        doc.setdefault("notes", []).append(f"process {pid} exited during the trace ({how})")
-    return RunResult(doc, exit_status, None, "")
+        result.note(f"process {pid} exited during the trace ({how})")
+    return RunResult(result, exit_status, None, "")
 
 
 def run_gdb(req: RunRequest, on_progress: Callable[[int, int, float], None] | None = None,
@@ -453,15 +454,15 @@ def run_gdb(req: RunRequest, on_progress: Callable[[int, int, float], None] | No
             gdb_said = "; ".join(str(status["error"]).splitlines())
             raise ToolError(attach_problem(pid) or (traced_line(pid, ualdbg=agent.ualdbg, injected=agent.injected) if agent
                             else f"cannot attach to process {pid}: {gdb_said}"))
-        doc = json.load(open(cfg["json"]))
-    doc["program"]["pid"] = pid
-    doc["attached"] = {"pid": pid, "detached": bool(status.get("detached")), "ended_by": ender.by if status.get("detached") else "exit",
-                       "engine": "trap"}
+        result = read_document(cfg["json"])
+    result.program.pid = pid
+    result.attached = AttachState(pid=pid, detached=bool(status.get("detached")),
+                                  ended_by=ender.by if status.get("detached") else "exit", engine="trap")
     if not status.get("detached"):
         how = (f"killed by signal {status['exit_signal']}" if status.get("exit_signal")
                else f"exit status {status.get('exit_status')}")
-        doc.setdefault("notes", []).append(f"process {pid} exited during the trace ({how})")
-    return RunResult(doc, status.get("exit_status"), status.get("exit_signal"), log_text)
+        result.note(f"process {pid} exited during the trace ({how})")
+    return RunResult(result, status.get("exit_status"), status.get("exit_signal"), log_text)
 
 
 def _tgkill(tgid: int, tid: int, signo: int) -> None:

@@ -5,16 +5,20 @@ user planted, and never lost: a write that still fails goes to a fallback file n
 from __future__ import annotations
 
 import io
+import json
 import os
 import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..core.files import UnsafePath, resolve, special, temp_in, write_atomic
-from ..render.jsondoc import write_text
+
+if TYPE_CHECKING:
+    from ..core.result import TraceResult
+    from ..render.formats import Context, Format
 
 
 class OutputError(Exception):
@@ -153,9 +157,14 @@ def write_output(path: str, what: str, write: Callable[[IO[str]], object], suffi
     return None
 
 
-def write_json(doc: dict[str, Any], path: str, what: str) -> str | None:
-    """The document as render/jsondoc.write_text streams it, through write_output."""
-    return write_output(path, what, lambda f: write_text(doc, f))
+def write_trace(result: TraceResult, path: str, fmt: Format, what: str, context: Context | None = None) -> str | None:
+    """The trace in one of render/formats.py's formats, through write_output."""
+    return write_output(path, what, lambda f: fmt.write(result, f, context), suffix=fmt.suffix)
+
+
+def write_json(obj: dict[str, Any], path: str, what: str) -> str | None:
+    """An object of ualdbg's own as indented JSON (a baseline), through write_output."""
+    return write_output(path, what, lambda f: f.write(json.dumps(obj, indent=2) + "\n"))
 
 
 class Report:

@@ -19,12 +19,13 @@ from ..ci.merge import merge
 from ..commands.argtypes import nonnegative, positive
 from ..commands.options import SHELL_ENGINES, add_buffer_arg, add_engine_arg, add_scope_args, add_step_args
 from ..commands.registry import examples_text
+from ..core.document import read_document
+from ..core.result import TraceResult
 from ..engines.runner import ProgramUntraced, RunRequest, ToolError, pass_exit_status, run_traced
 from ..render.console import make_console
-from ..render.jsondoc import GROUPS, load_document
-from ..render.sarif import build_sarif
-from ..render.tables import blind_lines, header, records_table, summary_table
-from .outputs import Named, OutputError, Report, check_distinct, check_writable, say, write_json
+from ..render.formats import FORMATS, Context
+from ..render.tables import GROUPS, blind_lines, header, records_table, summary_table
+from .outputs import Named, OutputError, Report, check_distinct, check_writable, say, write_json, write_trace
 
 REPORT_LIMIT = 1000  # records `report` shows unless told: a table of 1,000 takes under a second
 
@@ -319,7 +320,7 @@ def _sink(args: argparse.Namespace) -> Report:
     return rep
 
 
-def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[dict[str, Any], Any]:
+def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[TraceResult, Any]:
     engine = args.engine or ("trap" if args.debugger else "auto")
     stepping = bool(args.in_ or args.range or args.everywhere or args.policy)
     if stepping and engine != "step":
@@ -360,31 +361,25 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
     return _print_trace(args, result, known), result
 
 
-def _print_trace(args: argparse.Namespace, result: Any, known: Any, last: str | None = None) -> dict[str, Any]:
-    """The trace document written (--json) and summarised, launched or attached alike; `last`
-    is printed after the notes."""
-    doc = result.doc
+def _print_trace(args: argparse.Namespace, run: Any, known: Any, last: str | None = None) -> TraceResult:
+    """The trace written (--json) and summarised, launched or attached alike; `last` is printed
+    after the notes."""
+    from ..render.textreport import report_items
+
+    result: TraceResult = run.result
     if args.json:
-        write_json(doc, args.json, "the JSON output")
+        write_trace(result, args.json, FORMATS["json"], "the JSON output")
     out = _sink(args)
-    out.print(header(doc))
-    if doc["sites"]:
-        out.print(summary_table(doc, getattr(args, "by", "pc")))
-    programs = _per_program(doc)
-    if programs:
-        out.print(programs)
-    for note in doc.get("notes") or []:
-        out.print(f"note: {note}")
-    for line in blind_lines(doc):
-        out.print(line)
+    for item in report_items(result, getattr(args, "by", "pc")):
+        out.print(item)
     if last:
         out.print(last)
     if known is not None:
-        args.new_sites = baseline.new_sites(doc, known)
-    return doc
+        args.new_sites = baseline.new_sites(result, known)
+    return result
 
 
-def _trace_pid(args: argparse.Namespace, known: Any) -> tuple[dict[str, Any], Any]:
+def _trace_pid(args: argparse.Namespace, known: Any) -> tuple[TraceResult, Any]:
     """`--pid`: attach to the running process (ualdbg.cli.attach) and print the usual summary."""
     from .attach import run_attached
 
@@ -406,9 +401,9 @@ def _trace_pid(args: argparse.Namespace, known: Any) -> tuple[dict[str, Any], An
                                                        + (f"detaching in {args.duration:g} s" if args.duration else
                                                           "Ctrl-C detaches"), file=err, flush=True),
                           say=lambda line: print(line, file=err, flush=True))
-    attached = result.doc["attached"]
-    last = (f"ualdbg: detached from process {args.pid} ({attached['ended_by']}); no thread has AC set"
-            if attached["detached"] else None)
+    attached = result.result.attached
+    last = (f"ualdbg: detached from process {args.pid} ({attached.ended_by}); no thread has AC set"
+            if attached is not None and attached.detached else None)
     return _print_trace(args, result, known, last), result
 
 
@@ -482,56 +477,35 @@ def _watch(args: argparse.Namespace) -> int:
         finally:
             display.close()
             sampler.close()
-        result = RunResult(res.doc, res.exit_status, res.exit_signal, "")
-    doc = result.doc
+        result = RunResult(res.result, res.exit_status, res.exit_signal, "")
+    from ..render.textreport import report_items
+
+    trace = result.result
     if args.json:
-        write_json(doc, args.json, "the JSON output")
+        write_trace(trace, args.json, FORMATS["json"], "the JSON output")
     out = _sink(args)
-    out.print(header(doc))
-    if doc["sites"]:
-        out.print(summary_table(doc, "pc"))
-    for note in doc.get("notes") or []:
-        out.print(f"note: {note}")
-    for line in blind_lines(doc):
-        out.print(line)
-    if args.pid is not None and doc["attached"]["detached"]:
-        out.print(f"ualdbg: detached from process {args.pid} ({doc['attached']['ended_by']}); no thread has AC set")
+    for item in report_items(trace, "pc", programs=False):
+        out.print(item)
+    if args.pid is not None and trace.attached is not None and trace.attached.detached:
+        out.print(f"ualdbg: detached from process {args.pid} ({trace.attached.ended_by}); no thread has AC set")
     out.close()
     if args.pid is not None:
         return EXIT_CLEAN  # the process is not ualdbg's child: its status is in the JSON
     return pass_exit_status(result.exit_status, result.exit_signal)  # as `trace -- PROG` does
 
 
-def _per_program(doc: dict[str, Any]) -> str | None:
-    """Several programs (a script, a test suite): the faults of each, by program."""
-    procs = [p for p in doc.get("processes") or [] if p.get("path")]
-    if len({p["path"] for p in procs}) < 2:
-        return None
-    by: dict[str, list[int]] = {}
-    for p in procs:
-        counts = by.setdefault(p["path"], [0, 0, 0])
-        counts[0] += 1
-        counts[1] += p.get("faults_total") or 0
-        counts[2] += p.get("faults_ignored") or 0
-    lines = ["per program (processes: unaligned accesses in scope, ignored):"]
-    for path, (n, total, ignored) in sorted(by.items(), key=lambda kv: (-kv[1][1], kv[0])):
-        lines.append(f"  {total:>9,}  {path}  ({n} process{'es' if n != 1 else ''}, {ignored:,} ignored)")
-    return "\n".join(lines)
-
-
 def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    doc, _result = _trace(args, parser)
-    partial = bool(doc.get("partial"))
-    verdict = decide(doc, max_faults=args.max_faults, error_exitcode=args.error_exitcode,
-                     new_sites=getattr(args, "new_sites", None), partial=partial,
+    result, _run = _trace(args, parser)
+    verdict = decide(result, max_faults=args.max_faults, error_exitcode=args.error_exitcode,
+                     new_sites=getattr(args, "new_sites", None), partial=result.partial,
                      allow_incomplete=args.allow_incomplete)
-    if args.update_baseline and verdict.status == args.error_exitcode and not doc["program"].get("exit_signal") \
-            and not doc["program"].get("exit_status"):
-        verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(baseline.keys_of(doc))} sites written to {args.baseline}")
+    if args.update_baseline and verdict.status == args.error_exitcode and not result.program.exit_signal \
+            and not result.program.exit_status:
+        verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(baseline.keys_of(result))} sites written to {args.baseline}")
     if args.sarif:  # after the verdict: its invocation carries the exit status (issue 29)
-        write_json(build_sarif(doc, exit_code=verdict.status), args.sarif, "the SARIF output")
+        write_trace(result, args.sarif, FORMATS["sarif"], "the SARIF output", Context(exit_code=verdict.status))
     if args.update_baseline:
-        write_json(baseline.build(doc), args.baseline, "the baseline")
+        write_json(baseline.build(result), args.baseline, "the baseline")
     report = _sink(args)
     report.print(verdict.line)
     if not report.close():
@@ -545,23 +519,23 @@ def _report(args: argparse.Namespace) -> int:
     if len(args.file) > 1 and not args.merge:
         raise ToolError("ualdbg report: several files need --merge")
     _check_outputs([n for n in (Named("--json", args.json or ""), Named("--sarif", args.sarif or "")) if n.path], [])
-    docs = [(path, load_document(path)) for path in args.file]
-    doc = merge(docs) if args.merge else docs[0][1]
+    traces = [(path, read_document(path)) for path in args.file]
+    result = merge(traces) if args.merge else traces[0][1]
     if args.json:
-        write_json(doc, args.json, "the JSON output")
+        write_trace(result, args.json, FORMATS["json"], "the JSON output")
     if args.sarif:
-        write_json(build_sarif(doc), args.sarif, "the SARIF output")
+        write_trace(result, args.sarif, FORMATS["sarif"], "the SARIF output")
     if args.json == "-":
         return EXIT_CLEAN
     out = make_console(sys.stdout)
-    out.print(header(doc))
-    for line in blind_lines(doc):
+    out.print(header(result))
+    for line in blind_lines(result):
         out.print(line)
     if args.summary or args.by != "pc" or args.merge:
-        out.print(summary_table(doc, args.by))
+        out.print(summary_table(result, args.by))
     else:
-        out.print(records_table(doc, args.limit or None))
-        kept = len(doc["records"])
+        out.print(records_table(result, args.limit or None))
+        kept = len(result.records)
         if args.limit and kept > args.limit:  # a full ring is 100,000 rows: minutes of table (issue 29)
             out.print(f"records: the newest {args.limit:,} of {kept:,} kept shown (--limit N; --limit 0 shows all; "
                       f"--summary counts every fault)")

@@ -3,13 +3,14 @@ file, matched against the session's trace (or a saved one) to show which finding
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..render.jsondoc import build_document, dump, load_document
+from ..render.jsondoc import dump
 from .registry import Host, LaunchSource, Output, Parser, Runner, UsageError, command
 
 if TYPE_CHECKING:  # the audit (pyelftools, rich) is imported when one runs: the shell builds every
-    from ..tools.audit import AuditResult  # command's parser at each start (issue 34)
+    from ..core.result import TraceResult  # command's parser at each start (issue 34)
+    from ..tools.audit import AuditResult
 
 EPILOG = """From DWARF alone, without running the program:
   - struct and union members at offsets that are not a multiple of their type's alignment
@@ -39,15 +40,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", metavar="FILE", default=None, help="a trace JSON: count which findings the run hit")
 
 
-def run_audit(path: str, trace_file: str | None, trace_doc: dict[str, Any] | None = None) -> AuditResult:
-    """The audit of `path`, matched against a trace file or document. Raises AuditError or ValueError."""
+def run_audit(path: str, trace_file: str | None, trace: TraceResult | None = None) -> AuditResult:
+    """The audit of `path`, matched against a trace file or trace. Raises AuditError or ValueError."""
+    from ..core.document import read_document
     from ..tools.audit import audit, match_trace
 
     result = audit(path)
     if trace_file is not None:
-        trace_doc = load_document(trace_file)
-    if trace_doc is not None:
-        match_trace(result, trace_doc)
+        trace = read_document(trace_file)
+    if trace is not None:
+        match_trace(result, trace)
     return result
 
 
@@ -65,7 +67,7 @@ def _audit(p: Parser) -> Runner:
             raise UsageError("ualdbg audit: no program loaded; name the ELF file: ualdbg audit PATH")
         live = None
         if args.trace is None and host.session.buffer.total:
-            live = build_document(host.session.result())
+            live = host.session.result()
         try:
             result = run_audit(path, args.trace, live)
         except (AuditError, ValueError) as exc:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..render.jsondoc import GROUPS, build_document, dump
-from ..render.tables import header, records_table, summary_table
+from ..render.formats import FORMATS, save
+from ..render.tables import GROUPS, header, records_table, summary_table
 from .argtypes import positive
 from .arming import apply_scope, arm, arm_step, check_engine_args
 from .options import DEBUGGER_ENGINES, add_buffer_arg, add_engine_arg, add_scope_args, add_step_args
@@ -77,14 +77,14 @@ def _show(p: Parser) -> Runner:
     p.add_argument("--json", metavar="FILE", default=None, help="also write the JSON document to FILE")
 
     def run(host: Host, args: argparse.Namespace) -> Output:
-        doc = build_document(host.session.result())
+        result = host.session.result()
         if args.json:
-            dump(doc, args.json)
-        out: Output = [header(doc)]
+            save(result, args.json, FORMATS["json"])
+        out: Output = [header(result)]
         if args.summary or args.by != "pc":
-            out.append(summary_table(doc, args.by))
+            out.append(summary_table(result, args.by))
         else:
-            out.append(records_table(doc, args.limit, args.thread))
+            out.append(records_table(result, args.limit, args.thread))
         return out
 
     return run
@@ -97,7 +97,7 @@ def _save(p: Parser) -> Runner:
 
     def run(host: Host, args: argparse.Namespace) -> Output:
         try:
-            dump(build_document(host.session.result()), args.file)
+            save(host.session.result(), args.file, FORMATS["json"])
         except OSError as exc:
             raise UsageError(f"cannot write {args.file}: {exc.strerror}") from None
         return [f"ualdbg: {host.session.buffer.total} faults saved to {args.file}"]

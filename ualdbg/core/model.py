@@ -1,8 +1,8 @@
 """Frozen records that travel through ualdbg: a fault, the accesses decoded from it, where it is
-in the program, and the sites a trace aggregates them into. No behaviour beyond formatting."""
+in the program. No behaviour beyond formatting."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -92,14 +92,3 @@ class Fault:
     # Whether a decoded operand breaks the policy: False when none does (the CPU trapped on an
     # access the decoder does not model exactly), None when the instruction could not be decoded.
     explained: bool | None = True
-
-
-@dataclass(frozen=True)
-class Site:
-    """All faults at one PC, as the summary shows them."""
-
-    pc: int
-    count: int
-    sizes: tuple[int, ...]
-    access: AccessKind | None
-    loc: SourceLoc = field(default_factory=lambda: SourceLoc(pc=0))

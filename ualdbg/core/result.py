@@ -1,51 +1,19 @@
-"""What a finished trace is, whatever engine made it: the program, the counts, each site with its
-source location and what its data is, the records. render/jsondoc.py writes it as the JSON
-document; engines make it: a debugger session from its recorder (engines/session.py), the agent
-and the native stepper from what their native code saw (engines/agent.py, stepnative.py), several
-processes merged as these objects (engines/agent.py), never as JSON."""
+"""What a finished trace is, whatever engine made it or document it was read from: the program,
+the counts, each site with its source location and data, the records, what the engine knows it
+did not see, and the sections some engines add (core/sections.py). Engines make it (a debugger
+session from its recorder, the agent and the native stepper from what their native code saw,
+several processes merged as these objects, never as JSON); render/, the advice, the gate,
+baselines and merges read it. The JSON document is its picture: core/document.py builds it and
+loads it back, and no other module reads or writes that JSON."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
-from .model import AccessKind, SourceLoc
+from .dataref import DataRef
+from .model import AccessKind, Fault, SourceLoc
+from .sections import AgentSummary, AttachState, NativeStep, Process, StepSummary
 from .trace import TraceBuffer
-
-
-class ViaDescription(Protocol):
-    """The pointer a faulting address was reached through (symbols/data.py: Via)."""
-
-    @property
-    def pointer(self) -> str: ...
-    @property
-    def type(self) -> str: ...
-    @property
-    def path(self) -> str: ...
-    @property
-    def function(self) -> str: ...
-    @property
-    def struct(self) -> str | None: ...
-    @property
-    def member_offset(self) -> int | None: ...
-    @property
-    def member_align(self) -> int | None: ...
-    @property
-    def packed(self) -> bool: ...
-    @property
-    def target_align(self) -> int | None: ...
-    @property
-    def pointer_misaligned(self) -> bool: ...
-
-
-class DataDescription(Protocol):
-    """What the data at a faulting address is (symbols/data.py: DataRef), as render/ reads it."""
-
-    @property
-    def text(self) -> str: ...
-    @property
-    def via(self) -> ViaDescription | None: ...
-    def to_json(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -66,12 +34,16 @@ class Site:
     count: int
     sizes: set[int]
     access: AccessKind | None
-    data: DataDescription | None = None
+    data: DataRef | None = None
     # The agent's hot-site patching (issue 21): a patched site's count is exact, `trapped` of its
     # faults trapped (and have records); an unpatchable site says why it traps at every fault.
     patched: bool = False
     trapped: int | None = None
     unpatchable: str | None = None
+
+    @property
+    def pc(self) -> int:
+        return self.loc.pc
 
     def absorb(self, other: Site) -> None:
         """Add the faults of the same instruction in another process image."""
@@ -88,21 +60,44 @@ class Site:
 
 
 def sites_of(buffer: TraceBuffer, resolve: Callable[[int], SourceLoc],
-             data_at: Mapping[int, DataDescription] | None = None) -> list[Site]:
+             data_at: Mapping[int, DataRef] | None = None) -> list[Site]:
     """The buffer's per-PC counters as sites, hottest first, each named by `resolve`."""
     return [Site(resolve(c.pc), c.count, set(c.sizes), c.access, data_at.get(c.pc) if data_at is not None else None)
             for c in buffer.sites()]
 
 
-@dataclass
-class StepSummary:
-    """A debugger's step engine (engines/step.py): its scope, its policy, what it stepped."""
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One fault the ring kept: when, where (thread, CPU), its PC and the access it made (VA,
+    size, read/write) when the instruction was decoded. `run`: which document of a merge."""
 
-    scope: str
-    policy: str
-    steps: int
-    entries: int
-    calls_run: int
+    seq: int
+    time: float  # seconds since the trace started, to the microsecond
+    cpu: int | None
+    pid: int | None
+    tid: int | None
+    pc: int
+    va: int | None
+    size: int | None
+    access: AccessKind | None
+    run: int | None = None
+
+    @classmethod
+    def of_fault(cls, f: Fault) -> Record:
+        return cls(f.seq, round(f.time, 6), f.cpu, f.pid, f.tid, f.pc, f.va, f.size, f.access)
+
+
+@dataclass(frozen=True)
+class FaultReport:
+    """What a break stop reports of one fault (render/report.py writes it): the fault, where it
+    is, its source line (when the `source` setting is on), what its data is, and whether the step
+    engine checked the access before it executed."""
+
+    fault: Fault
+    loc: SourceLoc
+    source_text: str | None = None
+    data: DataRef | None = None
+    checked_before: bool = False
 
 
 # The kinds of blind spot, `blind_spots[].kind` in the JSON (docs/CI.md, "Incomplete runs").
@@ -119,7 +114,8 @@ BLIND_KINDS = {
 @dataclass(frozen=True)
 class BlindSpot:
     """Part of a run that no engine watched: a fault there is neither trapped nor counted. `count`
-    counts what the kind is about (times a thread went blind, processes, faults)."""
+    counts what the kind is about (times a thread went blind, processes, faults). `run`: which
+    document of a merge."""
 
     kind: str
     text: str  # one line for a person
@@ -128,35 +124,75 @@ class BlindSpot:
     seconds: float | None = None
     pid: int | None = None
     path: str | None = None
+    run: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "count": self.count, "text": self.text}
-        for key in ("threads", "seconds", "pid", "path"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = round(value, 6) if isinstance(value, float) else value
-        return out
+
+@dataclass(frozen=True)
+class Run:
+    """One document of a merge (`report --merge`): its file, program, engine and figures."""
+
+    file: str
+    program: ProgramInfo
+    engine: str | None
+    faults_total: int
+    duration: float | None
 
 
 @dataclass
 class TraceResult:
-    """One trace, as the JSON document has it (render/jsondoc.py, build_document)."""
+    """One trace: every field of the JSON document (core/document.py), typed. The optional
+    sections are None (or False) where the engine has none: `step` (a step engine), `processes`
+    and `agent` (the agent), `notes`, `partial` and `interrupted_by` (a run cut short by a
+    signal), `attached` (--pid), `runs` and `merged` (`report --merge`)."""
 
-    engine: str
-    debugger: str
-    arch: str
+    engine: str | None
+    debugger: str | None
+    arch: str | None
     version: str
     program: ProgramInfo
-    scope: str  # which code counts, in words
-    buffer: TraceBuffer  # the counts, the ignored faults, the records and the duration
-    sites: list[Site]
+    scope: str | None  # which code counts, in words
+    duration: float | None  # seconds, to the microsecond (duration_s)
+    faults_total: int
+    faults_ignored: int
+    ignored_by_module: dict[str, int]  # in the order the document has them
+    capacity: int | None  # the ring's
     recording: bool
-    # Faults counted without a record (the agent's patched sites): not records the ring dropped.
-    unrecorded: int = 0
-    step: StepSummary | None = None
+    sites: list[Site]
+    records: Sequence[Record]  # the ring, oldest first (the agent's: a table, engines/records.py)
+    records_dropped: int
     # What the engine knows it did not see (issue 29): a gate cannot call such a run clean.
     blind_spots: list[BlindSpot] = field(default_factory=list)
+    step: StepSummary | NativeStep | None = None
+    processes: list[Process] | None = None
+    agent: AgentSummary | None = None
+    notes: list[str] | None = None
+    partial: bool = False
+    interrupted_by: str | None = None
+    attached: AttachState | None = None
+    runs: list[Run] | None = None
+    merged: int | None = None
 
-    @property
-    def records_dropped(self) -> int:
-        return max(0, self.buffer.dropped - self.unrecorded)
+    @classmethod
+    def of_buffer(cls, buffer: TraceBuffer, *, engine: str, debugger: str, arch: str, version: str,
+                  program: ProgramInfo, scope: str, sites: list[Site], recording: bool,
+                  records: Sequence[Record] | None = None, unrecorded: int = 0) -> TraceResult:
+        """A trace from an engine's buffer: its counts and duration, and its records (the ring's
+        faults unless the engine has them as a table). `unrecorded`: faults counted without a
+        record (the agent's patched sites), which did not fall out of the ring."""
+        if records is None:
+            records = [Record.of_fault(f) for f in buffer.records]
+        return cls(engine=engine, debugger=debugger, arch=arch, version=version, program=program, scope=scope,
+                   duration=round(buffer.duration, 6), faults_total=buffer.total, faults_ignored=buffer.ignored,
+                   ignored_by_module=dict(sorted(buffer.ignored_by_module.items())), capacity=buffer.capacity,
+                   recording=recording, sites=sites, records=records,
+                   records_dropped=max(0, buffer.total - len(records) - unrecorded))
+
+    def note(self, text: str) -> None:
+        """Add a note for the reader of the report and the document."""
+        if self.notes is None:
+            self.notes = []
+        self.notes.append(text)
+
+    def interrupt(self, by: str) -> None:
+        """The run was cut short by the signal `by`: what was recorded up to then is kept."""
+        self.partial, self.interrupted_by = True, by

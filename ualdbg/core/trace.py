@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Iterator
 
 from .model import AccessKind, Fault
 
@@ -41,9 +40,6 @@ class TraceBuffer:
             raise ValueError(f"buffer size must be a positive number of records, not {capacity}")
         self.capacity = capacity
         self.records: deque[Fault] = deque(maxlen=capacity)
-        # Instead of `records`, the records already as the document's objects (a sequence of
-        # dicts), when an engine has them as a table (the agent: ualdbg/engines/records.py).
-        self.table: Sequence[dict[str, Any]] | None = None
         self.counters: dict[int, PcCounter] = {}
         self.total = 0
         self.ignored = 0
@@ -82,7 +78,6 @@ class TraceBuffer:
 
     def clear(self) -> None:
         self.records.clear()
-        self.table = None
         self.counters.clear()
         self.total = 0
         self.ignored = 0
@@ -99,7 +94,7 @@ class TraceBuffer:
     # -- reading ---------------------------------------------------------------------------
     @property
     def dropped(self) -> int:
-        return self.total - len(self.records if self.table is None else self.table)
+        return self.total - len(self.records)
 
     @property
     def duration(self) -> float:

@@ -1,7 +1,8 @@
 """The agent engine: run the program with the in-process agent preloaded (LD_PRELOAD), show live
-progress from its shared buffers, and turn them into the same JSON document the trap engine
-makes: the same decoder, policy, scope, symbolizer and TraceResult (core/result.py), fed with the
-registers the agent saved instead of a debugger's; several processes merged as TraceResults."""
+progress from its shared buffers, and turn them into the same TraceResult (core/result.py) the
+trap engine makes: the same decoder, policy, scope and symbolizer, fed with the registers the
+agent saved instead of a debugger's; several process images merged as objects, with the agent's
+own sections (its processes, its summary, its notes)."""
 from __future__ import annotations
 
 import os
@@ -21,9 +22,9 @@ from ..agent import rundir
 from ..agent.build import BuildError, build
 from ..core.model import Access, Module, SourceLoc
 from ..core.result import BlindSpot, ProgramInfo, Site, TraceResult, sites_of
+from ..core.sections import AgentSummary, OutOfScope, Patching, Process
 from ..core.trace import TraceBuffer
 from ..isa.alignment import AcPolicy, Policy
-from ..render.jsondoc import build_document
 from .modulescope import Scope
 from .wrapper import SignalGuard, child_setup, elf_interpreter, host_loader, program_environ, same_file
 
@@ -80,7 +81,7 @@ class AgentRun:
 
 @dataclass
 class AgentResult:
-    doc: dict[str, Any]
+    result: TraceResult
     exit_status: int | None
     exit_signal: int | None
     log: str
@@ -276,20 +277,19 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
             raise AgentNotIn(f"{os.path.basename(path)} removes LD_PRELOAD before it runs "
                              f"{last.header.note.split(': ', 1)[-1]}: it ran once, untraced there; --engine trap "
                              "traces it under gdb", exit_status, exit_signal)
-        doc = document(run, images, proc.pid, started, ended, exit_status, exit_signal, added, lib)
+        result = document(run, images, proc.pid, started, ended, exit_status, exit_signal, added, lib)
         if guard.received:
             # What was recorded up to then is kept: the agent's buffers are shared memory, so even
             # a program killed by SIGKILL leaves the records it had written.
-            doc["partial"] = True
-            doc["interrupted_by"] = guard.received[0]
-            doc.setdefault("notes", []).append(f"interrupted by {guard.received[0]}: the trace is partial")
-        return AgentResult(doc, exit_status, exit_signal, "")
+            result.interrupt(guard.received[0])
+            result.note(f"interrupted by {guard.received[0]}: the trace is partial")
+        return AgentResult(result, exit_status, exit_signal, "")
     finally:
         run_dir.close()
 
 
 # --------------------------------------------------------------------------------------------
-# From buffers to the JSON document
+# From buffers to the TraceResult
 
 
 @dataclass
@@ -477,8 +477,20 @@ def user_program_path(run: AgentRun, exe: str) -> bool:
     return bool(exe) and not out_of_scope_program(run, exe, False)
 
 
+@dataclass
+class ImageTrace:
+    """What one process image (or several, merged) recorded: the counts, the sites, the records
+    as a table, and how many faults in scope have no record (patched sites)."""
+
+    buffer: TraceBuffer
+    sites: list[Site]
+    table: RecordTable
+    unrecorded: int
+    scope: str
+
+
 def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_root: bool = True,
-                 shared: dict[Any, Any] | None = None) -> TraceResult:
+                 shared: dict[Any, Any] | None = None) -> ImageTrace:
     """What the trap engine would have recorded for this image. The agent's own library is never
     in scope. `shared`: what the images of one run share (document's): parsed snapshots and
     scope decisions, so that a suite of many processes costs per distinct program, not per process."""
@@ -532,22 +544,19 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
                     described.add((h.exe, site.pc))
                     data_at[site.pc] = describe_saved(acc.va, symbolizer.snapshots(), site.pc, h.pid, regs.mapping())
     # The records: no Python object per record (engines/records.py). Each PC's instruction is
-    # decoded once and its operands evaluated over the PC's records at once; the document's
-    # "records" is the table, which writes its own JSON lines.
+    # decoded once and its operands evaluated over the PC's records at once; the TraceResult's
+    # records are the table, which writes its own JSON lines.
     def slow(pc: int, regs: ab.Registers) -> Access | None:
         return saved.explain(pc, regs.mapping())[1]
 
     from .records import table_from
 
-    buf.table = table_from(image.ring, started, saved.insn, saved.policy, slow, lambda pc: scoped.get(pc, False),
-                           run.buffer)
+    table = table_from(image.ring, started, saved.insn, saved.policy, slow, lambda pc: scoped.get(pc, False),
+                       run.buffer)
     end = h.end_ns / 1e9 if h.end_ns else time.monotonic()
     buf.stopped_at = max(started, end)
     sites = sites_of(buf, symbolizer.resolve, data_at)
-    program = ProgramInfo(path=h.exe, args=list(h.argv[1:]), pid=h.pid, exit_status=h.exit_status)
-    return TraceResult(engine=NAME, debugger="none", arch=os.uname().machine, version=__version__, program=program,
-                       scope=scope.describe(), buffer=buf, sites=sites, recording=True,
-                       unrecorded=_mark_patched(sites, image))
+    return ImageTrace(buf, sites, table, _mark_patched(sites, image), scope.describe())
 
 
 def _state(h: ab.Header) -> str:
@@ -555,8 +564,9 @@ def _state(h: ab.Header) -> str:
 
 
 def document(run: AgentRun, images: list[Image], root_pid: int, started: float, ended: float,
-             exit_status: int | None, exit_signal: int | None, env_added: dict[str, str], lib: str) -> dict[str, Any]:
-    """The JSON document of a run: the trap engine's, per process image, joined by PID."""
+             exit_status: int | None, exit_signal: int | None, env_added: dict[str, str], lib: str) -> TraceResult:
+    """The trace of a run: the trap engine's, per process image, merged, with the agent's own
+    sections: every process image, what the agent did, and notes for the reader."""
     # A system program named on the command line (make, a shell, env) that ran programs of the
     # user's is a driver, like a script's interpreter: those programs are traced, not it.
     def user_program(im: Image) -> bool:
@@ -568,37 +578,35 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     results = [image_result(run, image, started, lib, is_root=image.header.pid == root_pid and not driver, shared=shared)
                for image in images]
     one = results[0] if len(results) == 1 else _merge(results, run.buffer)
-    one.program = ProgramInfo(path=run.program[0], args=list(run.program[1:]), pid=root_pid,
-                              exit_status=exit_status, exit_signal=exit_signal)
     one.buffer.started_at, one.buffer.stopped_at = started, max(started, ended)
-    one.blind_spots = blind_spots(images, lambda im: not out_of_scope_program(
+    result = TraceResult.of_buffer(
+        one.buffer, engine=NAME, debugger="none", arch=os.uname().machine, version=__version__,
+        program=ProgramInfo(path=run.program[0], args=list(run.program[1:]), pid=root_pid, exit_status=exit_status,
+                            exit_signal=exit_signal),
+        scope=one.scope, sites=one.sites, recording=True, records=one.table, unrecorded=one.unrecorded)
+    result.blind_spots = blind_spots(images, lambda im: not out_of_scope_program(
         run, im.header.exe, im.header.pid == root_pid and not driver))
-    merged = build_document(one)
-    unrecorded = one.unrecorded
-    merged["processes"] = [{
-        "pid": im.header.pid, "ppid": im.header.ppid, "image": im.header.gen, "path": im.header.exe,
-        "args": list(im.header.argv[1:]), "faults_total": r.buffer.total, "faults_ignored": r.buffer.ignored,
-        "armed": im.header.armed, "end": _state(im.header), "note": im.header.note or None,
-    } for im, r in zip(images, results)]
-    merged["agent"] = {
-        "library": lib,
-        "environment_added": env_added,
-        "follow_children": run.follow,
-        "armed_at": run.at,
-        "out_of_scope": {
-            "traps": sum(im.header.ignored for im in images),
-            "routine_calls_run_unarmed": sum(im.header.skipped_calls for im in images),
+    result.processes = [Process(
+        pid=im.header.pid, ppid=im.header.ppid, image=im.header.gen, path=im.header.exe, args=list(im.header.argv[1:]),
+        faults_total=r.buffer.total, faults_ignored=r.buffer.ignored, armed=im.header.armed, end=_state(im.header),
+        note=im.header.note or None) for im, r in zip(images, results)]
+    result.agent = AgentSummary(
+        library=lib,
+        environment_added=env_added,
+        follow_children=run.follow,
+        armed_at=run.at,
+        out_of_scope=OutOfScope(
+            traps=sum(im.header.ignored for im in images),
+            routine_calls_run_unarmed=sum(im.header.skipped_calls for im in images),
             # off with --all-modules, when asked, and under a CET shadow stack (the agent's call)
-            "skipping": not run.all_modules and all(not im.header.flags & ab.F_NOSKIP for im in images),
-        },
-        "emulated": sum(im.header.emulated for im in images),
-        "single_stepped": sum(im.header.stepped for im in images),
-        "threads": sum(im.header.threads for im in images),
-        "threads_started_with_sigbus_blocked": sum(im.header.unarmed_threads for im in images),
-        "sites_dropped": sum(im.header.dropped_sites for im in images),
-        "patching": dict(_patching_summary(run, images), faults_in_scope_without_record=unrecorded),
-    }
-    notes = []
+            skipping=not run.all_modules and all(not im.header.flags & ab.F_NOSKIP for im in images)),
+        emulated=sum(im.header.emulated for im in images),
+        single_stepped=sum(im.header.stepped for im in images),
+        threads=sum(im.header.threads for im in images),
+        threads_started_with_sigbus_blocked=sum(im.header.unarmed_threads for im in images),
+        sites_dropped=sum(im.header.dropped_sites for im in images),
+        patching=_patching_summary(run, images, one.unrecorded))
+    notes: list[str] = []
     system = sorted({os.path.basename(im.header.exe) for im in images
                      if (im.header.pid != root_pid or driver) and out_of_scope_program(run, im.header.exe, False)
                      and os.path.realpath(im.header.exe) not in run.exclude})
@@ -607,15 +615,15 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
                      "--all-modules (or --module NAME) includes them")
     if any(not im.header.armed for im in images):
         notes.append("some processes never reached their arming point (main): nothing was traced in them")
-    patching = merged["agent"]["patching"]
-    if patching["sites_patched"]:
-        unrecorded = patching["faults_in_scope_without_record"]
+    patching = result.agent.patching
+    if patching.sites_patched:
+        unrecorded = patching.faults_in_scope_without_record
         recorded = (f"but {unrecorded} faults in scope have no record (--no-patch: one trap and one record per fault)"
                     if unrecorded else "and every fault in scope still has its record")
-        notes.append(f"{patching['sites_patched']} hot sites (counted per process) were patched after "
+        notes.append(f"{patching.sites_patched} hot sites (counted per process) were patched after "
                      f"{run.patch_after} traps: their counts are exact, {recorded}")
-    merged["notes"] = notes
-    return merged
+    result.notes = notes
+    return result
 
 
 def _plural(n: int, one: str, many: str | None = None) -> str:
@@ -683,7 +691,7 @@ def blind_spots(images: list[Image], in_scope: Callable[[Image], bool] = lambda 
 def _mark_patched(sites: list[Site], image: Image) -> int:
     """Sites the agent patched (issue 21): their count is exact, but only the faults that trapped
     (the first patch_after, and any the trampoline sent back to the trap) have records. Returns
-    how many faults have none: they did not fall out of the ring (TraceResult.records_dropped)."""
+    how many faults have none: they did not fall out of the ring (TraceResult's records_dropped)."""
     patched = {s.pc: s for s in image.sites if s.patched or s.flags & ab.SITE_PATCHED}
     refused = {p.pc: p.reason for p in image.patches if p.state == ab.PATCH_REFUSED}
     unrecorded = 0
@@ -698,7 +706,7 @@ def _mark_patched(sites: list[Site], image: Image) -> int:
     return unrecorded
 
 
-def _patching_summary(run: AgentRun, images: list[Image]) -> dict[str, Any]:
+def _patching_summary(run: AgentRun, images: list[Image], unrecorded: int) -> Patching:
     """What hot-site patching did, over every process image."""
     refused: dict[str, int] = {}
     patched = counted = 0
@@ -709,18 +717,17 @@ def _patching_summary(run: AgentRun, images: list[Image]) -> dict[str, Any]:
                 counted += p.count
             elif p.reason is not None:
                 refused[p.reason] = refused.get(p.reason, 0) + 1
-    return {"after_traps": run.patch_after, "sites_patched": patched, "faults_counted_by_patches": counted,
-            "unpatchable": dict(sorted(refused.items()))}
+    return Patching(after_traps=run.patch_after, sites_patched=patched, faults_counted_by_patches=counted,
+                    unpatchable=dict(sorted(refused.items())), faults_in_scope_without_record=unrecorded)
 
 
-def _merge(results: list[TraceResult], capacity: int) -> TraceResult:
+def _merge(results: list[ImageTrace], capacity: int) -> ImageTrace:
     """Several images: sites of the same code (module, offset, PC) add up; records interleave by
     time in one ring of the same capacity."""
-    from .records import RecordTable, merged
+    from .records import merged
 
     sites: dict[tuple[str | None, int | None, int], Site] = {}
     buf = TraceBuffer(capacity)
-    tables: list[RecordTable] = []
     for r in results:
         buf.total += r.buffer.total
         buf.ignored += r.buffer.ignored
@@ -733,11 +740,10 @@ def _merge(results: list[TraceResult], capacity: int) -> TraceResult:
                 sites[key] = replace(s)
             else:
                 have.absorb(s)
-        assert isinstance(r.buffer.table, RecordTable)  # image_result's, all with the same start
-        tables.append(r.buffer.table)
     # Records are numbered by trap: the faults patched sites counted without a record (issue 21)
     # are not among them. Ordered by (time, pid, seq), the last `capacity` kept (engines/records.py).
     unrecorded = sum(r.unrecorded for r in results)
-    buf.table = merged(tables, tables[0].started, capacity, buf.total - unrecorded)
-    return replace(results[0], buffer=buf, sites=sorted(sites.values(), key=lambda s: (-s.count, s.loc.pc)),
-                   unrecorded=unrecorded)
+    tables = [r.table for r in results]  # image_result's, all with the same start
+    table = merged(tables, tables[0].started, capacity, buf.total - unrecorded)
+    return ImageTrace(buf, sorted(sites.values(), key=lambda s: (-s.count, s.loc.pc)), table, unrecorded,
+                      results[0].scope)

@@ -8,8 +8,8 @@ operands with the record's saved registers. That is done per PC, not per record:
 instruction is decoded once, each operand's address is computed for all the PC's records at
 once from register columns, and the records of a site share a *shape* (whether there is a VA,
 the size and the access), so that a record is (raw bytes, va, shape). `RecordTable` is that
-table; it is a read-only sequence of the record objects for whoever reads the document (built
-on demand, one per access), and writes its JSON lines itself (`json_chunks`): in C
+table; it is a read-only sequence of the TraceResult's records (core/result.py: Record, built
+on demand, one per access), and writes their JSON lines itself (`json_chunks`): in C
 (agent/src/records/records.c) when the record writer builds, else json.dumps per record.
 """
 from __future__ import annotations
@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from ..agent import buffer as ab
-from ..core.model import Access
+from ..core.model import Access, AccessKind
+from ..core.result import Record
 from ..isa.alignment import AcPolicy
 
 if TYPE_CHECKING:  # the decoder's tables (capstone) are imported at the first record explained: a
@@ -231,10 +232,10 @@ def _address(arr: array) -> int:  # type: ignore[type-arg]
     return arr.buffer_info()[0] if len(arr) else 0
 
 
-class RecordTable(Sequence[dict[str, Any]]):
+class RecordTable(Sequence[Record]):
     """The kept records of one trace, in order: raw agent records plus their explanation.
-    Indexing or iterating gives the record objects of the JSON document; `json_chunks` writes
-    them. `seq` (one per record) replaces the agent's sequence numbers (merged processes)."""
+    Indexing or iterating gives the trace's Records; `json_chunks` writes their JSON lines.
+    `seq` (one per record) replaces the agent's sequence numbers (merged processes)."""
 
     def __init__(self, raw: bytes, started: float, explained: Explained, seq: Sequence[int] | None = None) -> None:
         self.raw = raw
@@ -249,7 +250,15 @@ class RecordTable(Sequence[dict[str, Any]]):
     def __len__(self) -> int:
         return len(self.raw) // RECORD_SIZE
 
-    def _record(self, i: int) -> dict[str, Any]:
+    def _record(self, i: int) -> Record:
+        seq, time_ns, pc, pid, tid, cpu = _HEAD.unpack_from(self.raw, i * RECORD_SIZE)
+        has_va, size, access = self.shapes[self.shape[i]]
+        return Record(self.seq[i] if self.seq is not None else seq, round(time_ns / 1e9 - self.started, 6),
+                      None if cpu < 0 else cpu, pid, tid, pc, self.va[i] if has_va else None, size,
+                      None if access is None else AccessKind(access))
+
+    def _json(self, i: int) -> dict[str, Any]:
+        """The record's JSON object, as core/document.py writes a Record (the C writer's twin)."""
         seq, time_ns, pc, pid, tid, cpu = _HEAD.unpack_from(self.raw, i * RECORD_SIZE)
         has_va, size, access = self.shapes[self.shape[i]]
         return {
@@ -265,12 +274,12 @@ class RecordTable(Sequence[dict[str, Any]]):
         }
 
     @overload
-    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    def __getitem__(self, i: int) -> Record: ...
 
     @overload
-    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, i: slice) -> list[Record]: ...
 
-    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+    def __getitem__(self, i: int | slice) -> Record | list[Record]:
         if isinstance(i, slice):
             return [self._record(j) for j in range(*i.indices(len(self)))]
         n = len(self)
@@ -280,13 +289,17 @@ class RecordTable(Sequence[dict[str, Any]]):
             raise IndexError("record index out of range")
         return self._record(i)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Record]:
         return (self._record(i) for i in range(len(self)))
 
     def __eq__(self, other: object) -> bool:
+        """Equal to a table or a list of the same Records, or to their JSON objects (a document's
+        records, loaded)."""
         if isinstance(other, RecordTable):
             return list(self) == list(other)
         if isinstance(other, list):
+            if other and isinstance(other[0], dict):
+                return [self._json(i) for i in range(len(self))] == other
             return list(self) == other
         return NotImplemented
 
@@ -295,24 +308,20 @@ class RecordTable(Sequence[dict[str, Any]]):
     def __repr__(self) -> str:
         return f"<RecordTable of {len(self)} records>"
 
-    def vas_by_pc(self) -> dict[str, list[str]]:
-        """The VAs of the records, by PC (hex text, as in the document), records without a VA
-        left out: what the fix advice reads, without a record object per record."""
+    def vas_by_pc(self) -> dict[int, list[int]]:
+        """The VAs of the records, by PC, records without a VA left out: what the fix advice
+        reads, without a record object per record (core/advice.py)."""
         words = memoryview(self.raw).cast("Q")
         pcs = words[_W_PC::_WORDS].tolist()
         if not pcs:
             return {}
-        if len(set(pcs)) == 1 and all(self.shapes[s].has_va for s in set(self.shape)):  # hex(v) is f"{v:#x}"
-            return {f"{pcs[0]:#x}": list(map(hex, self.va))}
-        out: dict[str, list[str]] = {}
-        names: dict[int, str] = {}
+        if len(set(pcs)) == 1 and all(self.shapes[s].has_va for s in set(self.shape)):
+            return {pcs[0]: list(self.va)}
+        out: dict[int, list[int]] = {}
         has = [s.has_va for s in self.shapes]
         for pc, va, s in zip(pcs, self.va, self.shape):
             if has[s]:
-                name = names.get(pc)
-                if name is None:
-                    name = names[pc] = f"{pc:#x}"
-                out.setdefault(name, []).append(f"{va:#x}")
+                out.setdefault(pc, []).append(va)
         return out
 
     def json_chunks(self, indent: str = "    ", chunk: int = CHUNK) -> Iterator[str]:
@@ -328,7 +337,7 @@ class RecordTable(Sequence[dict[str, Any]]):
     def _py_chunks(self, indent: str, chunk: int, start: int) -> Iterator[str]:
         n = len(self)
         for lo in range(start, n, chunk):
-            text = ",\n".join(indent + json.dumps(self._record(i)) for i in range(lo, min(n, lo + chunk)))
+            text = ",\n".join(indent + json.dumps(self._json(i)) for i in range(lo, min(n, lo + chunk)))
             yield text if lo == 0 else ",\n" + text
 
     def _c_chunks(self, lib: Any, indent: str, chunk: int) -> Iterator[str]:

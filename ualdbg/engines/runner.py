@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..agent import rundir
 from ..ci.gate import EXIT_CANNOT_EXECUTE, EXIT_ERROR, EXIT_NOT_FOUND, EXIT_TOOL
+from ..core.document import read_document
 from ..core.programfile import elf_file_problem, elf_structure_problem, host_elf, script_interpreter
+from ..core.result import TraceResult
+from ..core.sections import StepSummary
 from .wrapper import SignalGuard, child_setup, exec_status, program_environ, spawn_held, start_problem
 
 if TYPE_CHECKING:
@@ -75,7 +78,7 @@ class RunRequest:
 
 @dataclass
 class RunResult:
-    doc: dict[str, Any]
+    result: TraceResult
     exit_status: int | None
     exit_signal: int | None
     log: str
@@ -364,7 +367,7 @@ def _run_agent(req: RunRequest, on_progress: Callable[[int, int, float], None] |
         raise ProgramUntraced(str(exc), exc.exit_status, exc.exit_signal) from None
     except OSError as exc:  # the kernel refused the exec (resolve_program foresaw what it could)
         raise ToolError(f"{req.argv()[0]}: cannot execute: {exc.strerror}", exec_status(exc)) from None
-    return RunResult(res.doc, res.exit_status, res.exit_signal, res.log)
+    return RunResult(res.result, res.exit_status, res.exit_signal, res.log)
 
 
 def _run_script(req: RunRequest, on_progress: Callable[[int, int, float], None] | None) -> RunResult | None:
@@ -401,7 +404,7 @@ def _run_step(req: RunRequest, on_progress: Callable[[int, int, float], None] | 
         raise ToolError(str(exc)) from None
     except StepUnavailable as exc:
         raise ToolError(str(exc), EXIT_TOOL) from None
-    return RunResult(res.doc, res.exit_status, res.exit_signal, "")
+    return RunResult(res.result, res.exit_status, res.exit_signal, "")
 
 
 def _cross_step(req: RunRequest) -> bool:
@@ -523,16 +526,16 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
         if not os.path.exists(cfg["json"]):
             raise ProgramUntraced(f"{req.debugger} wrote no trace of {req.program[0]} (UALDBG_DEBUG=1 shows its log)",
                                   status.get("exit_status"), status.get("exit_signal"))
-        doc = json.load(open(cfg["json"]))
+        result = read_document(cfg["json"])
         if waited is not None:
-            doc["program"]["exit_status"], doc["program"]["exit_signal"] = waited
+            result.program.exit_status, result.program.exit_signal = waited
         if interrupted:
-            doc["partial"], doc["interrupted_by"] = True, interrupted
-        step = doc.get("step") if cfg.get("step") else None
-        if step is not None and not step.get("steps") and not step.get("entries"):
-            raise ProgramUntraced(f"the program never entered the scope {step.get('scope')}: nothing was stepped",
+            result.interrupt(interrupted)
+        step = result.step if cfg.get("step") else None
+        if isinstance(step, StepSummary) and not step.steps and not step.entries:
+            raise ProgramUntraced(f"the program never entered the scope {step.scope}: nothing was stepped",
                                   status["exit_status"], status["exit_signal"], EXIT_ERROR)
-    return RunResult(doc, status["exit_status"], status["exit_signal"], log_text)
+    return RunResult(result, status["exit_status"], status["exit_signal"], log_text)
 
 
 def pass_exit_status(status: int | None, signal_no: int | None) -> int:

@@ -7,14 +7,15 @@ TraceResult and the report of its last fault."""
 from __future__ import annotations
 
 import platform
+from dataclasses import replace
 
 from .. import __version__
-from ..core.result import ProgramInfo, StepSummary, TraceResult, sites_of
+from ..core.result import FaultReport, ProgramInfo, TraceResult, sites_of
+from ..core.sections import StepSummary
 from ..core.settings import Config
 from ..core.target import Target
 from ..core.trace import TraceBuffer
 from ..isa import arch as archmod
-from ..render.report import fault_report
 from .faultpath import FaultPath, Mode
 from .image import ProcessImage
 from .lifecycle import Events, Lifecycle
@@ -62,12 +63,14 @@ class Session:
     def result(self) -> TraceResult:
         """What this session has recorded, for the JSON document (render/jsondoc.py)."""
         arch = self.lifecycle.arch
-        return TraceResult(
-            engine=self.engine_name, debugger=self.debugger, version=self.version,
+        result = TraceResult.of_buffer(
+            self.buffer, engine=self.engine_name, debugger=self.debugger, version=self.version,
             arch=platform.machine() if arch is None else arch.name,
-            program=self.program, scope=self.scope.describe(), buffer=self.buffer,
-            sites=sites_of(self.buffer, self.image.resolve, self.recorder.data_at), recording=self.mode.armed,
-            step=self._step_summary(), blind_spots=self.engine.blind.spots(self.program.pid, self.program.path))
+            program=replace(self.program, args=list(self.program.args)), scope=self.scope.describe(),
+            sites=sites_of(self.buffer, self.image.resolve, self.recorder.data_at), recording=self.mode.armed)
+        result.step = self._step_summary()
+        result.blind_spots = self.engine.blind.spots(self.program.pid, self.program.path)
+        return result
 
     def _step_summary(self) -> StepSummary | None:
         """Step mode: its scope and policy, and how many instructions it stepped."""
@@ -78,12 +81,13 @@ class Session:
         return StepSummary(scope=step.scope.describe() if step.scope is not None else step.request.describe(),
                            policy=self.rules.policy.name, steps=st.steps, entries=st.entries, calls_run=st.calls_run)
 
-    def break_report(self) -> list[str]:
+    def break_report(self) -> FaultReport | None:
         """The break report of the last recorded fault, with its source line when the `source`
-        setting is on: what every adapter prints at a break stop (Stops.report_text)."""
+        setting is on: what every adapter prints at a break stop (Stops.take_report, written by
+        render/report.py)."""
         fault = self.recorder.last_fault
         if fault is None:
-            return []
+            return None
         loc = self.image.resolve(fault.pc)
         src = self.image.source_line(loc) if self.config["source"] else None
-        return fault_report(fault, loc, src, self.recorder.last_data, checked_before=self.step.enabled)
+        return FaultReport(fault, loc, src, self.recorder.last_data, checked_before=self.step.enabled)

@@ -20,11 +20,11 @@ from ..agent import rundir
 from ..ci.gate import EXIT_ERROR, EXIT_TOOL
 from ..core.model import Access, AccessKind, Fault
 from ..core.result import ProgramInfo, TraceResult, sites_of
+from ..core.sections import NativeStep, SteppedScope
 from ..core.trace import TraceBuffer
 from ..isa.alignment import Policy, policy_by_name
 from ..isa.arch.x86_64 import register_slice
 from ..isa.decode import Insn, MemOperand, decoder_for
-from ..render.jsondoc import build_document
 from ..stepper.build import BuildError, build
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer
@@ -97,7 +97,7 @@ class StepRun:
 
 @dataclass
 class StepResult:
-    doc: dict[str, Any]
+    result: TraceResult
     exit_status: int | None
     exit_signal: int | None
     stats: dict[str, int]
@@ -420,8 +420,8 @@ def run_step(run: StepRun, on_progress: Callable[[int, int, float], None] | None
             data = f.read()
     result = _result(run, driver, data, started, ended, on_progress)
     if guard.received:
-        result.doc["partial"], result.doc["interrupted_by"] = True, guard.received[0]
-        result.doc.setdefault("notes", []).append(f"interrupted by {guard.received[0]}: the trace is partial")
+        result.result.interrupt(guard.received[0])
+        result.result.note(f"interrupted by {guard.received[0]}: the trace is partial")
     return result
 
 
@@ -458,7 +458,7 @@ def _serve(driver: _Driver, evt_r: int, cmd_w: int, guard: SignalGuard | None = 
 
 
 # --------------------------------------------------------------------------------------------
-# From the stepper's output to the JSON document
+# From the stepper's output to the TraceResult
 
 
 def _result(run: StepRun, driver: _Driver, data: bytes, started: float, ended: float,
@@ -522,33 +522,27 @@ def _result(run: StepRun, driver: _Driver, data: bytes, started: float, ended: f
                                  insn=insn.text if insn is not None else None, policy=driver.policy.name))
     program = ProgramInfo(path=run.program[0], args=list(run.program[1:]), pid=driver.pid,
                           exit_status=exit_status, exit_signal=exit_signal)
-    doc = build_document(TraceResult(
-        engine=NAME, debugger="none", arch=platform.machine(), version=__version__, program=program,
-        scope=f"{scope.describe()}; policy {driver.policy.name}", buffer=buf,
-        sites=sites_of(buf, Symbolizer(mm).resolve), recording=True))
+    result = TraceResult.of_buffer(
+        buf, engine=NAME, debugger="none", arch=platform.machine(), version=__version__, program=program,
+        scope=f"{scope.describe()}; policy {driver.policy.name}", sites=sites_of(buf, Symbolizer(mm).resolve),
+        recording=True)
     stats = {"instructions_stepped": steps, "scope_entries": entries, "unmodelled_executions": unmodelled,
              "decoded_on_demand": misses,
              # steps over the stepper's own int3s (entries past three, returns without debug
              # registers): run from a copy elsewhere, or with every other thread held stopped
              "int3_steps_displaced": displaced, "int3_steps_stopping_others": stopped_all}
-    doc["step"] = {
-        "scope": {"kind": scope.kind, "label": scope.label,
-                  "ranges": [[f"{lo:#x}", f"{hi:#x}"] for lo, hi in scope.ranges],
-                  "entries": len(scope.entries)},
-        "policy": driver.policy.name,
-        "armed_at": run.at,
-        "tracer_cpu": None if cpu >= 1 << 63 else int(cpu),
+    result.step = NativeStep(
+        SteppedScope(scope.kind, scope.label, tuple(scope.ranges), len(scope.entries)), policy=driver.policy.name,
+        armed_at=run.at, tracer_cpu=None if cpu >= 1 << 63 else int(cpu),
         # summed over threads: two threads stepping for one second are two seconds here
-        "seconds_in_scope": round(step_ns / 1e9, 6),
-        **stats,
-    }
+        seconds_in_scope=round(step_ns / 1e9, 6), **stats)
     notes = []
     if note:
         notes.append(note)
     if unmodelled:
         notes.append(f"{unmodelled} executions of instructions whose accesses the decoder does not fully model "
                      "(gathers, far transfers, xsave) were not all checked")
-    doc["notes"] = notes
+    result.notes = notes
     if on_progress is not None:
         on_progress(buf.total, buf.ignored, ended - started)
-    return StepResult(doc, exit_status, exit_signal, stats)
+    return StepResult(result, exit_status, exit_signal, stats)

@@ -1,7 +1,8 @@
 """What the engines decide when a thread stops, written once for every debugger: an alignment
 fault (the trap engine), the single-step trap after one, a step of the step engine or one of its
 breakpoints, a fault the debugger itself stepped over (lldb). A STOP leaves the break report of
-the recorded fault to show at the stop the user sees (`report_text`: rendered here, once); after
+the recorded fault to show at the stop the user sees (`take_report`: taken once, and written by
+render/report.py's `break_text`); after
 `ualdbg off` the faults and step-over traps the debugger has yet to deliver are let go (`owe`,
 `owed_steps`). The adapters carry out
 the verdicts; lifecycle.py is the rest of a process's life."""
@@ -9,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from ..core.result import FaultReport
 from ..core.target import SigInfo, Target
 from ..isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP
-from ..render.console import to_text
 from .faultpath import Decision
 from .lifecycle import Kind, Lifecycle
 from .step import TRAP_TRACE, StepDecision
@@ -21,7 +22,7 @@ class Stops:
     """The stop decisions of one session. Every method runs while the debugger has the thread
     stopped; `tid` is the stopped thread (the target's current one)."""
 
-    def __init__(self, lifecycle: Lifecycle, break_report: Callable[[], list[str]]) -> None:
+    def __init__(self, lifecycle: Lifecycle, break_report: Callable[[], FaultReport | None]) -> None:
         self.lifecycle = lifecycle
         self.engine = lifecycle.engine
         self.step = lifecycle.step
@@ -29,7 +30,7 @@ class Stops:
         self.break_report = break_report  # of the fault recorded last (Session.break_report)
         # tid -> the break report its stop shows, until the adapter takes it (insertion order:
         # the latest last). Reports no stop showed go with the process.
-        self.reports: dict[int, list[str]] = {}
+        self.reports: dict[int, FaultReport | None] = {}
         # After `off`: threads stopped at an alignment fault the debugger has yet to deliver.
         self.owed: set[int] = set()
         # ... and threads whose single-step trap after a fault (ualdbg's TF, gdb) may still come:
@@ -135,17 +136,16 @@ class Stops:
         self.reports.pop(tid, None)  # re-held: the latest again
         self.reports[tid] = self.break_report()
 
-    def report_text(self, tid: int | None, color: bool) -> str | None:
-        """The break report a STOP of `tid` held, as text (once). `tid` None: the latest one of
-        any thread, and no other is kept (gdb shows one stop at a time)."""
+    def take_report(self, tid: int | None) -> FaultReport | None:
+        """The break report a STOP of `tid` held (once). `tid` None: the latest one of any
+        thread, and no other is kept (gdb shows one stop at a time)."""
         if tid is None:
             if not self.reports:
                 return None
             report = list(self.reports.values())[-1]
             self.reports.clear()
-        else:
-            report = self.reports.pop(tid, [])
-        return to_text(report, color=color) if report else None
+            return report
+        return self.reports.pop(tid, None)
 
     # -- after `off` -------------------------------------------------------------------------------
     def owe(self, tids: Iterable[int]) -> None:

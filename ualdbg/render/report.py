@@ -1,9 +1,11 @@
-"""The break report: OpenVMS's `SET BREAK/UNALIGNED_DATA` message, with Linux detail."""
+"""The break report: OpenVMS's `SET BREAK/UNALIGNED_DATA` message, with Linux detail. Both
+debuggers' adapters print it at the stop the user sees (`break_text`)."""
 from __future__ import annotations
 
+from ..core.dataref import DataRef
 from ..core.model import Fault, SourceLoc
-from ..core.result import DataDescription
-from .console import shown
+from ..core.result import FaultReport
+from .console import shown, to_text
 
 
 def _loc_line(loc: SourceLoc) -> str:
@@ -13,7 +15,7 @@ def _loc_line(loc: SourceLoc) -> str:
     return ", ".join(parts)
 
 
-def data_lines(data: DataDescription | None) -> list[str]:
+def data_lines(data: DataRef | None) -> list[str]:
     """What the data is (symbols/data.py DataRef): the object, then the pointer it was reached by."""
     if data is None:
         return []
@@ -29,7 +31,7 @@ def data_lines(data: DataDescription | None) -> list[str]:
     return lines
 
 
-def fault_report(fault: Fault, loc: SourceLoc, source_text: str | None = None, data: DataDescription | None = None,
+def fault_report(fault: Fault, loc: SourceLoc, source_text: str | None = None, data: DataRef | None = None,
                  *, checked_before: bool = False) -> list[str]:
     """The report of one fault at `loc`, with its source line and what its data is when known.
     `checked_before`: the step engine's, which checks each access against the policy before it
@@ -59,3 +61,11 @@ def fault_report(fault: Fault, loc: SourceLoc, source_text: str | None = None, d
 
 POLICY_TEXT = {"ac": "x86 alignment check", "natural": "not aligned to its size",
                "cacheline": "crosses a 64-byte cache line", "page": "crosses a 4 KiB page"}
+
+
+def break_text(report: FaultReport | None, color: bool) -> str | None:
+    """A stop's break report (engines/stops.py, Stops.take_report) as the debugger prints it."""
+    if report is None:
+        return None
+    return to_text(fault_report(report.fault, report.loc, report.source_text, report.data,
+                                checked_before=report.checked_before), color=color)

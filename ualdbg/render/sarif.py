@@ -3,59 +3,69 @@ line of its PC, and the invocation: ualdbg's exit status, whether the run was wh
 interrupted, nothing unseen), and a notification for each part it did not see (issue 29)."""
 from __future__ import annotations
 
+import json
 import os
-from typing import Any
+from typing import IO, Any
 
 from ..ci.baseline import fingerprint, module_paths, site_key
 from ..core.advice import advice_by_pc, vas_by_pc
+from ..core.document import blind_json, data_json
+from ..core.result import TraceResult
+from .formats import Context
 
 RULE_ID = "ualdbg/unaligned-access"
 
 
-def invocation(doc: dict[str, Any], exit_code: int | None = None) -> dict[str, Any]:
+def invocation(result: TraceResult, exit_code: int | None = None) -> dict[str, Any]:
     """How the run went, as SARIF's invocation object: `exitCode` (ualdbg's own status, when the
     caller knows it: `check`), `executionSuccessful` false for a partial run (interrupted) or an
     incomplete one (blind spots), each such part as a toolExecutionNotification, and the
     program's own end in properties."""
-    prog: dict[str, Any] = doc["program"] if isinstance(doc.get("program"), dict) else {}
-    spots = [b for b in doc.get("blind_spots") or [] if isinstance(b, dict)]
-    partial = bool(doc.get("partial"))
+    prog = result.program
+    spots = result.blind_spots
+    partial = result.partial
     notes = []
     if partial:
         notes.append({"level": "warning", "descriptor": {"id": "ualdbg/partial-run"},
-                      "message": {"text": f"interrupted by {doc.get('interrupted_by') or 'a signal'}: the trace is partial"}})
+                      "message": {"text": f"interrupted by {result.interrupted_by or 'a signal'}: the trace is partial"}})
     for b in spots:
-        notes.append({"level": "warning", "descriptor": {"id": f"ualdbg/blind-spot/{b.get('kind')}"},
-                      "message": {"text": str(b.get("text") or b.get("kind"))},
-                      "properties": {k: v for k, v in b.items() if k != "text"}})
+        notes.append({"level": "warning", "descriptor": {"id": f"ualdbg/blind-spot/{b.kind}"},
+                      "message": {"text": str(b.text or b.kind)},
+                      "properties": {k: v for k, v in blind_json(b).items() if k != "text"}})
     out: dict[str, Any] = {
         "executionSuccessful": not partial and not spots,
         "toolExecutionNotifications": notes,
         "properties": {"partial": partial, "incomplete": bool(spots), "blindSpots": len(spots),
-                       "programExitStatus": prog.get("exit_status"), "programExitSignal": prog.get("exit_signal"),
-                       "faultsTotal": doc.get("faults_total")},
+                       "programExitStatus": prog.exit_status, "programExitSignal": prog.exit_signal,
+                       "faultsTotal": result.faults_total},
     }
     if exit_code is not None:
         out["exitCode"] = exit_code
     return out
 
 
-def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None, exit_code: int | None = None) -> dict[str, Any]:
+def _hex(v: int | None) -> str | None:
+    return None if v is None else f"{v:#x}"
+
+
+def build_sarif(trace: TraceResult, *, srcroot: str | None = None, exit_code: int | None = None) -> dict[str, Any]:
     root = os.path.abspath(srcroot or os.getcwd())
     results = []
-    advice = advice_by_pc(doc)
-    paths, arch = module_paths(doc), str(doc.get("arch") or "x86_64")
-    first_va = {pc: vas[0] for pc, vas in vas_by_pc(doc).items() if vas}
-    for s in doc["sites"]:
-        va = first_va.get(s["pc"])
-        sizes = "/".join(str(x) for x in s["sizes"]) or "?"
-        where = f"{s['function']}+{s['function_offset']}" if s.get("function") else (s.get("module") or s["pc"])
-        text = (f"{s['count']} unaligned {sizes}-byte {s['access'] or 'access'}"
-                f"{'es' if s['count'] != 1 else ''} at PC {s['pc']} ({where})"
-                + (f", e.g. virtual address {va}" if va else ""))
-        data, fix = s.get("data"), advice.get(s["pc"])
-        if data:  # what the data is and the fix that fits (issue 9)
-            text += f". Data: {data.get('text') or 'unknown'}" + (f", via {data['via'].get('path')}" if data.get("via") else "")
+    advice = advice_by_pc(trace)
+    paths, arch = module_paths(trace), str(trace.arch or "x86_64")
+    first_va = {pc: vas[0] for pc, vas in vas_by_pc(trace).items() if vas}
+    for s in trace.sites:
+        loc = s.loc
+        va = first_va.get(s.pc)
+        pc = f"{s.pc:#x}"
+        sizes = "/".join(str(x) for x in sorted(s.sizes)) or "?"
+        where = f"{loc.function}+{_hex(loc.function_offset)}" if loc.function else (loc.module_name or pc)
+        text = (f"{s.count} unaligned {sizes}-byte {s.access.value if s.access else 'access'}"
+                f"{'es' if s.count != 1 else ''} at PC {pc} ({where})"
+                + (f", e.g. virtual address {va:#x}" if va is not None else ""))
+        data, fix = s.data, advice.get(s.pc)
+        if data is not None:  # what the data is and the fix that fits (issue 9)
+            text += f". Data: {data.text or 'unknown'}" + (f", via {data.via.path}" if data.via is not None else "")
         if fix:
             text += f". Fix ({fix.remedy}): {fix.text}"
         result: dict[str, Any] = {
@@ -65,11 +75,12 @@ def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None, exit_code: i
             # The baseline's key (module, function, line; or the instruction's bytes): stable across
             # rebuilds and runs, so code scanning tracks one site as one alert.
             "partialFingerprints": {"ualdbgSite/v1": fingerprint(site_key(s, paths, arch))},
-            "properties": {"count": s["count"], "pc": s["pc"], "module": s["module"], "offset": s["offset"],
-                           **({"data": s["data"]} if s.get("data") else {}), **({"advice": fix.to_json()} if fix else {})},
+            "properties": {"count": s.count, "pc": pc, "module": loc.module_name, "offset": _hex(loc.offset),
+                           **({"data": data_json(data)} if data is not None else {}),
+                           **({"advice": fix.to_json()} if fix else {})},
         }
-        if s.get("file") and s.get("line"):
-            path = s["file"]
+        if loc.file and loc.line:
+            path = loc.file
             if os.path.isabs(path):
                 rel = os.path.relpath(path, root)
                 path = rel if not rel.startswith("..") else path
@@ -77,7 +88,7 @@ def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None, exit_code: i
             result["locations"] = [{
                 "physicalLocation": {
                     "artifactLocation": {"uri": uri, **({"uriBaseId": "%SRCROOT%"} if not os.path.isabs(path) else {})},
-                    "region": {"startLine": s["line"]},
+                    "region": {"startLine": loc.line},
                 }
             }]
         results.append(result)
@@ -87,7 +98,7 @@ def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None, exit_code: i
         "runs": [{
             "tool": {"driver": {
                 "name": "ualdbg",
-                "version": doc.get("version", "0"),
+                "version": trace.version,
                 "informationUri": "https://github.com/ualdbg/ualdbg",
                 "rules": [{
                     "id": RULE_ID,
@@ -98,7 +109,12 @@ def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None, exit_code: i
                 }],
             }},
             "originalUriBaseIds": {"%SRCROOT%": {"uri": "file://" + root.rstrip("/") + "/"}},
-            "invocations": [invocation(doc, exit_code)],
+            "invocations": [invocation(trace, exit_code)],
             "results": results,
         }],
     }
+
+
+def write(result: TraceResult, out: IO[str], context: Context) -> None:
+    """The `sarif` format (render/formats.py): with `check`'s exit status when it is known."""
+    out.write(json.dumps(build_sarif(result, srcroot=context.srcroot, exit_code=context.exit_code), indent=2) + "\n")

@@ -1,74 +1,108 @@
 """Rich tables for people: `trace show` (one row per fault, FLT SHOW TRACE) and
-`trace show --summary` (counts per exception PC or group, FLT SHOW TRACE/SUMMARY)."""
+`trace show --summary` (counts per exception PC or group, FLT SHOW TRACE/SUMMARY), and the
+header and blind-spot lines above them, all from a TraceResult (core/result.py)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..core.model import AccessKind
+from ..core.result import Site, TraceResult
 from .console import shown
-from .jsondoc import group_sites
 
 if TYPE_CHECKING:  # rich is imported by the tables that need it: a run with nothing to tabulate prints
     from rich.console import Group  # the header alone, without it (issue 34)
     from rich.table import Table
 
+GROUPS = ("pc", "line", "function", "module")
 
-def _where(site: dict[str, Any]) -> str:
-    if site.get("function"):
-        return f"{shown(site['function'])}+{shown(site['function_offset'] or '0x0')}"
+
+def group_sites(sites: list[Site], by: str) -> list[Site]:
+    """Aggregate per-PC sites by line, function or module (counts add, sizes union), hottest
+    first; each group is named by its first site."""
+    if by == "pc":
+        return sites
+
+    def key(s: Site) -> tuple[Any, ...]:
+        loc = s.loc
+        if by == "line":
+            return (loc.module_name, loc.file, loc.line) if loc.line else (loc.module_name, loc.pc)
+        if by == "function":
+            return (loc.module_name, loc.function or loc.pc)
+        return (loc.module_name,)
+
+    groups: dict[tuple[Any, ...], Site] = {}
+    for s in sites:
+        k = key(s)
+        g = groups.get(k)
+        if g is None:
+            groups[k] = replace(s, sizes=set(s.sizes))
+            continue
+        g.count += s.count
+        g.sizes = g.sizes | s.sizes
+        if g.access != s.access:
+            g.access = AccessKind.READ_WRITE if g.access and s.access else (g.access or s.access)
+    return sorted(groups.values(), key=lambda g: -g.count)
+
+
+def where(site: Site) -> str:
+    """function+offset, or "?"."""
+    if site.loc.function:
+        return f"{shown(site.loc.function)}+{site.loc.function_offset or 0:#x}"
     return "?"
 
 
-def _module_offset(site: dict[str, Any]) -> str:
-    if site.get("module") and site.get("offset"):
-        return f"{shown(site['module'])}+{shown(site['offset'])}"
-    return shown(site.get("module") or "?")
+def _module_offset(site: Site) -> str:
+    loc = site.loc
+    if loc.module_name and loc.offset is not None:
+        return f"{shown(loc.module_name)}+{loc.offset:#x}"
+    return shown(loc.module_name or "?")
 
 
-def _source(site: dict[str, Any]) -> str:
-    text = f"{shown(site['file'])}:{site['line']}" if site.get("file") and site.get("line") else "?"
-    for frame in site.get("inlined_from") or []:
-        text += (f"\n  inlined into {shown(frame['function'])} at {shown(frame.get('file') or '?')}:"
-                 f"{shown(frame.get('line') or '?')}")
+def _source(site: Site) -> str:
+    loc = site.loc
+    text = f"{shown(loc.file)}:{loc.line}" if loc.file and loc.line else "?"
+    for frame in loc.inlined_from:
+        text += f"\n  inlined into {shown(frame.function)} at {shown(frame.file or '?')}:{shown(frame.line or '?')}"
     return text
 
 
-def header(doc: dict[str, Any]) -> str:
-    total, ignored = doc["faults_total"], doc["faults_ignored"]
-    dur = doc.get("duration_s") or 0.0
+def header(result: TraceResult) -> str:
+    total, ignored = result.faults_total, result.faults_ignored
+    dur = result.duration or 0.0
     rate = total / dur if dur > 0 else 0.0
-    buf = doc.get("buffer", {})
-    ring = f"{len(doc['records'])} of {buf.get('capacity', '?')} records kept"
-    if doc.get("records_dropped"):
-        ring += f", {doc['records_dropped']} older dropped"
-    prog = doc.get("program", {})
-    via = "in-process" if doc.get("debugger") == "none" else f"via {doc.get('debugger')}"
-    if doc.get("engine") == "step" and doc.get("debugger") == "none":
+    ring = f"{len(result.records)} of {'?' if result.capacity is None else result.capacity} records kept"
+    if result.records_dropped:
+        ring += f", {result.records_dropped} older dropped"
+    prog = result.program
+    via = "in-process" if result.debugger == "none" else f"via {result.debugger}"
+    if result.engine == "step" and result.debugger == "none":
         via = "native ptrace stepper"
     status = ""
-    if prog.get("exit_signal") is not None:
-        status = f", killed by signal {prog['exit_signal']}"
-    elif prog.get("exit_status") is not None:
-        status = f", exit status {prog['exit_status']}"
-    if doc.get("partial"):
-        status += f"; PARTIAL: interrupted by {doc.get('interrupted_by') or 'a signal'}"
-    if doc.get("merged"):
-        status += f"; {doc['merged']} runs merged"
+    if prog.exit_signal is not None:
+        status = f", killed by signal {prog.exit_signal}"
+    elif prog.exit_status is not None:
+        status = f", exit status {prog.exit_status}"
+    if result.partial:
+        status += f"; PARTIAL: interrupted by {result.interrupted_by or 'a signal'}"
+    if result.merged:
+        status += f"; {result.merged} runs merged"
     return shown(
-        f"Unaligned accesses in {shown(prog.get('path') or 'the program')}{status}\n"
-        f"  {total} in scope ({doc.get('scope', '')}), {ignored} ignored elsewhere\n"
-        f"  {dur:.3f} s, {rate:,.0f}/s; engine {doc.get('engine')} {via}; {ring}", newlines=True)
+        f"Unaligned accesses in {shown(prog.path or 'the program')}{status}\n"
+        f"  {total} in scope ({result.scope}), {ignored} ignored elsewhere\n"
+        f"  {dur:.3f} s, {rate:,.0f}/s; engine {result.engine} {via}; {ring}", newlines=True)
 
 
-def blind_lines(doc: dict[str, Any]) -> list[str]:
-    """What the run did not see (the document's blind_spots, issue 29), one line each."""
-    spots = [b for b in doc.get("blind_spots") or [] if isinstance(b, dict)]
+def blind_lines(result: TraceResult) -> list[str]:
+    """What the run did not see (the trace's blind spots, issue 29), one line each."""
+    spots = result.blind_spots
     if not spots:
         return []
     return [f"INCOMPLETE: {len(spots)} part{'s' if len(spots) != 1 else ''} of the run not seen:"] + [
-        f"  not seen: {shown(b.get('text') or b.get('kind'))}" for b in spots]
+        f"  not seen: {shown(b.text or b.kind)}" for b in spots]
 
 
-def summary_table(doc: dict[str, Any], by: str = "pc") -> Table | Group:
+def summary_table(result: TraceResult, by: str = "pc") -> Table | Group:
     from rich import box
     from rich.console import Group
     from rich.table import Table
@@ -76,8 +110,8 @@ def summary_table(doc: dict[str, Any], by: str = "pc") -> Table | Group:
 
     from .advice import data_advice_table
 
-    sites = group_sites(doc["sites"], by)
-    total = doc["faults_total"] or 1
+    sites = group_sites(result.sites, by)
+    total = result.faults_total or 1
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     # overflow="fold": on a narrow terminal a cell wraps; an address cut to "0x5555…" is useless.
     table.add_column("count", justify="right", overflow="fold")
@@ -92,20 +126,20 @@ def summary_table(doc: dict[str, Any], by: str = "pc") -> Table | Group:
     table.add_column("size", overflow="fold")
     table.add_column("access", overflow="fold")
     for s in sites:
-        row = [str(s["count"]), f"{100.0 * s['count'] / total:.1f}%"]
+        row = [str(s.count), f"{100.0 * s.count / total:.1f}%"]
         if by == "pc":
-            row.append(s["pc"])
-        row.append(_module_offset(s) if by in ("pc", "line") else (s.get("module") or "?"))
+            row.append(f"{s.pc:#x}")
+        row.append(_module_offset(s) if by in ("pc", "line") else (s.loc.module_name or "?"))
         if by == "pc":
-            row.append(_where(s))
+            row.append(where(s))
         elif by != "module":
-            row.append(s.get("function") or "?")
+            row.append(s.loc.function or "?")
         if by in ("pc", "line"):
             row.append(_source(s))
-        row.append(",".join(str(x) for x in s["sizes"]) or "?")
-        row.append(s["access"] or "?")
+        row.append(",".join(str(x) for x in sorted(s.sizes)) or "?")
+        row.append(s.access.value if s.access else "?")
         table.add_row(*[Text(shown(x, newlines=True)) for x in row])
-    extra = data_advice_table(doc) if by == "pc" else None  # what the data is, and the fix (issue 9)
+    extra = data_advice_table(result) if by == "pc" else None  # what the data is, and the fix (issue 9)
     return table if extra is None else Group(table, extra)
 
 
@@ -114,17 +148,17 @@ def _with_data(source: str, data: str) -> str:
     return source if data == "-" else f"{source}\n{data}"
 
 
-def records_table(doc: dict[str, Any], limit: int | None = None, tid: int | None = None) -> Table:
+def records_table(result: TraceResult, limit: int | None = None, tid: int | None = None) -> Table:
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
     from .advice import record_data
 
-    sites = {s["pc"]: s for s in doc["sites"]}
-    records = doc["records"]
+    sites = {s.pc: s for s in result.sites}
+    records = result.records
     if tid is not None:
-        records = [r for r in records if r["tid"] == tid]
+        records = [r for r in records if r.tid == tid]
     if limit:
         records = records[-limit:]
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
@@ -133,10 +167,11 @@ def records_table(doc: dict[str, Any], limit: int | None = None, tid: int | None
                        ("access", "left"), ("routine+offset", "left"), ("source", "left")):
         table.add_column(name, justify=just, overflow="fold")  # type: ignore[arg-type]
     for r in records:
-        s = sites.get(r["pc"], {})
-        src = f"{s['file']}:{s['line']}" if s.get("file") and s.get("line") else "?"
+        s = sites.get(r.pc)
+        src = f"{s.loc.file}:{s.loc.line}" if s is not None and s.loc.file and s.loc.line else "?"
         table.add_row(*[Text(shown(x, newlines=True)) for x in (
-            str(r["seq"]), f"{r['time']:.6f}", "?" if r["cpu"] is None else str(r["cpu"]),
-            str(r["pid"]), str(r["tid"]), r["pc"], r["va"] or "?", str(r["size"] or "?"),
-            r["access"] or "?", _where(s) if s else "?", _with_data(src, record_data(s, r["va"])))])
+            str(r.seq), f"{r.time:.6f}", "?" if r.cpu is None else str(r.cpu),
+            str(r.pid), str(r.tid), f"{r.pc:#x}", "?" if r.va is None else f"{r.va:#x}", str(r.size or "?"),
+            r.access.value if r.access else "?", where(s) if s is not None else "?",
+            _with_data(src, record_data(s, r.va)))])
     return table

@@ -1,7 +1,7 @@
 """`ualdbg audit`: the static alignment audit of one ELF, from its DWARF alone (the program is
 not run): struct/union members placed off their type's alignment (packed layouts), variables at
 fixed addresses not aligned for their type, COMMON blocks with their member offsets; and, given
-a trace document, which findings a run actually hit and how often."""
+a trace, which findings a run actually hit and how often."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,9 @@ from typing import Any
 
 from elftools.dwarf.die import DIE
 
+from ..core.dataref import DataRef
 from ..core.programfile import elf_file_problem
+from ..core.result import TraceResult
 from ..symbols.data import GlobalVar, ModuleData, module_data
 from ..symbols.dwarfindex import DWARF_ERRORS, unit_dies
 from ..symbols.elfindex import ElfIndex, elf_index
@@ -219,43 +221,42 @@ def _common(md: ModuleData, name: str, members: list[GlobalVar], findings: list[
 # Which findings a run hit
 
 
-def match_trace(result: AuditResult, doc: dict[str, Any]) -> None:
+def match_trace(result: AuditResult, trace: TraceResult) -> None:
     """Count, per finding, the faults of the trace's sites whose data it explains: a packed
     member reached through a pointer or inside a variable, a COMMON member, a misaligned
     variable. Sites of other modules or without `data` are left out and counted."""
     unmatched: list[dict[str, Any]] = []
     no_data = 0
     matched = 0
-    for site in doc.get("sites", []):
-        data = site.get("data")
-        where = f"{site.get('file')}:{site.get('line')}" if site.get("file") and site.get("line") else (site.get("pc") or "?")
-        if not data:
-            no_data += site.get("count", 0)
+    for site in trace.sites:
+        data = site.data
+        where = f"{site.loc.file}:{site.loc.line}" if site.loc.file and site.loc.line else f"{site.pc:#x}"
+        if data is None:
+            no_data += site.count
             continue
         hit = [f for f in result.findings if _explains(f, data, result.module)]
         for f in hit:
-            f.hits += site["count"]
+            f.hits += site.count
             if where not in f.sites:
                 f.sites.append(where)
         if hit:
-            matched += site["count"]
+            matched += site.count
         else:
-            via = data.get("via")
-            text = data.get("text", "?") + (f", via {via['path']} ({via.get('type')})" if via else "")
-            unmatched.append({"site": where, "count": site["count"], "data": text})
-    result.trace = {"program": doc.get("program", {}).get("path"), "faults_total": doc.get("faults_total", 0),
+            via = data.via
+            text = data.text + (f", via {via.path} ({via.type})" if via is not None else "")
+            unmatched.append({"site": where, "count": site.count, "data": text})
+    result.trace = {"program": trace.program.path, "faults_total": trace.faults_total,
                     "faults_explained": matched, "faults_without_data": no_data, "unexplained": unmatched}
 
 
-def _explains(f: Finding, data: dict[str, Any], module: str) -> bool:
-    via = data.get("via") or {}
+def _explains(f: Finding, data: DataRef, module: str) -> bool:
     if f.kind == "packed-member":
-        return any(d.get("struct") == f.struct and d.get("member") == f.member for d in (data, via))
-    if data.get("module") not in (None, module):
+        return any(d is not None and d.struct == f.struct and d.member == f.member for d in (data, data.via))
+    if data.module not in (None, module):
         return False
     if f.kind == "common-member":
-        return data.get("kind") == "common" and data.get("name") == f.variable and data.get("container") == f"COMMON /{f.common}/"
-    return data.get("kind") in ("global", "static") and data.get("name") == f.variable and data.get("line") == f.line
+        return data.kind == "common" and data.name == f.variable and data.container == f"COMMON /{f.common}/"
+    return data.kind in ("global", "static") and data.name == f.variable and data.line == f.line
 
 
 def exit_status(result: AuditResult) -> int:

@@ -17,7 +17,7 @@ import gdb  # type: ignore[import-not-found]
 from ...core.progress import ProgressFile, SitesFile
 from ...engines.faultpath import Decision
 from ...engines.lifecycle import Kind
-from ...render.jsondoc import build_document, dump
+from ...render.formats import FORMATS, save
 from .install import install, installed
 
 SI_TKILL = -6
@@ -172,5 +172,5 @@ def main(config_json: str) -> None:
         session.program.exit_signal = status["exit_signal"]
     progress.tick(session, force=True)
     sites.tick(session, force=True)
-    dump(build_document(session.result()), cfg["json"])
+    save(session.result(), cfg["json"], FORMATS["json"])
     _write(cfg["status"], status)

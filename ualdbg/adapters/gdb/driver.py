@@ -13,7 +13,7 @@ import gdb  # type: ignore[import-not-found]
 from ...core.progress import ProgressFile
 from ...engines.lifecycle import Kind
 from ...engines.wrapper import debugger_keeps_running
-from ...render.jsondoc import build_document, dump
+from ...render.formats import FORMATS, save
 from .install import install, installed
 
 # gdb's words when the program (here: the exec helper's exec of it) ends before it is running.
@@ -98,4 +98,4 @@ def _run(cfg: dict[str, Any], status: dict[str, Any]) -> None:
     session.program.exit_status = status["exit_status"]
     session.program.exit_signal = status["exit_signal"]
     progress.tick(session, force=True)
-    dump(build_document(session.result()), cfg["json"])
+    save(session.result(), cfg["json"], FORMATS["json"])

@@ -15,6 +15,7 @@ import gdb  # type: ignore[import-not-found]
 
 from ...engines.lifecycle import Kind
 from ...engines.session import Session
+from ...render.report import break_text
 from .catchpoints import Catchpoints, define_detach_hook, target_non_stop
 from .conditions import Conditions
 from .console import warn
@@ -191,7 +192,7 @@ class GdbHooks:
             s = self.session
             if not self.installed and self.catchpoints.numbers and self.drained():
                 self.finish_drain()
-            report = s.stops.report_text(None, color=sys.stdout.isatty() and "NO_COLOR" not in os.environ)
+            report = break_text(s.stops.take_report(None), color=sys.stdout.isatty() and "NO_COLOR" not in os.environ)
             if report:
                 gdb.write(report)
             target = self.target()

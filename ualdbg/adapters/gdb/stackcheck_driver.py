@@ -133,7 +133,7 @@ class GdbSweep:
     def trace_end(self, status: int | None) -> dict[str, Any] | None:
         if not self.trace:
             return None
-        from ...render.jsondoc import build_document
+        from ...core.document import build_document
 
         self.session.program.exit_status = status
         return build_document(self.session.result())

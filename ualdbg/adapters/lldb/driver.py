@@ -13,7 +13,7 @@ from ...commands.all import COMMANDS
 from ...core.progress import ProgressFile
 from ...engines.lifecycle import Kind
 from ...engines.wrapper import debugger_keeps_running
-from ...render.jsondoc import build_document, dump
+from ...render.formats import FORMATS, save
 from .install import install, installed
 
 _DONE = (lldb.eStateExited, lldb.eStateDetached, lldb.eStateInvalid)
@@ -80,6 +80,6 @@ def main(debugger: lldb.SBDebugger, config_json: str) -> None:
     p = session.program
     status["exit_status"], status["exit_signal"] = p.exit_status, p.exit_signal
     progress.tick(session, force=True)
-    dump(build_document(session.result()), cfg["json"])
+    save(session.result(), cfg["json"], FORMATS["json"])
     with open(cfg["status"], "w") as f:
         json.dump(status, f)

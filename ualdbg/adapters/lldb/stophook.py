@@ -14,6 +14,7 @@ import lldb  # type: ignore[import-not-found]
 from ...engines.faultpath import Decision
 from ...engines.session import Session
 from ...isa.arch import SIGBUS
+from ...render.report import break_text
 from .breakpoints import Breakpoints
 from .faultstep import FaultSteps
 from .interp import warn
@@ -92,9 +93,9 @@ class StopRules:
         return True  # the user's breakpoints, steps, signals: lldb's business
 
     def _report(self, st: Stop) -> str | None:
-        """The break report a STOP of this thread holds (Stops.report_text), once."""
+        """The break report a STOP of this thread holds (Stops.take_report), once."""
         color = bool(self.debugger.GetUseColor()) and "NO_COLOR" not in os.environ
-        return self.session.stops.report_text(st.tid, color)
+        return break_text(self.session.stops.take_report(st.tid), color)
 
     # -- the stop rules' tests and verdicts (_STOP_RULES) -----------------------------------------
     def _scope_stepping(self, st: Stop) -> bool:

@@ -341,7 +341,7 @@ def hexa(v: int | None) -> str | None:
     return None if v is None else f"{v:#x}"
 
 
-def build_document(req: Request, plan: Plan, items: list[Item], raws: list[Raw],
+def stackcheck_document(req: Request, plan: Plan, items: list[Item], raws: list[Raw],
                    times: dict[str, list[float]] | None, traces: dict[str, dict[str, Any]] | None,
                    arch: str, notes: list[str], duration: float) -> dict[str, Any]:
     by_id = {r.variant: r for r in raws}

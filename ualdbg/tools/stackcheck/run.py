@@ -1,6 +1,6 @@
 """Running a stackcheck sweep: read the program's ELF and DWARF into items and probes, measure
 every variant in ONE child gdb (the Measurer), time variants natively, trace them with the trap
-engine (`runner.run_traced`), and hand it all to stackcheck.build_document. Used by the CLI and
+engine (`runner.run_traced`), and hand it all to check.stackcheck_document. Used by the CLI and
 by the debugger commands alike; the debugger a user sits in is never touched."""
 from __future__ import annotations
 
@@ -20,12 +20,14 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from ...ci.gate import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_TOOL
+from ...core.document import load_document
+from ...core.result import TraceResult
 from ...engines.runner import ToolError, find_gdb, find_lldb, pkg_roots, resolve_program
 from ...engines.wrapper import child_setup
 from ...symbols.dwarfindex import DWARF_ERRORS
 from ...symbols.elfindex import elf_index
 from ...symbols.variables import FunctionVariables, VariableError, VariableInfo
-from .check import Item, Plan, ProbeSpec, Raw, Request, StackcheckError, Variant, build_document, make_variants, parse_var
+from .check import Item, Plan, ProbeSpec, Raw, Request, StackcheckError, Variant, make_variants, parse_var, stackcheck_document
 from .launch import ExecHelper, LaunchSpec, time_native
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -251,23 +253,30 @@ class DebuggerMeasurer:
                             env=r.get("env", {}), vars=r.get("vars", {}), var_errors=r.get("var_errors", {}),
                             exit_status=r.get("exit_status"), output=r.get("output"), error=r.get("error"),
                             seconds=r.get("seconds", 0.0),
-                            trace=None if trace is None else _trace_summary(trace, r.get("exit_status"), None)))
+                            trace=None if trace is None else _trace_summary(load_document(trace, "the traced run"),
+                                                                            r.get("exit_status"), None)))
         return raws
 
 
-def _trace_summary(doc: dict[str, Any], status: int | None, signal: int | None) -> dict[str, Any]:
+def _trace_summary(trace: TraceResult, status: int | None, signal: int | None) -> dict[str, Any]:
     sites = []
-    for s in doc.get("sites", []):
-        if s.get("file") and s.get("line"):
-            where = f"{os.path.basename(s['file'])}:{s['line']}"
-        elif s.get("function"):
-            where = f"{s['function']}+{s['function_offset']}"
+    for s in trace.sites:
+        loc = s.loc
+        if loc.file and loc.line:
+            where = f"{os.path.basename(loc.file)}:{loc.line}"
+        elif loc.function:
+            where = f"{loc.function}+{_hex(loc.function_offset)}"
         else:
-            where = f"{s['module']}+{s['offset']}"
-        sites.append({"location": where, "pc": s["pc"], "count": s["count"], "sizes": s["sizes"], "access": s["access"]})
-    vas = sorted({r["va"] for r in doc.get("records", []) if r.get("va")})[:16]
-    return {"faults_total": doc.get("faults_total", 0), "faults_ignored": doc.get("faults_ignored", 0),
+            where = f"{loc.module_name}+{_hex(loc.offset)}"
+        sites.append({"location": where, "pc": f"{s.pc:#x}", "count": s.count, "sizes": sorted(s.sizes),
+                      "access": s.access.value if s.access else None})
+    vas = sorted({f"{r.va:#x}" for r in trace.records if r.va is not None})[:16]  # as text, as the document has them
+    return {"faults_total": trace.faults_total, "faults_ignored": trace.faults_ignored,
             "sites": sites, "addresses": vas, "exit_status": status, "exit_signal": signal, "error": None}
+
+
+def _hex(v: int | None) -> str | None:
+    return None if v is None else f"{v:#x}"
 
 
 def run_stackcheck(req: Request, progress: Progress | None = None, measurer: Any = None) -> dict[str, Any]:
@@ -299,7 +308,7 @@ def run_stackcheck(req: Request, progress: Progress | None = None, measurer: Any
         traces = {r.variant: r.trace if r.trace is not None else
                   {"faults_total": 0, "faults_ignored": 0, "sites": [], "addresses": [], "error": r.error or "not traced"}
                   for r in raws}
-    return build_document(req, plan, items, raws, times, traces, prog.machine, notes, time.monotonic() - t0)
+    return stackcheck_document(req, plan, items, raws, times, traces, prog.machine, notes, time.monotonic() - t0)
 
 
 def _time_variants(req: Request, variants: list[Variant], helper: ExecHelper, progress: Progress | None) -> dict[str, list[float]]:
