@@ -17,7 +17,7 @@ from ..ci import baseline
 from ..ci.gate import CONTRACT, EXIT_CLEAN, EXIT_ERROR, EXIT_FOUND, EXIT_TOOL, STATUSES, Verdict, decide
 from ..ci.merge import merge
 from ..commands.argtypes import nonnegative, positive
-from ..commands.options import SHELL_ENGINES, add_buffer_arg, add_engine_arg, add_scope_args, add_step_args
+from ..commands.options import SHELL_ENGINES, add_buffer_arg, add_engine_arg, add_format_arg, add_scope_args, add_step_args
 from ..commands.registry import examples_text
 from ..core.document import read_document
 from ..core.result import TraceResult
@@ -63,6 +63,7 @@ class _Parser(argparse.ArgumentParser):
 def _run_options(p: argparse.ArgumentParser) -> None:
     """trace's and check's options; those a debugger command has too come from commands/options."""
     p.add_argument("--json", metavar="FILE", help="write the JSON document to FILE (- for stdout)")
+    add_format_arg(p, to_path=True)
     add_scope_args(p)
     add_buffer_arg(p, 100_000)
     add_engine_arg(p, SHELL_ENGINES, None)
@@ -214,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--merge", action="store_true", help="sum the documents: per-site counts added, each run's figures kept")
     r.add_argument("--json", metavar="FILE", default=None, help="write the (merged) document to FILE (- for stdout)")
     r.add_argument("--sarif", metavar="FILE", default=None, help="write SARIF 2.1.0 for the (merged) document")
+    add_format_arg(r, to_path=True)
     r.add_argument("--summary", action="store_true")
     r.add_argument("--by", choices=GROUPS, default="pc")
     r.add_argument("--limit", type=nonnegative, default=REPORT_LIMIT, metavar="N",
@@ -273,10 +275,21 @@ def _program(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[
 def _outputs(args: argparse.Namespace) -> list[Named]:
     """Every file this command writes, to check before the program runs."""
     out = [Named("--json", args.json), Named("--sarif", getattr(args, "sarif", None) or ""),
-           Named("--log-file", args.log_file or "")]
+           *_format_outputs(args), Named("--log-file", args.log_file or "")]
     if getattr(args, "update_baseline", False):
         out.append(Named("--baseline", args.baseline))
     return [n for n in out if n.path]
+
+
+def _format_outputs(args: argparse.Namespace) -> list[Named]:
+    """The files --format NAME:PATH writes (stdout is no file)."""
+    return [Named(f"--format {fmt.name}", path) for fmt, path in getattr(args, "format", None) or [] if path != "-"]
+
+
+def _write_formats(args: argparse.Namespace, result: TraceResult, context: Context | None = None) -> None:
+    """Each --format NAME[:PATH] the command was given, in the order given."""
+    for fmt, path in args.format:
+        write_trace(result, path, fmt, f"the {fmt.name} output", context)
 
 
 def _reads(args: argparse.Namespace) -> list[Named]:
@@ -504,6 +517,7 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(baseline.keys_of(result))} sites written to {args.baseline}")
     if args.sarif:  # after the verdict: its invocation carries the exit status (issue 29)
         write_trace(result, args.sarif, FORMATS["sarif"], "the SARIF output", Context(exit_code=verdict.status))
+    _write_formats(args, result, Context(exit_code=verdict.status))
     if args.update_baseline:
         write_json(baseline.build(result), args.baseline, "the baseline")
     report = _sink(args)
@@ -518,15 +532,17 @@ def _report(args: argparse.Namespace) -> int:
         raise ToolError("ualdbg report: name a JSON trace, e.g. ualdbg report t.json")
     if len(args.file) > 1 and not args.merge:
         raise ToolError("ualdbg report: several files need --merge")
-    _check_outputs([n for n in (Named("--json", args.json or ""), Named("--sarif", args.sarif or "")) if n.path], [])
+    _check_outputs([n for n in (Named("--json", args.json or ""), Named("--sarif", args.sarif or "")) if n.path]
+                   + _format_outputs(args), [])
     traces = [(path, read_document(path)) for path in args.file]
     result = merge(traces) if args.merge else traces[0][1]
     if args.json:
         write_trace(result, args.json, FORMATS["json"], "the JSON output")
     if args.sarif:
         write_trace(result, args.sarif, FORMATS["sarif"], "the SARIF output")
-    if args.json == "-":
-        return EXIT_CLEAN
+    _write_formats(args, result)
+    if args.json == "-" or any(path == "-" for _fmt, path in args.format):
+        return EXIT_CLEAN  # stdout holds the document: no table after it
     out = make_console(sys.stdout)
     out.print(header(result))
     for line in blind_lines(result):
@@ -586,7 +602,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     try:
         if args.cmd == "trace":
-            _doc, result = _trace(args, parser)
+            trace, result = _trace(args, parser)
+            _write_formats(args, trace)
             _sink(args).close()
             if args.pid is not None:
                 return EXIT_CLEAN  # the process is not ualdbg's child: its status is in the JSON

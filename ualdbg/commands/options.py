@@ -1,10 +1,12 @@
 """Options shared by the debugger commands and the shell command, declared once: where to arm,
-which modules are in scope, the ring's size, the engine, and the step engine's scope and policy."""
+which modules are in scope, the ring's size, the engine, the step engine's scope and policy, and
+the output formats."""
 from __future__ import annotations
 
 import argparse
 
 from ..isa.alignment import POLICY_NAMES
+from ..render.formats import Format, FormatError, format_named, names, parse_spec
 from .argtypes import positive
 
 
@@ -58,3 +60,28 @@ def add_step_args(p: argparse.ArgumentParser, *, until_return: bool) -> None:
 
 def step_wanted(args: argparse.Namespace) -> bool:
     return bool(args.in_ or args.range or getattr(args, "until_return", False) or args.everywhere or args.policy)
+
+
+def add_format_arg(p: argparse.ArgumentParser, *, to_path: bool) -> None:
+    """`--format`: any output format of render/formats.py's registry. The shell's takes
+    NAME[:PATH] and repeats (no PATH: stdout); `trace save FILE --format NAME` takes the name."""
+    if to_path:
+        p.add_argument("--format", type=_format_spec, action="append", default=[], metavar="NAME[:PATH]",
+                       help=f"also write the trace in this format to PATH (- or none: stdout); repeatable; formats: {names()}")
+    else:
+        p.add_argument("--format", type=_format_name, default=None, metavar="NAME",
+                       help=f"the format (default: the one FILE's suffix names, else json); formats: {names()}")
+
+
+def _format_spec(text: str) -> tuple[Format, str]:
+    try:
+        return parse_spec(text)
+    except FormatError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _format_name(text: str) -> Format:
+    try:
+        return format_named(text)
+    except FormatError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

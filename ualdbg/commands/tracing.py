@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import argparse
 
-from ..render.formats import FORMATS, save
+from ..render.formats import FORMATS, format_for, save
 from ..render.tables import GROUPS, header, records_table, summary_table
 from .argtypes import positive
 from .arming import apply_scope, arm, arm_step, check_engine_args
-from .options import DEBUGGER_ENGINES, add_buffer_arg, add_engine_arg, add_scope_args, add_step_args
+from .options import DEBUGGER_ENGINES, add_buffer_arg, add_engine_arg, add_format_arg, add_scope_args, add_step_args
 from .registry import Host, Output, Parser, Runner, UsageError, command
 
 
@@ -90,14 +90,18 @@ def _show(p: Parser) -> Runner:
     return run
 
 
-@command("trace", "save", description="Write the trace as versioned JSON (the CLI's format).",
-         examples=["ualdbg trace save run.json       then, from the shell: ualdbg report run.json --summary"])
+@command("trace", "save", description="Write the trace to FILE: versioned JSON (the CLI's format), or any format "
+                                       "of the shell's --format, named by --format or by FILE's suffix.",
+         examples=["ualdbg trace save run.json       then, from the shell: ualdbg report run.json --summary",
+                   "ualdbg trace save run.sarif      SARIF 2.1.0 (the suffix names the format)",
+                   "ualdbg trace save run.log --format text"])
 def _save(p: Parser) -> Runner:
     p.add_argument("file")
+    add_format_arg(p, to_path=False)
 
     def run(host: Host, args: argparse.Namespace) -> Output:
         try:
-            save(host.session.result(), args.file, FORMATS["json"])
+            save(host.session.result(), args.file, args.format or format_for(args.file))
         except OSError as exc:
             raise UsageError(f"cannot write {args.file}: {exc.strerror}") from None
         return [f"ualdbg: {host.session.buffer.total} faults saved to {args.file}"]
