@@ -7,13 +7,14 @@ import json
 import os
 from typing import Any
 
+from ..core.errors import UaldbgError
 from ..core.result import Site, TraceResult
 
 FORMAT = "ualdbg-baseline"
 VERSION = 1
 
 
-class BaselineError(Exception):
+class BaselineError(UaldbgError):
     """A baseline file that cannot be read: one line."""
 
 

@@ -6,20 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The statuses are core/errors.py's (the error base carries them), named here too for the contract.
+from ..core.errors import EXIT_CANNOT_EXECUTE as EXIT_CANNOT_EXECUTE
+from ..core.errors import EXIT_CLEAN as EXIT_CLEAN
+from ..core.errors import EXIT_ERROR as EXIT_ERROR
+from ..core.errors import EXIT_FOUND as EXIT_FOUND
+from ..core.errors import EXIT_INCOMPLETE as EXIT_INCOMPLETE
+from ..core.errors import EXIT_NOT_FOUND as EXIT_NOT_FOUND
+from ..core.errors import EXIT_TOOL as EXIT_TOOL
 from ..core.result import Site, TraceResult
 from .baseline import where
-
-EXIT_CLEAN = 0
-EXIT_FOUND = 1  # the default of --error-exitcode
-EXIT_ERROR = 2  # usage error or bad input (options, input and output files): one line, nothing run
-# Where ualdbg runs a program it follows the wrappers' convention (timeout(1), env(1), nice(1)), so
-# that its own failure is never taken for the program's ordinary one (make's 2, say):
-EXIT_TOOL = 125  # ualdbg itself failed (a debugger missing or dead, an internal error, no trace made)
-EXIT_CANNOT_EXECUTE = 126  # the program was found but cannot be executed (permission, not a program)
-EXIT_NOT_FOUND = 127  # the program, its ELF interpreter or a shared library it needs was not found
-# The run was incomplete (issue 29): neither 1 (found), 2 (usage), nor the wrappers' 124-127
-# (timeout(1), env(1): the tool's own failure, cannot execute, not found) nor 128+N (a signal).
-EXIT_INCOMPLETE = 3
 
 STATUSES = """  2                  usage error or bad input: an option, a baseline, an output path, a corrupt ELF (nothing was run)
   125                ualdbg failed (a debugger missing or dead, an internal error): one line on stderr

@@ -19,9 +19,10 @@ from typing import Any
 
 from ..agent import rundir
 from ..core.document import read_document
+from ..core.external import find_tool
 from ..core.progress import poll
 from ..core.sections import AttachState
-from ..engines.runner import RunRequest, RunResult, ToolError, find_gdb, finished_status, gdb_batch
+from ..engines.runner import RunRequest, RunResult, ToolError, finished_status, gdb_batch
 from .watch import Sample
 
 YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"  # absent without the Yama LSM: attach as ptrace allows
@@ -103,7 +104,7 @@ def _program_of(pid: int) -> tuple[str, list[str]]:
 
 def gdb_attach_command(cfg: dict[str, Any], log: str) -> list[str]:
     return [
-        *gdb_batch(find_gdb(), log),
+        *gdb_batch(find_tool("gdb"), log),
         "-ex", f"python from ualdbg.adapters.gdb.attach_driver import main; main({json.dumps(json.dumps(cfg))})",
     ]
 

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..agent.presence import elf_symbol, tracing_agent
+from ..core.errors import UaldbgError
 from ..engines.procfs import sigbus_blocked
 
 PTRACE_CONT, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 7, 12, 13, 17
@@ -41,7 +42,7 @@ QUIET_SYSCALLS = {0, 7, 23, 34, 35, 43, 45, 47, 61, 230, 232, 270, 271, 281, 288
 DATA = object()  # an argument of Process.call: the address its data was written at
 
 
-class InjectError(Exception):
+class InjectError(UaldbgError):
     """The agent could not be injected (or removed): one line saying why."""
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
+from ..core.errors import UaldbgError
 from ..core.files import UnsafePath, resolve, special, temp_in, write_atomic
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from ..render.formats import Context, Format
 
 
-class OutputError(Exception):
+class OutputError(UaldbgError):
     """An output cannot be written, or collides with another file of the run: one line, before
     anything runs."""
 

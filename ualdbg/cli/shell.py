@@ -20,6 +20,7 @@ from ..commands.argtypes import nonnegative, positive
 from ..commands.options import SHELL_ENGINES, add_buffer_arg, add_engine_arg, add_format_arg, add_scope_args, add_step_args
 from ..commands.registry import examples_text
 from ..core.document import read_document
+from ..core.errors import UaldbgError
 from ..core.result import TraceResult
 from ..engines.runner import ProgramUntraced, RunRequest, ToolError, pass_exit_status, run_traced
 from ..render.console import make_console
@@ -634,14 +635,9 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args)
     except BrokenPipeError:
         return _closed_pipe()
-    except ProgramUntraced as exc:  # it ran, once, untraced: its failure is its own status, else ours
-        say(f"ualdbg: {exc}")
-        if exc.exit_signal is not None or exc.exit_status:
-            return pass_exit_status(exc.exit_status, exc.exit_signal)
-        return exc.status
-    except ToolError as exc:
+    except UaldbgError as exc:  # every error of ualdbg's carries its status (core/errors.py)
         say(f"ualdbg: {exc}")  # escaped: the message may quote a hostile file's names
-        return exc.status
+        return exc.exit_status()  # a program that ran untraced and failed: its own status
     except ValueError as exc:  # bad input (a JSON trace, --arch, a setting)
         say(f"ualdbg: {exc}")
         return EXIT_ERROR

@@ -8,13 +8,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
+from ..core.errors import UaldbgError
+
 if TYPE_CHECKING:  # annotations only: the shell builds its parsers without the engines (issue 34)
     from ..core.target import Target
     from ..engines.session import Session
     from ..engines.step import StepControl
 
 
-class UsageError(Exception):
+class UsageError(UaldbgError):
     """Bad input from the user: shown as one line, never a traceback."""
 
 

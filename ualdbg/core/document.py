@@ -12,6 +12,7 @@ from dataclasses import fields
 from typing import IO, Any, Protocol, runtime_checkable
 
 from .dataref import DataRef, Via
+from .errors import UaldbgError
 from .model import AccessKind, InlineFrame, SourceLoc
 from .result import BlindSpot, ProgramInfo, Record, Run, Site, TraceResult
 from .sections import (
@@ -29,7 +30,7 @@ SCHEMA = 1
 Document = dict[str, Any]  # the JSON document of a trace, as json.load gives it
 
 
-class DocumentError(ValueError):
+class DocumentError(UaldbgError, ValueError):
     """A document ualdbg cannot read: one line saying what is wrong with it."""
 
 

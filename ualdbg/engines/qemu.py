@@ -5,7 +5,6 @@ debugger knows; qemu 9+'s stub serves the guest's mappings to gdb's `info proc m
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -13,11 +12,15 @@ from typing import IO, Any
 
 from elftools.elf.elffile import ELFFile
 
+from ..core.errors import EXIT_TOOL, UaldbgError
+from ..core.external import find_tool
 from ..isa.arch import ArchInfo
 
 
-class QemuError(Exception):
-    """qemu-user is missing or did not start: one line for the user."""
+class QemuError(UaldbgError):
+    """qemu-user did not start: one line for the user; ualdbg's own failure (125)."""
+
+    status = EXIT_TOOL
 
 
 def maps_from_elf(path: str, bias: int = 0) -> str:
@@ -40,21 +43,6 @@ def elf_entry(path: str) -> tuple[int, bool]:
     with open(path, "rb") as f:
         elf = ELFFile(f)
         return int(elf.header["e_entry"]), elf.header["e_type"] == "ET_DYN"
-
-
-def find_qemu(arch: ArchInfo) -> str:
-    name = arch.qemu or f"qemu-{arch.name}"
-    path = shutil.which(name)
-    if path is None:
-        raise QemuError(f"{name} not found on PATH; install it (Debian: apt-get install qemu-user)")
-    return path
-
-
-def find_gdb_multiarch() -> str:
-    path = shutil.which("gdb-multiarch")
-    if path is None:
-        raise QemuError("gdb-multiarch not found on PATH; install it (Debian: apt-get install gdb-multiarch)")
-    return path
 
 
 @dataclass
@@ -84,7 +72,7 @@ def start(arch: ArchInfo, program: list[str], folder: str, timeout: float = 10.0
     """Start qemu-user on `program` in `folder` (private), its stdio the user's (or `stdout`
     for both output streams, for tests); `argv0` the program's argv[0] (qemu's -0), `env` its
     environment (qemu passes its own on), `preexec_fn` for qemu's process (engines/wrapper.py)."""
-    qemu = find_qemu(arch)
+    qemu = find_tool("qemu-user", [arch.qemu or f"qemu-{arch.name}"])
     endpoint = os.path.join(folder, "gdb.sock")
     argv = [qemu, "-g", endpoint, *(["-0", argv0] if argv0 is not None else [])]
     if arch.qemu_cpu and not os.environ.get("QEMU_CPU"):
@@ -118,4 +106,4 @@ def _listening(path: str) -> bool:
     return False
 
 
-__all__ = ["QemuError", "QemuRun", "elf_entry", "find_gdb_multiarch", "find_qemu", "maps_from_elf", "start"]
+__all__ = ["QemuError", "QemuRun", "elf_entry", "maps_from_elf", "start"]

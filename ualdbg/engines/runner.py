@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from ..agent import rundir
 from ..ci.gate import EXIT_CANNOT_EXECUTE, EXIT_ERROR, EXIT_NOT_FOUND, EXIT_TOOL
 from ..core.document import read_document
+from ..core.errors import ToolError as ToolError  # where the commands have always imported it from
+from ..core.external import find_tool
 from ..core.programfile import elf_file_problem, elf_structure_problem, host_elf, script_interpreter
 from ..core.result import TraceResult
 from ..core.sections import StepSummary
@@ -24,22 +26,19 @@ if TYPE_CHECKING:
     from ..isa.arch import ArchInfo
 
 
-class ToolError(Exception):
-    """A usage or tool problem: one line for the user, and the exit status that says which
-    (ci/gate.py: 2 usage or bad input, 125 ualdbg failed, 126 cannot execute, 127 not found)."""
-
-    def __init__(self, message: str, status: int = EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 class ProgramUntraced(ToolError):
     """The program ran, once, but ualdbg has no trace of it: one line; the exit status is the
     program's when it failed, else `status` (125: ualdbg failed; 2: a scope never entered)."""
 
     def __init__(self, message: str, exit_status: int | None, exit_signal: int | None, status: int = EXIT_TOOL) -> None:
         super().__init__(message, status)
-        self.exit_status, self.exit_signal = exit_status, exit_signal
+        self.program_status, self.program_signal = exit_status, exit_signal
+
+    def exit_status(self) -> int:
+        """The program's failure is its own status (a death by signal re-raised on ualdbg)."""
+        if self.program_signal is not None or self.program_status:
+            return pass_exit_status(self.program_status, self.program_signal)
+        return self.status
 
 
 @dataclass
@@ -135,13 +134,6 @@ def pkg_roots() -> list[str]:
     return roots
 
 
-def find_gdb() -> str:
-    gdb = shutil.which("gdb")
-    if gdb is None:
-        raise ToolError("gdb not found on PATH; install it (Debian: apt-get install gdb)", EXIT_TOOL)
-    return gdb
-
-
 def gdb_batch(gdb: str, log: str, *, aslr: bool = False) -> list[str]:
     """A batch gdb that logs its own messages to `log` (the program writes to the user's
     stdout/stderr) and has ualdbg's package on its Python path; the caller adds what it runs."""
@@ -167,7 +159,7 @@ def gdb_command(req: RunRequest, cfg: dict[str, Any], log: str) -> list[str]:
     else:
         program = ["--args", *req.program]
     return [
-        *gdb_batch(find_gdb() if remote is None else cfg["gdb"], log, aslr=req.aslr),
+        *gdb_batch(find_tool("gdb") if remote is None else cfg["gdb"], log, aslr=req.aslr),
         "-ex", f"python from ualdbg.adapters.gdb.driver import main; main({json.dumps(json.dumps(cfg))})",
         *(["-iex", f"set sysroot {cfg['sysroot']}"] if cfg.get("sysroot") else []),
         *program,
@@ -193,19 +185,10 @@ def exec_spec(req: RunRequest, folder: str) -> list[str] | None:
     return [helper, spec]
 
 
-def find_lldb() -> str:
-    for name in ("lldb-19", "lldb"):  # Debian's package is lldb-19; others call it lldb
-        path = shutil.which(name)
-        if path is not None:
-            return path
-    raise ToolError("lldb not found on PATH; install it (Debian: apt-get install lldb-19 python3-lldb-19 liblldb-19-dev)",
-                    EXIT_TOOL)
-
-
 def lldb_command(cfg: dict[str, Any]) -> list[str]:
     setup = f"import sys; sys.path[:0] = {pkg_roots()!r}"
     return [
-        find_lldb(), "--no-lldbinit", "--batch",
+        find_tool("lldb"), "--no-lldbinit", "--batch",
         "-o", f"script {setup}",
         # `import ualdbg...` binds `ualdbg` in lldb's script namespace, where lldb looks up the
         # command classes and callbacks by their dotted names.
@@ -319,7 +302,7 @@ def _run_qemu(req: RunRequest, arch: ArchInfo, cfg: dict[str, Any], log: str,
 
     guard = _guard()  # SIGTERM to ualdbg reaches the program through qemu, which delivers it to the guest
     try:
-        cfg["gdb"] = qemu.find_gdb_multiarch()
+        cfg["gdb"] = find_tool("gdb-multiarch")
         run = qemu.start(arch, req.program, folder, argv0=req.argv()[0], env=program_environ(),
                          preexec_fn=child_setup())
     except qemu.QemuError as exc:
@@ -469,7 +452,7 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
     if req.debugger not in ("gdb", "lldb"):
         raise ToolError(f"--debugger {req.debugger}: not available (gdb and lldb are)")
     if req.debugger == "lldb":
-        find_lldb()
+        find_tool("lldb")
     with rundir.make() as run_dir:  # locked: a killed run's directory is reaped by the next (agent/rundir.py)
         tmp = run_dir.top
         cfg: dict[str, Any] = {

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from elftools.dwarf.compileunit import CompileUnit
 from elftools.dwarf.die import DIE
 
+from ..core.errors import UaldbgError
 from ..core.model import Module
 from ..symbols.cxxnames import NameQuery, base_name, demangle, function_name, normalize, split_components, strip_template_args
 from ..symbols.dwarfindex import DWARF_ERRORS, qualified_die_name
@@ -34,7 +35,7 @@ KINDS = ("function", "range", "until-return", "everywhere")
 _CLONE_SUFFIX = r"(?:\.(?:constprop|isra|part|cold|lto_priv|localalias)(?:\.\d+)?)*"
 
 
-class ScopeError(Exception):
+class ScopeError(UaldbgError):
     """One-line user-facing message."""
 
 

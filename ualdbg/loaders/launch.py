@@ -4,11 +4,12 @@ the system /usr/bin/python3 (PLATFORM.md), so the launcher hands it this Python'
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..core.errors import UaldbgError
+from ..core.external import ToolMissing, find_tool
 from .paths import ENV_PATH, candidate_paths
 
 HERE = Path(__file__).resolve().parent
@@ -20,7 +21,7 @@ PACKAGE_ROOT = str(HERE.parent.parent)
 DEBUGSERVER = "/usr/lib/llvm-19/bin/lldb-server"
 
 
-class LaunchError(Exception):
+class LaunchError(UaldbgError):
     """The debugger cannot be started: one line for the user."""
 
 
@@ -34,14 +35,10 @@ def split_program(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def find_debugger(kind: str) -> str:
-    override = os.environ.get("UALDBG_GDB" if kind == "gdb" else "UALDBG_LLDB")
-    names = [override] if override else (["gdb"] if kind == "gdb" else ["lldb-19", "lldb"])
-    for name in names:
-        path = shutil.which(name)
-        if path:
-            return path
-    hint = "apt-get install gdb" if kind == "gdb" else "apt-get install lldb-19 python3-lldb-19 liblldb-19-dev"
-    raise LaunchError(f"ualdbg {kind}: {' or '.join(names)} not found on PATH ({hint}, or `make setup`)")
+    try:
+        return find_tool(kind)
+    except ToolMissing as exc:
+        raise LaunchError(f"ualdbg {kind}: {exc}") from None
 
 
 def dependency_paths() -> list[str]:

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Protocol
 
+from ..core.errors import UaldbgError
+
 if TYPE_CHECKING:
     from ..core.result import Site, TraceResult
 
@@ -52,7 +54,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
 DEFAULT = "json"
 
 
-class FormatError(ValueError):
+class FormatError(UaldbgError, ValueError):
     """A format that is not known, or cannot go where it was asked to: one line."""
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from elftools.dwarf.die import DIE
 
 from ..core.dataref import DataRef
+from ..core.errors import UaldbgError
 from ..core.programfile import elf_file_problem
 from ..core.result import TraceResult
 from ..symbols.data import GlobalVar, ModuleData, module_data
@@ -21,7 +22,7 @@ from ..symbols.layout import AGGREGATES, decl_pos, name_of, ref
 VIEW = 8  # the wide view a COMMON member is checked against (REAL*8, INTEGER*8, a pointer)
 
 
-class AuditError(Exception):
+class AuditError(UaldbgError):
     """The file cannot be audited (missing, not ELF): one line for the user."""
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ... import __version__
+from ...core.errors import UaldbgError
 from .launch import LaunchSpec
 
 SCHEMA = 1
@@ -21,7 +22,7 @@ MODULI = (16, 32, 64, 4096)
 MAX_VARIANTS = 4096
 
 
-class StackcheckError(Exception):
+class StackcheckError(UaldbgError):
     """Bad input (a range, a variable, an environment name): one line, exit status 2."""
 
 

@@ -21,8 +21,9 @@ from elftools.elf.sections import SymbolTableSection
 
 from ...ci.gate import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_TOOL
 from ...core.document import load_document
+from ...core.external import find_tool
 from ...core.result import TraceResult
-from ...engines.runner import ToolError, find_gdb, find_lldb, pkg_roots, resolve_program
+from ...engines.runner import ToolError, pkg_roots, resolve_program
 from ...engines.wrapper import child_setup
 from ...symbols.dwarfindex import DWARF_ERRORS
 from ...symbols.elfindex import elf_index
@@ -176,12 +177,12 @@ class DebuggerMeasurer:
     def command(self, plan_path: str, program: str) -> list[str]:
         setup = f"import sys; sys.path[:0] = {pkg_roots()!r}"
         if self.debugger == "lldb":
-            return [find_lldb(), "--no-lldbinit", "--batch", "-o", f"script {setup}",
+            return [find_tool("lldb"), "--no-lldbinit", "--batch", "-o", f"script {setup}",
                     # `import ualdbg...` binds `ualdbg` in lldb's script namespace, where lldb
                     # finds the command classes and callbacks of the trap engine by dotted name.
                     "-o", "script import ualdbg.adapters.lldb.stackcheck_driver; "
                           f"ualdbg.adapters.lldb.stackcheck_driver.main(lldb.debugger, {plan_path!r})"]
-        cmd = [find_gdb(), "-q", "-nx", "-batch"]
+        cmd = [find_tool("gdb"), "-q", "-nx", "-batch"]
         if not self.separate_debug:
             # The program carries its own DWARF; keep gdb from loading libc6-dbg's files on
             # every run (140 ms a run here instead of 9 ms).

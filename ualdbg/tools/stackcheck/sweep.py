@@ -12,10 +12,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ...core.errors import UaldbgError
 from .check import parse_initial_stack
 
 
-class SweepError(Exception):
+class SweepError(UaldbgError):
     """A debugger operation failed in one variant: recorded as that variant's error."""
 
 
