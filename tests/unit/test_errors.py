@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ualdbg.cli import shell
+from ualdbg.cli.report import Report
 from ualdbg.core.errors import EXIT_ERROR, EXIT_TOOL, UaldbgError
 from ualdbg.core.external import TOOLS, ToolMissing, find_tool
 from ualdbg.engines.runner import ProgramUntraced
@@ -54,10 +55,10 @@ def test_the_override_variable_names_the_program(tmp_path: Path, monkeypatch: py
 def test_main_ends_with_the_status_the_error_carries(error: UaldbgError, status: int, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    def fail(args: object) -> int:
+    def fail(self: object, args: object, parser: object) -> int:
         raise error
 
-    monkeypatch.setattr(shell, "_report", fail)
+    monkeypatch.setattr(Report, "run", fail)
     assert shell.main(["report", str(tmp_path / "t.json")]) == status
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"ualdbg: {error}"]

@@ -1,12 +1,13 @@
 """Declaring commands: an argparse parser that raises instead of exiting, a spec per command
-path, and the Host protocol through which a command reaches the debugger it runs in."""
+path, and the Host protocol through which a command reaches the debugger it runs in; and the
+shell's sub-commands (`ualdbg trace|check|report...`), one class each, declared the same way."""
 from __future__ import annotations
 
 import argparse
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol, runtime_checkable
 
 from ..core.errors import UaldbgError
 
@@ -139,3 +140,34 @@ def command(*path: str, description: str, epilog: str = "",
         return build
 
     return wrap
+
+
+class ShellCommand:
+    """A sub-command of the shell's `ualdbg` (memray's prepare_parser/run are the model), declared
+    in one module of cli/ with @shell_command. Its options are added when it is chosen or its
+    help shown, so a start pays only for the command it runs (issue 34); `run` returns the exit
+    status, and raises a UaldbgError (core/errors.py) that the shell's main prints."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]  # its line in `ualdbg --help`
+    description: ClassVar[str | None] = None
+    epilog: ClassVar[str | None] = None
+    # Runs a program (or traces one), as a wrapper (timeout(1), env(1)) does: its own failure is
+    # then 125, never a status the program's ordinary failure could have (ci/gate.py).
+    wraps: ClassVar[bool] = False
+    raw: ClassVar[bool] = False  # takes its arguments unparsed (`ualdbg gdb`: they are gdb's)
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        """Add the command's options (and, if it has them only then, its description)."""
+
+    def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+        raise NotImplementedError
+
+
+SHELL_COMMANDS: dict[str, ShellCommand] = {}  # in the order `ualdbg --help` lists them
+
+
+def shell_command(cls: type[ShellCommand]) -> type[ShellCommand]:
+    """Declare a shell sub-command (cli/shell.py imports each module that declares one)."""
+    SHELL_COMMANDS[cls.name] = cls()
+    return cls
