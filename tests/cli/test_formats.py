@@ -1,6 +1,6 @@
 """The format registry (render/formats.py, issue 30 item 4): every registered output format is
 reachable from the shell (`--format NAME[:PATH]` on trace, check and report) and from gdb's
-`ualdbg trace save FILE` (the suffix names the format, or `--format NAME`), and one trace written
+and lldb's `ualdbg trace save FILE` (the suffix names the format, or `--format NAME`), and one trace written
 in a format is the same whichever front end wrote it."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import run_cli
-from support.debuggers import run_gdb
+from support.debuggers import run_gdb, run_lldb
 from support.env import BUILD
 
 from ualdbg.render.formats import FORMATS
@@ -59,11 +59,15 @@ def test_an_unknown_format_is_one_line_and_status_2(spec: str, tmp_path: Path) -
     assert not list(tmp_path.iterdir())
 
 
-def test_gdb_trace_save_writes_every_format(tmp_path: Path) -> None:
+@pytest.mark.parametrize("debugger", ["gdb", "lldb"])
+def test_trace_save_in_a_debugger_writes_every_format(debugger: str, tmp_path: Path) -> None:
     """`trace save FILE`: the format FILE's suffix names; `--format NAME` over any suffix."""
     by_suffix = [f"ualdbg trace save {tmp_path / ('s' + f.suffix)}" for f in FORMATS.values()]
     by_name = [f"ualdbg trace save {tmp_path / (name + '.out')} --format {name}" for name in FORMATS]
-    run = run_gdb(PROG, ["ualdbg trace start", "run", *by_suffix, *by_name])
+    if debugger == "gdb":
+        run = run_gdb(PROG, ["ualdbg trace start", "run", *by_suffix, *by_name])
+    else:
+        run = run_lldb(PROG, ["ualdbg trace start", "process launch -o /dev/null", *by_suffix, *by_name])
     for name, f in FORMATS.items():
         assert (tmp_path / ("s" + f.suffix)).is_file(), run.explain()
         _looks_like(name, (tmp_path / ("s" + f.suffix)).read_text())
