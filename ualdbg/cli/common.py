@@ -20,6 +20,10 @@ class ShellParser(argparse.ArgumentParser):
     # or its help shown: every start builds every sub-command's parser (issue 34).
     fill: Callable[[argparse.ArgumentParser], None] | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}  # the top parser's sub-commands, by name
+
     def error(self, message: str) -> Any:
         self.exit(EXIT_ERROR, f"{self.prog}: {message}\n")
 

@@ -27,7 +27,7 @@ from .outputs import say
 HELP_ORDER = ("trace", "check", "watch", "stackcheck", "audit", "report", "gdb", "lldb", "gdbinit", "lldbinit")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ShellParser:
     p = ShellParser(prog="ualdbg", description="Find unaligned memory accesses in native programs.",
                     epilog=examples("ualdbg trace -- ./prog args                     run prog, print its unaligned accesses per site",
                                     "ualdbg check --json r.json --sarif r.sarif -- ./prog   the CI gate",
@@ -40,12 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=cmd.help, description=cmd.description, epilog=cmd.epilog,
                             add_help=not cmd.raw, formatter_class=argparse.RawDescriptionHelpFormatter)
         sp.fill = cmd.prepare_parser  # its options when it is chosen or its help shown (issue 34)
+        p.commands[name] = sp
     return p
-
-
-def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return action.choices[name]  # type: ignore[no-any-return]
 
 
 def _closed_streams() -> None:
@@ -86,14 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     raw = SHELL_COMMANDS.get(argv[0]) if argv else None
     if raw is not None and raw.raw:  # `ualdbg gdb ARGS`: the debugger's arguments, unparsed
-        return raw.run(argparse.Namespace(cmd=argv[0], argv=argv[1:]), _subparser(parser, argv[0]))
+        return raw.run(argparse.Namespace(cmd=argv[0], argv=argv[1:]), parser.commands[argv[0]])
     args = parser.parse_args(argv)
     if args.cmd is None:
         parser.print_help()
         return EXIT_ERROR
     cmd: ShellCommand = SHELL_COMMANDS[args.cmd]
     try:
-        return cmd.run(args, _subparser(parser, args.cmd))
+        return cmd.run(args, parser.commands[args.cmd])
     except BrokenPipeError:
         return _closed_pipe()
     except UaldbgError as exc:  # every error of ualdbg's carries its status (core/errors.py)
