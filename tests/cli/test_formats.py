@@ -1,5 +1,5 @@
 """The format registry (render/formats.py, issue 30 item 4): every registered output format is
-reachable from the shell (`--format NAME[:PATH]` on trace, check and report) and from gdb's
+reachable from the shell (`--format NAME[:PATH]` on trace, check, watch and report) and from gdb's
 and lldb's `ualdbg trace save FILE` (the suffix names the format, or `--format NAME`), and one trace written
 in a format is the same whichever front end wrote it."""
 from __future__ import annotations
@@ -42,6 +42,14 @@ def test_every_format_from_trace_and_report_is_the_same_trace(tmp_path: Path) ->
         _looks_like(name, traced)
         assert traced == reported, name  # the document read back is the trace (core/document.py's doors)
     assert (tmp_path / "trace.json").read_text() == saved.read_text()
+
+
+def test_watch_writes_every_format(tmp_path: Path) -> None:
+    opts = [f"--format={name}:{tmp_path / ('w' + f.suffix)}" for name, f in FORMATS.items()]
+    r = run_cli("watch", *opts, "--", *PROG, timeout=120)
+    assert r.returncode == 0, r.explain()
+    for name, f in FORMATS.items():
+        _looks_like(name, (tmp_path / ("w" + f.suffix)).read_text())
 
 
 def test_check_writes_a_format_with_its_verdict(tmp_path: Path) -> None:

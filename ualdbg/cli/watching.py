@@ -8,12 +8,12 @@ import sys
 
 from ..ci.gate import EXIT_CLEAN, EXIT_TOOL
 from ..commands.argtypes import positive
-from ..commands.options import add_buffer_arg, add_scope_args
+from ..commands.options import add_buffer_arg, add_format_arg, add_scope_args
 from ..commands.registry import ShellCommand, shell_command
 from ..core.errors import ToolError
 from ..engines.runner import ProgramUntraced, RunRequest, pass_exit_status
 from ..render.formats import FORMATS
-from .common import check_outputs, examples, outputs, program_of, reads, seconds, sink
+from .common import check_outputs, examples, outputs, program_of, reads, seconds, sink, write_formats
 from .outputs import write_trace
 
 
@@ -40,6 +40,7 @@ class Watch(ShellCommand):
         w.add_argument("--top", type=positive, default=10, metavar="N", help="sites shown (default 10)")
         w.add_argument("--json-lines", action="store_true", help="one JSON object per interval (no table)")
         w.add_argument("--json", metavar="FILE", help="write the final JSON document to FILE")
+        add_format_arg(w, to_path=True)
         add_scope_args(w)
         add_buffer_arg(w, 100_000)
         w.add_argument("--log-file", metavar="FILE", default=None, help="write the report there instead of stderr")
@@ -121,6 +122,7 @@ class Watch(ShellCommand):
         trace = result.result
         if args.json:
             write_trace(trace, args.json, FORMATS["json"], "the JSON output")
+        write_formats(args, trace)
         out = sink(args)
         for item in report_items(trace, "pc", programs=False):
             out.print(item)
