@@ -131,6 +131,7 @@ static void maps_parse(const char *text, size_t len)
                 q++;
                 m.end = hex(&q, eol);
                 if (q + 4 < eol) {
+                    m.read = q[1] == 'r';
                     m.write = q[2] == 'w';
                     m.exec = q[3] == 'x';
                     m.priv = q[4] == 'p';

@@ -130,6 +130,7 @@ struct mapping {
     uint64_t start, end;
     const char *path; /* in the snapshot text; NUL-free, length `plen` */
     uint16_t plen;
+    uint8_t read;
     uint8_t exec;
     uint8_t write;
     uint8_t priv;
