@@ -468,17 +468,3 @@ int ualdbg_cfi_fde_at(const void *eh_frame_hdr, const struct cfi_bounds *b, uint
     out->lsda = lsda;
     return 1;
 }
-
-/* (The patcher's former interface: the number of FDEs, or FDE i's range; -1 when unreadable.) */
-int64_t ualdbg_cfi_fde_range(const void *eh_frame_hdr, uint64_t i, uint64_t *start, uint64_t *end)
-{
-    int64_t n = ualdbg_cfi_fde_count(eh_frame_hdr, NULL);
-    if (!start || !end || i >= (uint64_t)n)
-        return n;
-    struct cfi_fde f;
-    if (!ualdbg_cfi_fde_at(eh_frame_hdr, NULL, i, &f))
-        return -1;
-    *start = f.start;
-    *end = f.end;
-    return n;
-}

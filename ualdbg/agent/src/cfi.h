@@ -31,6 +31,4 @@ int64_t ualdbg_cfi_fde_count(const void *eh_frame_hdr, const struct cfi_bounds *
 /* The i-th FDE of the search table; 0 when it cannot be read within the bounds. */
 int ualdbg_cfi_fde_at(const void *eh_frame_hdr, const struct cfi_bounds *b, uint64_t i, struct cfi_fde *out);
 
-int64_t ualdbg_cfi_fde_range(const void *eh_frame_hdr, uint64_t i, uint64_t *start, uint64_t *end);
-
 #endif

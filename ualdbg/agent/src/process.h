@@ -73,6 +73,7 @@ struct thread_state {
 };
 
 extern struct agent_config CFG HIDDEN;
+extern volatile int ualdbg_in_handler EXPORT;
 extern struct agent_state G HIDDEN;
 extern __thread struct thread_state TS __attribute__((tls_model("initial-exec"))) HIDDEN;
 

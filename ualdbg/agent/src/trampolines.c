@@ -48,6 +48,22 @@ uint8_t *tramp_alloc(uint64_t target)
     return slot;
 }
 
+/* The PC an out-of-line copy at rip stands for (0: rip is in none), *at_start: rip is its start. */
+uint64_t outofline_origin(uint64_t rip, int *at_start)
+{
+    for (int i = 0; i < npools; i++) {
+        uint64_t b = (uint64_t)(uintptr_t)pools[i].base;
+        if (rip >= b && rip < b + POOL_SIZE) {
+            uint64_t slot = b + ((rip - b) & ~(uint64_t)(TRAMP_SLOT - 1));
+            uint64_t origin;
+            memcpy(&origin, (const void *)(uintptr_t)slot, 8);
+            *at_start = rip == slot + 8;
+            return origin;
+        }
+    }
+    return 0;
+}
+
 uint64_t trampoline_origin(uint64_t rip, int *at_insn)
 {
     for (int i = 0; i < npools; i++) {
