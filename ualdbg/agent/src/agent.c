@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "access.h"
 #include "cfi.h"
 #include "codemap.h"
 #include "insn.h"
@@ -1392,6 +1393,23 @@ EXPORT void ualdbg_agent_test_close(int status)
 {
     G.hdr->exit_status = status;
     buffer_mark(UALDBG_EXITED, "closed by the test");
+}
+
+/* The AC rule the patcher counts an instruction's faults by (access.c): 1 and its operand's size,
+ * use (1 read, 2 write, 3 both), way (1 scratch copy, 2 AC cleared) and displacement as the address
+ * computation uses it (an EVEX disp8 scaled); 0 and the refusal reason otherwise. */
+EXPORT int ualdbg_agent_test_access(const uint8_t *code, size_t n, int *size, int *kind, int *method, int64_t *disp)
+{
+    struct x86_insn d;
+    struct access a;
+    if (ualdbg_x86_decode(code, n, &d) != 0)
+        return -1;
+    int ok = access_of(&d, code, &a);
+    *size = a.size;
+    *kind = ok ? a.kind : a.reason;
+    *method = a.method;
+    *disp = (int64_t)d.disp * (d.disp_size == 1 ? a.scale : 1);
+    return ok;
 }
 
 /* What the patcher knows of the code at pc (codemap.c): CODEMAP_OK (0) and the function's extent,
