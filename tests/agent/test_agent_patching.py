@@ -197,6 +197,20 @@ def test_adjacent_sites_patched_together(agent_programs: Path, tmp_path: Path) -
     assert all(p and t < 10 for _c, p, t in counts.values()), patched.explain()
 
 
+def test_evex_compressed_displacement(agent_programs: Path, tmp_path: Path) -> None:
+    """An AVX-512 load whose disp8 is scaled by its operand's size (disp8*N: 2 * 32 = 0x40), at a
+    base misaligned every other time: the trampoline's address, and so its count, is right only if
+    the displacement is scaled (else every execution would count)."""
+    argv = [str(agent_programs / "hotpatch"), "evex", "1000"]
+    if subprocess.run(argv, capture_output=True, timeout=60).returncode == 77:
+        pytest.skip("this CPU has no AVX-512VL: the EVEX load cannot run (the access rule is unit-tested)")
+    patched, plain = both(argv, tmp_path)
+    assert_same_counts(patched, plain)
+    assert patched.doc is not None
+    site = patched_site(patched.doc, "evex_loads")
+    assert site["count"] == 500 and site.get("patched") and site["sizes"] == [32], patched.explain()
+
+
 @pytest.mark.parametrize("run", range(20))
 def test_eight_threads_hammer_a_short_site_while_it_is_patched(agent_programs: Path, tmp_path: Path, run: int) -> None:
     """Eight threads released at once on a 3-byte misaligned load and the 4-byte misaligned store
