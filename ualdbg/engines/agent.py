@@ -21,7 +21,7 @@ from .. import __version__
 from ..agent import buffer as ab
 from ..agent.build import BuildError, build
 from ..core.model import Access, Module, SourceLoc
-from ..core.result import ProgramInfo, Site, TraceResult, sites_of
+from ..core.result import FEW_TRAPS, ProgramInfo, Site, TraceResult, sites_of
 from ..core.trace import TraceBuffer
 from ..isa.alignment import AcPolicy, Policy
 from ..isa.decode import Insn
@@ -548,7 +548,7 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
     program = ProgramInfo(path=h.exe, args=list(h.argv[1:]), pid=h.pid, exit_status=h.exit_status)
     return TraceResult(engine=NAME, debugger="none", arch=platform.machine(), version=__version__, program=program,
                        scope=scope.describe(), buffer=buf, sites=sites, recording=True,
-                       unrecorded=_mark_patched(sites, image))
+                       unrecorded=_mark_patched(sites, image, image.patch_after))
 
 
 def _state(h: ab.Header) -> str:
@@ -620,10 +620,12 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     return merged
 
 
-def _mark_patched(sites: list[Site], image: Image) -> int:
+def _mark_patched(sites: list[Site], image: Image, patch_after: int) -> int:
     """Sites the agent patched (issue 21): their count is exact, but only the faults that trapped
-    (the first patch_after, and any the trampoline sent back to the trap) have records. Returns
-    how many faults have none: they did not fall out of the ring (TraceResult.records_dropped)."""
+    (the first patch_after, and any the trampoline sent back to the trap) have records; a site
+    left trapping says why (the agent's refusal, or too few traps in this process to be patched:
+    issue 34). Returns how many faults have none: they did not fall out of the ring
+    (TraceResult.records_dropped)."""
     patched = {s.pc: s for s in image.sites if s.patched or s.flags & ab.SITE_PATCHED}
     refused = {p.pc: p.reason for p in image.patches if p.state == ab.PATCH_REFUSED}
     unrecorded = 0
@@ -635,6 +637,8 @@ def _mark_patched(sites: list[Site], image: Image) -> int:
             unrecorded += entry.patched
         elif site.loc.pc in refused:
             site.unpatchable = refused[site.loc.pc]  # why it traps at every fault
+        elif patch_after and site.count <= patch_after:
+            site.unpatchable = FEW_TRAPS
     return unrecorded
 
 
