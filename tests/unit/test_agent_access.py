@@ -62,6 +62,9 @@ KNOWN = [
     ("62e1fe286f4f02", 1, 32, LOAD, TOGGLE, 0x40),       # vmovdqu64 0x40(%rdi),%ymm17: disp8 2 * 32
     ("62e1fe486f4f02", 1, 64, LOAD, TOGGLE, 0x80),       # vmovdqu64 0x80(%rdi),%zmm17: disp8 2 * 64
     ("62f17e0810470f", 1, 4, LOAD, TOGGLE, 0x3c),        # vmovss 0x3c(%rdi),%xmm0: disp8 15 * 4
+    ("62f37d203f0700", 1, 32, LOAD, TOGGLE, 0),          # vpcmpeqb (%rdi),%ymm16,%k0: __strlen_evex
+    ("62f37d203f4417ff00", 1, 32, LOAD, TOGGLE, -0x20),  # vpcmpeqb -0x20(%rdi,%rdx,1),%ymm16,%k0: -1 * 32
+    ("62f37d301f470100", 1, 4, LOAD, TOGGLE, 4),         # vpcmpeqd 0x4(%rdi){1to8},%ymm16,%k0: broadcast, 1 * 4
     ("62f1fe29 7f0f".replace(" ", ""), 0, 0, R_MASKED, 0, 0),  # vmovdqu64 %ymm1,(%rdi){%k1}
     ("f3a4", 0, 0, R_REP, 0, 0),                         # rep movsb
     ("ff37", 0, 0, R_STACK, 0, 0),                       # push (%rdi)

@@ -246,8 +246,10 @@ static int vex(const struct x86_insn *d, const uint8_t *code, struct access *a, 
     return 0;
 }
 
-/* EVEX (AVX-512): the unmasked moves. Their disp8 is scaled by the operand's tuple (disp8*N): the
- * trampoline's address computation needs N. Run with AC cleared (no scratch rewrite of EVEX). */
+/* EVEX (AVX-512): the unmasked moves, and the full-vector compares, tests and integer arithmetic of
+ * libc's string routines (vpcmpb and the like into a mask register). Their disp8 is scaled by the
+ * operand's tuple (disp8*N): the trampoline's address computation needs N (the vector's size, or
+ * the element's when broadcast). Run with AC cleared (no scratch rewrite of EVEX). */
 static int evex(const struct x86_insn *d, const uint8_t *code, struct access *a)
 {
     uint8_t p1 = code[d->nprefix + 2], p2 = code[d->nprefix + 3];
@@ -260,7 +262,26 @@ static int evex(const struct x86_insn *d, const uint8_t *code, struct access *a)
         a->reason = UALDBG_PATCH_R_MASKED;
         return 0;
     }
-    if (ll == 3 || bcst || d->map != 1)
+    if (ll == 3)
+        return 0;
+    int full = 0; /* a full-vector operation on integers: dword/qword forms may broadcast */
+    if (pp == 1 && d->map == 1)
+        full = (op >= 0x64 && op <= 0x66) || (op >= 0x74 && op <= 0x76) || (op >= 0xd8 && op <= 0xdf) ||
+               op == 0xeb || op == 0xef || (op >= 0xf8 && op <= 0xfe) || (op >= 0xe0 && op <= 0xe5);
+    else if (pp == 1 && d->map == 3)
+        full = op == 0x1e || op == 0x1f || op == 0x3e || op == 0x3f; /* vpcmp(u)b/w/d/q, imm8 */
+    else if ((pp == 1 || pp == 2) && d->map == 2)
+        full = op == 0x26 || op == 0x27 || (op >= 0x38 && op <= 0x3f); /* vptest(n)m, vpmin/vpmax */
+    if (full) {
+        int dq = (d->map == 3 && (op == 0x1e || op == 0x1f)) || (d->map == 2 && op == 0x27) ||
+                 (d->map == 1 && (op == 0x66 || op == 0x76 || op == 0xdb || op == 0xdf || op == 0xeb || op == 0xef ||
+                                  op == 0xfa || op == 0xfb || op == 0xfe || op == 0xd4));
+        if (bcst && !dq)
+            return 0; /* byte and word elements do not broadcast */
+        a->scale = bcst ? wd : vl;
+        return bcst ? wd : vl;
+    }
+    if (bcst || d->map != 1)
         return 0;
     int size = 0;
     switch (op) {
