@@ -735,16 +735,18 @@ void on_sigbus_c(int sig, siginfo_t *si, void *ctx)
 {
     ucontext_t *uc = ctx;
     int saved = errno;
+    __atomic_add_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
     if (si && si->si_code == SI_QUEUE) {
-        /* the patcher stopping every thread while it writes a window (patch.c) */
+        /* the patcher stopping every thread while it writes a window (patch.c); parked here, the
+         * thread counts as inside the handler (a detach waits for it to leave) */
         int at_start = 0;
         uint64_t ool = outofline_origin((uint64_t)uc->uc_mcontext.gregs[REG_RIP], &at_start);
         if (patch_stop_request(si, uc, ool, at_start)) {
             errno = saved;
+            __atomic_sub_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
             return;
         }
     }
-    __atomic_add_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
     if (G.injected && si && si->si_code == BUS_ADRALN && !(uc->uc_mcontext.gregs[REG_EFL] & (greg_t)AC_BIT)) {
         /* An alignment fault raised before ualdbg stopped the thread and changed its registers
          * (cleared AC, or made a call in it): the instruction runs again with its own registers

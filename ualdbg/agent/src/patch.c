@@ -1328,7 +1328,7 @@ static int stop_world(uint64_t a, int *all_parked)
             goto fail;
     /* No other thread inside the agent's handlers: one asleep there (reading /proc, say) would
      * resume where its handler decided, perhaps after an instruction now under the jump. */
-    if (__atomic_load_n(&ualdbg_in_handler, __ATOMIC_ACQUIRE) > 1)
+    if (__atomic_load_n(&ualdbg_in_handler, __ATOMIC_ACQUIRE) > 1 + stop.n) /* (this one, the parked) */
         goto fail;
     /* No thread started meanwhile (one that did runs freely). */
     static pid_t again[STOP_THREADS];
