@@ -38,6 +38,7 @@
 #include "insn.h"
 #include "patch.h"
 #include "signals.h"
+#include "stopworld.h"
 #include "trampolines.h"
 #include "wrappers.h"
 

@@ -23,18 +23,18 @@
  * a thread stopped inside the window is moved to the same instruction in the trampoline, and a
  * signal frame that returns inside it is moved there when its handler returns (signals.c). The
  * jump is written with one atomic store when it fits an aligned 8 or 16 bytes, else with every
- * thread stopped. Everything else is refused and keeps trapping; the patch table says why.
+ * thread stopped (stopworld.c). Everything else is refused and keeps trapping; the patch table says
+ * why.
  *
  * The counter lives in the shared buffer's patch table (ualdbg_agent.h), reached through a
  * pointer in a MADV_WIPEONFORK page: a forked child reads 0 there until it has a buffer of its
  * own, and its trampolines then take the trapping path, so its counts are its own.
  *
- * Calls process.c, codemap.c, access.c, insn.c (the order: process.h).
+ * Calls process.c, codemap.c, stopworld.c, access.c, insn.c (the order: process.h).
  */
 #include "patch.h"
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,12 +43,10 @@
 #include "access.h"
 #include "codemap.h"
 #include "insn.h"
+#include "stopworld.h"
 
 #ifndef MADV_WIPEONFORK
 #define MADV_WIPEONFORK 18
-#endif
-#ifndef SI_QUEUE
-#define SI_QUEUE -1
 #endif
 
 #define PPOOL_SIZE (64u << 10)
@@ -61,7 +59,6 @@
 #define MAX_WINDOWS 16384
 #define HDR_SIZE 1024u
 #define SLOT_MAX (8u << 10)
-#define STOP_THREADS 512
 
 /* ------------------------------------------------------------------------------------------ */
 /* A trampoline slot: a header, then the code. */
@@ -1086,356 +1083,13 @@ static int plan_window(uint64_t pc, const struct x86_insn *d, const uint8_t *cod
     return first;
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* Threads: the world stopped while a window is written. */
-
-/* One thread asked to stop. Its word is gen << 2 | state (sent, claimed by the thread, ready: it
- * has said where it stands); the request carries gen and the slot's index, so that a request
- * that arrives late (after its generation was given up, the slot reused) changes nothing. */
-enum { SL_SENT = 0, SL_CLAIMED = 1, SL_READY = 2 };
-
-struct stop_slot {
-    pid_t tid;
-    volatile uint64_t word;
-    uint64_t rip;
-    uint64_t ool_origin; /* stopped in an out-of-line copy of the instruction at this PC */
-    int ool_at_start;
-    uint64_t new_rip;
-};
-
-static struct {
-    volatile uint32_t gen;
-    volatile uint32_t release; /* the last generation released (the threads go on when >= theirs) */
-    volatile int acks;         /* (a futex word: a thread that is ready adds 1) */
-    int n;
-    struct stop_slot slots[STOP_THREADS];
-} stop;
-
-static long futex(volatile void *addr, int op, int val, const struct timespec *ts)
-{
-    return raw_syscall4(SYS_futex, (long)addr, op | FUTEX_PRIVATE_FLAG, val, (long)ts);
-}
-
-/* A thread of this process, told to stop (agent.c's SIGBUS handler calls this first): parks until
- * the patcher releases it, reporting where it stands. 1 when the signal was the patcher's. */
-int patch_stop_request(const siginfo_t *si, ucontext_t *uc, uint64_t ool_origin, int ool_at_start)
-{
-    if (si->si_code != SI_QUEUE || si->si_pid != G.pid)
-        return 0;
-    uint64_t v = (uint64_t)(uintptr_t)si->si_value.sival_ptr;
-    if ((v >> 48) != 0x5a7d)
-        return 0; /* not the patcher's */
-    uint32_t g = (uint32_t)(v >> 16), i = (uint32_t)(v & 0xffff);
-    if (i >= STOP_THREADS)
-        return 1;
-    struct stop_slot *sl = &stop.slots[i];
-    uint64_t all = ~0ull, mask;
-    raw_sigprocmask(SIG_SETMASK, &all, &mask); /* nothing runs here until released */
-    uint64_t expect = (uint64_t)g << 2 | SL_SENT;
-    if (!__atomic_compare_exchange_n(&sl->word, &expect, (uint64_t)g << 2 | SL_CLAIMED, 0, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE) ||
-        sl->tid != raw_gettid()) {
-        raw_sigprocmask(SIG_SETMASK, &mask, NULL);
-        return 1; /* late, or twice: the patcher has moved on */
-    }
-    greg_t *gr = uc->uc_mcontext.gregs;
-    sl->rip = (uint64_t)gr[REG_RIP];
-    sl->ool_origin = ool_origin;
-    sl->ool_at_start = ool_at_start;
-    sl->new_rip = 0;
-    __atomic_store_n(&sl->word, (uint64_t)g << 2 | SL_READY, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&stop.acks, 1, __ATOMIC_ACQ_REL);
-    futex(&stop.acks, FUTEX_WAKE, 1, NULL);
-    for (;;) {
-        uint32_t r = __atomic_load_n(&stop.release, __ATOMIC_ACQUIRE);
-        if ((int32_t)(r - g) >= 0)
-            break;
-        futex(&stop.release, FUTEX_WAIT, (int)r, NULL); /* (r read once: a release in between is seen) */
-    }
-    if (sl->new_rip && __atomic_load_n(&sl->word, __ATOMIC_ACQUIRE) == ((uint64_t)g << 2 | SL_READY))
-        gr[REG_RIP] = (greg_t)sl->new_rip;
-    raw_sigprocmask(SIG_SETMASK, &mask, NULL);
-    return 1;
-}
-
-static ssize_t read_file(const char *path, char *buf, size_t cap)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, cap - 1);
-    close(fd);
-    if (n >= 0)
-        buf[n] = 0;
-    return n;
-}
-
-static char *task_path(char *buf, pid_t tid, const char *leaf)
-{
-    char *p = buf, *end = buf + 63;
-    p = put_str(p, end, "/proc/self/task/");
-    p = put_u64(p, end, (uint64_t)tid);
-    p = put_str(p, end, "/");
-    p = put_str(p, end, leaf);
-    *p = 0;
-    return buf;
-}
-
-/* The process's threads now; -1 if they cannot be listed (or too many). */
-static int list_threads(pid_t *tids, int cap)
-{
-    int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    static char buf[8192];
-    int n = 0;
-    for (;;) {
-        long r = raw_syscall4(SYS_getdents64, fd, (long)buf, sizeof buf, 0);
-        if (r <= 0)
-            break;
-        for (long off = 0; off < r;) {
-            const char *ent = buf + off;
-            uint16_t reclen;
-            memcpy(&reclen, ent + 16, 2);
-            const char *name = ent + 19;
-            if (name[0] >= '1' && name[0] <= '9') {
-                if (n >= cap) {
-                    close(fd);
-                    return -1;
-                }
-                tids[n++] = (pid_t)strtol(name, NULL, 10);
-            }
-            off += reclen;
-        }
-    }
-    close(fd);
-    return n;
-}
-
-/* A thread's state letter (R, S, D, T, t, Z...) and whether it blocks SIGBUS; 0 if unknown. */
-static char thread_state(pid_t tid, int *blocks_sigbus)
-{
-    char path[64], buf[2048];
-    if (read_file(task_path(path, tid, "stat"), buf, sizeof buf) <= 0)
-        return 0;
-    char *p = strrchr(buf, ')');
-    char state = p && p[1] == ' ' ? p[2] : 0;
-    *blocks_sigbus = 1;
-    if (read_file(task_path(path, tid, "status"), buf, sizeof buf) > 0) {
-        char *q = strstr(buf, "\nSigBlk:");
-        if (q)
-            *blocks_sigbus = (int)((strtoull(q + 8, NULL, 16) >> (SIGBUS - 1)) & 1);
-    }
-    return state;
-}
-
-/* Whether a thread blocks SIGTRAP (an int3 would then kill the process: the kernel forces it). */
-static int blocks_sigtrap(pid_t tid)
-{
-    char path[64], buf[2048];
-    if (read_file(task_path(path, tid, "status"), buf, sizeof buf) <= 0)
-        return 1;
-    char *q = strstr(buf, "\nSigBlk:");
-    return !q || ((strtoull(q + 8, NULL, 16) >> (SIGTRAP - 1)) & 1);
-}
-
-/* The user PC of a thread blocked in the kernel (/proc/.../syscall: "nr args... sp pc", or "-1
- * sp pc" when blocked outside a system call); 0 when it is running. */
-static uint64_t blocked_pc(pid_t tid)
-{
-    char path[64], buf[512];
-    if (read_file(task_path(path, tid, "syscall"), buf, sizeof buf) <= 0 || !strncmp(buf, "running", 7))
-        return 0;
-    char *last = strrchr(buf, ' ');
-    return last ? strtoull(last + 1, NULL, 16) : 0;
-}
-
-static void wake_all(uint32_t g)
-{
-    __atomic_store_n(&stop.release, g, __ATOMIC_RELEASE);
-    futex(&stop.release, FUTEX_WAKE, 1 << 30, NULL);
-}
-
-/* Stops every other thread (parked in the handler, or asleep at a known PC outside the jump's
- * bytes (a, a + 5), the jump then written atomically), and says where the parked ones stand. Returns 0, or a
- * refusal reason (the world is running again). *all_parked: no thread left asleep. */
-static int slot_ready(const struct stop_slot *sl, uint32_t g)
-{
-    return __atomic_load_n(&sl->word, __ATOMIC_ACQUIRE) == ((uint64_t)g << 2 | SL_READY);
-}
-
-static int stop_world(uint64_t a, int *all_parked)
-{
-    static pid_t tids[STOP_THREADS];
-    pid_t self = raw_gettid(), pid = G.pid;
-    /* A thread still writing where it stands for a generation given up: let it finish first. */
-    for (int i = 0; i < stop.n; i++)
-        while ((__atomic_load_n(&stop.slots[i].word, __ATOMIC_ACQUIRE) & 3) == SL_CLAIMED)
-            sched_yield();
-    int n = list_threads(tids, STOP_THREADS);
-    if (n < 0)
-        return UALDBG_PATCH_R_THREADS;
-    uint32_t g = __atomic_add_fetch(&stop.gen, 1, __ATOMIC_ACQ_REL);
-    stop.n = 0;
-    *all_parked = 1;
-    for (int i = 0; i < n; i++) {
-        if (tids[i] == self)
-            continue;
-        int blocks;
-        char st = thread_state(tids[i], &blocks);
-        if (st == 'Z' || st == 'X' || st == 0)
-            continue; /* exiting: runs no user code */
-        uint64_t pc = st == 'R' ? 0 : blocked_pc(tids[i]);
-        if (pc) {
-            /* asleep in the kernel: it can only come back at pc (a system call's return); should it
-             * wake and run to a while the jump is written, the int3 written first stops it there */
-            if ((pc > a && pc < a + 5) || blocks_sigtrap(tids[i]))
-                goto fail;
-            *all_parked = 0;
-            continue;
-        }
-        /* (One that blocks SIGBUS now is most often in the agent's own SIGBUS handler, and takes
-         * the request when it returns; one that stays blocked makes this attempt fail.) */
-        (void)blocks;
-        struct stop_slot *sl = &stop.slots[stop.n++];
-        sl->tid = tids[i];
-        __atomic_store_n(&sl->word, (uint64_t)g << 2 | SL_SENT, __ATOMIC_RELEASE);
-    }
-    for (int round = 0; round < 400; round++) { /* up to 0.2 s: a thread may wait that long for a CPU */
-        int ready = 0;
-        for (int i = 0; i < stop.n; i++)
-            ready += slot_ready(&stop.slots[i], g);
-        if (ready == stop.n)
-            break;
-        if (round % 8 == 0) /* (again: a SIGBUS already pending in the thread swallows a new one) */
-            for (int i = 0; i < stop.n; i++)
-                if (!slot_ready(&stop.slots[i], g)) {
-                    siginfo_t si;
-                    memset(&si, 0, sizeof si);
-                    si.si_signo = SIGBUS;
-                    si.si_code = SI_QUEUE;
-                    si.si_pid = pid;
-                    si.si_uid = getuid();
-                    si.si_value.sival_ptr = (void *)(uintptr_t)(0x5a7dull << 48 | (uint64_t)g << 16 | (uint64_t)i);
-                    raw_syscall4(SYS_rt_tgsigqueueinfo, pid, stop.slots[i].tid, SIGBUS, (long)&si);
-                }
-        int seen = __atomic_load_n(&stop.acks, __ATOMIC_ACQUIRE);
-        struct timespec ts = {0, 500000};
-        futex(&stop.acks, FUTEX_WAIT, seen, &ts);
-    }
-    for (int i = 0; i < stop.n; i++)
-        if (!slot_ready(&stop.slots[i], g))
-            goto fail;
-    /* No other thread inside the agent's handlers: one asleep there (reading /proc, say) would
-     * resume where its handler decided, perhaps after an instruction now under the jump. */
-    if (__atomic_load_n(&ualdbg_in_handler, __ATOMIC_ACQUIRE) > 1 + stop.n) /* (this one, the parked) */
-        goto fail;
-    /* No thread started meanwhile (one that did runs freely). */
-    static pid_t again[STOP_THREADS];
-    int m = list_threads(again, STOP_THREADS);
-    for (int i = 0; i < m; i++) {
-        int known = 0;
-        for (int j = 0; j < n && !known; j++)
-            known = again[i] == tids[j];
-        if (!known)
-            goto fail;
-    }
-    /* The parked threads: outside the jump's bytes, or at one of the window's instructions
-     * (moved to the trampoline's), or at the start of an out-of-line copy of one (moved to its
-     * copy that runs with AC clear). The trampoline's offsets are set by the caller. */
-    for (int i = 0; i < stop.n; i++) {
-        struct stop_slot *sl = &stop.slots[i];
-        sl->new_rip = 0;
-        if (sl->ool_origin >= a && sl->ool_origin < a + 5 && !sl->ool_at_start)
-            goto fail; /* half-way through an out-of-line copy that returns under the jump */
-    }
-    return 0;
-fail:
-    wake_all(g);
-    return UALDBG_PATCH_R_THREADS;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Writing the jump. */
-
-static int cas16(volatile void *p, uint64_t olo, uint64_t ohi, uint64_t nlo, uint64_t nhi)
-{
-    uint8_t ok;
-    __asm__ volatile("lock cmpxchg16b %1\n\tsete %0"
-                     : "=q"(ok), "+m"(*(volatile unsigned __int128 *)p), "+a"(olo), "+d"(ohi)
-                     : "b"(nlo), "c"(nhi)
-                     : "memory", "cc");
-    return ok;
-}
-
-static int atomic_fit(uint64_t pc) { return (pc & 15) <= 11; }
-
-/* The window whose jump is being written with an int3 first: a thread that hits the int3 goes on
- * at the trampoline (patch_int3_hit). */
-static volatile uint64_t int3_at, int3_to;
-static void (*sigtrap_hook)(void);
-
-void patch_set_sigtrap_hook(void (*ensure)(void)) { sigtrap_hook = ensure; }
-
-enum { W_ATOMIC = 0, W_ANYHOW = 1, W_INT3 = 2 };
-
-/* 5 bytes at pc, `to` the trampoline's entry. W_ATOMIC: one aligned 8- or 16-byte atomic store (a
- * thread running there sees the old instruction or the jump); W_ANYHOW: any store (nothing else
- * runs: one thread, or every other one parked); W_INT3: the kernel's order for code other CPUs may
- * run (text_poke_bp): an int3 first, then the last 4 bytes, then the first byte (the only threads
- * not parked are asleep in system calls outside the 5 bytes: one that wakes and reaches pc
- * meanwhile stops at the int3, and goes on in the trampoline). Signals blocked meanwhile: the
- * program's handler could run the code half-written. Returns a refusal reason or 0. */
-static int write_jump(uint64_t pc, const uint8_t jmp[5], int how, uint64_t to)
-{
-    if (how == W_ATOMIC && !atomic_fit(pc))
-        return UALDBG_PATCH_R_THREADS;
-    uint64_t lo = pc & ~4095ull, hi = (pc + 4) & ~4095ull;
-    size_t len = (size_t)(hi - lo) + 4096;
-    uint64_t mask = block_all();
-    if (mprotect((void *)(uintptr_t)lo, len, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) {
-        unblock_all(mask);
-        return UALDBG_PATCH_R_PROTECT;
-    }
-    volatile uint8_t *c = (volatile uint8_t *)(uintptr_t)pc;
-    if (how == W_INT3) {
-        int3_to = to;
-        __atomic_store_n(&int3_at, pc, __ATOMIC_SEQ_CST);
-        __atomic_store_n(c, 0xcc, __ATOMIC_SEQ_CST);
-        for (int i = 1; i < 5; i++)
-            c[i] = jmp[i];
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        __atomic_store_n(c, jmp[0], __ATOMIC_SEQ_CST);
-    } else if (how == W_ANYHOW) {
-        memcpy((void *)(uintptr_t)pc, jmp, 5);
-    } else if ((pc & 7) <= 3) {
-        volatile uint64_t *w = (volatile uint64_t *)(uintptr_t)(pc & ~7ull);
-        uint64_t v = *w;
-        memcpy((uint8_t *)&v + (pc & 7), jmp, 5);
-        __atomic_store_n(w, v, __ATOMIC_SEQ_CST);
-    } else {
-        volatile uint64_t *w = (volatile uint64_t *)(uintptr_t)(pc & ~15ull);
-        for (;;) {
-            uint64_t o[2] = {w[0], w[1]}, n[2] = {o[0], o[1]};
-            memcpy((uint8_t *)n + (pc & 15), jmp, 5);
-            if (cas16(w, o[0], o[1], n[0], n[1]))
-                break;
-        }
-    }
-    mprotect((void *)(uintptr_t)lo, len, PROT_READ | PROT_EXEC);
-    unblock_all(mask);
-    return 0;
-}
-
 /* A SIGTRAP from an int3 (rip just after it): when it is a jump's int3, the thread goes on at the
  * trampoline. 1 when it was. */
 int patch_int3_hit(greg_t *g)
 {
     uint64_t at = (uint64_t)g[REG_RIP] - 1;
-    uint64_t to = 0;
-    if (at == __atomic_load_n(&int3_at, __ATOMIC_ACQUIRE))
-        to = int3_to;
-    else if (patch_is_ours(at))
+    uint64_t to = world_int3_target(at);
+    if (!to && patch_is_ours(at))
         to = at + 5 + (uint64_t)(int64_t)*(const int32_t *)(uintptr_t)(at + 1);
     if (!to)
         return 0;
@@ -1445,24 +1099,6 @@ int patch_int3_hit(greg_t *g)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Deciding. */
-
-/* The process's threads now (/proc/self/stat, field 20); 0 if unknown. */
-static int thread_count(void)
-{
-    char buf[1024];
-    if (read_file("/proc/self/stat", buf, sizeof buf) <= 0)
-        return 0;
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return 0;
-    for (int field = 2; field < 20 && *p; p++)
-        if (*p == ' ')
-            field++;
-    int v = 0;
-    while (*p >= '0' && *p <= '9')
-        v = v * 10 + (*p++ - '0');
-    return v;
-}
 
 /* The permissions of [lo, hi) now, from a fresh read of /proc/self/maps (the agent's snapshot
  * may predate an mprotect of the program's: code it made writable is its own, never patched).
@@ -1722,33 +1358,29 @@ static int try_patch(struct ualdbg_site *s, const struct x86_insn *d, uint64_t p
     int how = threads == 1 ? W_ANYHOW : W_ATOMIC;
     int stopped = 0;
     if (how != W_ANYHOW && (!single || !atomic_fit(w.a))) {
-        int all_parked;
-        if (sigtrap_hook)
-            sigtrap_hook(); /* the int3 below needs the agent's SIGTRAP action */
+        int all_parked, int3 = world_can_int3(); /* (it asks for the agent's SIGTRAP action) */
         spin_unlock(&maps_lock); /* a thread in the handler may need it before it can stop */
-        why = stop_world(w.a, &all_parked);
+        why = world_stop(w.a, &all_parked);
         spin_lock(&maps_lock);
         if (why)
             goto undo;
         stopped = 1;
-        how = all_parked ? W_ANYHOW : sigtrap_hook ? W_INT3 : W_ATOMIC;
+        how = all_parked ? W_ANYHOW : int3 ? W_INT3 : W_ATOMIC;
     }
-    why = write_jump(w.a, jmp, how, (uint64_t)(uintptr_t)slot + HDR_SIZE);
-    if (stopped) {
-        for (int i = 0; i < stop.n; i++) {
-            struct stop_slot *sl = &stop.slots[i];
-            if (sl->rip > w.a && sl->rip < w.a + 5 && !why) {
-                for (int k = 0; k < w.n; k++)
-                    if (w.ins[k].pc == sl->rip)
-                        sl->new_rip = (uint64_t)(uintptr_t)slot + h->ins[k].block;
-            } else if (sl->ool_origin >= w.a && sl->ool_origin < w.b && !why) {
-                for (int k = 0; k < w.n; k++)
-                    if (w.ins[k].pc == sl->ool_origin && h->ins[k].copy_a)
-                        sl->new_rip = (uint64_t)(uintptr_t)slot + h->ins[k].copy_a;
-            }
-        }
-        wake_all(stop.gen);
+    why = code_write(w.a, jmp, how, (uint64_t)(uintptr_t)slot + HDR_SIZE);
+    for (int i = 0; stopped && !why && i < world_parked(); i++) {
+        /* a parked thread inside the jump's bytes, or at the start of an out-of-line copy of one
+         * of the window's instructions, goes on at the same instruction in the trampoline */
+        uint64_t rip, ool;
+        world_where(i, &rip, &ool);
+        for (int k = 0; k < w.n; k++)
+            if (rip > w.a && rip < w.a + 5 && w.ins[k].pc == rip)
+                world_move(i, (uint64_t)(uintptr_t)slot + h->ins[k].block);
+            else if (ool >= w.a && ool < w.b && w.ins[k].pc == ool && h->ins[k].copy_a)
+                world_move(i, (uint64_t)(uintptr_t)slot + h->ins[k].copy_a);
     }
+    if (stopped)
+        world_release();
     if (why)
         goto undo;
     code_patched(w.a, orig5, 5);
@@ -2072,7 +1704,7 @@ void patch_after_fork(const struct ualdbg_site *old_sites, uint32_t old_mask)
     patch_lock = 0;
     patch_mt = 0; /* one thread: the pools' bytes were wiped with their page */
     memset(retry, 0, sizeof retry);
-    memset((void *)&stop, 0, sizeof stop);
+    world_after_fork();
     struct ualdbg_patch *tab = table();
     for (uint32_t i = 0; i < nclist; i++) {
         struct counted *c = &clist[i];
@@ -2121,7 +1753,7 @@ void patch_release(void)
         memset(ppools[i].base, 0, 4096);
     while (nwritten > 0) {
         nwritten--;
-        write_jump(written[nwritten].a, written[nwritten].orig, W_ANYHOW, 0); /* (was writable once) */
+        code_write(written[nwritten].a, written[nwritten].orig, W_ANYHOW, 0); /* (was writable once) */
     }
     nwins = 0;
     nclist = 0;

@@ -10,12 +10,10 @@ HIDDEN int patch_ac_fault(uint64_t rip, uint64_t *origin, uint8_t code[16], uint
 HIDDEN void patch_trapped(uint64_t rip, uint64_t ea, const struct ualdbg_site *origin_site);
 HIDDEN int patch_is_ours(uint64_t pc);
 HIDDEN uint64_t patch_stepped_in(uint64_t rip);
-HIDDEN int patch_stop_request(const siginfo_t *si, ucontext_t *uc, uint64_t ool_origin, int ool_at_start);
 HIDDEN void patch_after_fork(const struct ualdbg_site *old_sites, uint32_t old_mask);
 HIDDEN void patch_disarm(void);
 HIDDEN void patch_release(void);
 HIDDEN int patch_int3_hit(greg_t *g);
-HIDDEN void patch_set_sigtrap_hook(void (*ensure)(void));
 /* wrappers.c: a thread is about to start. */
 HIDDEN void patch_threads_started(void);
 /* signals.c: the program's own handlers. */

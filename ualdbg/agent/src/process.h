@@ -1,7 +1,7 @@
 /* process.h - what the agent's C files share: configuration, per-process and per-thread state,
  * EFLAGS.AC primitives, raw system calls that bypass the wrapped libc entry points, and
  * process.c's functions. The files are in one order, each calling only those before it:
- * process.c <- codemap.c <- patch.c <- trampolines.c <- wrappers.c <- signals.c <- agent.c
+ * process.c <- codemap.c <- stopworld.c <- patch.c <- trampolines.c <- wrappers.c <- signals.c <- agent.c
  * (insn.c, cfi.c and access.c call none of them); each offers the ones after it its own header. */
 #ifndef UALDBG_AGENT_INTERNAL_H
 #define UALDBG_AGENT_INTERNAL_H
