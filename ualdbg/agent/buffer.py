@@ -33,10 +33,14 @@ SITE_PATCHED, SITE_UNPATCHABLE, SITE_SHADOW = 0x40, 0x80, 0x100
 SITE_READY = 2
 # patch.state and patch.reason (hot-site patching, issue 21)
 PATCH_ACTIVE, PATCH_REFUSED = 1, 2
-PATCH_REASONS = {
-    1: "instruction kind", 2: "mapping", 3: "short instruction", 4: "short instruction, threads",
-    5: "short instruction, branch target", 6: "jump would straddle 16 bytes", 7: "out of reach",
-    8: "mprotect refused", 9: "patch table full",
+PATCH_REASONS = {  # ualdbg_agent.h, UALDBG_PATCH_R_*: why a site keeps trapping at every fault
+    1: "instruction kind", 2: "mapping", 3: "short instruction, a neighbour cannot move",
+    4: "threads could not be stopped outside it", 5: "branch target inside", 6: "jump would straddle 16 bytes",
+    7: "out of reach", 8: "mprotect refused", 9: "patch table full", 10: "module code not readable as code",
+    11: "function extent unclear", 12: "indirect jump in its function", 13: "file differs from memory",
+    14: "overlaps a patch", 15: "rep string (one trap per element)", 16: "call, jmp or ret (emulated)",
+    17: "single-stepped", 18: "out-of-scope string routine (one trap per call)", 19: "fs/gs or 32-bit address",
+    20: "stack operation", 21: "bit string (bt with a register offset)", 22: "masked AVX-512 access",
 }
 
 _HEADER = struct.Struct("<8sIIIIII QQQQ qq IIII QQQ QQQ QQQ Q q QQQ 512s 1024s 512s")

@@ -400,7 +400,7 @@ def _trace_pid(args: argparse.Namespace, known: Any) -> tuple[dict[str, Any], An
         raise ToolError(problem)
     engine = "trap" if args.engine == "trap" or args.debugger == "gdb" else "agent"
     req = RunRequest([], all_modules=bool(args.all_modules), modules=args.module, buffer=args.buffer, engine=engine,
-                     pid=args.pid, duration=args.duration)
+                     pid=args.pid, duration=args.duration, patch_after=0 if args.no_patch else args.patch_after)
     err = sys.stderr
     result = run_attached(req, ready=lambda how: print(f"ualdbg: attached to process {args.pid} ({how}); "
                                                        + (f"detaching in {args.duration:g} s" if args.duration else

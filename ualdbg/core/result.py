@@ -57,6 +57,11 @@ class ProgramInfo:
     exit_signal: int | None = None
 
 
+# Why a site kept trapping when it trapped no more than --patch-after times in any process (the
+# agent engine's hot-site patching, issue 34): the agent never tried.
+FEW_TRAPS = "too few traps in its process to be patched"
+
+
 @dataclass
 class Site:
     """One faulting instruction: where it is, how often it faulted, with which sizes and access,
@@ -82,6 +87,8 @@ class Site:
             self.patched = True
         elif self.patched:
             self.trapped = (self.trapped or 0) + other.count
+        if other.unpatchable is not None and (self.unpatchable is None or self.unpatchable == FEW_TRAPS):
+            self.unpatchable = other.unpatchable  # (a refusal says more than too few traps somewhere)
         self.sizes = self.sizes | other.sizes
         if other.access is not None:
             self.access = other.access if self.access is None else self.access.merge(other.access)

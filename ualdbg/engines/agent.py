@@ -20,7 +20,7 @@ from ..agent import buffer as ab
 from ..agent import rundir
 from ..agent.build import BuildError, build
 from ..core.model import Access, Module, SourceLoc
-from ..core.result import BlindSpot, ProgramInfo, Site, TraceResult, sites_of
+from ..core.result import FEW_TRAPS, BlindSpot, ProgramInfo, Site, TraceResult, sites_of
 from ..core.trace import TraceBuffer
 from ..isa.alignment import AcPolicy, Policy
 from ..render.jsondoc import build_document
@@ -547,7 +547,7 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
     program = ProgramInfo(path=h.exe, args=list(h.argv[1:]), pid=h.pid, exit_status=h.exit_status)
     return TraceResult(engine=NAME, debugger="none", arch=os.uname().machine, version=__version__, program=program,
                        scope=scope.describe(), buffer=buf, sites=sites, recording=True,
-                       unrecorded=_mark_patched(sites, image))
+                       unrecorded=_mark_patched(sites, image, image.patch_after))
 
 
 def _state(h: ab.Header) -> str:
@@ -680,10 +680,12 @@ def blind_spots(images: list[Image], in_scope: Callable[[Image], bool] = lambda 
     return out
 
 
-def _mark_patched(sites: list[Site], image: Image) -> int:
+def _mark_patched(sites: list[Site], image: Image, patch_after: int) -> int:
     """Sites the agent patched (issue 21): their count is exact, but only the faults that trapped
-    (the first patch_after, and any the trampoline sent back to the trap) have records. Returns
-    how many faults have none: they did not fall out of the ring (TraceResult.records_dropped)."""
+    (the first patch_after, and any the trampoline sent back to the trap) have records; a site
+    left trapping says why (the agent's refusal, or too few traps in this process to be patched:
+    issue 34). Returns how many faults have none: they did not fall out of the ring
+    (TraceResult.records_dropped)."""
     patched = {s.pc: s for s in image.sites if s.patched or s.flags & ab.SITE_PATCHED}
     refused = {p.pc: p.reason for p in image.patches if p.state == ab.PATCH_REFUSED}
     unrecorded = 0
@@ -695,6 +697,8 @@ def _mark_patched(sites: list[Site], image: Image) -> int:
             unrecorded += entry.patched
         elif site.loc.pc in refused:
             site.unpatchable = refused[site.loc.pc]  # why it traps at every fault
+        elif patch_after and site.count <= patch_after:
+            site.unpatchable = FEW_TRAPS
     return unrecorded
 
 

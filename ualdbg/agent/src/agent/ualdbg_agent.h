@@ -70,17 +70,31 @@ enum { UALDBG_RUNNING = 1, UALDBG_EXITED = 2, UALDBG_EXECED = 3 };
 
 /* patch.state */
 enum { UALDBG_PATCH_EMPTY = 0, UALDBG_PATCH_ACTIVE = 1, UALDBG_PATCH_REFUSED = 2 };
-/* patch.reason (UALDBG_PATCH_REFUSED) */
+/* patch.reason (UALDBG_PATCH_REFUSED): why a site keeps trapping at every fault (the text ualdbg
+ * shows is in ualdbg/agent/buffer.py, PATCH_REASONS) */
 enum {
-    UALDBG_PATCH_R_KIND = 1,      /* not an access whose AC rule the patcher knows (or fs/gs, rep/string) */
-    UALDBG_PATCH_R_MAPPING = 2,   /* not in a private, read-only, file-backed executable mapping of an ELF */
-    UALDBG_PATCH_R_SHORT = 3,     /* shorter than a jump, and the instructions after it cannot be moved */
-    UALDBG_PATCH_R_THREADS = 4,   /* shorter than a jump, and other threads run (one may be inside) */
-    UALDBG_PATCH_R_TARGET = 5,    /* shorter than a jump, and a branch may land after it */
-    UALDBG_PATCH_R_STRADDLE = 6,  /* the jump's 5 bytes cross a 16-byte line: no single atomic store */
-    UALDBG_PATCH_R_REACH = 7,     /* no trampoline memory within a rel32 of it (and of its operand) */
-    UALDBG_PATCH_R_PROTECT = 8,   /* mprotect refused to make the code writable */
-    UALDBG_PATCH_R_FULL = 9,      /* the patch table is full */
+    UALDBG_PATCH_R_KIND = 1,       /* an access whose AC rule the patcher does not know */
+    UALDBG_PATCH_R_MAPPING = 2,    /* not in a private, read-only, file-backed executable mapping of an ELF */
+    UALDBG_PATCH_R_NEIGHBOUR = 3,  /* shorter than a jump, and an instruction next to it cannot be moved */
+    UALDBG_PATCH_R_THREADS = 4,    /* other threads could not be stopped outside the code a patch moves */
+    UALDBG_PATCH_R_TARGET = 5,     /* a branch, return or landing pad may land in the code a patch moves */
+    UALDBG_PATCH_R_STRADDLE = 6,   /* (not used since issue 34: such a jump is written with threads stopped) */
+    UALDBG_PATCH_R_REACH = 7,      /* no trampoline memory within a rel32 of it (and of its operand) */
+    UALDBG_PATCH_R_PROTECT = 8,    /* mprotect refused to make the code writable */
+    UALDBG_PATCH_R_FULL = 9,       /* the patch table is full */
+    UALDBG_PATCH_R_CODE = 10,      /* its module's code does not read whole as code: branch targets unknown */
+    UALDBG_PATCH_R_EXTENT = 11,    /* .eh_frame, the symbol table and decoding disagree on its function */
+    UALDBG_PATCH_R_INDIRECT = 12,  /* its function has an indirect jump (a jump table may land anywhere) */
+    UALDBG_PATCH_R_FILE = 13,      /* the module's file is not the code in memory */
+    UALDBG_PATCH_R_OVERLAP = 14,   /* the code a patch would move overlaps another patch */
+    UALDBG_PATCH_R_REP = 15,       /* a rep string instruction: one trap per element */
+    UALDBG_PATCH_R_TRANSFER = 16,  /* call, jmp or ret through memory or the stack: emulated at each trap */
+    UALDBG_PATCH_R_STEPPED = 17,   /* not decoded, or a far transfer: single-stepped at each trap */
+    UALDBG_PATCH_R_SKIPPED = 18,   /* in an out-of-scope string routine: one trap per call */
+    UALDBG_PATCH_R_SEGMENT = 19,   /* an fs/gs-relative or 32-bit address */
+    UALDBG_PATCH_R_STACK = 20,     /* push, pop, enter, leave: the stack pointer is the operand */
+    UALDBG_PATCH_R_BITSTRING = 21, /* bt* with a register bit offset: the address moves with it */
+    UALDBG_PATCH_R_MASKED = 22,    /* an AVX-512 masked access: the bytes it touches vary */
 };
 
 /* site.state */
