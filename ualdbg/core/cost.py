@@ -133,3 +133,16 @@ def rank_by_time(sites: Iterable[dict[str, Any]], table: CostTable) -> list[tupl
     sites whose time cannot be estimated last, by count."""
     out = [(s, table.estimate_ns(s["classes"]) if isinstance(s.get("classes"), dict) else None) for s in sites]
     return sorted(out, key=lambda p: (p[1] is None, -(p[1] or 0.0), -int(p[0].get("count") or 0)))
+
+
+def absorb_json(into: dict[str, Any], site: Mapping[str, Any]) -> None:
+    """A JSON site's classes and vector flag added to another's (merged runs, --by groups); a
+    site without classes makes the sum's unknown (the key goes)."""
+    mine, theirs = into.get("classes"), site.get("classes")
+    if isinstance(mine, dict) and isinstance(theirs, dict):
+        mine = into["classes"] = dict(mine)
+        add_counts(mine, theirs)
+        into["vector"] = bool(into.get("vector")) or bool(site.get("vector"))
+    else:
+        into.pop("classes", None)
+        into.pop("vector", None)

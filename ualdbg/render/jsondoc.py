@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterator
 from typing import IO, Any, Protocol, runtime_checkable
 
-from ..core.cost import add_counts, classes_json
+from ..core.cost import absorb_json, classes_json
 from ..core.result import Site, StepSummary, TraceResult
 
 SCHEMA = 1
@@ -355,15 +355,9 @@ def group_sites(sites: list[dict[str, Any]], by: str) -> list[dict[str, Any]]:
         g = groups.get(k)
         if g is None:
             g = groups[k] = dict(s, pcs=[s["pc"]], sizes=list(s["sizes"]))
-            if isinstance(s.get("classes"), dict):
-                g["classes"] = dict(s["classes"])
             continue
         g["count"] += s["count"]
-        if isinstance(g.get("classes"), dict) and isinstance(s.get("classes"), dict):
-            add_counts(g["classes"], s["classes"])
-            g["vector"] = bool(g.get("vector")) or bool(s.get("vector"))
-        else:
-            g.pop("classes", None)  # a part without classes: the group's are not known
+        absorb_json(g, s)
         g["pcs"].append(s["pc"])
         g["sizes"] = sorted(set(g["sizes"]) | set(s["sizes"]))
         if g["access"] != s["access"]:
