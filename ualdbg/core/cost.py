@@ -104,12 +104,14 @@ def split_counts(count: int, line_splits: int, page_splits: int, locked: bool) -
 
 @dataclass(frozen=True)
 class CostTable:
-    """The price of one access of each class on this CPU, in ns (the cost probe: docs/ALIGNMENT.md,
-    "What it costs"), and how it was measured."""
+    """What the misalignment of one access of each class costs on this CPU, in ns over its aligned
+    counterpart (an aligned load, an aligned locked add: the cost probe, docs/ALIGNMENT.md "What
+    it costs"), the probe's own figures, and how they were measured."""
 
-    ns: Mapping[str, float] = field(hash=False)
+    ns: Mapping[str, float] = field(hash=False)  # extra ns per access, by class
+    measured: Mapping[str, float] = field(hash=False)  # the probe's ns per access, by what it ran
     how: str  # one line: what was measured, how, on which CPU
-    aligned_ns: float = 0.0
+    note: str = ""  # what was not measured and why (a split lock the kernel would kill)
 
     def estimate_ns(self, classes: Mapping[str, int]) -> float | None:
         """Time spent by these accesses, or None when a class with a count has no price."""
@@ -124,8 +126,9 @@ class CostTable:
         return total
 
     def to_json(self) -> dict[str, Any]:
-        return {"ns_per_access": {c: round(v, 3) for c, v in self.ns.items()}, "aligned_ns": round(self.aligned_ns, 3),
-                "how": self.how, "estimate": True}
+        return {"extra_ns_per_access": {c: round(v, 3) for c, v in self.ns.items()},
+                "measured_ns_per_access": {c: round(v, 3) for c, v in self.measured.items()},
+                "how": self.how, "note": self.note, "estimate": True}
 
 
 def rank_by_time(sites: Iterable[dict[str, Any]], table: CostTable) -> list[tuple[dict[str, Any], float | None]]:
