@@ -22,6 +22,7 @@ from ..commands.argtypes import nonnegative, positive
 from ..commands.options import SHELL_ENGINES, add_buffer_arg, add_engine_arg, add_scope_args, add_step_args
 from ..commands.registry import examples_text
 from ..engines.runner import ProgramUntraced, RunRequest, ToolError, pass_exit_status, run_traced
+from ..isa.costclass import costs_for
 from ..render.console import make_console
 from ..render.jsondoc import GROUPS, load_document
 from ..render.sarif import build_sarif
@@ -375,7 +376,7 @@ def _print_trace(args: argparse.Namespace, result: Any, known: Any, last: str | 
     out = _sink(args)
     out.print(header(doc))
     if doc["sites"]:
-        out.print(summary_table(doc, getattr(args, "by", "pc")))
+        out.print(summary_table(doc, getattr(args, "by", "pc"), costs_for(doc)))
     programs = _per_program(doc)
     if programs:
         out.print(programs)
@@ -495,7 +496,7 @@ def _watch(args: argparse.Namespace) -> int:
     out = _sink(args)
     out.print(header(doc))
     if doc["sites"]:
-        out.print(summary_table(doc, "pc"))
+        out.print(summary_table(doc, "pc", costs_for(doc)))
     for note in doc.get("notes") or []:
         out.print(f"note: {note}")
     for line in blind_lines(doc):
@@ -565,7 +566,7 @@ def _report(args: argparse.Namespace) -> int:
     for line in blind_lines(doc):
         out.print(line)
     if args.summary or args.by != "pc" or args.merge:
-        out.print(summary_table(doc, args.by))
+        out.print(summary_table(doc, args.by, costs_for(doc)))
     else:
         out.print(records_table(doc, args.limit or None))
         kept = len(doc["records"])
