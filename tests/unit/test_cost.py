@@ -10,15 +10,8 @@ from pathlib import Path
 import pytest
 
 from ualdbg.agent import buffer as ab
-from ualdbg.ci.costfilter import filtered, noun
-from ualdbg.core.cost import (
-    CostTable,
-    cost_class,
-    rank_by_time,
-    selected,
-    selected_total,
-    split_counts,
-)
+from ualdbg.ci.costfilter import RANK, filtered, noun, selected, selected_total
+from ualdbg.core.cost import CLASSES, CostTable, cost_class, rank_by_time, split_counts
 from ualdbg.isa.alignment import ProbeError
 from ualdbg.isa.costclass import costs_from_probe, is_locked, is_vector, split_lock_detection
 from ualdbg.isa.decode import decoder_for
@@ -56,6 +49,7 @@ def test_fail_on_selects_the_class_and_costlier_ones() -> None:
     assert only["sites"][0]["classes"] == {"split-lock": 2} and only["records"] == [{"pc": "0x1", "class": "split-lock"}]
     assert filtered(doc, "any") is doc
     assert noun("split-lock", 1) == "1 split lock" and noun("any", 2) == "2 unaligned accesses"
+    assert tuple(sorted(RANK, key=RANK.__getitem__)) == CLASSES  # ci's ranks name core's classes
 
 
 def test_native_counters_make_classes() -> None:

@@ -339,8 +339,8 @@ class AgentBuffer:
         for p in self.patches():
             if p.state == PATCH_ACTIVE:
                 patched[p.pc] = patched.get(p.pc, 0) + p.count
-                line, page = splits.get(p.pc, (0, 0))
-                splits[p.pc] = (line + p.line_splits, page + p.page_splits)
+                lines, pages = splits.get(p.pc, (0, 0))
+                splits[p.pc] = (lines + p.line_splits, pages + p.page_splits)
         raw = self._site_slots(base, cap, size)
         for off in range(0, len(raw), size):
             pc, count, state, flags, nvar, insn_len, insn, _tramp, _cr, _co, _ro = _SITE.unpack_from(raw, off)
@@ -358,13 +358,14 @@ class AgentBuffer:
                     continue
                 values = _REGS.unpack_from(raw, voff + 8)
                 variants.append(Registers(values[:16], values[16]))
-            line: int | None = None
-            page = unclassed = 0
+            line_splits: int | None = None
+            page_splits = unclassed = 0
             if size > OLD_SITE_SIZE:
-                line, page, unclassed = _SITE_CLASSES.unpack_from(raw, off + OLD_SITE_SIZE)
+                line_splits, page_splits, unclassed = _SITE_CLASSES.unpack_from(raw, off + OLD_SITE_SIZE)
                 more = splits.get(pc, (0, 0))
-                line, page = line + more[0], page + more[1]
-            yield SiteEntry(pc, count, flags, bytes(insn), insn_len, tuple(variants), extra, line, page, unclassed)
+                line_splits, page_splits = line_splits + more[0], page_splits + more[1]
+            yield SiteEntry(pc, count, flags, bytes(insn), insn_len, tuple(variants), extra, line_splits, page_splits,
+                            unclassed)
 
     def _site_slots(self, base: int, cap: int, size: int = SITE_SIZE) -> bytes:
         """The site slots the agent wrote, one after the other (whole slots; unused ones among them).

@@ -58,8 +58,7 @@ def _counted(doc: dict[str, Any], fail_on: str) -> tuple[int, Callable[[int], st
     """The accesses the gate counts under `fail_on`, and how a count of them reads."""
     if fail_on == "any":
         return int(doc.get("faults_total") or 0), _accesses
-    from ..core.cost import selected_total
-    from .costfilter import noun
+    from .costfilter import noun, selected_total
 
     every = int(doc.get("faults_total") or 0)
     return selected_total(doc, fail_on), lambda k: f"{noun(fail_on, k)} (--fail-on {fail_on}) among {_accesses(every)}"

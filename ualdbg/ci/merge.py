@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.cost import absorb_json
 from .baseline import keys_of
+from .costfilter import absorb_json
 
 
 def merge(docs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from typing import Any
 
 from .. import __version__
 from ..ci import baseline
-from ..ci.gate import CONTRACT, EXIT_CLEAN, EXIT_ERROR, EXIT_FOUND, EXIT_TOOL, STATUSES, Verdict, decide
 from ..ci.costfilter import FAIL_ON, filtered, noun
 from ..ci.costfilter import HELP as FAIL_ON_HELP
+from ..ci.gate import CONTRACT, EXIT_CLEAN, EXIT_ERROR, EXIT_FOUND, EXIT_TOOL, STATUSES, Verdict, decide
 from ..ci.merge import merge
 from ..commands.argtypes import nonnegative, positive
 from ..commands.options import SHELL_ENGINES, add_buffer_arg, add_engine_arg, add_scope_args, add_step_args

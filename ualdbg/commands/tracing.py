@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..render.jsondoc import GROUPS, build_document, dump
 from ..isa.costclass import costs_for
+from ..render.jsondoc import GROUPS, build_document, dump
 from ..render.tables import header, records_table, summary_table
 from .argtypes import positive
 from .arming import apply_scope, arm, arm_step, check_engine_args

@@ -1,6 +1,6 @@
 """What an unaligned access costs on x86 (issue 33): its cost class (inside one 64-byte line,
-splitting a line, splitting a 4 KiB page, a split lock), the per-site counts of each, the filter
-`--fail-on` gates with, and the estimate of time spent from the classes' measured prices."""
+splitting a line, splitting a 4 KiB page, a split lock), the per-site counts of each, and the
+estimate of time spent from the classes' measured prices (`--fail-on`: ci/costfilter.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -17,13 +17,11 @@ SPLIT_LOCK = "split-lock"  # a locked read-modify-write spanning two lines: a bu
 TRAPS = "traps"  # a strict CPU (under qemu-user): every counted access is a trap
 UNKNOWN = "unknown"  # the engine could not tell the access's address or size
 
-# Cheapest first: the order of the summary's columns, and of `--fail-on` (each name selects its
-# class and every costlier one, so that a gate can start at split-lock and tighten later).
+# Cheapest first: the order of a site's classes in the document and the summary (ci/costfilter.py
+# ranks them the same way for --fail-on).
 CLASSES = (INSIDE, LINE_SPLIT, PAGE_SPLIT, SPLIT_LOCK)
 ALL_CLASSES = (*CLASSES, TRAPS, UNKNOWN)
-FAIL_ON = ("split-lock", "page-split", "line-split", "any")
 _SEVERITY = {INSIDE: 0, LINE_SPLIT: 1, PAGE_SPLIT: 2, SPLIT_LOCK: 3, TRAPS: 4, UNKNOWN: 4}
-_FAIL_RANK = {"split-lock": 3, "page-split": 2, "line-split": 1, "any": 0}
 
 
 def cost_class(va: int | None, size: int | None, locked: bool, strict: bool = False) -> str:
@@ -44,42 +42,6 @@ def cost_class(va: int | None, size: int | None, locked: bool, strict: bool = Fa
 def severity(cls: str) -> int:
     """How costly a class is, for ordering (traps and unknown rank with the costliest)."""
     return _SEVERITY.get(cls, 4)
-
-
-def selected(cls: str, fail_on: str) -> bool:
-    """Whether an access of class `cls` counts under `--fail-on fail_on`: its class and every
-    costlier one; an access whose class is unknown, or a strict CPU's trap, counts under every
-    filter (the gate does not call what it cannot tell cheap)."""
-    return severity(cls) >= _FAIL_RANK[fail_on]
-
-
-def check_fail_on(name: str) -> str:
-    """`name` if it is a --fail-on value; ValueError naming the valid ones otherwise."""
-    if name not in _FAIL_RANK:
-        raise ValueError(f"unknown --fail-on {name!r}; valid: {', '.join(FAIL_ON)}")
-    return name
-
-
-def site_selected_count(site: Mapping[str, Any], fail_on: str) -> int:
-    """A JSON site's accesses that count under `fail_on`: all of them for `any`, or for a site
-    without classes (a document of an engine or version that has none: not known to be cheap)."""
-    classes = site.get("classes")
-    if fail_on == "any" or not isinstance(classes, dict):
-        return int(site.get("count") or 0)
-    return sum(int(n) for c, n in classes.items() if isinstance(n, int) and selected(str(c), fail_on))
-
-
-def selected_total(doc: Mapping[str, Any], fail_on: str) -> int:
-    """The document's accesses in scope that count under `fail_on` (faults_total for `any`)."""
-    if fail_on == "any":
-        return int(doc.get("faults_total") or 0)
-    return sum(site_selected_count(s, fail_on) for s in doc.get("sites") or [] if isinstance(s, dict))
-
-
-def worst(classes: Mapping[str, int]) -> str | None:
-    """The costliest class with a count."""
-    have = [c for c, n in classes.items() if n]
-    return max(have, key=severity) if have else None
 
 
 def add_counts(into: dict[str, int], more: Mapping[str, int]) -> None:
@@ -137,15 +99,3 @@ def rank_by_time(sites: Iterable[dict[str, Any]], table: CostTable) -> list[tupl
     out = [(s, table.estimate_ns(s["classes"]) if isinstance(s.get("classes"), dict) else None) for s in sites]
     return sorted(out, key=lambda p: (p[1] is None, -(p[1] or 0.0), -int(p[0].get("count") or 0)))
 
-
-def absorb_json(into: dict[str, Any], site: Mapping[str, Any]) -> None:
-    """A JSON site's classes and vector flag added to another's (merged runs, --by groups); a
-    site without classes makes the sum's unknown (the key goes)."""
-    mine, theirs = into.get("classes"), site.get("classes")
-    if isinstance(mine, dict) and isinstance(theirs, dict):
-        mine = into["classes"] = dict(mine)
-        add_counts(mine, theirs)
-        into["vector"] = bool(into.get("vector")) or bool(site.get("vector"))
-    else:
-        into.pop("classes", None)
-        into.pop("vector", None)

@@ -8,7 +8,8 @@ import json
 from collections.abc import Iterator
 from typing import IO, Any, Protocol, runtime_checkable
 
-from ..core.cost import absorb_json, classes_json
+from ..ci.costfilter import absorb_json
+from ..core.cost import classes_json
 from ..core.result import Site, StepSummary, TraceResult
 
 SCHEMA = 1
