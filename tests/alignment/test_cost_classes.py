@@ -138,3 +138,22 @@ def test_probe_prices_the_classes(tmp_path: Path) -> None:
     assert "cost probe" in costs.how and "pinned" in costs.how
     again = measure_costs(tmp_path / "cache")  # read back from the cache, not measured again
     assert dict(again.measured) == dict(m)
+
+
+def test_agent_classes_stack_string_and_transfer_ops_as_its_records_say(tmp_path: Path) -> None:
+    """The agent's handler sizes push, pop, call, ret, calls and jumps through memory, string
+    instructions and far returns itself (agent.c, count_class): its per-site counts must be what
+    ualdbg's decoder makes of each record (tests/fixtures/agent/odd_insns.c, one record per fault)."""
+    require_tool("cc")
+    odd = build_source(PROGRAMS.parents[1] / "fixtures" / "agent" / "odd_insns.c", tmp_path)
+    out = tmp_path / "o.json"
+    r = run_cli("trace", "--no-patch", "--json", str(out), "--", str(odd), "3")
+    assert r.returncode == 0 and out.exists(), r.explain()
+    doc = json.loads(out.read_text())
+    assert doc["records_dropped"] == 0 and len(doc["sites"]) >= 8, doc["sites"]
+    tally: dict[str, Counter[str]] = {}
+    for rec in doc["records"]:
+        tally.setdefault(rec["pc"], Counter())[rec["class"]] += 1
+    assert {s["pc"]: s["classes"] for s in doc["sites"]} == {pc: dict(c) for pc, c in tally.items()}
+    # only lretq's is not known (its far pointer's size neither side models): every other one is
+    assert [s["function"] for s in doc["sites"] if "unknown" in s["classes"]] == ["far_return"], doc["sites"]
