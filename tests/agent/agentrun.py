@@ -67,13 +67,20 @@ def comparable(doc: dict[str, Any]) -> dict[str, Any]:
               "ignored_by_module", "buffer", "blind_spots"):
         d.pop(k, None)
     d["program"].pop("pid")
+    on_stack = set()
     for r in d["records"]:
         for k in ("time", "cpu", "pid", "tid", "seq"):
             r.pop(k)
         # The stack moves with the environment's size (the agent adds LD_PRELOAD, gdb adds
-        # LINES/COLUMNS): compare a stack address's alignment, any other address exactly.
+        # LINES/COLUMNS): compare a stack address's alignment, any other address exactly; and
+        # not its cost class, which moves with its place in a 64-byte line (issue 33).
         if r["va"] is not None and int(r["va"], 16) >= 0x7FF000000000:
             r["va"] = f"stack, {int(r['va'], 16) % 16} mod 16"
+            r.pop("class", None)
+            on_stack.add(r["pc"])
+    for s in d["sites"]:
+        if s["pc"] in on_stack and "classes" in s:
+            s["classes"] = {"stack": sum(s["classes"].values())}
     d["records"].sort(key=lambda r: json.dumps(r, sort_keys=True))  # threads interleave freely
     for s in d["sites"]:
         data = s.get("data")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .baseline import keys_of
+from .costfilter import absorb_json
 
 
 def merge(docs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
@@ -32,6 +33,7 @@ def merge(docs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
                 sites[key] = dict(site, sizes=list(site.get("sizes") or []))
                 continue
             have["count"] += int(site.get("count") or 0)
+            absorb_json(have, site)
             have["sizes"] = sorted(set(have["sizes"]) | set(site.get("sizes") or []))
             if have.get("access") != site.get("access"):
                 have["access"] = "read-write"

@@ -14,12 +14,15 @@ from typing import Any
 
 from .. import __version__
 from ..ci import baseline
+from ..ci.costfilter import FAIL_ON, filtered, noun
+from ..ci.costfilter import HELP as FAIL_ON_HELP
 from ..ci.gate import CONTRACT, EXIT_CLEAN, EXIT_ERROR, EXIT_FOUND, EXIT_TOOL, STATUSES, Verdict, decide
 from ..ci.merge import merge
 from ..commands.argtypes import nonnegative, positive
 from ..commands.options import SHELL_ENGINES, add_buffer_arg, add_engine_arg, add_scope_args, add_step_args
 from ..commands.registry import examples_text
 from ..engines.runner import ProgramUntraced, RunRequest, ToolError, pass_exit_status, run_traced
+from ..isa.costclass import costs_for
 from ..render.console import make_console
 from ..render.jsondoc import GROUPS, load_document
 from ..render.sarif import build_sarif
@@ -155,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "blind_spots and SARIF still say what was not seen")
     c.add_argument("--update-baseline", action="store_true", help="write this run's sites to --baseline FILE and pass "
                    "(unless the program fails)")
+    c.add_argument("--fail-on", choices=FAIL_ON, default="any", help=FAIL_ON_HELP + "; --max-faults and --baseline "
+                   "count these only")
     w = sub.add_parser("watch", help="live fault rate of a running process or a program (MONITOR ALIGN)",
                        description="Show the unaligned-access rate while a process runs: total faults/s, the top sites "
                                    "with their current and peak rate, count, function and line, its threads, the "
@@ -215,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--sarif", metavar="FILE", default=None, help="write SARIF 2.1.0 for the (merged) document")
     r.add_argument("--summary", action="store_true")
     r.add_argument("--by", choices=GROUPS, default="pc")
+    r.add_argument("--fail-on", choices=FAIL_ON, default="any", help=FAIL_ON_HELP + "; shows and writes these only, "
+                   "and exits 1 when there are any")
     r.add_argument("--limit", type=nonnegative, default=REPORT_LIMIT, metavar="N",
                    help=f"records shown: the newest N (default {REPORT_LIMIT:,}; 0: all of them, slow for a full ring)")
     _launcher_parsers(sub)
@@ -369,7 +376,7 @@ def _print_trace(args: argparse.Namespace, result: Any, known: Any, last: str | 
     out = _sink(args)
     out.print(header(doc))
     if doc["sites"]:
-        out.print(summary_table(doc, getattr(args, "by", "pc")))
+        out.print(summary_table(doc, getattr(args, "by", "pc"), costs_for(doc)))
     programs = _per_program(doc)
     if programs:
         out.print(programs)
@@ -380,7 +387,7 @@ def _print_trace(args: argparse.Namespace, result: Any, known: Any, last: str | 
     if last:
         out.print(last)
     if known is not None:
-        args.new_sites = baseline.new_sites(doc, known)
+        args.new_sites = baseline.new_sites(filtered(doc, getattr(args, "fail_on", "any")), known)
     return doc
 
 
@@ -489,7 +496,7 @@ def _watch(args: argparse.Namespace) -> int:
     out = _sink(args)
     out.print(header(doc))
     if doc["sites"]:
-        out.print(summary_table(doc, "pc"))
+        out.print(summary_table(doc, "pc", costs_for(doc)))
     for note in doc.get("notes") or []:
         out.print(f"note: {note}")
     for line in blind_lines(doc):
@@ -524,14 +531,15 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     partial = bool(doc.get("partial"))
     verdict = decide(doc, max_faults=args.max_faults, error_exitcode=args.error_exitcode,
                      new_sites=getattr(args, "new_sites", None), partial=partial,
-                     allow_incomplete=args.allow_incomplete)
+                     allow_incomplete=args.allow_incomplete, fail_on=args.fail_on)
     if args.update_baseline and verdict.status == args.error_exitcode and not doc["program"].get("exit_signal") \
             and not doc["program"].get("exit_status"):
-        verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(baseline.keys_of(doc))} sites written to {args.baseline}")
+        verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(baseline.keys_of(filtered(doc, args.fail_on)))} "
+                                      f"sites written to {args.baseline}")
     if args.sarif:  # after the verdict: its invocation carries the exit status (issue 29)
         write_json(build_sarif(doc, exit_code=verdict.status), args.sarif, "the SARIF output")
     if args.update_baseline:
-        write_json(baseline.build(doc), args.baseline, "the baseline")
+        write_json(baseline.build(filtered(doc, args.fail_on)), args.baseline, "the baseline")
     report = _sink(args)
     report.print(verdict.line)
     if not report.close():
@@ -546,7 +554,7 @@ def _report(args: argparse.Namespace) -> int:
         raise ToolError("ualdbg report: several files need --merge")
     _check_outputs([n for n in (Named("--json", args.json or ""), Named("--sarif", args.sarif or "")) if n.path], [])
     docs = [(path, load_document(path)) for path in args.file]
-    doc = merge(docs) if args.merge else docs[0][1]
+    doc = filtered(merge(docs) if args.merge else docs[0][1], args.fail_on)
     if args.json:
         write_json(doc, args.json, "the JSON output")
     if args.sarif:
@@ -558,13 +566,16 @@ def _report(args: argparse.Namespace) -> int:
     for line in blind_lines(doc):
         out.print(line)
     if args.summary or args.by != "pc" or args.merge:
-        out.print(summary_table(doc, args.by))
+        out.print(summary_table(doc, args.by, costs_for(doc)))
     else:
         out.print(records_table(doc, args.limit or None))
         kept = len(doc["records"])
         if args.limit and kept > args.limit:  # a full ring is 100,000 rows: minutes of table (issue 29)
             out.print(f"records: the newest {args.limit:,} of {kept:,} kept shown (--limit N; --limit 0 shows all; "
                       f"--summary counts every fault)")
+    if args.fail_on != "any":
+        out.print(f"--fail-on {args.fail_on}: {noun(args.fail_on, doc['faults_total'])} in scope")
+        return EXIT_FOUND if doc["faults_total"] else EXIT_CLEAN
     return EXIT_CLEAN
 
 

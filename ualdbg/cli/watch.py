@@ -22,6 +22,9 @@ class Sample:
     sites: dict[int, int]
     ignored: int
     pids: tuple[int, ...]
+    # of each PC's count, the accesses that spanned two 64-byte lines, and two pages (issue 33;
+    # the agent counts them): (line splits, page splits)
+    splits: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def thread_count(pids: tuple[int, ...]) -> int:
@@ -40,6 +43,8 @@ class SiteRate:
     count: int = 0
     rate: float = 0.0
     peak: float = 0.0
+    line_splits: int = 0  # of count: across two 64-byte lines (page splits among them)
+    page_splits: int = 0
 
 
 @dataclass
@@ -66,6 +71,7 @@ class Rates:
             site.rate = (count - before.get(pc, 0)) / dt if dt > 0 else 0.0
             site.peak = max(site.peak, site.rate)
             site.count = count
+            site.line_splits, site.page_splits = s.splits.get(pc, (0, 0))
         for pc, site in self.sites.items():
             if pc not in s.sites:
                 site.rate = 0.0
@@ -90,7 +96,8 @@ def as_json(r: Rates, resolve: Callable[[int], SourceLoc], n: int) -> str:
     for s in r.top(n):
         loc = resolve(s.pc)
         sites.append({"pc": f"{s.pc:#x}", "function": loc.function, "file": loc.file, "line": loc.line,
-                      "count": s.count, "rate": round(s.rate, 1), "peak": round(s.peak, 1)})
+                      "count": s.count, "rate": round(s.rate, 1), "peak": round(s.peak, 1),
+                      "line_splits": s.line_splits, "page_splits": s.page_splits})
     return json.dumps({"time": round(r.secs, 3), "faults_total": r.total, "rate": round(r.rate, 1),
                        "peak": round(r.peak, 1), "faults_ignored": r.ignored, "threads": r.threads, "sites": sites})
 
@@ -112,12 +119,13 @@ def as_table(r: Rates, resolve: Callable[[int], SourceLoc], n: int, title: str) 
                     f"{r.rate:,.0f} faults/s (peak {r.peak:,.0f}), {r.total:,} total, {r.ignored:,} ignored",
               title_justify="left", caption="q or Ctrl-C: stop watching and print the summary",
               caption_justify="left")
-    for name, justify in (("now/s", "right"), ("peak/s", "right"), ("count", "right"), ("function", "left"),
-                          ("source", "left"), ("PC", "left")):
+    for name, justify in (("now/s", "right"), ("peak/s", "right"), ("count", "right"), ("splits", "right"),
+                          ("function", "left"), ("source", "left"), ("PC", "left")):
         t.add_column(name, justify=justify)  # type: ignore[arg-type]
     for s in r.top(n):
         fn, line = _where(resolve(s.pc))
-        t.add_row(f"{s.rate:,.0f}", f"{s.peak:,.0f}", f"{s.count:,}", fn, line, f"{s.pc:#x}")
+        splits = f"{s.line_splits:,}" + (f" ({s.page_splits:,} page)" if s.page_splits else "")
+        t.add_row(f"{s.rate:,.0f}", f"{s.peak:,.0f}", f"{s.count:,}", splits, fn, line, f"{s.pc:#x}")
     return t
 
 
@@ -210,6 +218,7 @@ class AgentSampler:
         from ..agent import buffer as ab
 
         sites: dict[int, int] = {}
+        splits: dict[int, tuple[int, int]] = {}
         ignored = 0
         pids = []
         for buf in self.buffers.each(directory):
@@ -222,7 +231,9 @@ class AgentSampler:
             for site in buf.sites():
                 if site.in_scope:
                     sites[site.pc] = sites.get(site.pc, 0) + site.count
-        return Sample(secs, sites, ignored, tuple(sorted(set(pids))))
+                    line, page = splits.get(site.pc, (0, 0))
+                    splits[site.pc] = (line + (site.line_splits or 0), page + site.page_splits)
+        return Sample(secs, sites, ignored, tuple(sorted(set(pids))), splits)
 
     def close(self) -> None:
         self.buffers.close()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..isa.costclass import costs_for
 from ..render.jsondoc import GROUPS, build_document, dump
 from ..render.tables import header, records_table, summary_table
 from .argtypes import positive
@@ -82,7 +83,7 @@ def _show(p: Parser) -> Runner:
             dump(doc, args.json)
         out: Output = [header(doc)]
         if args.summary or args.by != "pc":
-            out.append(summary_table(doc, args.by))
+            out.append(summary_table(doc, args.by, costs_for(doc)))
         else:
             out.append(records_table(doc, args.limit, args.thread))
         return out

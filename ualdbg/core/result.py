@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .cost import add_counts
 from .model import AccessKind, SourceLoc
 from .trace import TraceBuffer
 
@@ -77,6 +78,10 @@ class Site:
     patched: bool = False
     trapped: int | None = None
     unpatchable: str | None = None
+    # What its accesses cost on x86 (issue 33; core/cost.py): the count of each class (empty: the
+    # engine could not tell), and whether a SIMD register moves the data.
+    classes: dict[str, int] = field(default_factory=dict)
+    vector: bool = False
 
     def absorb(self, other: Site) -> None:
         """Add the faults of the same instruction in another process image."""
@@ -90,6 +95,9 @@ class Site:
         if other.unpatchable is not None and (self.unpatchable is None or self.unpatchable == FEW_TRAPS):
             self.unpatchable = other.unpatchable  # (a refusal says more than too few traps somewhere)
         self.sizes = self.sizes | other.sizes
+        self.classes = dict(self.classes)
+        add_counts(self.classes, other.classes)
+        self.vector = self.vector or other.vector
         if other.access is not None:
             self.access = other.access if self.access is None else self.access.merge(other.access)
 
@@ -97,7 +105,8 @@ class Site:
 def sites_of(buffer: TraceBuffer, resolve: Callable[[int], SourceLoc],
              data_at: Mapping[int, DataDescription] | None = None) -> list[Site]:
     """The buffer's per-PC counters as sites, hottest first, each named by `resolve`."""
-    return [Site(resolve(c.pc), c.count, set(c.sizes), c.access, data_at.get(c.pc) if data_at is not None else None)
+    return [Site(resolve(c.pc), c.count, set(c.sizes), c.access, data_at.get(c.pc) if data_at is not None else None,
+                 classes=dict(c.classes), vector=c.vector)
             for c in buffer.sites()]
 
 

@@ -21,7 +21,7 @@ from ..agent import rundir
 from ..agent.build import BuildError, build
 from ..core.model import Access, Module, SourceLoc
 from ..core.result import FEW_TRAPS, BlindSpot, ProgramInfo, Site, TraceResult, sites_of
-from ..core.trace import TraceBuffer
+from ..core.trace import PcCounter, TraceBuffer
 from ..isa.alignment import AcPolicy, Policy
 from ..render.jsondoc import build_document
 from .modulescope import Scope
@@ -519,6 +519,7 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
             buf.ignore(name, site.count)
             continue
         counter = buf.count_site(site.pc, site.count)
+        site_classes(counter, site, saved.insn(site.pc))
         for regs in site.variants:
             insn, acc = saved.explain(site.pc, regs.mapping())
             if insn is not None and counter.insn is None:
@@ -548,6 +549,21 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
     return TraceResult(engine=NAME, debugger="none", arch=os.uname().machine, version=__version__, program=program,
                        scope=scope.describe(), buffer=buf, sites=sites, recording=True,
                        unrecorded=_mark_patched(sites, image, image.patch_after))
+
+
+def site_classes(counter: PcCounter, site: ab.SiteEntry, insn: Insn | None) -> None:
+    """A site's cost classes (issue 33) from what the agent counted: its traps and its
+    trampoline's executions that spanned two lines or two pages, the locked-ness from the
+    instruction; the traps it could not size are `unknown`. Nothing for an older agent's buffer."""
+    from ..core.cost import UNKNOWN, split_counts
+    from ..isa.costclass import is_locked, is_vector
+
+    if site.line_splits is None:
+        return
+    counter.classes = split_counts(site.count - site.unclassed, site.line_splits, site.page_splits, is_locked(insn))
+    if site.unclassed:
+        counter.classes[UNKNOWN] = site.unclassed
+    counter.vector = is_vector(insn)
 
 
 def _state(h: ab.Header) -> str:

@@ -8,6 +8,8 @@ import json
 from collections.abc import Iterator
 from typing import IO, Any, Protocol, runtime_checkable
 
+from ..ci.costfilter import absorb_json
+from ..core.cost import classes_json
 from ..core.result import Site, StepSummary, TraceResult
 
 SCHEMA = 1
@@ -39,6 +41,9 @@ def site_entry(site: Site) -> dict[str, Any]:
         entry["trapped"] = site.trapped
     if site.unpatchable is not None:
         entry["unpatchable"] = site.unpatchable
+    if site.classes:  # what its accesses cost on x86 (issue 33): optional keys of schema 1
+        entry["classes"] = classes_json(site.classes)
+        entry["vector"] = site.vector
     return entry
 
 
@@ -56,6 +61,7 @@ def build_document(trace: TraceResult) -> dict[str, Any]:
             "va": _hex(f.va),
             "size": f.size,
             "access": f.access.value if f.access else None,
+            **({"class": f.cost} if f.cost is not None else {}),
         }
         for f in buf.records
     ]
@@ -240,6 +246,13 @@ def shape_problem(doc: dict[str, Any]) -> str | None:
                     return f"sites[{i}].inlined_from is not a list of frames"
                 if "data" in item and not isinstance(item["data"], dict):
                     return f"sites[{i}].data is not an object"
+                classes = item.get("classes", {})
+                if not isinstance(classes, dict) or not all(
+                        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                        for k, v in classes.items()):
+                    return f"sites[{i}].classes is not a table of counts"
+            elif "class" in item and not isinstance(item["class"], str):
+                return f"records[{i}].class is not a cost class"
     if "records_dropped" in doc and not isinstance(doc["records_dropped"], int):
         return "records_dropped is not a count"
     for i, b in enumerate(doc.get("blind_spots", [])):
@@ -345,6 +358,7 @@ def group_sites(sites: list[dict[str, Any]], by: str) -> list[dict[str, Any]]:
             g = groups[k] = dict(s, pcs=[s["pc"]], sizes=list(s["sizes"]))
             continue
         g["count"] += s["count"]
+        absorb_json(g, s)
         g["pcs"].append(s["pc"])
         g["sizes"] = sorted(set(g["sizes"]) | set(s["sizes"]))
         if g["access"] != s["access"]:

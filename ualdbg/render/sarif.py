@@ -8,6 +8,7 @@ from typing import Any
 
 from ..ci.baseline import fingerprint, module_paths, site_key
 from ..core.advice import advice_by_pc, vas_by_pc
+from ..core.cost import INSIDE, SPLIT_LOCK
 
 RULE_ID = "ualdbg/unaligned-access"
 
@@ -40,6 +41,18 @@ def invocation(doc: dict[str, Any], exit_code: int | None = None) -> dict[str, A
     return out
 
 
+def sarif_level(classes: dict[str, Any] | None) -> str:
+    """A site's level by what its accesses cost (issue 33): a split lock is an error, a line or
+    page split (or a trap on a strict CPU, or a class not known) a warning, the rest (inside a
+    line: almost free on x86) a note; a site without classes stays a warning, as before."""
+    if not classes:
+        return "warning"
+    have = {c for c, n in classes.items() if n}
+    if SPLIT_LOCK in have:
+        return "error"
+    return "note" if have <= {INSIDE} else "warning"
+
+
 def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None, exit_code: int | None = None) -> dict[str, Any]:
     root = os.path.abspath(srcroot or os.getcwd())
     results = []
@@ -58,14 +71,18 @@ def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None, exit_code: i
             text += f". Data: {data.get('text') or 'unknown'}" + (f", via {data['via'].get('path')}" if data.get("via") else "")
         if fix:
             text += f". Fix ({fix.remedy}): {fix.text}"
+        classes = s.get("classes") if isinstance(s.get("classes"), dict) else None
+        if classes:  # what it costs on x86 (issue 33)
+            text += ". Cost: " + ", ".join(f"{n} {c}" for c, n in classes.items()) + (" (vector)" if s.get("vector") else "")
         result: dict[str, Any] = {
             "ruleId": RULE_ID,
-            "level": "warning",
+            "level": sarif_level(classes),
             "message": {"text": text},
             # The baseline's key (module, function, line; or the instruction's bytes): stable across
             # rebuilds and runs, so code scanning tracks one site as one alert.
             "partialFingerprints": {"ualdbgSite/v1": fingerprint(site_key(s, paths, arch))},
             "properties": {"count": s["count"], "pc": s["pc"], "module": s["module"], "offset": s["offset"],
+                           **({"classes": classes, "vector": bool(s.get("vector"))} if classes else {}),
                            **({"data": s["data"]} if s.get("data") else {}), **({"advice": fix.to_json()} if fix else {})},
         }
         if s.get("file") and s.get("line"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..core.cost import CostTable, rank_by_time
 from .console import shown
 from .jsondoc import group_sites
 
@@ -68,7 +69,33 @@ def blind_lines(doc: dict[str, Any]) -> list[str]:
         f"  not seen: {shown(b.get('text') or b.get('kind'))}" for b in spots]
 
 
-def summary_table(doc: dict[str, Any], by: str = "pc") -> Table | Group:
+_SHORT = {"inside-line": "in line", "line-split": "line split", "page-split": "page split",
+          "split-lock": "SPLIT LOCK", "traps": "traps", "unknown": "unknown"}
+
+
+def cost_cell(site: dict[str, Any]) -> str:
+    """`3 in line, 5 line split, 7 page split; vector` (issue 33), `?` without classes."""
+    classes = site.get("classes")
+    if not isinstance(classes, dict) or not classes:
+        return "?"
+    text = ", ".join(f"{n} {_SHORT.get(c, c)}" for c, n in classes.items() if n)
+    return text + ("; vector" if site.get("vector") else "")
+
+
+def _ns(ns: float) -> str:
+    return f"{ns / 1e6:,.3f} ms" if ns >= 1e6 else f"{ns / 1e3:,.2f} us" if ns >= 1e3 else f"{ns:,.1f} ns"
+
+
+def cost_lines(costs: CostTable) -> list[str]:
+    """What the estimate column is and how its prices were measured."""
+    prices = ", ".join(f"{c} {v:.2f}" for c, v in costs.ns.items())
+    return [f"est. extra: an ESTIMATE of the time the misalignment cost, count x the extra ns per access over an "
+            f"aligned one ({prices}), {costs.how}" + (f"; {costs.note}" if costs.note else "")]
+
+
+def summary_table(doc: dict[str, Any], by: str = "pc", costs: CostTable | None = None) -> Table | Group:
+    """Counts per site or group, hottest first; with `costs` (the cost probe's prices, issue 33)
+    ranked by the estimated extra time instead, in a column of its own."""
     from rich import box
     from rich.console import Group
     from rich.table import Table
@@ -77,6 +104,12 @@ def summary_table(doc: dict[str, Any], by: str = "pc") -> Table | Group:
     from .advice import data_advice_table
 
     sites = group_sites(doc["sites"], by)
+    classed = any(isinstance(s.get("classes"), dict) for s in sites)
+    estimates: dict[int, float | None] = {}
+    if costs is not None and classed:
+        ranked = rank_by_time(sites, costs)
+        sites = [s for s, _t in ranked]
+        estimates = {id(s): t for s, t in ranked}
     total = doc["faults_total"] or 1
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     # overflow="fold": on a narrow terminal a cell wraps; an address cut to "0x5555…" is useless.
@@ -91,6 +124,10 @@ def summary_table(doc: dict[str, Any], by: str = "pc") -> Table | Group:
         table.add_column("source", overflow="fold")
     table.add_column("size", overflow="fold")
     table.add_column("access", overflow="fold")
+    if classed:
+        table.add_column("cost class", overflow="fold")
+    if estimates:
+        table.add_column("est. extra", justify="right", overflow="fold")
     for s in sites:
         row = [str(s["count"]), f"{100.0 * s['count'] / total:.1f}%"]
         if by == "pc":
@@ -104,9 +141,19 @@ def summary_table(doc: dict[str, Any], by: str = "pc") -> Table | Group:
             row.append(_source(s))
         row.append(",".join(str(x) for x in s["sizes"]) or "?")
         row.append(s["access"] or "?")
+        if classed:
+            row.append(cost_cell(s))
+        if estimates:
+            t = estimates.get(id(s))
+            row.append("?" if t is None else _ns(t))
         table.add_row(*[Text(shown(x, newlines=True)) for x in row])
+    parts: list[Any] = [table]
+    if estimates and costs is not None:
+        parts += [Text(shown(line)) for line in cost_lines(costs)]
     extra = data_advice_table(doc) if by == "pc" else None  # what the data is, and the fix (issue 9)
-    return table if extra is None else Group(table, extra)
+    if extra is not None:
+        parts.append(extra)
+    return table if len(parts) == 1 else Group(*parts)
 
 
 def _with_data(source: str, data: str) -> str:

@@ -70,6 +70,9 @@ _Static_assert(offsetof(struct ualdbg_header, blind_now) == 3644, "header layout
 _Static_assert(sizeof(struct ualdbg_patch) == UALDBG_PATCH_SIZE, "patch layout");
 _Static_assert(sizeof(struct ualdbg_site) == UALDBG_SITE_SIZE, "site layout");
 _Static_assert(offsetof(struct ualdbg_site, variants) == 64, "site layout");
+_Static_assert(offsetof(struct ualdbg_site, line_splits) == 640, "site layout");
+_Static_assert(offsetof(struct ualdbg_site, unclassed) == 656, "site layout");
+_Static_assert(offsetof(struct ualdbg_patch, line_splits) == 64, "patch layout");
 _Static_assert(sizeof(struct ualdbg_record) == UALDBG_RECORD_SIZE, "record layout");
 _Static_assert(offsetof(struct ualdbg_record, regs) == 40, "record layout");
 
@@ -361,6 +364,60 @@ static uint64_t alignment_key(const struct x86_insn *d, const greg_t *g, uint64_
     return k | 1ull << 63;
 }
 
+/* Issue 33: whether [ea, ea + size) spans two 64-byte lines (bit 0) and two 4 KiB pages (bit 1). */
+static int spans(uint64_t ea, int size)
+{
+    uint64_t last = ea + (uint64_t)size - 1;
+    return size > 1 && (ea >> 6) != (last >> 6) ? 1 | ((ea >> 12) != (last >> 12)) << 1 : 0;
+}
+
+/* A trap's cost class, counted at its site: whether an access of the instruction spans two lines
+ * or two pages (the reader decodes whether it is locked). The operands the agent can size: a
+ * ModRM operand whose AC rule access.c knows, the stack slot of a push, pop, call or ret, the
+ * elements of a string instruction. Anything else is counted as unclassed. */
+static void count_class(struct ualdbg_site *s, const struct x86_insn *d, const greg_t *g, uint64_t pc, uint64_t segb)
+{
+    int how = 0, known = 0;
+    if (d->string) {
+        uint8_t op = d->opcode;
+        int size = !(op & 1) ? 1 : d->w ? 8 : d->opsize16 ? 2 : 4;
+        int src = op == 0xa4 || op == 0xa5 || op == 0xa6 || op == 0xa7 || op == 0xac || op == 0xad;
+        int dst = op != 0xac && op != 0xad;
+        uint64_t mask = d->addr32 ? 0xffffffffu : ~0ull;
+        known = !d->vex && d->map == 0 && op >= 0xa4 && op <= 0xaf;
+        if (known && src)
+            how |= spans((reg(g, 6) & mask) + segb, size);
+        if (known && dst)
+            how |= spans(reg(g, 7) & mask, size);
+    } else if (uses_stack(d)) {
+        uint8_t op = d->opcode;
+        int pushes = d->map == 0 ? ((op >= 0x50 && op <= 0x57) || op == 0x68 || op == 0x6a || op == 0x9c || op == 0xe8 ||
+                                    (op == 0xff && ((d->modrm >> 3) & 7) != 4))
+                                 : (op == 0xa0 || op == 0xa8);
+        known = !(d->map == 0 && (op == 0xc8 || op == 0xc9 || op == 0xca || op == 0xcb || op == 0xcf)) && !d->opsize16;
+        if (known)
+            how |= spans(reg(g, 4) - (pushes ? 8 : 0), 8);
+        if (known && d->mem) /* push/call through memory: the operand too */
+            how |= spans(effective_address(d, g, pc, segb), 8);
+    } else if (d->mem) {
+        struct access a;
+        const uint8_t *code = s->insn;
+        if (access_of(d, code, &a)) {
+            known = 1;
+            how = spans(effective_address(d, g, pc, segb), a.size);
+        } else if (d->flow == X86_FLOW_CALL_RM || d->flow == X86_FLOW_JMP_RM) {
+            known = 1;
+            how = spans(effective_address(d, g, pc, segb), 8);
+        }
+    }
+    if (!known)
+        __atomic_add_fetch(&s->unclassed, 1, __ATOMIC_RELAXED);
+    if (how & 1)
+        __atomic_add_fetch(&s->line_splits, 1, __ATOMIC_RELAXED);
+    if (how & 2)
+        __atomic_add_fetch(&s->page_splits, 1, __ATOMIC_RELAXED);
+}
+
 static void snapshot_regs(struct ualdbg_regs *r, const greg_t *g, uint64_t segb)
 {
     for (int i = 0; i < 16; i++)
@@ -614,6 +671,10 @@ static int patch_trampoline_fault(greg_t *g, uint64_t pc, uint64_t origin, const
         const struct x86_insn *d = &site_insn[os - G.sites];
         __atomic_add_fetch(&os->count, 1, __ATOMIC_RELAXED);
         uint64_t segb = os->insn_len ? seg_base(d->seg) : 0;
+        if (os->insn_len)
+            count_class(os, d, g, origin, segb);
+        else
+            __atomic_add_fetch(&os->unclassed, 1, __ATOMIC_RELAXED);
         if (os->flags & UALDBG_SITE_IN_SCOPE) {
             __atomic_add_fetch(&G.hdr->total, 1, __ATOMIC_RELAXED);
             add_variant(os, os->insn_len ? alignment_key(d, g, origin, segb) : 1ull << 63, g, segb);
@@ -697,6 +758,10 @@ static int handle_alignment_fault(ucontext_t *uc)
     }
     uint32_t flags = s->flags;
     __atomic_add_fetch(&s->count, 1, __ATOMIC_RELAXED);
+    if (s->insn_len)
+        count_class(s, &site_insn[s - G.sites], g, pc, seg_base(site_insn[s - G.sites].seg));
+    else
+        __atomic_add_fetch(&s->unclassed, 1, __ATOMIC_RELAXED);
     if (flags & UALDBG_SITE_IN_SCOPE) {
         const struct x86_insn *d = &site_insn[s - G.sites];
         uint64_t segb = 0;
@@ -1438,6 +1503,7 @@ EXPORT void ualdbg_agent_test_fault(uint64_t pc, const uint64_t *regs16, int in_
         G.hdr->sites_used++;
     }
     s->count++;
+    s->unclassed++; /* no instruction: its class is not known */
     if (in_scope) {
         G.hdr->total++;
         add_variant(s, key | 1ull << 63, g, 0);

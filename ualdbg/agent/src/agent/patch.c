@@ -638,6 +638,18 @@ static void put_counted(struct em *e, const struct winsn *w, struct pins *pi, ui
     put(e, (uint8_t[]){0x48, 0xff, 0x01}, 3);       /* incq (%rcx) */
     put(e, (uint8_t[]){0xeb, 0x04}, 2);             /* jmp counted */
     put(e, (uint8_t[]){0xf0, 0x48, 0xff, 0x01}, 4); /* locked: lock incq (%rcx) */
+    /* counted: its cost class (issue 33), in the patch entry beside the count (%rcx is
+     * &entry.count, entry + 8): whether [EA, EA + size) spans two 64-byte lines (line_splits,
+     * entry + 64) and two 4 KiB pages (page_splits, entry + 72). Locked: a split costs far more
+     * than the increment, and a thread started meanwhile then counts it rightly. */
+    put(e, (uint8_t[]){0x48, 0x8d, 0x50, (uint8_t)(acc->size - 1)}, 4); /* lea size-1(%rax),%rdx */
+    put(e, (uint8_t[]){0x48, 0x31, 0xc2}, 3);                          /* xor %rax,%rdx */
+    put(e, (uint8_t[]){0x48, 0xf7, 0xc2, 0xc0, 0xff, 0xff, 0xff}, 7);  /* test $~63,%rdx */
+    put(e, (uint8_t[]){0x74, 0x13}, 2);                                /* jz classed */
+    put(e, (uint8_t[]){0xf0, 0x48, 0xff, 0x41, 0x38}, 5);              /* lock incq 56(%rcx) */
+    put(e, (uint8_t[]){0x48, 0xf7, 0xc2, 0x00, 0xf0, 0xff, 0xff}, 7);  /* test $~4095,%rdx */
+    put(e, (uint8_t[]){0x74, 0x05}, 2);                                /* jz classed */
+    put(e, (uint8_t[]){0xf0, 0x48, 0xff, 0x41, 0x40}, 5);              /* lock incq 64(%rcx) */
     uint8_t *to_toggle = NULL;
     if (acc->method == M_SCRATCH) {
         /* An access that crosses a page goes the toggle way: the copies below then never fault
@@ -1714,11 +1726,13 @@ void patch_after_fork(const struct ualdbg_site *old_sites, uint32_t old_mask)
         if (s && created && old) {
             memcpy((char *)s + 16, (const char *)old + 16, sizeof *s - 16); /* all but pc and count */
             s->count = 0;
+            s->line_splits = s->page_splits = s->unclassed = 0; /* the parent's, as its count */
             __atomic_add_fetch(&G.hdr->sites_used, 1, __ATOMIC_RELAXED);
             __atomic_store_n(&s->state, UALDBG_SITE_READY, __ATOMIC_RELEASE);
         }
         c->e.traps = 0;
         c->e.count = 0;
+        c->e.line_splits = c->e.page_splits = 0;
         uint32_t index = UINT32_MAX;
         table_put(&c->e, &index);
         if (index != UINT32_MAX && tab) {

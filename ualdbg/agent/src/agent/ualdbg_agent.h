@@ -26,6 +26,9 @@
  *   site's exact count is its site entry's count (the traps before the patch, each with a ring
  *   record) plus the patch entry's count (the executions the trampoline found misaligned with
  *   AC set: the faults it would have taken, counted without a record).
+ * - cost classes (issue 33): each site and each patch entry also counts which of its faults
+ *   spanned two 64-byte lines and two 4 KiB pages (the handler and the trampoline know the
+ *   address and the size); site_size and patch_size in the header say whether they are there.
  */
 #ifndef UALDBG_AGENT_H
 #define UALDBG_AGENT_H
@@ -35,7 +38,7 @@
 #define UALDBG_MAGIC "UALDBGA1"
 #define UALDBG_VERSION 1
 #define UALDBG_HEADER_SIZE 4096
-#define UALDBG_SITE_SIZE 640
+#define UALDBG_SITE_SIZE 664 /* 640 before issue 33 (no cost-class counters): readers take both */
 #define UALDBG_RECORD_SIZE 176
 #define UALDBG_VARIANTS 4
 #define UALDBG_NREGS 16 /* rax rcx rdx rbx rsp rbp rsi rdi r8..r15: x86 encoding order */
@@ -123,6 +126,12 @@ struct ualdbg_site { /* UALDBG_SITE_SIZE bytes */
     int16_t cfa_off;      /*  60 */
     int16_t ra_off;       /*  62 */
     struct ualdbg_variant variants[UALDBG_VARIANTS]; /* 64 */
+    /* Of `count`, the traps whose access spanned two 64-byte lines, and of those, two 4 KiB
+     * pages (issue 33: their cost class, ualdbg/core/cost.py; whether the instruction is
+     * locked the reader decodes). Counted when the agent knows the operand's address and size. */
+    uint64_t line_splits; /* 640 */
+    uint64_t page_splits; /* 648 */
+    uint64_t unclassed;   /* 656: traps whose operand the agent could not size (their class unknown) */
 };
 
 struct ualdbg_record { /* UALDBG_RECORD_SIZE bytes */
@@ -192,7 +201,7 @@ struct ualdbg_header { /* UALDBG_HEADER_SIZE bytes */
     uint32_t blind_now;        /* 3644: threads blind right now */
 };
 
-#define UALDBG_PATCH_SIZE 64
+#define UALDBG_PATCH_SIZE 80 /* 64 before issue 33 (no cost-class counters): readers take both */
 struct ualdbg_patch { /* UALDBG_PATCH_SIZE bytes */
     uint64_t pc;         /*  0 */
     uint64_t count;      /*  8: faults counted by the trampoline in this process (no records) */
@@ -205,6 +214,8 @@ struct ualdbg_patch { /* UALDBG_PATCH_SIZE bytes */
     uint64_t trampoline; /* 48: process-local */
     uint32_t site_flags; /* 56: the site's flags when patched (UALDBG_SITE_IN_SCOPE: live progress) */
     uint32_t reserved;   /* 60 */
+    uint64_t line_splits; /* 64: of `count`, the accesses that spanned two 64-byte lines (issue 33) */
+    uint64_t page_splits; /* 72: of those, the ones that spanned two 4 KiB pages */
 };
 
 #endif
