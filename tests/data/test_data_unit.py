@@ -8,7 +8,7 @@ from datarun import decl_line
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 from support.env import BUILD
 
-from ualdbg.core.advice import ALIGN, COPY_ONCE, MEMCPY, advise
+from ualdbg.core.advice import ALIGN, COPY_ONCE, LAYOUT, MEMCPY, advise
 from ualdbg.symbols.data import Frame, describe, module_data
 from ualdbg.symbols.elfindex import elf_index
 from ualdbg.symbols.layout import Evaluator, Unreadable
@@ -86,7 +86,7 @@ def site(data: dict | None, count: int = 50, access: str = "read", sizes: tuple[
 def test_advice_rules() -> None:
     packed = {"kind": "static", "va": "0x1001", "via": {"path": "h->seq+0", "packed": True, "struct": "struct h", "member": "seq"}}
     a = advise(site(packed))
-    assert a is not None and a.remedy == MEMCPY and "50 accesses here" in a.text
+    assert a is not None and a.remedy == LAYOUT and "legal, but costs 50 traps" in a.text
     common = {"kind": "common", "va": "0x1004", "path": "r2[0]", "name": "r2", "container": "COMMON /data/"}
     a = advise(site(common))
     assert a is not None and a.remedy == ALIGN and "COMMON layout" in a.text
@@ -94,9 +94,44 @@ def test_advice_rules() -> None:
     a = advise(site(var))
     assert a is not None and a.remedy == ALIGN and "alignas(8)" in a.text and "4 mod 8" in a.text
     # the same small datum read many times: copy it once
-    hot = advise(site(var, count=400), vas=["0x100c", "0x1014"] * 200)
+    hot = advise(site(var, count=400), vas=["0x100c", "0x1014"] * 200, read_only=True)
     assert hot is not None and hot.remedy == COPY_ONCE and "read 200 times" in hot.text
-    # below the count that makes it worth it, or written: not copy-once
-    assert advise(site(var, count=40), vas=["0x100c"] * 40).remedy == ALIGN  # type: ignore[union-attr]
-    assert advise(site(var, count=400, access="write"), vas=["0x100c"] * 400).remedy == ALIGN  # type: ignore[union-attr]
-    assert advise(site({"kind": "heap", "va": "0x9"})) is None and advise(site(None)) is None
+    # below the count that makes it worth it, written, or written meanwhile (or not known): not copy-once
+    assert advise(site(var, count=40), vas=["0x100c"] * 40, read_only=True).remedy == ALIGN  # type: ignore[union-attr]
+    assert advise(site(var, count=400, access="write"), vas=["0x100c"] * 400, read_only=True).remedy == ALIGN  # type: ignore[union-attr]
+    assert advise(site(var, count=400), vas=["0x100c", "0x1014"] * 200, read_only=False).remedy == ALIGN  # type: ignore[union-attr]
+    assert advise(site(var, count=400), vas=["0x100c", "0x1014"] * 200).remedy == ALIGN  # type: ignore[union-attr]
+    assert advise(site(None)) is None
+
+
+def test_advice_per_data_class() -> None:
+    """Issue 31: each data class's right fix, and none where none follows from what is known."""
+    heap = {"kind": "heap", "va": "0x5555555592a1", "mapping": "[heap]", "mapping_offset": 673}
+    a = advise(site(heap))
+    assert a is not None and a.remedy == ALIGN and "1 mod 8 into its block" in a.text
+    assert advise(site({**heap, "va": "0x5555555592a8"})) is None  # aligned for its 8 bytes: nothing to fix
+    mapped = {"kind": "file", "va": "0x7ffff7fc1003", "mapping": "/data/f.bin", "mapping_offset": 4099}
+    a = advise(site(mapped, sizes=(4,)))
+    assert a is not None and a.remedy == MEMCPY and "offset 4099 of the mapped file /data/f.bin (3 mod 4)" in a.text
+    # a stack slot no variable names (argv/environment strings among them): no advice
+    assert advise(site({"kind": "stack", "va": "0x7fffffffe4d2", "mapping": "[stack]"})) is None
+    local = {"kind": "local", "va": "0x7fffffffe4d2", "path": "input1", "name": "input1", "type": "const uint64_t",
+             "element_type": "const uint64_t", "element_size": 8, "storage": "frame"}
+    a = advise(site(local))
+    assert a is not None and a.remedy == ALIGN and "alignas(8)" in a.text
+    # optimised code: a const local whose DWARF location is its caller's buffer cannot take alignas
+    assert advise(site({**local, "storage": "elsewhere"})) is None
+    assert advise(site({**local, "kind": "parameter"})) is None
+    # a packed member reached through a plain scalar pointer (the packed attribute lost): memcpy
+    member = {"kind": "static", "va": "0x1001", "path": "recs[0].value", "packed": True, "struct": "struct rec",
+              "member": "value", "via": {"pointer": "p", "type": "uint32_t *", "path": "p[0]+0", "function": "f"}}
+    a = advise(site(member, sizes=(4,)))
+    assert a is not None and a.remedy == MEMCPY and "loses the packed attribute" in a.text
+
+
+def test_local_storage_from_its_location() -> None:
+    from ualdbg.symbols.data import storage_of
+
+    assert storage_of([0x91, 0x70]) == "frame"  # DW_OP_fbreg -16
+    assert storage_of([0x77, 0x08]) == "frame"  # DW_OP_breg7 (rsp) +8
+    assert storage_of([0x75, 0x02]) == "elsewhere"  # DW_OP_breg5 (rdi) +2: the caller's buffer

@@ -1,20 +1,24 @@
-"""Fix advice per site (the OpenVMS remedies): copy a packed member out with memcpy or an
-unaligned-safe accessor; align a variable ualdbg can name (or fix the COMMON layout); copy a
-small datum read many times once into an aligned buffer. Chosen from the site's `data` and
-counts, with the count that makes the fix worth doing."""
+"""Fix advice per site, by the class of its data (docs/CLI.md, "Which data, and how to fix it"):
+a packed member read or written through its struct is legal C, so the advice is its layout; a
+variable ualdbg can name gets alignas (or a COMMON layout); heap and mapped-file data get the
+offset rule of their block or format; data read many times and never written meanwhile is copied
+once. Where no fix that a reviewer would accept follows from what is known (a stack slot no
+variable names, argv/environment strings, a local that is only a view of its caller's buffer),
+there is no advice. Chosen from the site's `data`, its counts and the run's records."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-MEMCPY, ALIGN, COPY_ONCE = "memcpy", "align", "copy-once"
+MEMCPY, ALIGN, COPY_ONCE, LAYOUT = "memcpy", "align", "copy-once", "layout"
 HOT_COUNT = 100  # accesses at a site before copying its data once is worth the copy
 HOT_REUSE = 4.0  # reads per distinct address before copying once pays (one copy, N aligned reads)
+MALLOC_ALIGN = 16  # glibc's malloc returns blocks aligned to 16 on x86-64 (2 * sizeof(size_t))
 
 
 @dataclass(frozen=True)
 class Advice:
-    remedy: str  # memcpy | align | copy-once
+    remedy: str  # memcpy | align | copy-once | layout
     text: str
 
     def to_json(self) -> dict[str, str]:
@@ -25,27 +29,79 @@ def _times(n: int) -> str:
     return f"{n} access{'es' if n != 1 else ''}"
 
 
-def advise(site: dict[str, Any], vas: list[str] | None = None) -> Advice | None:
-    """Advice for one site of a trace document; `vas` are the VAs of its kept records."""
+def _packed_layout(packed: dict[str, Any], data: dict[str, Any], via: dict[str, Any], width: int | None,
+                   count: int, access: str | None) -> Advice:
+    """A member of a packed struct reached through the struct (`h->seq`, `recs[i].value`): legal
+    C, the compiler knows the member is packed (on a strict CPU it splits the access into bytes
+    where it can); the fix worth a review is the layout."""
+    where = via.get("path") or data.get("path") or packed.get("member")
+    struct, member = packed.get("struct") or "struct", packed.get("member")
+    need = packed.get("member_align") or width or 8
+    off = packed.get("member_offset")
+    verb = {"write": "written", "read": "read"}.get(access or "", "accessed")
+    head = (f"{where} is a member of packed {struct}, {verb} through the struct: legal, but costs {count} "
+            f"trap{'s' if count != 1 else ''} on strict CPUs (where the compiler cannot split it into bytes) and "
+            f"{_times(count)} across alignment here.")
+    if off is not None and off % need == 0:
+        return Advice(LAYOUT, f"{head} {member} is at offset {off} of {struct}, a multiple of {need}: the struct itself "
+                              f"starts off its alignment; place it at an offset of its buffer that is a multiple of "
+                              f"{need} (as Linux's NET_IP_ALIGN shifts a received frame by 2)")
+    at = f" (offset {off})" if off is not None else ""
+    return Advice(LAYOUT, f"{head} Fix the layout: put {member}{at} at an offset that is a multiple of {need} "
+                          f"(members largest first, or explicit padding), or drop packed where {struct} is not a "
+                          f"wire or file format")
+
+
+def _heap(data: dict[str, Any], width: int, here: str) -> Advice | None:
+    va = int(data["va"], 16)
+    if va % width == 0:
+        return None
+    mod = va % MALLOC_ALIGN
+    return Advice(ALIGN, f"malloc'd memory at {mod} mod {MALLOC_ALIGN}: malloc's blocks start {MALLOC_ALIGN}-byte "
+                         f"aligned, so the {width}-byte data is at an offset of {va % width} mod {width} into its "
+                         f"block: keep {width}-byte data at offsets that are multiples of {width} in the block (no "
+                         f"odd offset such as malloc()+1), or, where the block is a byte stream, read it with memcpy "
+                         f"into a local of the type; {here}")
+
+
+def _file(data: dict[str, Any], width: int, here: str) -> Advice | None:
+    off = data.get("mapping_offset")
+    if off is None or off % width == 0:
+        return None
+    return Advice(MEMCPY, f"the data is at offset {off} of the mapped file {data.get('mapping')} ({off % width} mod "
+                          f"{width}): the program cannot align a file's contents, so read it with memcpy into a local "
+                          f"(or an unaligned-safe accessor); where you own the format, put {width}-byte fields at "
+                          f"offsets that are multiples of {width}; {here}")
+
+
+def advise(site: dict[str, Any], vas: list[str] | None = None, *, read_only: bool | None = None) -> Advice | None:
+    """Advice for one site of a trace document; `vas` are the VAs of its kept records, and
+    `read_only` whether they hold every fault of the site and no recorded write touched its data
+    between its first and last record (advice_by_pc works it out; None: not known, no copy-once)."""
     data = site.get("data") or {}
     via = data.get("via") or {}
     count = int(site.get("count") or 0)
     sizes = site.get("sizes") or []
     width = max(sizes) if sizes else None
+    access = site.get("access")
     here = f"{_times(count)} here"
     packed = via if via.get("packed") else (data if data.get("packed") else None)
     if packed is not None and packed.get("member"):
-        where = via.get("path") or data.get("path") or packed["member"]
-        return Advice(MEMCPY, f"{where} is a member of packed {packed.get('struct')}: copy the field out with memcpy "
-                              f"(or an unaligned-safe accessor such as get_unaligned) instead of dereferencing it; {here}")
-    reads = site.get("access") == "read"
-    if vas and count >= HOT_COUNT and reads:
+        if packed is via or not via or via.get("struct"):
+            return _packed_layout(packed, data, via, width, count, access)
+        # the member's address taken and dereferenced through a plain scalar pointer: the
+        # compiler no longer knows it is packed (gcc's -Waddress-of-packed-member)
+        return Advice(MEMCPY, f"{data.get('path')} is a member of packed {packed.get('struct')} reached through the "
+                              f"scalar pointer {via.get('pointer')} ({via.get('type')}), which loses the packed "
+                              f"attribute: copy it out with memcpy, or access it through the struct; {here}")
+    if vas and count >= HOT_COUNT and access == "read" and read_only:
         distinct = len(set(vas))
         reuse = len(vas) / distinct if distinct else 0.0
         if reuse >= HOT_REUSE:
             return Advice(COPY_ONCE, f"each address is read {reuse:.0f} times ({len(vas)} reads of {distinct} address"
-                                     f"{'es' if distinct != 1 else ''} kept): copy the data once to an aligned buffer "
-                                     f"and read it there; pays from about {HOT_REUSE:.0f} reads per copy, {here}")
+                                     f"{'es' if distinct != 1 else ''}) and nothing wrote it meanwhile: copy the data "
+                                     f"once to an aligned buffer and read it there; pays from about {HOT_REUSE:.0f} "
+                                     f"reads per copy, {here}")
     if via.get("pointer_misaligned") and via.get("struct"):
         return Advice(MEMCPY, f"{via['path']} reads {via['struct']} through {via['pointer']}, which is not "
                               f"{via.get('target_align')}-byte aligned: copy the field out with memcpy (or an unaligned-safe "
@@ -56,7 +112,9 @@ def advise(site: dict[str, Any], vas: list[str] | None = None) -> Advice | None:
         return Advice(ALIGN, f"{data.get('path')} of {data.get('container')} is accessed off its alignment{view}: fix the "
                              f"COMMON layout (largest members first, or pad so {data.get('name')} starts at a multiple of "
                              f"{width or 8}), or declare it with the type the routines use; {here}")
-    if kind in ("global", "static", "local", "parameter"):
+    if kind in ("global", "static", "local") and data.get("storage", "frame") == "frame":
+        # (a local whose DWARF location is not in its frame, an optimised inline helper's const
+        # local that is a view of its caller's buffer, cannot be given alignas: no advice)
         elem = data.get("element_type") or data.get("type") or "?"
         esize = data.get("element_size")
         need = width or 8
@@ -71,6 +129,10 @@ def advise(site: dict[str, Any], vas: list[str] | None = None) -> Advice | None:
     if via.get("pointer_misaligned"):
         return Advice(ALIGN, f"{via['pointer']} ({via.get('type')}) is not {via.get('target_align')}-byte aligned: align the "
                              f"buffer it points into (aligned_alloc, alignas, no odd byte offset); {here}")
+    if width and width > 1 and (kind == "heap" or (kind == "anonymous" and data.get("mapping") == "")):
+        return _heap(data, width, here)
+    if width and width > 1 and kind == "file":
+        return _file(data, width, here)
     return None
 
 
@@ -87,12 +149,45 @@ def vas_by_pc(doc: dict[str, Any]) -> dict[str, list[str]]:
     return vas
 
 
+def complete_records(site: dict[str, Any], doc: dict[str, Any], kept: int) -> bool:
+    """Whether the document keeps a record of every fault of the site (not patched after its
+    first traps, no record dropped from the ring)."""
+    return not doc.get("records_dropped") and not site.get("patched") and kept == int(site.get("count") or 0)
+
+
+def _read_only(site: dict[str, Any], doc: dict[str, Any]) -> bool:
+    """No recorded write (of any site) touched the site's addresses between its first and last
+    record. A write of the same data as wide as the read is misaligned too, so it trapped and has
+    its record, unless a site that writes was patched or the ring dropped records: then not known."""
+    if any(s.get("access") in ("write", "read-write") and s.get("patched") for s in doc.get("sites", [])):
+        return False
+    mine = [r for r in doc.get("records", []) if r.get("pc") == site["pc"] and r.get("va")]
+    if not mine:
+        return False
+    first, last = min(r["seq"] for r in mine), max(r["seq"] for r in mine)
+    spans = {(int(r["va"], 16), int(r.get("size") or 1)) for r in mine}
+    lo, hi = min(a for a, _n in spans), max(a + n for a, n in spans)
+    for r in doc.get("records", []):
+        if r.get("access") != "write" or not r.get("va") or not first <= r["seq"] <= last:
+            continue
+        va = int(r["va"], 16)
+        if va < hi and va + int(r.get("size") or 1) > lo and any(va < a + n and va + int(r.get("size") or 1) > a
+                                                                 for a, n in spans):
+            return False
+    return True
+
+
 def advice_by_pc(doc: dict[str, Any]) -> dict[str, Advice]:
     """Advice for every site of a trace document that has some, by PC."""
     vas = vas_by_pc(doc)
     out = {}
     for site in doc.get("sites", []):
-        a = advise(site, vas.get(site["pc"]))
+        kept = vas.get(site["pc"])
+        read_only = None
+        if kept and site.get("access") == "read" and int(site.get("count") or 0) >= HOT_COUNT \
+                and complete_records(site, doc, len(kept)):
+            read_only = _read_only(site, doc)
+        a = advise(site, kept, read_only=read_only)
         if a is not None:
             out[site["pc"]] = a
     return out

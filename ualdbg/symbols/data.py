@@ -89,6 +89,10 @@ class DataRef:
     struct: str | None = None  # innermost struct crossed and its member holding the VA
     member: str | None = None
     packed: bool = False
+    # A local's storage: "frame" (its DWARF location is off the frame base, CFA, rsp or rbp: a slot
+    # of its own that alignas can move), else "elsewhere" (optimised code describing a local by
+    # the memory it was loaded from, e.g. an inlined helper's const local that is its caller's buffer)
+    storage: str | None = None
     via: Via | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -547,9 +551,10 @@ def _reg(regs: Mapping[str, int] | None, name: str) -> int | None:
 
 
 def _frame_vars(modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None], *, caller: bool = False
-                ) -> Iterator[tuple[ModuleData, str, DIE, Location, Any]]:
-    """Each variable in scope at the frame's PC with its location, innermost scope first. For a
-    caller frame the PC is a return address: its scopes are those of the call (PC - 1)."""
+                ) -> Iterator[tuple[ModuleData, str, DIE, Location, list[int]]]:
+    """Each variable in scope at the frame's PC with its location (and the expression it came
+    from), innermost scope first. For a caller frame the PC is a return address: its scopes are
+    those of the call (PC - 1)."""
     if frame.pc is None or frame.regs is None:
         return
     module = modules.find(frame.pc, refresh=False)
@@ -578,7 +583,16 @@ def _frame_vars(modules: ModuleMap, frame: Frame, index_for: Callable[[str], Elf
                 loc = ev.evaluate(expr)
             except (Unreadable, *DWARF_ERRORS):  # type: ignore[misc]
                 continue
-            yield md, func, die, loc, ev
+            yield md, func, die, loc, expr
+
+
+# DW_OP_fbreg, DW_OP_breg6 (rbp), DW_OP_breg7 (rsp), DW_OP_call_frame_cfa: a location in the frame
+_FRAME_OPS = frozenset({0x91, 0x76, 0x77, 0x9C})
+
+
+def storage_of(expr: list[int]) -> str:
+    """"frame" when a location expression places a variable in its frame, else "elsewhere"."""
+    return "frame" if expr and expr[0] in _FRAME_OPS else "elsewhere"
 
 
 def _callers(modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None]) -> Iterator[Frame]:
@@ -615,7 +629,7 @@ def _local(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str],
 
 def _local_in(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None],
               depth: int) -> DataRef | None:
-    for md, func, die, loc, _ev in _frame_vars(modules, frame, index_for, caller=depth > 0):
+    for md, func, die, loc, expr in _frame_vars(modules, frame, index_for, caller=depth > 0):
         if loc.address is None:
             continue
         src = origin(die)
@@ -636,7 +650,7 @@ def _local_in(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[st
                        name=name, path=name + place.path, offset=place.offset, type=info.name, element_type=place.type,
                        element_size=place.size,
                        container=func, file=file, line=line, tid=frame.tid, struct=place.struct, member=place.member,
-                       packed=place.packed, start=loc.address, size=info.size)
+                       packed=place.packed, start=loc.address, size=info.size, storage=storage_of(expr))
     return None
 
 
@@ -644,7 +658,7 @@ def _via(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str], E
     """The pointer variable in scope whose target holds `va`: pointers to structs first (they
     name the member), then pointers to scalars (`p[i]`), innermost scope first."""
     best: tuple[int, Via] | None = None
-    for md, func, die, loc, _ev in _frame_vars(modules, frame, index_for):
+    for md, func, die, loc, _expr in _frame_vars(modules, frame, index_for):
         src = origin(die)
         ptype = strip(ref(src, "DW_AT_type"))
         if ptype is None:
