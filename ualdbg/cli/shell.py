@@ -26,7 +26,7 @@ from ..isa.costclass import costs_for
 from ..render.console import make_console
 from ..render.jsondoc import GROUPS, load_document
 from ..render.sarif import build_sarif
-from ..render.tables import blind_lines, header, records_table, summary_table
+from ..render.tables import blind_lines, header, patch_note, records_table, summary_table
 from .outputs import Named, OutputError, Report, check_distinct, check_writable, say, write_json
 
 REPORT_LIMIT = 1000  # records `report` shows unless told: a table of 1,000 takes under a second
@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "ualdbg trace --pid 1234 --duration 10 --json t.json   ten seconds of it"]),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _run_options(t)
-    t.add_argument("--by", choices=GROUPS, default="pc", help="group the summary")
+    t.add_argument("--by", choices=GROUPS, default="pc", help="the summary per pc (default), source line, function or "
+                   "module")
     c = sub.add_parser("check", help="CI gate: fail when PROG fails or makes more than N unaligned accesses",
                        description="Run PROG and fail when it fails, or when it makes more than --max-faults unaligned "
                                    "accesses in scope (with --baseline: at sites the baseline does not have). "
@@ -218,12 +219,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--merge", action="store_true", help="sum the documents: per-site counts added, each run's figures kept")
     r.add_argument("--json", metavar="FILE", default=None, help="write the (merged) document to FILE (- for stdout)")
     r.add_argument("--sarif", metavar="FILE", default=None, help="write SARIF 2.1.0 for the (merged) document")
-    r.add_argument("--summary", action="store_true")
-    r.add_argument("--by", choices=GROUPS, default="pc")
+    r.add_argument("--summary", action="store_true", help="counts per exception PC, hottest first, with the data "
+                   "and the fix advice per site, instead of the records")
+    r.add_argument("--by", choices=GROUPS, default="pc", help="the summary per pc (default), source line, function or "
+                   "module")
     r.add_argument("--fail-on", choices=FAIL_ON, default="any", help=FAIL_ON_HELP + "; shows and writes these only, "
                    "and exits 1 when there are any")
     r.add_argument("--limit", type=nonnegative, default=REPORT_LIMIT, metavar="N",
-                   help=f"records shown: the newest N (default {REPORT_LIMIT:,}; 0: all of them, slow for a full ring)")
+                   help=f"records shown: the newest N (default {REPORT_LIMIT:,}; 0: all of them, slow for a full ring); "
+                        "with --summary or --by, the hottest N rows")
     _launcher_parsers(sub)
     return p
 
@@ -382,6 +386,8 @@ def _print_trace(args: argparse.Namespace, result: Any, known: Any, last: str | 
         out.print(programs)
     for note in doc.get("notes") or []:
         out.print(f"note: {note}")
+    if args.json and patch_note(doc):  # the records written are partial (issue 31)
+        out.print(f"note: {patch_note(doc)}")
     for line in blind_lines(doc):
         out.print(line)
     if last:
@@ -566,10 +572,12 @@ def _report(args: argparse.Namespace) -> int:
     for line in blind_lines(doc):
         out.print(line)
     if args.summary or args.by != "pc" or args.merge:
-        out.print(summary_table(doc, args.by, costs_for(doc)))
+        out.print(summary_table(doc, args.by, costs_for(doc), limit=args.limit or None))
     else:
         out.print(records_table(doc, args.limit or None))
         kept = len(doc["records"])
+        if patch_note(doc):
+            out.print(f"note: {patch_note(doc)}")
         if args.limit and kept > args.limit:  # a full ring is 100,000 rows: minutes of table (issue 29)
             out.print(f"records: the newest {args.limit:,} of {kept:,} kept shown (--limit N; --limit 0 shows all; "
                       f"--summary counts every fault)")

@@ -12,10 +12,11 @@ from ..core.advice import advice_by_pc
 from .console import shown
 
 
-def data_advice_table(doc: dict[str, Any]) -> Table | None:
-    """None when no site has data or advice (an old trace, a stripped program)."""
+def data_advice_table(doc: dict[str, Any], only: set[str] | None = None) -> Table | None:
+    """None when no site has data or advice (an old trace, a stripped program); `only`: the
+    sites of these PCs."""
     advice = advice_by_pc(doc)
-    sites = [s for s in doc.get("sites", []) if s.get("data") or s["pc"] in advice]
+    sites = [s for s in doc.get("sites", []) if (s.get("data") or s["pc"] in advice) and (only is None or s["pc"] in only)]
     if not sites:
         return None
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title="data and advice per site", title_justify="left")

@@ -53,6 +53,12 @@ def sarif_level(classes: dict[str, Any] | None) -> str:
     return "note" if have <= {INSIDE} else "warning"
 
 
+def _accesses(access: str | None, n: int) -> str:
+    """`read`, `3 writes`' noun: `reads`, `read-writes`, `accesses` (not "reades")."""
+    word = access or "access"
+    return word if n == 1 else word + ("es" if word.endswith("ss") else "s")
+
+
 def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None, exit_code: int | None = None) -> dict[str, Any]:
     root = os.path.abspath(srcroot or os.getcwd())
     results = []
@@ -63,8 +69,8 @@ def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None, exit_code: i
         va = first_va.get(s["pc"])
         sizes = "/".join(str(x) for x in s["sizes"]) or "?"
         where = f"{s['function']}+{s['function_offset']}" if s.get("function") else (s.get("module") or s["pc"])
-        text = (f"{s['count']} unaligned {sizes}-byte {s['access'] or 'access'}"
-                f"{'es' if s['count'] != 1 else ''} at PC {s['pc']} ({where})"
+        text = (f"{s['count']} unaligned {sizes}-byte {_accesses(s['access'], s['count'])}"
+                f" at PC {s['pc']} ({where})"
                 + (f", e.g. virtual address {va}" if va else ""))
         data, fix = s.get("data"), advice.get(s["pc"])
         if data:  # what the data is and the fix that fits (issue 9)

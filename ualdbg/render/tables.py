@@ -53,11 +53,46 @@ def header(doc: dict[str, Any]) -> str:
     if doc.get("partial"):
         status += f"; PARTIAL: interrupted by {doc.get('interrupted_by') or 'a signal'}"
     if doc.get("merged"):
-        status += f"; {doc['merged']} runs merged"
+        status += f"; {doc['merged']} run{'s' if doc['merged'] != 1 else ''} merged"
     return shown(
-        f"Unaligned accesses in {shown(prog.get('path') or 'the program')}{status}\n"
+        f"Unaligned accesses in {programs_named(doc)}{status}\n"
         f"  {total} in scope ({doc.get('scope', '')}), {ignored} ignored elsewhere\n"
         f"  {dur:.3f} s, {rate:,.0f}/s; engine {doc.get('engine')} {via}; {ring}", newlines=True)
+
+
+def _names(paths: list[str], most: int = 3) -> str:
+    """`a, b and c`, `a, b, c and 4 more`: each program once, in order."""
+    seen = list(dict.fromkeys(shown(p) for p in paths))
+    if len(seen) > most:
+        return f"{', '.join(seen[:most])} and {len(seen) - most} more"
+    return seen[0] if len(seen) == 1 else f"{', '.join(seen[:-1])} and {seen[-1]}"
+
+
+def programs_named(doc: dict[str, Any]) -> str:
+    """Whose accesses the report counts: every program of a merged document (not only the
+    first run's); the programs that faulted when the one named on the command line did not (a
+    driver such as make or a shell: `check -- make check`); else the program."""
+    prog: dict[str, Any] = doc["program"] if isinstance(doc.get("program"), dict) else {}
+    path = prog.get("path") or "the program"
+    runs = [r for r in doc.get("runs") or [] if isinstance(r, dict)]
+    run_paths = [r["program"]["path"] for r in runs if isinstance(r.get("program"), dict) and r["program"].get("path")]
+    if run_paths:
+        return _names(run_paths)
+    procs = [p for p in doc.get("processes") or [] if isinstance(p, dict) and p.get("path")]
+    root = next((p for p in procs if p.get("pid") == prog.get("pid")), None)
+    faulted = [p["path"] for p in procs if p is not root and int(p.get("faults_total") or 0)]
+    if faulted and (root is None or not int(root.get("faults_total") or 0)):
+        return f"{_names(faulted)} (run by {shown(path)})"
+    return shown(path)
+
+
+def patch_note(doc: dict[str, Any]) -> str | None:
+    """The agent's note that patched sites left faults without a record (engines/agent.py), for
+    where the records are shown or written."""
+    agent: dict[str, Any] = doc["agent"] if isinstance(doc.get("agent"), dict) else {}
+    patching: dict[str, Any] = agent["patching"] if isinstance(agent.get("patching"), dict) else {}
+    note = patching.get("note")
+    return shown(note) if isinstance(note, str) else None
 
 
 def blind_lines(doc: dict[str, Any]) -> list[str]:
@@ -93,9 +128,11 @@ def cost_lines(costs: CostTable) -> list[str]:
             f"aligned one ({prices}), {costs.how}" + (f"; {costs.note}" if costs.note else "")]
 
 
-def summary_table(doc: dict[str, Any], by: str = "pc", costs: CostTable | None = None) -> Table | Group:
+def summary_table(doc: dict[str, Any], by: str = "pc", costs: CostTable | None = None,
+                  limit: int | None = None) -> Table | Group:
     """Counts per site or group, hottest first; with `costs` (the cost probe's prices, issue 33)
-    ranked by the estimated extra time instead, in a column of its own."""
+    ranked by the estimated extra time instead, in a column of its own; `limit`: the first N rows
+    only, and a line saying how many were left out."""
     from rich import box
     from rich.console import Group
     from rich.table import Table
@@ -110,6 +147,9 @@ def summary_table(doc: dict[str, Any], by: str = "pc", costs: CostTable | None =
         ranked = rank_by_time(sites, costs)
         sites = [s for s, _t in ranked]
         estimates = {id(s): t for s, t in ranked}
+    left_out = len(sites) - limit if limit and len(sites) > limit else 0
+    if limit and left_out:
+        sites = sites[:limit]
     total = doc["faults_total"] or 1
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     # overflow="fold": on a narrow terminal a cell wraps; an address cut to "0x5555…" is useless.
@@ -148,9 +188,13 @@ def summary_table(doc: dict[str, Any], by: str = "pc", costs: CostTable | None =
             row.append("?" if t is None else _ns(t))
         table.add_row(*[Text(shown(x, newlines=True)) for x in row])
     parts: list[Any] = [table]
+    if limit and left_out:
+        rows = ("site" if by == "pc" else by) + ("s" if limit != 1 else "")
+        parts.append(Text(f"the first {limit:,} {rows} of {limit + left_out:,} shown (--limit N; --limit 0 shows all)"))
     if estimates and costs is not None:
         parts += [Text(shown(line)) for line in cost_lines(costs)]
-    extra = data_advice_table(doc) if by == "pc" else None  # what the data is, and the fix (issue 9)
+    # what the data is, and the fix (issue 9), for the sites shown
+    extra = data_advice_table(doc, {s["pc"] for s in sites} if left_out else None) if by == "pc" else None
     if extra is not None:
         parts.append(extra)
     return table if len(parts) == 1 else Group(*parts)
