@@ -624,12 +624,15 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     if any(not im.header.armed for im in images):
         notes.append("some processes never reached their arming point (main): nothing was traced in them")
     patching = merged["agent"]["patching"]
-    if patching["sites_patched"]:
-        unrecorded = patching["faults_in_scope_without_record"]
-        recorded = (f"but {unrecorded} faults in scope have no record (--no-patch: one trap and one record per fault)"
-                    if unrecorded else "and every fault in scope still has its record")
-        notes.append(f"{patching['sites_patched']} hot sites (counted per process) were patched after "
-                     f"{run.patch_after} traps: their counts are exact, {recorded}")
+    # The summary's counts are exact with patching: what it changes is the records, which only the
+    # JSON and `report` show. So the note says so there only, when records are missing, and counts
+    # the sites in scope (the patches of system libraries' sites are no concern of the report).
+    unrecorded = patching["faults_in_scope_without_record"]
+    patched_here = [s for s in merged["sites"] if s.get("patched")]
+    if patched_here and unrecorded:
+        patching["note"] = (f"{_plural(len(patched_here), 'hot site')} in scope were patched after {run.patch_after} "
+                            f"traps: their counts are exact, but {_plural(unrecorded, 'fault')} in scope have no record "
+                            "(--no-patch: one trap and one record per fault)")
     merged["notes"] = notes
     return merged
 
