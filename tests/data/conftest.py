@@ -28,5 +28,6 @@ def libc_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def advice_programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """tests/data/programs: heap_offset.c, write_then_read.c, packed_write.c (issue 31's advice cases)."""
-    return {name: _build(name, tmp_path_factory) for name in ("heap_offset", "write_then_read", "packed_write")}
+    """tests/data/programs: heap_offset.c, write_then_read.c, packed_write.c, site_rows.c (issue 31's
+    advice and report cases)."""
+    return {name: _build(name, tmp_path_factory) for name in ("heap_offset", "write_then_read", "packed_write", "site_rows")}

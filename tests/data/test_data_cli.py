@@ -219,3 +219,32 @@ def test_advice_a_reviewer_accepts(advice_programs: dict[str, Path], tmp_path: P
     a = advice[write["pc"]]
     assert a.remedy == "layout" and f"legal, but costs {write['count']} traps on strict CPUs" in a.text, (a, log)
     assert "put value at an offset that is a multiple of 4" in a.text and "memcpy" not in a.text, (a, log)
+
+
+def test_data_rows_by_site_with_the_range_touched(advice_programs: dict[str, Path], tmp_path: Path) -> None:
+    """Issue 31, problem 5: rows told apart where a line has several sites, the range of data a
+    site touched, offsets in decimal, and the patching note only where records are written."""
+    out = tmp_path / "rows.json"
+    p = run_cli("trace", "--no-patch", "--json", str(out), "--", str(advice_programs["site_rows"]), "8")
+    doc = json.loads(out.read_text())
+    bump = [s for s in doc["sites"] if s["function"] == "bump"]
+    assert len(bump) == 2 and bump[0]["line"] == bump[1]["line"], p.explain()
+    r = run_cli("report", str(out), "--summary")
+    text = r.stdout
+    for s in bump:  # each row of that line says which site it is
+        assert re.search(rf"site_rows\.c:{s['line']}\s.*\n\s+bump {s['pc']}\s", text), r.explain()
+    (stamps,) = [s for s in doc["sites"] if s["function"] == "stamps"]
+    t = stamps["data"]["touched"]
+    assert (t["first"], t["last"], t["distinct"], t["records"]) == ("table[0].stamp+0", "table[3].stamp+0", 4, 8), t
+    assert "touched table[0].stamp+0 .." in text and "table[3].stamp+0, 4 distinct" in text, r.explain()  # a cell wraps
+    heap = bump[0]["data"]
+    assert heap["kind"] == "heap" and f"[heap]+{heap['mapping_offset']} " in heap["text"], heap  # decimal, as elsewhere
+    # patched (the default): the summary alone has no patching note; with --json it says how many
+    # sites in scope lost records
+    plain = run_cli("trace", "--", str(advice_programs["site_rows"]), "50")
+    assert "were patched" not in plain.stderr and "hot site" not in plain.stderr, plain.explain()
+    out2 = tmp_path / "patched.json"
+    saved = run_cli("trace", "--json", str(out2), "--", str(advice_programs["site_rows"]), "50")
+    patched = [s for s in json.loads(out2.read_text())["sites"] if s.get("patched")]
+    assert len(patched) == 3, saved.explain()
+    assert "note: 3 hot sites in scope were patched after 2 traps" in saved.stderr, saved.explain()

@@ -82,3 +82,14 @@ def decl_line_in(path: str, pattern: str) -> int:
     lines = [i for i, t in enumerate((ROOT / path).read_text().split("\n"), 1) if re.search(pattern, t)]
     assert len(lines) == 1
     return lines[0]
+
+
+def test_gdb_names_the_malloc_block(tmp_path: Path) -> None:
+    """Issue 31, problem 5: with the program's memory, the heap data is named by its malloc'd
+    block (glibc's chunks walked), not by the [heap] mapping."""
+    from support.build import build_source
+
+    prog = build_source(Path(__file__).resolve().parent / "programs" / "heap_offset.c", tmp_path, flags=("-g", "-O1"))
+    run = run_gdb([str(prog), "3"], ["ualdbg break", "run"])
+    lines = data_lines(run.stdout)
+    assert re.fullmatch(r"data: byte 1 of the malloc'd block at 0x[0-9a-f]+ \(72 bytes usable\)", lines[0]), run.explain()

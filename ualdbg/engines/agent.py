@@ -490,6 +490,7 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
     symbolizer = SnapshotSymbolizer(image.snapshots, h.exe or None, shared.setdefault("maps", {}))
     saved = SavedCode({s.pc: s.code for s in image.sites}, AcPolicy(), shared.setdefault("insns", {}))
     data_at: dict[int, DataRef] = {}
+    regs_at: dict[int, Mapping[str, int]] = {}  # the registers its data was named with, per site
 
     agent_lib = os.path.realpath(lib) if lib else ""
     excluded = out_of_scope_program(run, h.exe, is_root)
@@ -532,6 +533,7 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
 
                     described.add((h.exe, site.pc))
                     data_at[site.pc] = describe_saved(acc.va, symbolizer.snapshots(), site.pc, h.pid, regs.mapping())
+                    regs_at[site.pc] = regs.mapping()
     # The records: no Python object per record (engines/records.py). Each PC's instruction is
     # decoded once and its operands evaluated over the PC's records at once; the document's
     # "records" is the table, which writes its own JSON lines.
@@ -542,6 +544,8 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
 
     buf.table = table_from(image.ring, started, saved.insn, saved.policy, slow, lambda pc: scoped.get(pc, False),
                            run.buffer)
+    if regs_at:
+        _name_ranges(data_at, regs_at, buf.table.vas_by_pc(), symbolizer.snapshots(), h.pid)
     end = h.end_ns / 1e9 if h.end_ns else time.monotonic()
     buf.stopped_at = max(started, end)
     sites = sites_of(buf, symbolizer.resolve, data_at)
@@ -549,6 +553,28 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
     return TraceResult(engine=NAME, debugger="none", arch=os.uname().machine, version=__version__, program=program,
                        scope=scope.describe(), buffer=buf, sites=sites, recording=True,
                        unrecorded=_mark_patched(sites, image, image.patch_after))
+
+
+def _name_ranges(data_at: dict[int, DataRef], regs_at: Mapping[int, Mapping[str, int]], vas: Mapping[str, list[str]],
+                 snapshots: Any, pid: int) -> None:
+    """The range of data each site touched in its records (issue 31): the lowest and the highest
+    address named as its first fault's data is (`table[0].stamp+0` .. `table[3].stamp+0`), and
+    how many distinct addresses; a site whose records touched one address gets none."""
+    from dataclasses import replace
+
+    from ..symbols.data import Touched, describe_saved
+
+    def named(ref: DataRef) -> str:
+        return f"{ref.path}+{ref.offset}" if ref.path is not None and ref.offset is not None else ref.text
+
+    for pc, ref in list(data_at.items()):
+        mine = vas.get(f"{pc:#x}") or []
+        addrs = sorted({int(v, 16) for v in mine})
+        if len(addrs) < 2:
+            continue
+        low, high = (describe_saved(a, snapshots, pc, pid, regs_at[pc]) for a in (addrs[0], addrs[-1]))
+        data_at[pc] = replace(ref, touched=Touched(named(low), named(high), f"{addrs[0]:#x}", f"{addrs[-1]:#x}",
+                                                   len(addrs), len(mine)))
 
 
 def site_classes(counter: PcCounter, site: ab.SiteEntry, insn: Insn | None) -> None:

@@ -62,6 +62,20 @@ class Via:
 
 
 @dataclass(frozen=True)
+class Touched:
+    """The range of data a site's records touched (engines/agent.py): the lowest and highest
+    address, each named as the site's data is (`table[0].stamp+0`), and how many distinct
+    addresses in how many records."""
+
+    first: str
+    last: str
+    low: str
+    high: str
+    distinct: int
+    records: int
+
+
+@dataclass(frozen=True)
 class DataRef:
     """What the data at one VA is. `kind`: global | static | common | local | parameter | symbol
     (symbol table only) | image (a module's data without a symbol) | stack | heap | anonymous |
@@ -93,6 +107,7 @@ class DataRef:
     # of its own that alignas can move), else "elsewhere" (optimised code describing a local by
     # the memory it was loaded from, e.g. an inlined helper's const local that is its caller's buffer)
     storage: str | None = None
+    touched: Touched | None = None  # the range of data its site's records touched
     via: Via | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -433,8 +448,27 @@ class Frame:
     thread_sps: Mapping[int, int] | None = None
 
 
-def _hexoff(n: int) -> str:
-    return f"+{n}" if n < 4096 else f"+{n:#x}"
+# Offsets are decimal bytes everywhere in a data description (`r2[3]+2`, `[heap]+673`, file
+# offset 4099); addresses are hex.
+_MAX_CHUNKS = 1 << 16  # heap chunks walked to find a block: a bounded cost at a fault
+
+
+def _heap_block(va: int, start: int, end: int, read_memory: Callable[[int, int], bytes]) -> tuple[int, int, bool] | None:
+    """The glibc malloc block holding `va` in the main arena's [heap] (start, usable size, in
+    use), by walking its chunks from the mapping's start: each chunk's size field (flags in the
+    low 3 bits) is 8 bytes in, its memory 16 bytes in, and a chunk is in use when the next one's
+    PREV_INUSE bit says so. None when the walk does not make sense (another allocator)."""
+    chunk = start
+    for _ in range(_MAX_CHUNKS):
+        size = int.from_bytes(read_memory(chunk + 8, 8), "little") & ~7
+        if size < 32 or size % 16 or chunk + size > end:
+            return None
+        if chunk + 16 <= va < chunk + size + 8:  # a block's usable bytes run into the next chunk's first word
+            nxt = chunk + size
+            in_use = nxt + 16 > end or bool(int.from_bytes(read_memory(nxt + 8, 8), "little") & 1)
+            return chunk + 16, size - 8, in_use
+        chunk += size
+    return None
 
 
 def describe(va: int, modules: ModuleMap | None, frame: Frame | None = None, *,
@@ -512,7 +546,19 @@ def _in_mapping(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[
     off = va - m.start
     sp = _reg(frame.regs, "rsp")
     if m.path == "[heap]":
-        return DataRef("heap", f"heap{_hexoff(off)} past its start (malloc'd memory)", va, mapping=m.path, mapping_offset=off)
+        block = None
+        if frame.read_memory is not None:
+            try:
+                block = _heap_block(va, m.start, m.end, frame.read_memory)
+            except Exception:  # noqa: BLE001 - memory unreadable: the mapping only
+                block = None
+        if block is not None:
+            bstart, usable, in_use = block
+            state = "" if in_use else " (a FREED block)"
+            return DataRef("heap", f"byte {va - bstart} of the malloc'd block at {bstart:#x} ({usable} bytes usable){state}", va,
+                           mapping=m.path, mapping_offset=off, start=bstart, size=usable, offset=va - bstart)
+        return DataRef("heap", f"malloc'd memory, [heap]+{off} (its block is not known: no memory read at the fault)", va,
+                       mapping=m.path, mapping_offset=off)
     own_stack = sp is not None and m.start <= sp < m.end
     if m.path.startswith("[stack") or own_stack:
         # [stack] is the main thread's, whose tid is the pid; another stack is the faulting
@@ -534,10 +580,10 @@ def _in_mapping(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[
             return DataRef("stack", f"stack of thread {tid}", va, tid=tid, mapping=m.path, mapping_offset=off)
     if m.is_file:
         foff = off + m.offset
-        return DataRef("file", f"mapped file {m.path} at file offset {foff:#x}", va, mapping=m.path, mapping_offset=foff)
+        return DataRef("file", f"mapped file {m.path} at file offset {foff}", va, mapping=m.path, mapping_offset=foff)
     if m.path:
-        return DataRef("anonymous", f"{m.path}{_hexoff(off)}", va, mapping=m.path, mapping_offset=off)
-    return DataRef("anonymous", f"heap or anonymous mapping {m.start:#x}-{m.end:#x}{_hexoff(off)} (mmap'd or a thread's malloc arena)",
+        return DataRef("anonymous", f"{m.path}+{off}", va, mapping=m.path, mapping_offset=off)
+    return DataRef("anonymous", f"heap or anonymous mapping {m.start:#x}-{m.end:#x}+{off} (mmap'd or a thread's malloc arena)",
                    va, mapping="", mapping_offset=off)
 
 
