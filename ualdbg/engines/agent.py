@@ -76,6 +76,13 @@ class AgentRun:
     patch_after: int = 2
     # The program's argv[0] as the user typed it (`./prog`, `make`); program[0] is its path.
     argv0: str | None = None
+    # Where the program's stdout and stderr go (a descriptor; None: ualdbg's own): `watch`'s pty,
+    # whose output it prints around its live view (issue 31).
+    stdout: int | None = None
+    stderr: int | None = None
+    # /proc/PID/maps texts a watcher read while the process ran, oldest first, by pid: an address
+    # that no snapshot of the agent's maps (mapped after its last) is named from these (issue 31).
+    later_maps: dict[int, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -231,7 +238,8 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
         guard = SignalGuard(None, run.grace)  # before the program exists: see SignalGuard
         try:
             proc = subprocess.Popen([run.argv0 or path, *run.program[1:]], executable=path, env=env,
-                                    preexec_fn=child_setup(no_aslr=not run.aslr), close_fds=True)
+                                    preexec_fn=child_setup(no_aslr=not run.aslr), close_fds=True,
+                                    stdout=run.stdout, stderr=run.stderr)
         except BaseException:
             guard.restore()
             raise
@@ -266,6 +274,10 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
         exit_status = returncode if returncode >= 0 else None
         exit_signal = -returncode if returncode < 0 else None
         images = load_images(directory)
+        for pid, texts in run.later_maps.items():
+            newest = [im for im in images if im.header.pid == pid][-1:]
+            for im in newest:  # consulted after the agent's own snapshots (SnapshotSymbolizer: newest first)
+                im.snapshots[:0] = texts
         root = [im for im in images if im.header.pid == proc.pid]
         if not root:
             raise AgentNotIn(f"the agent never reported in from {os.path.basename(path)} (its dynamic loader "
