@@ -50,6 +50,21 @@ def test_watch_program_lines_under_the_agent(test_programs: Path, tmp_path: Path
     assert "engine agent" in p.stderr and "live: iterations=" in p.stdout, p.explain()  # the program's stdout is its own
 
 
+def _reap(pid: int, fd: int, seconds: float) -> int:
+    """The wait status of ualdbg on its pty; never hang the suite: a stuck watch is killed after
+    `seconds`."""
+    for _ in range(int(seconds * 10)):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return status
+
+
 def test_watch_on_a_terminal_q_detaches(test_programs: Path, tmp_path: Path) -> None:
     with live_program(test_programs, tmp_path) as live:
         pid, fd = pty.fork()
@@ -76,15 +91,7 @@ def test_watch_on_a_terminal_q_detaches(test_programs: Path, tmp_path: Path) -> 
             os.write(fd, b"q")
             assert read_until(b"no thread has AC set", 60), screen.decode(errors="replace")
         finally:
-            for _ in range(300):  # never hang the suite: a stuck watch is killed after 30 s
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    break
-                time.sleep(0.1)
-            else:
-                os.kill(pid, 9)
-                _, status = os.waitpid(pid, 0)
-            os.close(fd)
+            status = _reap(pid, fd, 30)
         end = live.finish()
     text = screen.decode(errors="replace")
     assert os.WEXITSTATUS(status) == 0, text
@@ -112,7 +119,7 @@ def _watch_on_a_terminal(argv: list[str], key: bytes, after: bytes, timeout: flo
         fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         os.chdir(ROOT)
         os.execve(sys.executable, [sys.executable, "-m", "ualdbg", "watch", *argv], {**scrubbed_env(), "TERM": "xterm"})
-    screen, sent, status = b"", False, None
+    screen, sent = b"", False
     deadline = time.time() + timeout
     try:
         while time.time() < deadline:
@@ -128,15 +135,7 @@ def _watch_on_a_terminal(argv: list[str], key: bytes, after: bytes, timeout: flo
                     break
                 screen += chunk
     finally:
-        for _ in range(100):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.1)
-        else:
-            os.kill(pid, 9)
-            _, status = os.waitpid(pid, 0)
-        os.close(fd)
+        status = _reap(pid, fd, 10)
     assert sent, screen.decode(errors="replace")
     return screen, status
 

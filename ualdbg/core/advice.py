@@ -59,9 +59,10 @@ def _heap(data: dict[str, Any], width: int, here: str) -> Advice | None:
     if data.get("start") and data.get("size"):  # the block is known (a debugger read the heap)
         where = (f"the {width}-byte data is at offset {va - int(data['start'], 16)} of its {data['size']}-byte "
                  f"malloc'd block")
-    else:
-        where = (f"malloc'd memory at {va % MALLOC_ALIGN} mod {MALLOC_ALIGN}: malloc's blocks start {MALLOC_ALIGN}-byte "
-                 f"aligned, so the {width}-byte data is at an offset of {va % width} mod {width} into its block")
+    else:  # [heap], or an anonymous mapping (mmap'd: page-aligned; a thread's arena: malloc's rule)
+        what = "malloc'd memory" if data.get("kind") == "heap" else "mmap'd or arena memory"
+        where = (f"{what} at {va % MALLOC_ALIGN} mod {MALLOC_ALIGN}: its blocks start {MALLOC_ALIGN}-byte aligned (or "
+                 f"more), so the {width}-byte data is at an offset of {va % width} mod {width} into its block")
     return Advice(ALIGN, f"{where}: keep {width}-byte data at offsets that are multiples of {width} in the block (no "
                          f"odd offset such as malloc()+1), or, where the block is a byte stream, read it with memcpy "
                          f"into a local of the type; {here}")
