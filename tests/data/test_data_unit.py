@@ -135,3 +135,8 @@ def test_local_storage_from_its_location() -> None:
     assert storage_of([0x91, 0x70]) == "frame"  # DW_OP_fbreg -16
     assert storage_of([0x77, 0x08]) == "frame"  # DW_OP_breg7 (rsp) +8
     assert storage_of([0x75, 0x02]) == "elsewhere"  # DW_OP_breg5 (rdi) +2: the caller's buffer
+
+
+def test_advice_for_argument_strings() -> None:
+    a = advise(site({"kind": "argv", "va": "0x7fffffffe9e7", "path": "argv[1]", "name": "argv"}, sizes=(4,)))
+    assert a is not None and a.remedy == MEMCPY and "at no alignment" in a.text

@@ -137,6 +137,11 @@ def advise(site: dict[str, Any], vas: list[str] | None = None, *, read_only: boo
         return _heap(data, width, here)
     if width and width > 1 and kind == "file":
         return _file(data, width, here)
+    if width and width > 1 and kind in ("argv", "environ"):
+        return Advice(MEMCPY, f"{data.get('path') or kind} is in the {kind} strings, which the kernel packs one after "
+                              f"another at no alignment (where they fall moves with every string above them): copy "
+                              f"the bytes out with memcpy into a local of the type (or parse the text) instead of "
+                              f"reading them through a wider pointer; {here}")
     return None
 
 

@@ -78,8 +78,8 @@ class Touched:
 @dataclass(frozen=True)
 class DataRef:
     """What the data at one VA is. `kind`: global | static | common | local | parameter | symbol
-    (symbol table only) | image (a module's data without a symbol) | stack | heap | anonymous |
-    file | unknown."""
+    (symbol table only) | image (a module's data without a symbol) | argv | environ (their strings
+    on the main stack) | stack | heap | anonymous | file | unknown."""
 
     kind: str
     text: str  # one line for people: "r2[0]+0 in COMMON /data/ (common_block.f90:20)"
@@ -560,6 +560,10 @@ def _in_mapping(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[
         return DataRef("heap", f"malloc'd memory, [heap]+{off} (its block is not known: no memory read at the fault)", va,
                        mapping=m.path, mapping_offset=off)
     own_stack = sp is not None and m.start <= sp < m.end
+    if m.path == "[stack]" and frame.read_memory is not None and frame.pid is not None:
+        strings = _argv_environ(va, frame.pid, frame.read_memory)
+        if strings is not None:
+            return replace(strings, mapping=m.path, mapping_offset=off)
     if m.path.startswith("[stack") or own_stack:
         # [stack] is the main thread's, whose tid is the pid; another stack is the faulting
         # thread's when its stack pointer is in it.
@@ -585,6 +589,30 @@ def _in_mapping(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[
         return DataRef("anonymous", f"{m.path}+{off}", va, mapping=m.path, mapping_offset=off)
     return DataRef("anonymous", f"heap or anonymous mapping {m.start:#x}-{m.end:#x}+{off} (mmap'd or a thread's malloc arena)",
                    va, mapping="", mapping_offset=off)
+
+
+def _argv_environ(va: int, pid: int, read_memory: Callable[[int, int], bytes]) -> DataRef | None:
+    """The argument or environment strings the kernel copied at the top of the main stack, named
+    `argv[1]+3` / `environ[4]+0` (which string: the NULs before `va` counted). From
+    /proc/PID/stat's arg_start..env_end (fields 48-51), so only for a live process (the caller
+    has its memory): a pid of a process that is gone may be another's."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        arg_start, arg_end, env_start, env_end = (int(x) for x in fields[45:49])
+    except (OSError, IndexError, ValueError):
+        return None
+    for kind, name, lo, hi in (("argv", "argv", arg_start, arg_end), ("environ", "environ", env_start, env_end)):
+        if lo <= va < hi:
+            try:
+                before = read_memory(lo, va - lo) if va > lo else b""
+            except Exception:  # noqa: BLE001 - unreadable: the block only
+                return DataRef(kind, f"the {name} strings, byte {va - lo}", va, start=lo, size=hi - lo, offset=va - lo)
+            index, start = before.count(b"\0"), lo + before.rfind(b"\0") + 1
+            what = "argument" if kind == "argv" else "environment"
+            return DataRef(kind, f"{name}[{index}]+{va - start} ({what} strings: the kernel places them at no alignment)",
+                           va, name=name, path=f"{name}[{index}]", offset=va - start, start=lo, size=hi - lo)
+    return None
 
 
 def _reg(regs: Mapping[str, int] | None, name: str) -> int | None:
