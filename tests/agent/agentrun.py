@@ -84,6 +84,13 @@ def comparable(doc: dict[str, Any]) -> dict[str, Any]:
     d["records"].sort(key=lambda r: json.dumps(r, sort_keys=True))  # threads interleave freely
     for s in d["sites"]:
         data = s.get("data")
+        if data:
+            # What one engine alone can tell (issue 31): the range its records touched (the
+            # agent's), and the malloc'd block a debugger finds by reading the heap (the agent
+            # reads no memory): a heap address is compared as the address and its pointer.
+            data.pop("touched", None)
+            if data["kind"] == "heap":
+                s["data"] = {"kind": "heap", "va": data["va"], "via": data.get("via")}
         if data and data["kind"] in ("stack", "local", "parameter"):
             # The same: what the stack address is; not which thread id or where the stack lies.
             s["data"] = {"kind": data["kind"], "path": data.get("path"), "va": f"{int(data['va'], 16) % 16} mod 16"}
