@@ -54,7 +54,8 @@ def touched_text(site: dict[str, Any], vas: list[str]) -> str | None:
     data = site.get("data") or {}
     t = data.get("touched") if isinstance(data.get("touched"), dict) else None
     if t is not None:
-        first, last, distinct, records = t.get("first"), t.get("last"), t.get("distinct"), t.get("records")
+        first, last, distinct, records = (shown(t.get(k)) if k in ("first", "last") else t.get(k)
+                                          for k in ("first", "last", "distinct", "records"))
     else:
         addrs = sorted({int(v, 16) for v in vas})
         if len(addrs) < 2:

@@ -75,13 +75,19 @@ def programs_named(doc: dict[str, Any]) -> str:
     prog: dict[str, Any] = doc["program"] if isinstance(doc.get("program"), dict) else {}
     path = prog.get("path") or "the program"
     runs = [r for r in doc.get("runs") or [] if isinstance(r, dict)]
-    run_paths = [r["program"]["path"] for r in runs if isinstance(r.get("program"), dict) and r["program"].get("path")]
+    run_paths = [r["program"]["path"] for r in runs
+                 if isinstance(r.get("program"), dict) and isinstance(r["program"].get("path"), str)]
     if run_paths:
         return _names(run_paths)
-    procs = [p for p in doc.get("processes") or [] if isinstance(p, dict) and p.get("path")]
+
+    def faults(p: dict[str, Any]) -> int:
+        n = p.get("faults_total")
+        return n if isinstance(n, int) else 0
+
+    procs = [p for p in doc.get("processes") or [] if isinstance(p, dict) and isinstance(p.get("path"), str)]
     root = next((p for p in procs if p.get("pid") == prog.get("pid")), None)
-    faulted = [p["path"] for p in procs if p is not root and int(p.get("faults_total") or 0)]
-    if faulted and (root is None or not int(root.get("faults_total") or 0)):
+    faulted = [p["path"] for p in procs if p is not root and faults(p)]
+    if faulted and (root is None or not faults(root)):
         return f"{_names(faulted)} (run by {shown(path)})"
     return shown(path)
 
