@@ -140,3 +140,27 @@ def test_local_storage_from_its_location() -> None:
 def test_advice_for_argument_strings() -> None:
     a = advise(site({"kind": "argv", "va": "0x7fffffffe9e7", "path": "argv[1]", "name": "argv"}, sizes=(4,)))
     assert a is not None and a.remedy == MEMCPY and "at no alignment" in a.text
+
+
+def test_copy_once_only_while_nothing_writes_the_data() -> None:
+    """Issue 31: copy-once needs every read recorded and no recorded write (or read-modify-write)
+    of the same bytes between the site's first and last read; writes before it are fine."""
+    from ualdbg.core.advice import advice_by_pc
+
+    var = {"kind": "global", "va": "0x100c", "path": "g.a[1]", "name": "g", "element_type": "int", "element_size": 4}
+
+    def doc(between: str | None, before: bool = True) -> dict:
+        reads = [{"seq": 10 + i, "pc": "0x1", "va": ["0x100c", "0x1014"][i % 2], "size": 8, "access": "read"}
+                 for i in range(400)]
+        writes = [{"seq": 1, "pc": "0x2", "va": "0x100c", "size": 8, "access": "write"}] if before else []
+        if between:
+            writes.append({"seq": 200, "pc": "0x2", "va": "0x1014", "size": 8, "access": between})
+        return {"sites": [site(var, count=400), {**site(None, count=len(writes), access="write"), "pc": "0x2"}],
+                "records": writes + reads, "records_dropped": 0}
+
+    assert advice_by_pc(doc(None))["0x1"].remedy == COPY_ONCE  # written before the reads only
+    assert advice_by_pc(doc("write"))["0x1"].remedy == ALIGN  # written in between: not read-only
+    assert advice_by_pc(doc("read-write"))["0x1"].remedy == ALIGN
+    patched = doc(None)
+    patched["sites"][0]["patched"] = True  # records of its first traps only: the reuse is not known
+    assert advice_by_pc(patched)["0x1"].remedy == ALIGN

@@ -164,24 +164,28 @@ def complete_records(site: dict[str, Any], doc: dict[str, Any], kept: int) -> bo
     return not doc.get("records_dropped") and not site.get("patched") and kept == int(site.get("count") or 0)
 
 
-def _read_only(site: dict[str, Any], doc: dict[str, Any]) -> bool:
+def _accesses(doc: dict[str, Any]) -> list[tuple[int, str, int, int, str | None]]:
+    """(seq, pc, va, size, access) of every kept record with a VA, read once per document."""
+    return [(int(r["seq"]), r["pc"], int(r["va"], 16), int(r.get("size") or 1), r.get("access"))
+            for r in doc.get("records", []) if r.get("va")]
+
+
+def _read_only(site: dict[str, Any], doc: dict[str, Any], accesses: list[tuple[int, str, int, int, str | None]]) -> bool:
     """No recorded write (of any site) touched the site's addresses between its first and last
     record. A write of the same data as wide as the read is misaligned too, so it trapped and has
     its record, unless a site that writes was patched or the ring dropped records: then not known."""
     if any(s.get("access") in ("write", "read-write") and s.get("patched") for s in doc.get("sites", [])):
         return False
-    mine = [r for r in doc.get("records", []) if r.get("pc") == site["pc"] and r.get("va")]
+    mine = [a for a in accesses if a[1] == site["pc"]]
     if not mine:
         return False
-    first, last = min(r["seq"] for r in mine), max(r["seq"] for r in mine)
-    spans = {(int(r["va"], 16), int(r.get("size") or 1)) for r in mine}
-    lo, hi = min(a for a, _n in spans), max(a + n for a, n in spans)
-    for r in doc.get("records", []):
-        if r.get("access") != "write" or not r.get("va") or not first <= r["seq"] <= last:
+    first, last = min(a[0] for a in mine), max(a[0] for a in mine)
+    spans = sorted({(a[2], a[3]) for a in mine})
+    lo, hi = spans[0][0], max(va + n for va, n in spans)
+    for seq, _pc, va, size, access in accesses:
+        if access not in ("write", "read-write") or not first <= seq <= last or va >= hi or va + size <= lo:
             continue
-        va = int(r["va"], 16)
-        if va < hi and va + int(r.get("size") or 1) > lo and any(va < a + n and va + int(r.get("size") or 1) > a
-                                                                 for a, n in spans):
+        if any(va < a + n and va + size > a for a, n in spans):
             return False
     return True
 
@@ -190,12 +194,14 @@ def advice_by_pc(doc: dict[str, Any]) -> dict[str, Advice]:
     """Advice for every site of a trace document that has some, by PC."""
     vas = vas_by_pc(doc)
     out = {}
+    accesses: list[tuple[int, str, int, int, str | None]] | None = None
     for site in doc.get("sites", []):
         kept = vas.get(site["pc"])
         read_only = None
         if kept and site.get("access") == "read" and int(site.get("count") or 0) >= HOT_COUNT \
                 and complete_records(site, doc, len(kept)):
-            read_only = _read_only(site, doc)
+            accesses = _accesses(doc) if accesses is None else accesses
+            read_only = _read_only(site, doc, accesses)
         a = advise(site, kept, read_only=read_only)
         if a is not None:
             out[site["pc"]] = a
