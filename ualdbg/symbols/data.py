@@ -451,6 +451,7 @@ class Frame:
 # Offsets are decimal bytes everywhere in a data description (`r2[3]+2`, `[heap]+673`, file
 # offset 4099); addresses are hex.
 _MAX_CHUNKS = 1 << 16  # heap chunks walked to find a block: a bounded cost at a fault
+_HEAP_READ = 32 << 20  # bytes of heap read at once to walk it (larger: a word at a time)
 
 
 def _heap_block(va: int, start: int, end: int, read_memory: Callable[[int, int], bytes]) -> tuple[int, int, bool] | None:
@@ -458,14 +459,23 @@ def _heap_block(va: int, start: int, end: int, read_memory: Callable[[int, int],
     use), by walking its chunks from the mapping's start: each chunk's size field (flags in the
     low 3 bits) is 8 bytes in, its memory 16 bytes in, and a chunk is in use when the next one's
     PREV_INUSE bit says so. None when the walk does not make sense (another allocator)."""
+    # One read of the heap up to the address (a debugger's memory read costs a round trip each)
+    span = min(end, va + 4096) - start
+    image = read_memory(start, span) if span <= _HEAP_READ else b""
+
+    def word(at: int) -> int:
+        off = at - start
+        raw = image[off:off + 8] if 0 <= off and off + 8 <= len(image) else read_memory(at, 8)
+        return int.from_bytes(raw, "little")
+
     chunk = start
     for _ in range(_MAX_CHUNKS):
-        size = int.from_bytes(read_memory(chunk + 8, 8), "little") & ~7
+        size = word(chunk + 8) & ~7
         if size < 32 or size % 16 or chunk + size > end:
             return None
         if chunk + 16 <= va < chunk + size + 8:  # a block's usable bytes run into the next chunk's first word
             nxt = chunk + size
-            in_use = nxt + 16 > end or bool(int.from_bytes(read_memory(nxt + 8, 8), "little") & 1)
+            in_use = nxt + 16 > end or bool(word(nxt + 8) & 1)
             return chunk + 16, size - 8, in_use
         chunk += size
     return None
