@@ -17,7 +17,7 @@ from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry, LocationExpr, LocationParser
 
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, _Unit
-from ualdbg.symbols.elfindex import ElfIndex, elf_index
+from ualdbg.symbols.elfindex import ElfIndex, elf_index, symbol_entries
 from ualdbg.symbols.intervals import IntervalTable
 from ualdbg.symbols.layout import (
     AGGREGATES,
@@ -40,6 +40,8 @@ _SCOPES = frozenset({"DW_TAG_lexical_block", "DW_TAG_inlined_subroutine", "DW_TA
 _VARS = frozenset({"DW_TAG_variable", "DW_TAG_formal_parameter"})
 _NEAR = 1 << 16
 _CALLEE_SAVED = ("rbx", "rbp", "r12", "r13", "r14", "r15")
+_STT_OBJECT, _STT_COMMON, _STB_GLOBAL, _STB_WEAK = 1, 5, 1, 2
+_SHN_UNDEF, _SHN_ABS = 0, 0xFFF1
 _MAX_FRAMES = 32  # a scalar pointer names `p[i]` only within this many bytes past it
 
 
@@ -221,24 +223,18 @@ class ModuleData:
 
     @cached_property
     def symbols(self) -> list[GlobalVar]:
-        """Data objects of the symbol tables (functions are ElfIndex's business)."""
+        """Data objects of the symbol tables (functions are ElfIndex's business), by address;
+        at an address with several, the first the tables list."""
         out: dict[int, GlobalVar] = {}
         for elf in self.index._symbol_sources():
-            for section in elf.iter_sections():
-                if section["sh_type"] not in ("SHT_SYMTAB", "SHT_DYNSYM"):
+            for raw, value, size, info, shndx in symbol_entries(elf):
+                if info & 0xF not in (_STT_OBJECT, _STT_COMMON) or shndx in (_SHN_UNDEF, _SHN_ABS):
                     continue
-                try:
-                    for sym in section.iter_symbols():  # type: ignore[attr-defined]
-                        info = sym["st_info"]
-                        if info["type"] not in ("STT_OBJECT", "STT_COMMON") or sym["st_shndx"] in ("SHN_UNDEF", "SHN_ABS"):
-                            continue
-                        value, size = sym["st_value"], sym["st_size"]
-                        if value == 0 or value in out:
-                            continue
-                        kind = "global" if info["bind"] in ("STB_GLOBAL", "STB_WEAK") else "static"
-                        out[value] = GlobalVar(sym.name, value, size, kind, None, None, None, None, None)
-                except DWARF_ERRORS:
+                if value == 0 or value in out:
                     continue
+                kind = "global" if info >> 4 in (_STB_GLOBAL, _STB_WEAK) else "static"
+                name = raw.decode("utf-8", "replace")  # as pyelftools decodes symbol names
+                out[value] = GlobalVar(name, value, size, kind, None, None, None, None, None)
         return sorted(out.values(), key=lambda g: g.start)
 
     @cached_property

@@ -379,13 +379,11 @@ def _has_debug_info(elf: ELFFile) -> bool:
     return elf.has_dwarf_info(strict=True)
 
 
-def _function_symbols(elf: ELFFile) -> Iterator[tuple[str, int, int, int, int]]:
-    """(name, value, size, st_info, st_shndx) of defined function symbols, read straight from
-    the section bytes: pyelftools' per-symbol objects cost seconds on large tables."""
+def symbol_entries(elf: ELFFile) -> Iterator[tuple[bytes, int, int, int, int]]:
+    """(name, value, size, st_info, st_shndx) of every entry of the file's .symtab and .dynsym, in
+    file order, read straight from the section bytes: pyelftools' per-symbol objects cost seconds
+    on large tables. A table whose bytes cannot be read is left out."""
     little = elf.little_endian
-    # ARM: bit 0 of a function symbol's value says it is Thumb code (ELF for the Arm
-    # Architecture, "Symbol values"); the function starts at the even address.
-    thumb_bit = ~1 if elf["e_machine"] == "EM_ARM" else ~0
     if elf.elfclass == 64:
         layout = struct.Struct(("<" if little else ">") + "IBBHQQ")
     else:
@@ -404,16 +402,23 @@ def _function_symbols(elf: ELFFile) -> Iterator[tuple[str, int, int, int, int]]:
                 st_name, info, _, shndx, value, size = layout.unpack_from(data, offset)
             else:
                 st_name, value, size, info, _, shndx = layout.unpack_from(data, offset)
-            if info & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC):
-                continue
-            if shndx == 0 or shndx >= _SHN_LORESERVE or value == 0:
-                continue
             end = strtab.find(b"\0", st_name)
-            name = strtab[st_name : end if end >= 0 else len(strtab)].decode(
-                "utf-8", "surrogateescape"
-            )
-            if name:
-                yield name, value & thumb_bit, size, info, shndx
+            yield strtab[st_name : end if end >= 0 else len(strtab)], value, size, info, shndx
+
+
+def _function_symbols(elf: ELFFile) -> Iterator[tuple[str, int, int, int, int]]:
+    """(name, value, size, st_info, st_shndx) of defined function symbols."""
+    # ARM: bit 0 of a function symbol's value says it is Thumb code (ELF for the Arm
+    # Architecture, "Symbol values"); the function starts at the even address.
+    thumb_bit = ~1 if elf["e_machine"] == "EM_ARM" else ~0
+    for raw, value, size, info, shndx in symbol_entries(elf):
+        if info & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC):
+            continue
+        if shndx == 0 or shndx >= _SHN_LORESERVE or value == 0:
+            continue
+        name = raw.decode("utf-8", "surrogateescape")
+        if name:
+            yield name, value & thumb_bit, size, info, shndx
 
 
 _ARM_MAPPING = {b"$a": "arm", b"$t": "thumb", b"$d": "data"}
