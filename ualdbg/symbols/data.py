@@ -16,6 +16,7 @@ from elftools.dwarf.die import DIE
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry, LocationExpr, LocationParser
 
+from ualdbg.symbols.cfi import EhFrameSearch, rule_rows
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, _Unit
 from ualdbg.symbols.elfindex import ElfIndex, elf_index, symbol_entries
 from ualdbg.symbols.intervals import IntervalTable
@@ -353,24 +354,26 @@ class ModuleData:
             for entry in entries:
                 if type(entry).__name__ != "FDE":
                     continue
-                start, length = entry["initial_location"], entry["address_range"]  # type: ignore[index]
-                rows = entry.get_decoded().table  # type: ignore[union-attr]
-                for i, row in enumerate(rows):
-                    end = rows[i + 1]["pc"] if i + 1 < len(rows) else start + length
-                    cfa = row["cfa"]
-                    if cfa.expr is None:
-                        saved = {r: rule.arg for r, rule in row.items()
-                                 if isinstance(r, int) and getattr(rule, "type", None) == "OFFSET"}
-                        items.append((row["pc"], end, (cfa.reg, cfa.offset, saved)))
+                items.extend(rule_rows(entry))
         except DWARF_ERRORS:
             pass
         return IntervalTable(items)
+
+    @cached_property
+    def _eh_search(self) -> EhFrameSearch:
+        return EhFrameSearch(self.index._elf)
+
+    def _cfa_rule(self, pc: int) -> Any:
+        """The CFA rule at a link-time PC: from the one FDE .eh_frame_hdr leads to, else from
+        the table of every FDE."""
+        rules = self._eh_search.rules_at(pc)
+        return (rules if rules is not None else self._cfi).find(pc)
 
     def unwind(self, pc: int, regs: Mapping[str, int], read_memory: Callable[[int, int], bytes]) -> dict[str, int] | None:
         """The caller's registers from the CFI row at a link-time PC: rsp = CFA, rip = the return
         address, the callee-saved registers the row says were saved; the caller-saved ones are
         unknown in the caller (left out, so no location is computed from them)."""
-        rule = self._cfi.find(pc)
+        rule = self._cfa_rule(pc)
         if rule is None:
             return None
         try:
@@ -388,7 +391,7 @@ class ModuleData:
         return out if out.get("rip") else None
 
     def cfa(self, pc: int, regs: Mapping[str, int], bias: int) -> int | None:
-        rule = self._cfi.find(pc)
+        rule = self._cfa_rule(pc)
         if rule is None:
             return None
         try:
