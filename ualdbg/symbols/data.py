@@ -131,6 +131,7 @@ class ModuleData:
         self._units: dict[int, _Unit] = {}
         self._dies: dict[int, DIE] = {}
         self.common_decl: dict[str, tuple[str | None, int | None]] = {}  # "COMMON /data/" -> file, line
+        self._locations: dict[int, Any] = {}
 
     @property
     def dwarf(self) -> DwarfIndex | None:
@@ -326,9 +327,15 @@ class ModuleData:
         parser = self._locparser
         if attr is None or parser is None:
             return None
-        try:
-            loc = parser.parse_from_attribute(attr, die.cu["version"], die)
-        except DWARF_ERRORS:
+        # Parsed once per variable: a site's frame is read several times (the pointer it went
+        # through, the local it is, its callers).
+        if die.offset not in self._locations:
+            try:
+                self._locations[die.offset] = parser.parse_from_attribute(attr, die.cu["version"], die)
+            except DWARF_ERRORS:
+                self._locations[die.offset] = None
+        loc = self._locations[die.offset]
+        if loc is None:
             return None
         if isinstance(loc, LocationExpr):
             return list(loc.loc_expr)
