@@ -6,6 +6,7 @@ Unknown stays unknown."""
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from functools import cached_property
@@ -17,8 +18,10 @@ from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry, LocationExpr, LocationParser
 
 from ualdbg.symbols.cfi import EhFrameSearch, rule_rows
+from ualdbg.symbols.dietree import DieTree
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, _Unit
 from ualdbg.symbols.elfindex import ElfIndex, elf_index, symbol_entries
+from ualdbg.symbols.globalvars import FixedAddressIndex
 from ualdbg.symbols.intervals import IntervalTable
 from ualdbg.symbols.layout import (
     AGGREGATES,
@@ -132,6 +135,7 @@ class ModuleData:
         self._dies: dict[int, DIE] = {}
         self.common_decl: dict[str, tuple[str | None, int | None]] = {}  # "COMMON /data/" -> file, line
         self._locations: dict[int, Any] = {}
+        self._global_at: dict[int, GlobalVar | None] = {}
 
     @property
     def dwarf(self) -> DwarfIndex | None:
@@ -181,43 +185,106 @@ class ModuleData:
         return list(seen.values())
 
     def _dwarf_globals(self) -> Iterator[GlobalVar]:
-        dwarf = self.dwarf
-        if dwarf is None:
+        if self.dwarf is None:
             return
         try:
             for _cu, die, parents in self._iter_dies():
-                if die.tag != "DW_TAG_variable" or "DW_AT_location" not in die.attributes:
-                    continue
-                loc = die.attributes["DW_AT_location"]
-                if loc.form not in ("DW_FORM_exprloc", "DW_FORM_block1") or not loc.value or loc.value[0] != 0x03:
-                    continue
-                expr = bytes(loc.value)
-                if len(expr) != 9:  # DW_OP_addr alone (TLS and computed locations are not fixed)
-                    continue
-                start = struct.unpack_from("<Q", expr, 1)[0]
-                src = origin(die)
-                name = name_of(src) or name_of(die)
-                if name is None or start == 0:
-                    continue
-                tdie = ref(src, "DW_AT_type") or ref(die, "DW_AT_type")
-                tinfo = self.layouts.info(tdie)
-                parent = parents[-1] if parents else None
-                container: str | None
-                if parent is not None and parent.tag == "DW_TAG_common_block":
-                    kind, container = "common", f"COMMON /{name_of(parent) or ''}/"
-                    self.common_decl.setdefault(container, decl_pos(dwarf, parent, self._units))
-                else:
-                    func = next((p for p in reversed(parents) if p.tag == "DW_TAG_subprogram"), None)
-                    if func is not None:
-                        kind, container = "static", name_of(origin(func))
-                    else:
-                        external = "DW_AT_external" in src.attributes or "DW_AT_external" in die.attributes
-                        kind, container = ("global" if external else "static"), None
-                file, line = decl_pos(dwarf, die, self._units)
-                self._dies[die.offset] = die
-                yield GlobalVar(name, start, tinfo.size or 0, kind, container, die.offset, file, line, tinfo.name)
+                var = self._global_var(die, parents)
+                if var is not None:
+                    yield var
         except DWARF_ERRORS:
             return
+
+    def _global_var(self, die: DIE, parents: list[DIE]) -> GlobalVar | None:
+        """The variable a DIE describes at a fixed address (a location that is DW_OP_addr alone),
+        given its ancestors below the unit's top DIE, outermost first; None for any other DIE."""
+        dwarf = self.dwarf
+        if dwarf is None or die.tag != "DW_TAG_variable" or "DW_AT_location" not in die.attributes:
+            return None
+        loc = die.attributes["DW_AT_location"]
+        if loc.form not in ("DW_FORM_exprloc", "DW_FORM_block1") or not loc.value or loc.value[0] != 0x03:
+            return None
+        expr = bytes(loc.value)
+        if len(expr) != 9:  # DW_OP_addr alone (TLS and computed locations are not fixed)
+            return None
+        start = struct.unpack_from("<Q", expr, 1)[0]
+        src = origin(die)
+        name = name_of(src) or name_of(die)
+        if name is None or start == 0:
+            return None
+        tdie = ref(src, "DW_AT_type") or ref(die, "DW_AT_type")
+        tinfo = self.layouts.info(tdie)
+        parent = parents[-1] if parents else None
+        container: str | None
+        if parent is not None and parent.tag == "DW_TAG_common_block":
+            kind, container = "common", f"COMMON /{name_of(parent) or ''}/"
+            self.common_decl.setdefault(container, decl_pos(dwarf, parent, self._units))
+        else:
+            func = next((p for p in reversed(parents) if p.tag == "DW_TAG_subprogram"), None)
+            if func is not None:
+                kind, container = "static", name_of(origin(func))
+            else:
+                external = "DW_AT_external" in src.attributes or "DW_AT_external" in die.attributes
+                kind, container = ("global" if external else "static"), None
+        file, line = decl_pos(dwarf, die, self._units)
+        self._dies[die.offset] = die
+        return GlobalVar(name, start, tinfo.size or 0, kind, container, die.offset, file, line, tinfo.name)
+
+    def global_at(self, addr: int) -> GlobalVar | None:
+        """`globals.find(addr)` without the walk of the whole DWARF: the DWARF variables near
+        `addr` only (globalvars.py), then the data symbols around it that no variable covers."""
+        if addr in self._global_at:
+            return self._global_at[addr]
+        floor = self._floor(addr)
+        fixed = self._fixed
+        hit = fixed.find(addr) if fixed is not None else None
+        found: GlobalVar | None = hit.var if hit is not None else None
+        symbols, starts = self.symbols, self._symbol_starts
+        i = bisect_right(starts, addr) - 1
+        # The table's answer is the holder with the greatest start: a data symbol above the
+        # variable's start wins if no variable holds the symbol's own start.
+        while i >= 0 and starts[i] >= floor and (found is None or starts[i] > found.start):
+            sym = symbols[i]
+            if addr < sym.start + max(sym.size, 1) and (fixed is None or fixed.find(sym.start) is None):
+                found = sym
+                break
+            i -= 1
+        self._global_at[addr] = found
+        return found
+
+    @cached_property
+    def _fixed(self) -> FixedAddressIndex | None:
+        dwarf = self.dwarf
+        if dwarf is None:
+            return None
+        return FixedAddressIndex(DieTree(dwarf.dwarfinfo), self._global_var, self._floor)
+
+    @cached_property
+    def _symbol_starts(self) -> list[int]:
+        return [s.start for s in self.symbols]
+
+    @cached_property
+    def _sections(self) -> list[tuple[int, int]]:
+        """(start, end) of the sections the program's data is in (allocated; not TLS, whose
+        addresses overlap the next section's)."""
+        out = []
+        try:
+            for section in self.index._elf.iter_sections():
+                h = section.header
+                if h["sh_flags"] & 0x2 and not h["sh_flags"] & 0x400 and h["sh_addr"] and h["sh_size"]:  # SHF_ALLOC, SHF_TLS
+                    out.append((h["sh_addr"], h["sh_addr"] + h["sh_size"]))
+        except DWARF_ERRORS:
+            return []
+        return out
+
+    def _floor(self, addr: int) -> int:
+        """The lowest start a variable holding `addr` can have: the start of the section holding
+        `addr` (a variable does not run across sections); in a gap, the end of the section
+        below; 0 for a file without section headers."""
+        holding = [start for start, end in self._sections if start <= addr < end]
+        if holding:
+            return min(holding)
+        return max((end for _start, end in self._sections if end <= addr), default=0)
 
     @cached_property
     def symbol_table(self) -> IntervalTable[GlobalVar]:
@@ -476,7 +543,7 @@ def _in_module(va: int, modules: ModuleMap, index_for: Callable[[str], ElfIndex 
     # A system library's DWARF (glibc's debug file: 27 s of pyelftools) is not read in the fault
     # path: its data is named by the symbol table.
     system = modules.is_system(module)
-    var = md.symbol_table.find(link) if system else md.globals.find(link)
+    var = md.symbol_table.find(link) if system else md.global_at(link)
     if var is None:
         section = md.section_of(link)
         where = f"{module.name}+{link:#x}" + (f" ({section})" if section else "")
