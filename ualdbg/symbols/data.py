@@ -136,6 +136,7 @@ class ModuleData:
         self.common_decl: dict[str, tuple[str | None, int | None]] = {}  # "COMMON /data/" -> file, line
         self._locations: dict[int, Any] = {}
         self._global_at: dict[int, GlobalVar | None] = {}
+        self._scopes: dict[int, list[tuple[str, DIE, list[DIE]]]] = {}
 
     @property
     def dwarf(self) -> DwarfIndex | None:
@@ -257,7 +258,7 @@ class ModuleData:
         dwarf = self.dwarf
         if dwarf is None:
             return None
-        return FixedAddressIndex(DieTree(dwarf.dwarfinfo), self._global_var, self._floor)
+        return FixedAddressIndex(self._tree, self._global_var, self._floor)
 
     @cached_property
     def _symbol_starts(self) -> list[int]:
@@ -339,6 +340,11 @@ class ModuleData:
     def scopes_at(self, pc: int) -> list[tuple[str, DIE, list[DIE]]]:
         """(function name, scope DIE, its variables) from the function containing the link-time
         PC inward: the function, then its blocks and inlined helpers covering the PC."""
+        if pc not in self._scopes:
+            self._scopes[pc] = self._scopes_at(pc)
+        return self._scopes[pc]
+
+    def _scopes_at(self, pc: int) -> list[tuple[str, DIE, list[DIE]]]:
         dwarf = self.dwarf
         offset = self._units_by_pc.find(pc)
         if dwarf is None or offset is None:
@@ -354,7 +360,9 @@ class ModuleData:
             func_name: str = "?"
             while level is not None:
                 nxt = None
-                for child in level.iter_children():
+                # Outside functions, only the children that can hold the PC are read (the unit's
+                # top level is most of a big unit); inside, the function's own DIEs.
+                for child in self._outer_children(cu, level, pc) if not out else level.iter_children():
                     if child.tag in ("DW_TAG_namespace", "DW_TAG_module") and out == []:
                         if any(covers(c) for c in child.iter_children() if c.tag == "DW_TAG_subprogram"):
                             nxt = child
@@ -377,6 +385,23 @@ class ModuleData:
         except DWARF_ERRORS:
             return out
         return out
+
+    def _outer_children(self, cu: CompileUnit, level: DIE, pc: int) -> Iterator[DIE]:
+        """The children of the unit's top DIE (or of a namespace or module in it) that may be or
+        hold the function containing `pc`, in order: the functions with code there and the
+        namespaces and modules with such a function among their own children (dietree.py),
+        not the whole top level of the unit."""
+        holders = self.index.code_holders
+        found = holders.children_holding(cu, level, pc, nested=False) if holders is not None else None
+        yield from level.iter_children() if found is None else found
+
+    @cached_property
+    def _tree(self) -> DieTree:
+        holders = self.index.code_holders
+        if holders is not None:
+            return holders.tree  # the shapes the resolver read already
+        assert self.dwarf is not None
+        return DieTree(self.dwarf.dwarfinfo)
 
     @cached_property
     def _locparser(self) -> LocationParser | None:

@@ -6,6 +6,7 @@ the whole unit (issue 34); bounded, and moving forward only, on hostile input.""
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -331,3 +332,115 @@ class DieTree:
                 return None
         return shape
 
+
+_CODE_ATTRS = frozenset({"DW_AT_low_pc", "DW_AT_ranges"})  # what a DIE with code has (DwarfIndex.die_ranges)
+_CONTAINERS = frozenset({"DW_TAG_namespace", "DW_TAG_module"})
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A child of a unit's top DIE (or of a namespace or module) that holds code: a function with
+    an address range, or a namespace or module with such functions. `ranges`: the function's, or
+    those of the namespace's own functions; `nested`: also those of the namespaces inside it."""
+
+    offset: int
+    tag: str
+    ranges: tuple[tuple[int, int], ...]
+    nested: tuple[tuple[int, int], ...]
+
+
+class CodeHolders:
+    """Which children of a unit's top DIE, and of the namespaces and modules in it, hold the code
+    at an address: the way to the one function a PC is in without pyelftools reading the unit's
+    top level (most of a big unit: sqlite3's amalgamation). Per parent, the list is made once from
+    the unit's shape; pyelftools reads only the functions that have code. `ranges_of(die, cu)` is
+    DwarfIndex.die_ranges."""
+
+    def __init__(self, tree: DieTree, ranges_of: Callable[[Any, Any], list[tuple[int, int]]]) -> None:
+        self.tree = tree
+        self._ranges_of = ranges_of
+        self._levels: dict[int, list[Holder] | None] = {}
+        self._stabs: dict[tuple[int, bool], _Stab] = {}
+
+    def holders(self, cu: Any, level: int) -> list[Holder] | None:
+        """The code holders among the children of the DIE at `level` (the top or a namespace),
+        in order; None when the unit's bytes cannot be read that way."""
+        if level not in self._levels:
+            try:
+                self._levels[level] = self._read(cu, level, 0)
+            except DWARF_ERRORS:
+                self._levels[level] = None
+        return self._levels[level]
+
+    def _read(self, cu: Any, level: int, depth: int) -> list[Holder]:
+        shape = self.tree.shape_at(cu.cu_die_offset)
+        node = shape.node(level) if shape is not None else None
+        if shape is None or node is None or depth > MAX_DEPTH:
+            raise ShapeError(f"the DIE at {level:#x} is not in its unit's shape")
+
+        def code(n: Node) -> list[tuple[int, int]]:
+            if n.tag != "DW_TAG_subprogram" or not n.names & _CODE_ATTRS:
+                return []  # a declaration or an abstract instance: no code of its own
+            return self._ranges_of(cu.get_DIE_from_refaddr(n.offset), cu)
+
+        out = []
+        for child in shape.children(node):
+            if child.tag == "DW_TAG_subprogram":
+                ranges = code(child)
+                nested = ranges
+            elif child.tag in _CONTAINERS:
+                ranges = [r for c in shape.children(child) for r in code(c)]
+                inner = self._levels.get(child.offset)
+                if inner is None:
+                    inner = self._levels[child.offset] = self._read(cu, child.offset, depth + 1)
+                nested = ranges + [r for h in inner if h.tag in _CONTAINERS for r in h.nested]
+            else:
+                continue
+            if nested:
+                out.append(Holder(child.offset, child.tag, tuple(ranges), tuple(nested)))
+        return out
+
+    def children_holding(self, cu: Any, level: Any, addr: int, *, nested: bool = True) -> list[Any] | None:
+        """The pyelftools DIEs of the children of `level` (a DIE) whose code holds `addr`, in
+        order; `nested=False`: a namespace counts by its own functions only. None: unknown."""
+        key = (level.offset, nested)
+        stab = self._stabs.get(key)
+        if stab is None:
+            found = self.holders(cu, level.offset)
+            if found is None:
+                return None
+            stab = self._stabs[key] = _Stab([(lo, hi, i) for i, h in enumerate(found)
+                                             for lo, hi in (h.nested if nested else h.ranges)])
+        holders = self._levels[level.offset]
+        assert holders is not None
+        out = []
+        for i in stab.holding(addr):
+            die = cu.get_DIE_from_refaddr(holders[i].offset)
+            die.set_parent(level)
+            out.append(die)
+        return out
+
+
+class _Stab:
+    """Intervals, each with an index; `holding(addr)`: the indexes of those holding `addr`, in
+    increasing order (one bisection when the intervals do not overlap)."""
+
+    def __init__(self, items: list[tuple[int, int, int]]) -> None:
+        items = sorted(r for r in items if r[0] < r[1])
+        self._starts = [lo for lo, _, _ in items]
+        self._items = items
+        self._reach: list[int] = []
+        reach = 0
+        for _, hi, _ in items:
+            reach = max(reach, hi)
+            self._reach.append(reach)
+
+    def holding(self, addr: int) -> list[int]:
+        found: set[int] = set()
+        i = bisect_right(self._starts, addr) - 1
+        while i >= 0 and self._reach[i] > addr:
+            lo, hi, index = self._items[i]
+            if addr < hi:
+                found.add(index)
+            i -= 1
+        return sorted(found)

@@ -19,6 +19,7 @@ from elftools.elf.sections import NoteSection
 from elftools.elf.segments import InterpSegment
 
 from ualdbg.symbols.demangle import frame_name
+from ualdbg.symbols.dietree import CodeHolders, DieTree
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, SourcePos
 from ualdbg.symbols.intervals import IntervalTable
 
@@ -130,6 +131,7 @@ class ElfIndex:
     def __init__(self, path: str) -> None:
         self.path = path
         self._streams: list[IO[bytes]] = []
+        self.code_holders: CodeHolders | None = None  # with `dwarf`
         self._elf = self._open(path)
         self.elf_type: str = self._elf["e_type"]
         self.segments: tuple[Segment, ...] = tuple(
@@ -329,9 +331,13 @@ class ElfIndex:
         try:
             info = elf.get_dwarf_info(follow_links=False)
             is_code = self._is_code if any(s.executable for s in self.segments) else None
-            return DwarfIndex(info, is_code, self._symbol_name_at, self._symbol_start_at)
+            index = DwarfIndex(info, is_code, self._symbol_name_at, self._symbol_start_at)
         except _DWARF_LOAD_ERRORS:
             return None
+        # A PC's function found from the unit's shape, not by pyelftools reading the whole
+        # unit's top level (issue 34): symbols/data.py's frame scopes.
+        self.code_holders = CodeHolders(DieTree(info), index.die_ranges)
+        return index
 
     def _symbol_name_at(self, addr: int) -> str | None:
         symbol = self.symbol_at(addr)
