@@ -86,6 +86,7 @@ class UnitShape:
         self._children: dict[int, tuple[list[Node], list[int]]] = {}
         self._top_node: Node | None = None
         self._nodes: dict[int, Node] = {}
+        self._nested: list[int] | None = None
 
     # -- decoding ------------------------------------------------------------------------------
 
@@ -210,6 +211,32 @@ class UnitShape:
                 if depth > MAX_DEPTH:
                     raise ShapeError(f"DIEs nested deeper than {MAX_DEPTH} in the unit at {self.offset:#x}")
         return pos
+
+    def nested_functions(self) -> list[int]:
+        """Offsets of the functions with code that sit inside another function with code (GNU
+        C's nested functions, Fortran's contained procedures, a local class's methods): their
+        code lies outside the function they sit in, so the top level does not lead to it. One
+        linear scan of the unit, made once."""
+        if self._nested is None:
+            out: list[int] = []
+            inside = [False]  # per open children list: whether it is inside a function with code
+            pos, budget = self.top_node().attrs_end, MAX_DIES
+            while inside and pos < self.end:
+                budget -= 1
+                if budget < 0 or len(inside) > MAX_DEPTH:
+                    raise ShapeError(f"the unit at {self.offset:#x} is too big or too deep to scan")
+                abbrev, attrs_end, _ = self._decode(pos)
+                if abbrev is None:
+                    inside.pop()
+                else:
+                    function = abbrev.tag == "DW_TAG_subprogram" and bool(abbrev.names & _CODE_ATTRS)
+                    if function and inside[-1]:
+                        out.append(pos)
+                    if abbrev.has_children:
+                        inside.append(inside[-1] or function)
+                pos = attrs_end
+            self._nested = out
+        return self._nested
 
     # -- the tree ------------------------------------------------------------------------------
 
@@ -399,6 +426,20 @@ class CodeHolders:
             if nested:
                 out.append(Holder(child.offset, child.tag, tuple(ranges), tuple(nested)))
         return out
+
+    def nested_holding(self, cu: Any, addr: int) -> bool | None:
+        """Whether a function nested in another one (UnitShape.nested_functions) has code at
+        `addr`; None: unknown."""
+        try:
+            shape = self.tree.shape_at(cu.cu_die_offset)
+            if shape is None:
+                return None
+            for offset in shape.nested_functions():
+                if any(lo <= addr < hi for lo, hi in self._ranges_of(cu.get_DIE_from_refaddr(offset), cu)):
+                    return True
+        except DWARF_ERRORS:
+            return None
+        return False
 
     def children_holding(self, cu: Any, level: Any, addr: int, *, nested: bool = True) -> list[Any] | None:
         """The pyelftools DIEs of the children of `level` (a DIE) whose code holds `addr`, in

@@ -335,8 +335,9 @@ class ElfIndex:
         except _DWARF_LOAD_ERRORS:
             return None
         # A PC's function found from the unit's shape, not by pyelftools reading the whole
-        # unit's top level (issue 34): symbols/data.py's frame scopes.
+        # unit (issue 34); shared with the data naming (symbols/data.py).
         self.code_holders = CodeHolders(DieTree(info), index.die_ranges)
+        index.holders = self.code_holders
         return index
 
     def _symbol_name_at(self, addr: int) -> str | None:
