@@ -441,6 +441,24 @@ class CodeHolders:
             return None
         return False
 
+    def children_tagged(self, cu: Any, die: Any, tags: frozenset[str]) -> list[Any] | None:
+        """The pyelftools DIEs of the children of `die` that have one of `tags`, in order, the
+        others not read; None when the shape has not met `die`."""
+        try:
+            shape = self.tree.shape_at(cu.cu_die_offset)
+            node = shape.node(die.offset) if shape is not None else None
+            if shape is None or node is None:
+                return None
+            out = []
+            for child in shape.children(node):
+                if child.tag in tags:
+                    found = cu.get_DIE_from_refaddr(child.offset)
+                    found.set_parent(die)
+                    out.append(found)
+        except DWARF_ERRORS:
+            return None
+        return out
+
     def children_holding(self, cu: Any, level: Any, addr: int, *, nested: bool = True) -> list[Any] | None:
         """The pyelftools DIEs of the children of `level` (a DIE) whose code holds `addr`, in
         order; `nested=False`: a namespace counts by its own functions only. None: unknown."""

@@ -59,6 +59,8 @@ _LOCAL_TYPES = frozenset({"DW_TAG_class_type", "DW_TAG_structure_type", "DW_TAG_
 # Places where out-of-line definitions can sit besides the unit's top level. Type DIEs are
 # not entered: their subtrees are large and gcc puts member-function bodies at top level.
 _DEFINITION_CONTAINERS = frozenset({"DW_TAG_namespace", "DW_TAG_module"})
+# The children `_Unit._walk` acts on: any other is skipped, unread.
+_WALKED = frozenset({"DW_TAG_subprogram", "DW_TAG_inlined_subroutine"}) | _SCOPE_CONTAINERS | _LOCAL_TYPES | _DEFINITION_CONTAINERS
 
 
 # Languages whose DW_AT_name is the symbol name (binutils' mangle_style() == 0): C, Cobol,
@@ -94,6 +96,9 @@ class CodeHolding(Protocol):
 
     def nested_holding(self, cu: CompileUnit, addr: int) -> bool | None:
         """Whether a function nested in another one has code at `addr`."""
+
+    def children_tagged(self, cu: CompileUnit, die: DIE, tags: frozenset[str]) -> list[DIE] | None:
+        """The children of `die` with one of `tags`, the others not read."""
 
 
 class _Unpicked(Exception):
@@ -619,16 +624,16 @@ class _Unit:
         concrete functions `_scopes` has are skipped, not read twice)."""
         return self._read_scopes(self._top, deep=True)
 
-    def _read_scopes(self, die: DIE, *, deep: bool, pick: _Pick | None = None) -> tuple[list[_Node], IntervalTable[int]]:
+    def _read_scopes(self, die: DIE, *, deep: bool, kids: _Pick | None = None) -> tuple[list[_Node], IntervalTable[int]]:
         """The function instances under `die`: the unit's top DIE, or one abstract instance
-        (whose children are inside a function); with `pick`, only under the children it picks
-        outside functions."""
+        (whose children are inside a function); `kids` gives a DIE's children (default: all of
+        them)."""
         nodes: list[_Node] = []
         intervals: list[tuple[int, int, int, int]] = []
         # On a DIE pyelftools cannot read, keep the functions read before it: the unit is
         # walked once, never again per lookup.
         with suppress(*DWARF_ERRORS):
-            self._walk(die, None, 0, nodes, intervals, die is not self._top, deep, pick)
+            self._walk(die, None, 0, nodes, intervals, die is not self._top, deep, kids)
         return nodes, IntervalTable(self._segments(intervals))
 
     def _scopes_holding(self, addr: int) -> tuple[list[_Node], IntervalTable[int]]:
@@ -654,9 +659,17 @@ class _Unit:
             key = self._pick_key(pick, self._top, 0)
         except (_Unpicked, *DWARF_ERRORS):  # type: ignore[misc]
             return self._scopes
+
+        def kids(die: DIE) -> list[DIE]:
+            # Outside functions the picked children; inside, only those the walk acts on.
+            found = picks.get(die.offset)
+            if found is None:
+                found = holders.children_tagged(cu, die, _WALKED)
+            return list(die.iter_children()) if found is None else found
+
         scopes = self._picked.get(key)
         if scopes is None:
-            scopes = self._picked[key] = self._read_scopes(self._top, deep=False, pick=lambda die: picks[die.offset])
+            scopes = self._picked[key] = self._read_scopes(self._top, deep=False, kids=kids)
         if scopes[1].find(addr) is not None or holders.nested_holding(cu, addr) is False:
             return scopes
         return self._scopes
@@ -680,9 +693,9 @@ class _Unit:
         intervals: list[tuple[int, int, int, int]],
         in_function: bool,
         deep: bool,
-        pick: _Pick | None = None,
+        kids: _Pick | None = None,
     ) -> None:
-        for child in die.iter_children() if pick is None else pick(die):
+        for child in die.iter_children() if kids is None else kids(die):
             tag = child.tag
             if tag == "DW_TAG_subprogram" or (
                 tag == "DW_TAG_inlined_subroutine" and parent is not None
@@ -697,7 +710,7 @@ class _Unit:
                     # declared in it may have (a lambda's operator(), a local class's methods).
                     if tag == "DW_TAG_subprogram" and child.has_children:
                         if deep:
-                            self._walk(child, None, 0, nodes, intervals, True, deep)
+                            self._walk(child, None, 0, nodes, intervals, True, deep, kids)
                         else:
                             self._abstract.append(child.offset)
                     continue
@@ -725,11 +738,11 @@ class _Unit:
                 )
                 level = depth + 1 if inlined else 0
                 intervals.extend((lo, hi, level, node) for lo, hi in ranges)
-                self._walk(child, node, level, nodes, intervals, True, deep)
+                self._walk(child, node, level, nodes, intervals, True, deep, kids)
             elif (
                 (tag in _SCOPE_CONTAINERS or tag in _LOCAL_TYPES) and (parent is not None or in_function)
             ) or tag in _DEFINITION_CONTAINERS:
-                self._walk(child, parent, depth, nodes, intervals, in_function, deep, pick)
+                self._walk(child, parent, depth, nodes, intervals, in_function, deep, kids)
 
     @staticmethod
     def _segments(intervals: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int]]:
