@@ -34,6 +34,7 @@ _OFFSET_SIZED = frozenset({"DW_FORM_strp", "DW_FORM_line_strp", "DW_FORM_sec_off
 _LEB = frozenset({"DW_FORM_udata", "DW_FORM_sdata", "DW_FORM_ref_udata", "DW_FORM_strx", "DW_FORM_addrx",
                   "DW_FORM_loclistx", "DW_FORM_rnglistx", "DW_FORM_GNU_addr_index", "DW_FORM_GNU_str_index"})
 _BLOCK_PREFIX = {"DW_FORM_block1": 1, "DW_FORM_block2": 2, "DW_FORM_block4": 4}
+_CONSTANT = frozenset({"DW_FORM_data1", "DW_FORM_data2", "DW_FORM_data4", "DW_FORM_data8", "DW_FORM_udata"})
 _UNIT_REFS = {"DW_FORM_ref1", "DW_FORM_ref2", "DW_FORM_ref4", "DW_FORM_ref8", "DW_FORM_ref_udata"}
 _FORM_NAMES = {code: name for name, code in ENUM_DW_FORM.items()}
 
@@ -59,13 +60,14 @@ class Node:
 
 
 class _Abbrev:
-    __slots__ = ("has_children", "names", "plan", "tag")
+    __slots__ = ("has_children", "names", "plan", "specs", "tag")
 
-    def __init__(self, tag: str, has_children: bool, plan: list[tuple[int, Any]], names: frozenset[str]) -> None:
+    def __init__(self, tag: str, has_children: bool, plan: list[tuple[int, Any]], specs: list[tuple[str, str]]) -> None:
         self.tag = tag
         self.has_children = has_children
         self.plan = plan
-        self.names = names
+        self.specs = specs  # (attribute, form), in order
+        self.names = frozenset(name for name, _ in specs)
 
 
 class UnitShape:
@@ -106,8 +108,8 @@ class UnitShape:
                     plan[-1] = (_SKIP, plan[-1][1] + step[1])  # one skip for a run of fixed sizes
                 elif step != (_SKIP, 0):
                     plan.append(step)
-            names = frozenset(str(spec.name) for spec in decl["attr_spec"])
-            found = self._abbrevs[code] = _Abbrev(str(decl["tag"]), decl.has_children(), plan, names)
+            specs = [(str(spec.name), str(spec.form)) for spec in decl["attr_spec"]]
+            found = self._abbrevs[code] = _Abbrev(str(decl["tag"]), decl.has_children(), plan, specs)
         return found
 
     def _step(self, form: str) -> tuple[int, Any]:
@@ -211,6 +213,31 @@ class UnitShape:
                 if depth > MAX_DEPTH:
                     raise ShapeError(f"DIEs nested deeper than {MAX_DEPTH} in the unit at {self.offset:#x}")
         return pos
+
+    def code_span(self, node: Node) -> tuple[int, int] | None:
+        """[low_pc, high_pc) of a DIE whose DW_AT_low_pc is an address and DW_AT_high_pc an
+        address or a length, read from its bytes; None for any other (DW_AT_ranges, an indexed
+        address): the caller asks pyelftools."""
+        code, pos = self._leb(node.offset)
+        low = high = None
+        high_is_length = False
+        for name, form in self._abbrev(code).specs:
+            if name == "DW_AT_low_pc" and form == "DW_FORM_addr":
+                low = int.from_bytes(self.data[pos:pos + self._address_size], self._order)
+            elif name == "DW_AT_high_pc" and (form == "DW_FORM_addr" or form in _CONSTANT):
+                size = self._address_size if form == "DW_FORM_addr" else _FIXED.get(form)
+                if size is None:
+                    high = self._leb(pos)[0]
+                else:
+                    high = int.from_bytes(self.data[pos:pos + size], self._order)
+                high_is_length = form != "DW_FORM_addr"
+            elif name in ("DW_AT_low_pc", "DW_AT_high_pc", "DW_AT_ranges"):
+                return None
+            step = self._step(form)
+            pos = self._skip(step[0], step[1], pos)
+        if low is None or high is None:
+            return None
+        return low, low + high if high_is_length else high
 
     def nested_functions(self) -> list[int]:
         """Offsets of the functions with code that sit inside another function with code (GNU
@@ -408,6 +435,12 @@ class CodeHolders:
         def code(n: Node) -> list[tuple[int, int]]:
             if n.tag != "DW_TAG_subprogram" or not n.names & _CODE_ATTRS:
                 return []  # a declaration or an abstract instance: no code of its own
+            # From the bytes where they say it plainly: these ranges only choose which
+            # functions are read, and include those die_ranges gives (it also drops the
+            # linker's discarded code), so the answer is the same.
+            span = shape.code_span(n)
+            if span is not None:
+                return [span] if span[0] < span[1] else []
             return self._ranges_of(cu.get_DIE_from_refaddr(n.offset), cu)
 
         out = []
