@@ -198,13 +198,17 @@ class UnitShape:
             raise ShapeError(f"the DIE's attributes run past the unit at {self.offset:#x}")
         return abbrev, pos, sibling
 
+    def _spend(self, budget: list[int]) -> None:
+        """One DIE more of a walk's budget (a one-item list, shared by the walk's parts)."""
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ShapeError(f"more than {MAX_DIES:,} DIEs in one walk of the unit at {self.offset:#x}")
+
     def _subtree_end(self, pos: int, budget: list[int]) -> int:
         """The offset after the children list that starts at `pos` (a linear scan)."""
         depth = 1
         while depth:
-            budget[0] -= 1
-            if budget[0] < 0:
-                raise ShapeError(f"more than {MAX_DIES:,} DIEs in one walk of the unit at {self.offset:#x}")
+            self._spend(budget)
             abbrev, pos, _ = self._decode(pos)
             if abbrev is None:
                 depth -= 1
@@ -247,11 +251,11 @@ class UnitShape:
         if self._nested is None:
             out: list[int] = []
             inside = [False]  # per open children list: whether it is inside a function with code
-            pos, budget = self.top_node().attrs_end, MAX_DIES
+            pos, budget = self.top_node().attrs_end, [MAX_DIES]
             while inside and pos < self.end:
-                budget -= 1
-                if budget < 0 or len(inside) > MAX_DEPTH:
-                    raise ShapeError(f"the unit at {self.offset:#x} is too big or too deep to scan")
+                self._spend(budget)
+                if len(inside) > MAX_DEPTH:
+                    raise ShapeError(f"DIEs nested deeper than {MAX_DEPTH} in the unit at {self.offset:#x}")
                 abbrev, attrs_end, _ = self._decode(pos)
                 if abbrev is None:
                     inside.pop()
@@ -299,9 +303,7 @@ class UnitShape:
         budget = [MAX_DIES]
         pos = node.attrs_end
         while True:
-            budget[0] -= 1
-            if budget[0] < 0:
-                raise ShapeError(f"more than {MAX_DIES:,} DIEs under the DIE at {node.offset:#x}")
+            self._spend(budget)
             abbrev, attrs_end, sibling = self._decode(pos)
             if abbrev is None:
                 break
