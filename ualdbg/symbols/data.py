@@ -297,15 +297,16 @@ class ModuleData:
         """Data objects of the symbol tables (functions are ElfIndex's business), by address;
         at an address with several, the first the tables list."""
         out: dict[int, GlobalVar] = {}
-        for elf in self.index._symbol_sources():
-            for raw, value, size, info, shndx in symbol_entries(elf):
-                if info & 0xF not in (_STT_OBJECT, _STT_COMMON) or shndx in (_SHN_UNDEF, _SHN_ABS):
-                    continue
-                if value == 0 or value in out:
-                    continue
-                kind = "global" if info >> 4 in (_STB_GLOBAL, _STB_WEAK) else "static"
-                name = raw.decode("utf-8", "replace")  # as pyelftools decodes symbol names
-                out[value] = GlobalVar(name, value, size, kind, None, None, None, None, None)
+        with suppress(*DWARF_ERRORS):  # section headers pyelftools cannot read: the symbols before
+            for elf in self.index._symbol_sources():
+                for raw, value, size, info, shndx in symbol_entries(elf):
+                    if info & 0xF not in (_STT_OBJECT, _STT_COMMON) or shndx in (_SHN_UNDEF, _SHN_ABS):
+                        continue
+                    if value == 0 or value in out:
+                        continue
+                    kind = "global" if info >> 4 in (_STB_GLOBAL, _STB_WEAK) else "static"
+                    name = raw.decode("utf-8", "replace")  # as pyelftools decodes symbol names
+                    out[value] = GlobalVar(name, value, size, kind, None, None, None, None, None)
         return sorted(out.values(), key=lambda g: g.start)
 
     @cached_property
