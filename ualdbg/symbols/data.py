@@ -168,7 +168,8 @@ class ModuleData:
     @cached_property
     def globals(self) -> IntervalTable[GlobalVar]:
         """Variables at fixed addresses: DWARF first (named, typed, with declaration lines),
-        then data symbols of .symtab/.dynsym the DWARF does not cover."""
+        then data symbols of .symtab/.dynsym the DWARF does not cover. It walks every DIE of the
+        module: a site is named by `global_at`, which answers alike from the DIEs near it."""
         items: dict[int, tuple[int, int, GlobalVar]] = {}
         for var in self.dwarf_vars:
             # A COMMON block is described again in every routine that declares it: keep the first.
