@@ -26,6 +26,7 @@ from ualdbg.render.console import make_console
 from ualdbg.render.jsondoc import load_document
 from ualdbg.render.sarif import build_sarif
 from ualdbg.render.tables import blind_lines, header, records_table, summary_table
+from ualdbg.symbols.data import module_data
 from ualdbg.symbols.elfindex import clear_cache, elf_index
 from ualdbg.tools.audit import AuditError
 from ualdbg.tools.stackcheck.check import Request, StackcheckError
@@ -88,6 +89,14 @@ def elf_target(data: bytes, folder: Path) -> None:
         if index is not None:
             for addr in (0x1000, 0x1139, 0x1189, 0x119C, 0x11F0, 0x2000):
                 index.lookup(addr)
+            # What names a site's data: the variable at an address (the seeds' .rodata, .data,
+            # .bss, COMMON /data/) and the frame scopes at a PC (issue 34: read through the units'
+            # shapes, symbols/dietree.py).
+            md = module_data(index)
+            for addr in (0x2020, 0x4010, 0x4038, 0x4040, 0x4090, 0x40C4, 0x5000):
+                md.global_at(addr)
+            for addr in (0x1139, 0x1189, 0x11F0):
+                md.scopes_at(addr)
             index.close()
         try:
             result = run_audit(str(path), None)
