@@ -89,6 +89,7 @@ class EhFrameSearch:
             return IntervalTable([])
         if i not in self._rules:
             try:
+                # pyelftools reads one entry only privately (tests/unit/test_no_private_reach.py, THIRD_PARTY)
                 entry = cfi._parse_entry_at(offsets[i])  # one FDE (and its CIE), not all of them
                 ok = isinstance(entry, FDE)
                 self._rules[i] = IntervalTable(rule_rows(entry)) if ok else IntervalTable([])
