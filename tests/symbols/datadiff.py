@@ -93,7 +93,7 @@ def compare(name: str, path: Path, *, every: int = 8, pcs_limit: int | None = No
         t = time.perf_counter()
         dwarf = md.dwarf
         answers = [(_scopes(md.scopes_at(pc)), dwarf.frames_at(pc) if dwarf is not None else (),
-                    md._cfi.find(pc) if md is full else md._cfa_rule(pc)) for pc in pcs]
+                    md.frame_rules.every_rule.find(pc) if md is full else md.frame_rules.rule_at(pc)) for pc in pcs]
         sides.append((answers, time.perf_counter() - t))
     out.full_s += sides[0][1]
     out.narrow_s += sides[1][1]

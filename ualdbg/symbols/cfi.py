@@ -1,12 +1,14 @@
-"""The CFA rule at one PC from the one FDE that covers it, found by .eh_frame_hdr's binary search
-table (what the linker writes for the unwinder), instead of pyelftools parsing every FDE of
-.eh_frame (2.5 s for CPython's 5,600). None when the file has no such table: the caller reads
-them all."""
+"""A module's frames unwound to their callers' (FrameRules): the CFA rule at one PC from the one
+FDE that covers it, found by .eh_frame_hdr's binary search table (what the linker writes for the
+unwinder), instead of pyelftools parsing every FDE of .eh_frame (2.5 s for CPython's 5,600); every
+FDE only when the file has no such table."""
 
 from __future__ import annotations
 
 import struct
 from bisect import bisect_right
+from collections.abc import Callable, Mapping
+from contextlib import suppress
 from functools import cached_property
 from typing import Any
 
@@ -15,10 +17,12 @@ from elftools.elf.elffile import ELFFile
 
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS
 from ualdbg.symbols.intervals import IntervalTable
+from ualdbg.symbols.layout import X86_64_REGS, Unreadable, dwarf_reg
 
 _DATAREL_SDATA4 = 0x3B  # DW_EH_PE_datarel | DW_EH_PE_sdata4: the table's encoding (GNU ld, lld, gold)
 _SIZES = {0x02: 2, 0x03: 4, 0x04: 8, 0x0A: 2, 0x0B: 4, 0x0C: 8}  # udata2/4/8, sdata2/4/8
 _MAX_ROWS = 100_000  # rows of one FDE: a real one has tens
+_CALLEE_SAVED = ("rbx", "rbp", "r12", "r13", "r14", "r15")
 
 
 def rule_rows(entry: Any) -> list[tuple[int, int, Any]]:
@@ -96,3 +100,71 @@ class EhFrameSearch:
             except DWARF_ERRORS:
                 self._rules[i] = None
         return self._rules[i]
+
+
+class FrameRules:
+    """The CFA rules of one module (link-time PCs): the caller's registers and the CFA at a PC."""
+
+    def __init__(self, elf: ELFFile) -> None:
+        self._elf = elf
+
+    @cached_property
+    def every_rule(self) -> IntervalTable[Any]:
+        """CFA rules of every FDE of .eh_frame (or .debug_frame): link-time PC -> (register,
+        offset, saved registers). What `rule_at` falls back to, and what it is checked against
+        (tests/symbols/datadiff.py)."""
+        items: list[tuple[int, int, Any]] = []
+        try:
+            info = self._elf.get_dwarf_info(follow_links=False)
+            entries = info.EH_CFI_entries() if info.has_EH_CFI() else (info.CFI_entries() if info.has_CFI() else [])
+            for entry in entries:
+                if type(entry).__name__ != "FDE":
+                    continue
+                # An FDE pyelftools cannot decode costs its own rows, not those after it (fmtlib
+                # at -O0 has one whose instruction pyelftools fails to name: 130 of 1,645 FDEs
+                # were read).
+                with suppress(*DWARF_ERRORS):
+                    items.extend(rule_rows(entry))
+        except DWARF_ERRORS:
+            pass
+        return IntervalTable(items)
+
+    @cached_property
+    def _search(self) -> EhFrameSearch:
+        return EhFrameSearch(self._elf)
+
+    def rule_at(self, pc: int) -> Any:
+        """The CFA rule at a link-time PC: from the one FDE .eh_frame_hdr leads to, else from
+        the table of every FDE."""
+        rules = self._search.rules_at(pc)
+        return (rules if rules is not None else self.every_rule).find(pc)
+
+    def unwind(self, pc: int, regs: Mapping[str, int], read_memory: Callable[[int, int], bytes]) -> dict[str, int] | None:
+        """The caller's registers from the CFI row at a link-time PC: rsp = CFA, rip = the return
+        address, the callee-saved registers the row says were saved; the caller-saved ones are
+        unknown in the caller (left out, so no location is computed from them)."""
+        rule = self.rule_at(pc)
+        if rule is None:
+            return None
+        try:
+            cfa = dwarf_reg(regs, rule[0]) + rule[1]
+            out = {name: regs[name] for name in _CALLEE_SAVED if name in regs}
+            for reg, off in rule[2].items():
+                value = int.from_bytes(read_memory(cfa + off, 8), "little")
+                if reg == 16:
+                    out["rip"] = value
+                elif reg < len(X86_64_REGS):
+                    out[X86_64_REGS[reg]] = value
+        except Exception:  # a register or the stack cannot be read: no caller frame
+            return None
+        out["rsp"] = cfa
+        return out if out.get("rip") else None
+
+    def cfa(self, pc: int, regs: Mapping[str, int]) -> int | None:
+        rule = self.rule_at(pc)
+        if rule is None:
+            return None
+        try:
+            return dwarf_reg(regs, rule[0]) + rule[1]
+        except Unreadable:
+            return None

@@ -6,7 +6,6 @@ Unknown stays unknown."""
 from __future__ import annotations
 
 import struct
-from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
 from dataclasses import asdict, dataclass, replace
@@ -18,23 +17,21 @@ from elftools.dwarf.die import DIE
 from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry, LocationExpr, LocationParser
 
-from ualdbg.symbols.cfi import EhFrameSearch, rule_rows
+from ualdbg.symbols.cfi import FrameRules
 from ualdbg.symbols.dietree import DieTree
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, Unit
 from ualdbg.symbols.dwarfindex import children as die_children
 from ualdbg.symbols.elfindex import ElfIndex, elf_index, symbol_entries
-from ualdbg.symbols.globalvars import FixedAddressIndex
+from ualdbg.symbols.globalvars import FixedAddressIndex, GlobalsNear, SectionFloor
 from ualdbg.symbols.intervals import IntervalTable
 from ualdbg.symbols.layout import (
     AGGREGATES,
     POINTERS,
-    X86_64_REGS,
     Evaluator,
     Layouts,
     Location,
     Unreadable,
     decl_pos,
-    dwarf_reg,
     name_of,
     origin,
     ref,
@@ -45,7 +42,6 @@ from ualdbg.symbols.maps import ModuleMap
 _SCOPES = frozenset({"DW_TAG_lexical_block", "DW_TAG_inlined_subroutine", "DW_TAG_try_block", "DW_TAG_catch_block"})
 _VARS = frozenset({"DW_TAG_variable", "DW_TAG_formal_parameter"})
 _NEAR = 1 << 16
-_CALLEE_SAVED = ("rbx", "rbp", "r12", "r13", "r14", "r15")
 _STT_OBJECT, _STT_COMMON, _STB_GLOBAL, _STB_WEAK = 1, 5, 1, 2
 _SHN_UNDEF, _SHN_ABS = 0, 0xFFF1
 _MAX_FRAMES = 32  # a scalar pointer names `p[i]` only within this many bytes past it
@@ -137,7 +133,6 @@ class ModuleData:
         self._dies: dict[int, DIE] = {}
         self.common_decl: dict[str, tuple[str | None, int | None]] = {}  # "COMMON /data/" -> file, line
         self._locations: dict[int, Any] = {}
-        self._global_at: dict[int, GlobalVar | None] = {}
         self._scopes: dict[int, list[tuple[str, DIE, list[DIE]]]] = {}
 
     @property
@@ -237,58 +232,13 @@ class ModuleData:
     def global_at(self, addr: int) -> GlobalVar | None:
         """`globals.find(addr)` without the walk of the whole DWARF: the DWARF variables near
         `addr` only (globalvars.py), then the data symbols around it that no variable covers."""
-        if addr in self._global_at:
-            return self._global_at[addr]
-        floor = self._floor(addr)
-        fixed = self._fixed
-        hit = fixed.find(addr) if fixed is not None else None
-        found: GlobalVar | None = hit.var if hit is not None else None
-        symbols, starts = self.symbols, self._symbol_starts
-        i = bisect_right(starts, addr) - 1
-        # The table's answer is the holder with the greatest start: a data symbol above the
-        # variable's start wins if no variable holds the symbol's own start.
-        while i >= 0 and starts[i] >= floor and (found is None or starts[i] > found.start):
-            sym = symbols[i]
-            if addr < sym.start + max(sym.size, 1) and (fixed is None or fixed.find(sym.start) is None):
-                found = sym
-                break
-            i -= 1
-        self._global_at[addr] = found
-        return found
+        return self._globals_near.find(addr)  # type: ignore[no-any-return]
 
     @cached_property
-    def _fixed(self) -> FixedAddressIndex | None:
-        dwarf = self.dwarf
-        if dwarf is None:
-            return None
-        return FixedAddressIndex(self._tree, self._global_var, self._floor)
-
-    @cached_property
-    def _symbol_starts(self) -> list[int]:
-        return [s.start for s in self.symbols]
-
-    @cached_property
-    def _sections(self) -> list[tuple[int, int]]:
-        """(start, end) of the sections the program's data is in (allocated; not TLS, whose
-        addresses overlap the next section's)."""
-        out = []
-        try:
-            for section in self.index.elf.iter_sections():
-                h = section.header
-                if h["sh_flags"] & 0x2 and not h["sh_flags"] & 0x400 and h["sh_addr"] and h["sh_size"]:  # SHF_ALLOC, SHF_TLS
-                    out.append((h["sh_addr"], h["sh_addr"] + h["sh_size"]))
-        except DWARF_ERRORS:
-            return []
-        return out
-
-    def _floor(self, addr: int) -> int:
-        """The lowest start a variable holding `addr` can have: the start of the section holding
-        `addr` (a variable does not run across sections); in a gap, the end of the section
-        below; 0 for a file without section headers."""
-        holding = [start for start, end in self._sections if start <= addr < end]
-        if holding:
-            return min(holding)
-        return max((end for _start, end in self._sections if end <= addr), default=0)
+    def _globals_near(self) -> GlobalsNear:
+        floor = SectionFloor(self.index.elf)
+        fixed = FixedAddressIndex(self._tree, self._global_var, floor) if self.dwarf is not None else None
+        return GlobalsNear(fixed, self.symbols, floor)
 
     @cached_property
     def symbol_table(self) -> IntervalTable[GlobalVar]:
@@ -448,64 +398,15 @@ class ModuleData:
         return None
 
     @cached_property
-    def _cfi(self) -> IntervalTable[Any]:
-        """CFA rules from .eh_frame (or .debug_frame): link-time PC -> (register, offset)."""
-        items: list[tuple[int, int, Any]] = []
-        try:
-            info = self.index.elf.get_dwarf_info(follow_links=False)
-            entries = info.EH_CFI_entries() if info.has_EH_CFI() else (info.CFI_entries() if info.has_CFI() else [])
-            for entry in entries:
-                if type(entry).__name__ != "FDE":
-                    continue
-                # An FDE pyelftools cannot decode costs its own rows, not those after it (fmtlib
-                # at -O0 has one whose instruction pyelftools fails to name: 130 of 1,645 FDEs
-                # were read).
-                with suppress(*DWARF_ERRORS):
-                    items.extend(rule_rows(entry))
-        except DWARF_ERRORS:
-            pass
-        return IntervalTable(items)
-
-    @cached_property
-    def _eh_search(self) -> EhFrameSearch:
-        return EhFrameSearch(self.index.elf)
-
-    def _cfa_rule(self, pc: int) -> Any:
-        """The CFA rule at a link-time PC: from the one FDE .eh_frame_hdr leads to, else from
-        the table of every FDE."""
-        rules = self._eh_search.rules_at(pc)
-        return (rules if rules is not None else self._cfi).find(pc)
+    def frame_rules(self) -> FrameRules:
+        """The module's CFA rules: what unwinds a frame to its caller's (symbols/cfi.py)."""
+        return FrameRules(self.index.elf)
 
     def unwind(self, pc: int, regs: Mapping[str, int], read_memory: Callable[[int, int], bytes]) -> dict[str, int] | None:
-        """The caller's registers from the CFI row at a link-time PC: rsp = CFA, rip = the return
-        address, the callee-saved registers the row says were saved; the caller-saved ones are
-        unknown in the caller (left out, so no location is computed from them)."""
-        rule = self._cfa_rule(pc)
-        if rule is None:
-            return None
-        try:
-            cfa = dwarf_reg(regs, rule[0]) + rule[1]
-            out = {name: regs[name] for name in _CALLEE_SAVED if name in regs}
-            for reg, off in rule[2].items():
-                value = int.from_bytes(read_memory(cfa + off, 8), "little")
-                if reg == 16:
-                    out["rip"] = value
-                elif reg < len(X86_64_REGS):
-                    out[X86_64_REGS[reg]] = value
-        except Exception:  # a register or the stack cannot be read: no caller frame
-            return None
-        out["rsp"] = cfa
-        return out if out.get("rip") else None
+        return self.frame_rules.unwind(pc, regs, read_memory)
 
     def cfa(self, pc: int, regs: Mapping[str, int], bias: int) -> int | None:
-        rule = self._cfa_rule(pc)
-        if rule is None:
-            return None
-        try:
-            return dwarf_reg(regs, rule[0]) + rule[1]
-        except Unreadable:
-            return None
-
+        return self.frame_rules.cfa(pc, regs)
 
 _MODULES: dict[int, ModuleData] = {}
 

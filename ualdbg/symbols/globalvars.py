@@ -10,9 +10,11 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from elftools.dwarf.die import DIE
+from elftools.elf.elffile import ELFFile
 
 from ualdbg.symbols.dietree import DieTree
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS
@@ -122,3 +124,65 @@ class FixedAddressIndex:
         # taken last first. So of two parents, an ancestor comes first, else the one further on.
         key = (shape.offset, tuple(-n.offset for n in path[:-1]), path[-1].offset)
         return key, Found(var, die)
+
+
+class SectionFloor:
+    """The lowest start a variable holding an address can have: the start of the section holding
+    it (a variable does not run across sections); in a gap, the end of the section below; 0 for a
+    file without section headers."""
+
+    def __init__(self, elf: ELFFile) -> None:
+        self._elf = elf
+
+    @cached_property
+    def _sections(self) -> list[tuple[int, int]]:
+        """(start, end) of the sections the program's data is in (allocated; not TLS, whose
+        addresses overlap the next section's)."""
+        out = []
+        try:
+            for section in self._elf.iter_sections():
+                h = section.header
+                if h["sh_flags"] & 0x2 and not h["sh_flags"] & 0x400 and h["sh_addr"] and h["sh_size"]:  # SHF_ALLOC, SHF_TLS
+                    out.append((h["sh_addr"], h["sh_addr"] + h["sh_size"]))
+        except DWARF_ERRORS:
+            return []
+        return out
+
+    def __call__(self, addr: int) -> int:
+        holding = [start for start, end in self._sections if start <= addr < end]
+        if holding:
+            return min(holding)
+        return max((end for _start, end in self._sections if end <= addr), default=0)
+
+
+class GlobalsNear:
+    """The variable or data symbol at an address, as the table of every DWARF variable and data
+    symbol (ModuleData.globals) finds it, from the DWARF variables near it (`fixed`; None: no
+    DWARF) and the data symbols (`symbols`: data.GlobalVar, sorted by start) around it."""
+
+    def __init__(self, fixed: FixedAddressIndex | None, symbols: list[Any], floor: Callable[[int], int]) -> None:
+        self._fixed = fixed
+        self._symbols = symbols
+        self._starts = [s.start for s in symbols]
+        self._floor = floor
+        self._found: dict[int, Any | None] = {}
+
+    def find(self, addr: int) -> Any | None:
+        if addr in self._found:
+            return self._found[addr]
+        floor = self._floor(addr)
+        fixed = self._fixed
+        hit = fixed.find(addr) if fixed is not None else None
+        found = hit.var if hit is not None else None
+        symbols, starts = self._symbols, self._starts
+        i = bisect_right(starts, addr) - 1
+        # The table's answer is the holder with the greatest start: a data symbol above the
+        # variable's start wins if no variable holds the symbol's own start.
+        while i >= 0 and starts[i] >= floor and (found is None or starts[i] > found.start):
+            sym = symbols[i]
+            if addr < sym.start + max(sym.size, 1) and (fixed is None or fixed.find(sym.start) is None):
+                found = sym
+                break
+            i -= 1
+        self._found[addr] = found
+        return found
