@@ -4,6 +4,8 @@ follows it) costs a linear scan, cut bytes one clear DWARF error, never a hang o
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from elftools.common.exceptions import DWARFError
 from support.env import BUILD
@@ -78,3 +80,38 @@ def test_cut_bytes_are_one_dwarf_error() -> None:
     top = shape.cu.get_top_DIE()
     assert holders.children_holding(shape.cu, top, 0x1189) is None  # unknown: the caller reads it all
     assert holders.nested_holding(shape.cu, 0x1189) is None
+
+
+class _Decl(dict):  # type: ignore[type-arg]
+    def has_children(self) -> bool:
+        return False
+
+
+class _OneDieUnit:
+    """A unit of one top DIE whose one attribute is DW_FORM_udata: what UnitShape reads of a
+    unit (offsets, sizes, its abbreviation table)."""
+
+    cu_offset, cu_die_offset = 0, 11
+    structs = SimpleNamespace(dwarf_format=32)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __getitem__(self, key: str) -> int:
+        return {"address_size": 8, "version": 5}[key]
+
+    def get_abbrev_table(self) -> object:
+        decl = _Decl(tag="DW_TAG_compile_unit", attr_spec=[SimpleNamespace(name="DW_AT_const_value", form="DW_FORM_udata")])
+        return SimpleNamespace(get_abbrev=lambda code: decl)
+
+
+def test_a_long_leb128_costs_its_length_not_its_square() -> None:
+    """A hostile run of 0xff bytes read as one LEB128: before, each byte shifted a growing
+    integer (400 KB: 26 s, 4 MB: most of an hour); past 64 bits the value is no size or offset."""
+    import time
+
+    data = bytes(11) + b"\x01" + b"\xff" * 400_000 + b"\x01"
+    shape = UnitShape(data, _OneDieUnit(len(data)), little=True)
+    t = time.perf_counter()
+    top = shape.top_node()
+    assert top.attrs_end == len(data) and time.perf_counter() - t < 5

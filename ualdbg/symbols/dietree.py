@@ -140,7 +140,13 @@ class UnitShape:
                 raise ShapeError(f"a LEB128 runs past the unit at {self.offset:#x}")
             byte = data[pos]
             pos += 1
-            value |= (byte & 0x7F) << shift
+            if shift < 70:
+                value |= (byte & 0x7F) << shift
+            elif byte & 0x7F:
+                # Past 64 bits a value is no size, offset or code in its unit: keep it beyond
+                # them all, not exact. Accumulated, a hostile run of 0xff bytes costs time in
+                # the square of its length (400 KB: 26 s).
+                value |= 1 << 70
             shift += 7
             if byte < 0x80:
                 return value, pos
