@@ -24,3 +24,9 @@ def stack_locals(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def libc_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/data/programs/libc_data.c."""
     return _build("libc_data", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def type_chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/data/programs/type_chain.c."""
+    return _build("type_chain", tmp_path_factory)
