@@ -3,6 +3,8 @@ address-space classification from maps text, a global's element path from a real
 choice of advice."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from datarun import decl_line
 from elftools.dwarf.dwarf_expr import DWARFExprParser
@@ -11,7 +13,7 @@ from support.env import BUILD
 from ualdbg.core.advice import ALIGN, COPY_ONCE, LAYOUT, MEMCPY, advise
 from ualdbg.symbols.data import Frame, describe, module_data
 from ualdbg.symbols.elfindex import elf_index
-from ualdbg.symbols.layout import Evaluator, Unreadable
+from ualdbg.symbols.layout import Evaluator, Layouts, Unreadable, ref
 from ualdbg.symbols.maps import ModuleMap
 
 REGS = {"rdi": 0x1000, "rsi": 0x2000, "rsp": 0x7FFF_0000, "rbp": 0x7FFF_0040}
@@ -164,3 +166,22 @@ def test_copy_once_only_while_nothing_writes_the_data() -> None:
     patched = doc(None)
     patched["sites"][0]["patched"] = True  # records of its first traps only: the reuse is not known
     assert advice_by_pc(patched)["0x1"].remedy == ALIGN
+
+
+def test_a_type_is_named_alike_whatever_was_read_before(type_chain: Path) -> None:
+    """A chain of struct types pointing to one another deeper than the type reader's depth bound
+    once made it keep `?` for whatever type it stopped at (here `char`): a string read after the
+    chain was `const const ?[10]` of no size, read first `const const char[10]`. The full walk of
+    the globals and the lookup of one address read types in different orders: both must name
+    them alike."""
+    index = elf_index(str(type_chain))
+    assert index is not None
+    md = module_data(index)
+    found = {v.name: v for v in md.dwarf_vars}
+    head, msg = (md.die(found[name].die_offset) for name in ("head", "msg"))  # type: ignore[arg-type]
+    assert head is not None and msg is not None
+    alone = Layouts(8).info(ref(msg, "DW_AT_type"))
+    after = Layouts(8)
+    assert after.info(ref(head, "DW_AT_type")).name == "struct s0"
+    assert after.info(ref(msg, "DW_AT_type")) == alone
+    assert alone.size == 10 and alone.name.endswith("char[10]"), alone
