@@ -40,7 +40,9 @@ DWARF_ERRORS: tuple[type[BaseException], ...] = (
     TypeError,
     AttributeError,
     NotImplementedError,
-    # Found by fuzzing (tests/fuzz): huge sizes or offsets in hostile headers, cyclic references.
+    # Found by fuzzing (tests/fuzz): huge sizes or offsets in hostile headers, cyclic references;
+    # a section offset that makes pyelftools seek before the file's start (OSError EINVAL).
+    OSError,
     OverflowError,
     RecursionError,
     EOFError,
