@@ -44,5 +44,6 @@ fuzz: setup
 
 # The resolver against gdb on the whole corpus (issue 18): every memory-access instruction of
 # 13 builds of Debian's xxHash, LZ4, fmtlib and MINPACK sources; `make test` checks a sample.
+# Then the narrow reads of the data naming and the resolver against the full walks (issue 34).
 corpus: setup
-	.venv/bin/python tests/symbols/differential.py
+	.venv/bin/python tests/symbols/differential.py; status=$$?; .venv/bin/python tests/symbols/datadiff.py --corpus && exit $$status

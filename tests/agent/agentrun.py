@@ -67,16 +67,30 @@ def comparable(doc: dict[str, Any]) -> dict[str, Any]:
               "ignored_by_module", "buffer", "blind_spots"):
         d.pop(k, None)
     d["program"].pop("pid")
+    on_stack = set()
     for r in d["records"]:
         for k in ("time", "cpu", "pid", "tid", "seq"):
             r.pop(k)
         # The stack moves with the environment's size (the agent adds LD_PRELOAD, gdb adds
-        # LINES/COLUMNS): compare a stack address's alignment, any other address exactly.
+        # LINES/COLUMNS): compare a stack address's alignment, any other address exactly; and
+        # not its cost class, which moves with its place in a 64-byte line (issue 33).
         if r["va"] is not None and int(r["va"], 16) >= 0x7FF000000000:
             r["va"] = f"stack, {int(r['va'], 16) % 16} mod 16"
+            r.pop("class", None)
+            on_stack.add(r["pc"])
+    for s in d["sites"]:
+        if s["pc"] in on_stack and "classes" in s:
+            s["classes"] = {"stack": sum(s["classes"].values())}
     d["records"].sort(key=lambda r: json.dumps(r, sort_keys=True))  # threads interleave freely
     for s in d["sites"]:
         data = s.get("data")
+        if data:
+            # What one engine alone can tell (issue 31): the range its records touched (the
+            # agent's), and the malloc'd block a debugger finds by reading the heap (the agent
+            # reads no memory): a heap address is compared as the address and its pointer.
+            data.pop("touched", None)
+            if data["kind"] == "heap":
+                s["data"] = {"kind": "heap", "va": data["va"], "via": data.get("via")}
         if data and data["kind"] in ("stack", "local", "parameter"):
             # The same: what the stack address is; not which thread id or where the stack lies.
             s["data"] = {"kind": data["kind"], "path": data.get("path"), "va": f"{int(data['va'], 16) % 16} mod 16"}

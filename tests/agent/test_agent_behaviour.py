@@ -233,7 +233,9 @@ def test_exact_out_of_scope_counts_without_routine_skipping() -> None:
 
 def test_many_threads_at_the_same_new_pcs(agent_programs: Path, tmp_path: Path) -> None:
     threads, n = 8, 5000
-    run = trace([str(agent_programs / "stress"), str(threads), str(n)], tmp_path, "--buffer", "500")
+    # --no-patch: every fault traps and goes to the ring, from every thread (patched, issue 34, the
+    # short site stops trapping after a few traps, threads or not: test_agent_patching.py)
+    run = trace([str(agent_programs / "stress"), str(threads), str(n)], tmp_path, "--buffer", "500", "--no-patch")
     assert run.returncode == 0 and f"total={threads * n}" in run.stdout, run.explain()
     doc = run.doc
     assert doc is not None

@@ -30,8 +30,11 @@ def test_trace_pid_counts_the_attached_window(test_programs: Path, tmp_path: Pat
     out = tmp_path / "t.json"
     with live_program(test_programs, tmp_path) as live:
         before = live.tasks()
+        # --no-patch: every fault traps and has a record, whose tid shows the threads started while
+        # attached (the agent now patches this short access too, with threads: issue 34; a patched
+        # site's faults are counted without records; the 7-byte one's test is further down)
         p = run_cli("trace", "--pid", str(live.pid), "--duration", "1.5", "--json", str(out),
-                    *(["--engine", "trap"] if engine == "trap" else []), timeout=120)
+                    *(["--engine", "trap"] if engine == "trap" else ["--no-patch"]), timeout=120)
         end = live.finish()
     assert p.returncode == 0, p.explain()
     assert f"attached to process {live.pid}" in p.stderr and "detached from process" in p.stderr, p.explain()

@@ -50,6 +50,21 @@ def test_watch_program_lines_under_the_agent(test_programs: Path, tmp_path: Path
     assert "engine agent" in p.stderr and "live: iterations=" in p.stdout, p.explain()  # the program's stdout is its own
 
 
+def _reap(pid: int, fd: int, seconds: float) -> int:
+    """The wait status of ualdbg on its pty; never hang the suite: a stuck watch is killed after
+    `seconds`."""
+    for _ in range(int(seconds * 10)):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return status
+
+
 def test_watch_on_a_terminal_q_detaches(test_programs: Path, tmp_path: Path) -> None:
     with live_program(test_programs, tmp_path) as live:
         pid, fd = pty.fork()
@@ -76,15 +91,7 @@ def test_watch_on_a_terminal_q_detaches(test_programs: Path, tmp_path: Path) -> 
             os.write(fd, b"q")
             assert read_until(b"no thread has AC set", 60), screen.decode(errors="replace")
         finally:
-            for _ in range(300):  # never hang the suite: a stuck watch is killed after 30 s
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    break
-                time.sleep(0.1)
-            else:
-                os.kill(pid, 9)
-                _, status = os.waitpid(pid, 0)
-            os.close(fd)
+            status = _reap(pid, fd, 30)
         end = live.finish()
     text = screen.decode(errors="replace")
     assert os.WEXITSTATUS(status) == 0, text
@@ -98,3 +105,70 @@ def test_watch_needs_a_pid_or_a_program() -> None:
     assert p.returncode == 2 and "give --pid PID or -- PROG ARGS" in p.stderr, p.explain()
     p = run_cli("watch", "--pid", "4000000")
     assert p.returncode == 2 and p.stderr.strip() == "ualdbg: no process 4000000", p.explain()
+
+
+def _watch_on_a_terminal(argv: list[str], key: bytes, after: bytes, timeout: float = 90) -> tuple[bytes, int]:
+    """`ualdbg watch ARGV` on a 120x40 pty: `key` typed once `after` is on the screen; the whole
+    screen's bytes and ualdbg's wait status."""
+    import fcntl
+    import struct
+    import termios
+
+    pid, fd = pty.fork()
+    if pid == 0:
+        fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        os.chdir(ROOT)
+        os.execve(sys.executable, [sys.executable, "-m", "ualdbg", "watch", *argv], {**scrubbed_env(), "TERM": "xterm"})
+    screen, sent = b"", False
+    deadline = time.time() + timeout
+    try:
+        while time.time() < deadline:
+            if not sent and after in screen:
+                os.write(fd, key)
+                sent = True
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    break
+                screen += chunk
+    finally:
+        status = _reap(pid, fd, 10)
+    assert sent, screen.decode(errors="replace")
+    return screen, status
+
+
+def test_watch_program_on_a_terminal_q_lets_it_run_on(test_programs: Path, tmp_path: Path) -> None:
+    """Issue 31, problem 6: q stops watching and PROG runs on to its end; its output goes above
+    the live table, not over it; its exit status passes through; data mapped after the agent's
+    last maps snapshot is named from the maps watch read while it ran."""
+    doc_path, mapped = tmp_path / "w.json", tmp_path / "late.bin"
+    screen, status = _watch_on_a_terminal(
+        ["--no-patch", "--interval", "0.2", "--json", str(doc_path), "--", str(test_programs / "watch_late_map"),
+         str(mapped), "40"], b"q", b"tick 8")
+    text = screen.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 3, text  # the program's own status
+    stop = screen.find(b"stopped watching (q)")
+    assert stop > 0 and b"now/s" in screen[:stop], text
+    assert b"tick 39" in screen[stop:] and b"done " in screen[stop:], text  # it ran on, its output still shown
+    for line in screen[:stop].split(b"\n"):  # before q: each line of the program's is a line of its own
+        if b"tick " in line:
+            assert not any(c in line for c in ("│".encode(), "┃".encode())), line
+    assert b"Unaligned accesses in" in screen[stop:], text
+    doc = json.loads(doc_path.read_text())
+    (site,) = doc["sites"]
+    assert doc["program"]["exit_status"] == 3 and site["count"] == 1, doc
+    assert site["data"]["text"] == f"mapped file {mapped} at file offset 65", site["data"]
+
+
+def test_watch_program_on_a_terminal_ctrl_c(test_programs: Path, tmp_path: Path) -> None:
+    """Ctrl-C reaches PROG as without ualdbg: a program that handles SIGINT ends as it chooses
+    (status 4 here) and watch exits with it; one that does not dies of it, and so does watch."""
+    prog = str(test_programs / "watch_late_map")
+    screen, status = _watch_on_a_terminal(["--", prog, str(tmp_path / "a.bin"), "300", "handle"], b"\x03", b"tick 5")
+    assert os.waitstatus_to_exitcode(status) == 4 and b"Unaligned accesses in" in screen, screen.decode(errors="replace")
+    screen, status = _watch_on_a_terminal(["--", prog, str(tmp_path / "b.bin"), "300"], b"\x03", b"tick 5")
+    assert os.waitstatus_to_exitcode(status) == -2, screen.decode(errors="replace")  # killed by SIGINT, as PROG
+    assert b"killed by signal 2" in screen, screen.decode(errors="replace")

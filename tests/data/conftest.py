@@ -24,3 +24,16 @@ def stack_locals(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def libc_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/data/programs/libc_data.c."""
     return _build("libc_data", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def type_chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/data/programs/type_chain.c."""
+    return _build("type_chain", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def advice_programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """tests/data/programs: heap_offset.c, write_then_read.c, packed_write.c, site_rows.c (issue 31's
+    advice and report cases)."""
+    return {name: _build(name, tmp_path_factory) for name in ("heap_offset", "write_then_read", "packed_write", "site_rows")}

@@ -82,3 +82,26 @@ def decl_line_in(path: str, pattern: str) -> int:
     lines = [i for i, t in enumerate((ROOT / path).read_text().split("\n"), 1) if re.search(pattern, t)]
     assert len(lines) == 1
     return lines[0]
+
+
+def test_gdb_names_the_malloc_block(tmp_path: Path) -> None:
+    """Issue 31, problem 5: with the program's memory, the heap data is named by its malloc'd
+    block (glibc's chunks walked), not by the [heap] mapping."""
+    from support.build import build_source
+
+    prog = build_source(Path(__file__).resolve().parent / "programs" / "heap_offset.c", tmp_path, flags=("-g", "-O1"))
+    run = run_gdb([str(prog), "3"], ["ualdbg break", "run"])
+    lines = data_lines(run.stdout)
+    assert re.fullmatch(r"data: byte 1 of the malloc'd block at 0x[0-9a-f]+ \(72 bytes usable\)", lines[0]), run.explain()
+
+
+def test_gdb_names_argument_strings_and_their_advice() -> None:
+    """Issue 31, problem 4: argv/environment strings are a data class of their own (named from
+    /proc/PID/stat's arg_start..env_end of the live process), with the advice that fits them."""
+    run = run_gdb([str(BUILD / "argv_fields"), "ABCDEFGHIJKLMNOPQ", "2"],
+                  ["ualdbg break", "run", "continue", "continue", "ualdbg trace start", "continue",
+                   "ualdbg trace show --summary"])
+    lines = data_lines(run.stdout)
+    assert lines[0] == "data: argv[1]+0 (argument strings: the kernel places them at no alignment)", run.explain()
+    assert lines[2] == "data: argv[1]+4 (argument strings: the kernel places them at no alignment)", run.explain()
+    assert "memcpy: argv[1] is in the argv strings" in run.stdout, run.explain()

@@ -26,7 +26,9 @@ from ualdbg.render.audit import render as render_audit
 from ualdbg.render.console import make_console
 from ualdbg.render.sarif import build_sarif
 from ualdbg.render.tables import blind_lines, header, records_table, summary_table
+from ualdbg.symbols.data import module_data
 from ualdbg.symbols.elfindex import clear_cache, elf_index
+from ualdbg.symbols.layout import X86_64_REGS
 from ualdbg.tools.audit import AuditError
 from ualdbg.tools.stackcheck.check import Request, StackcheckError
 from ualdbg.tools.stackcheck.run import load_program, plan_items
@@ -88,6 +90,19 @@ def elf_target(data: bytes, folder: Path) -> None:
         if index is not None:
             for addr in (0x1000, 0x1139, 0x1189, 0x119C, 0x11F0, 0x2000):
                 index.lookup(addr)
+            # What names a site's data: the variable at an address (the seeds' .rodata, .data,
+            # .bss, COMMON /data/) and the frame scopes at a PC (issue 34: read through the units'
+            # shapes, symbols/dietree.py).
+            md = module_data(index)
+            for addr in (0x2020, 0x4010, 0x4038, 0x4040, 0x4090, 0x40C4, 0x5000):
+                md.global_at(addr)
+            # ... and what unwinds a frame to find a local: the one FDE .eh_frame_hdr's table
+            # leads to (symbols/cfi.py).
+            regs = dict.fromkeys(X86_64_REGS, 0x7FF000)
+            for addr in (0x1139, 0x1189, 0x11F0):
+                md.scopes_at(addr)
+                md.cfa(addr, regs, 0)
+                md.unwind(addr, regs, lambda _va, n: bytes(n))
             index.close()
         try:
             result = run_audit(str(path), None)

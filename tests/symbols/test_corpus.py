@@ -93,3 +93,24 @@ def test_lambda_bodies_read_by_their_symbol_agree_with_the_full_walk(work: Path)
     assert deep >= 20 and read_narrow >= 1, (deep, read_narrow)
     assert all(u is None or "_deep_scopes" not in u.scopes.__dict__ for u in narrow._units.values())
     clear_cache()
+
+
+@pytest.mark.parametrize("variant", SAMPLE, ids=[v.name for v in SAMPLE])
+def test_narrow_reads_agree_with_the_full_walks(work: Path, variant) -> None:  # noqa: ANN001
+    """The data naming's and the resolver's narrow reads (issue 34) against the full walks, on
+    every 4th byte of the sample's data and 500 of its memory-access PCs (`make corpus`: every
+    PC of every build)."""
+    from datadiff import compare
+
+    binary = build(variant, work, work / "debug")
+    saved = os.environ.get("UALDBG_DEBUG_FILE_DIRECTORY")
+    os.environ["UALDBG_DEBUG_FILE_DIRECTORY"] = str(work / "debug")
+    try:
+        outcome = compare(variant.name, binary, every=4, pcs_limit=SAMPLE_PER_BINARY)
+    finally:
+        if saved is None:
+            os.environ.pop("UALDBG_DEBUG_FILE_DIRECTORY", None)
+        else:
+            os.environ["UALDBG_DEBUG_FILE_DIRECTORY"] = saved
+    assert outcome.variables > 0 and outcome.pcs >= 400, outcome
+    assert not outcome.mismatches, "\n".join(outcome.mismatches[:10])

@@ -1,14 +1,17 @@
 """The agent's shared-memory buffer format from both sides: the C writer (the built agent, loaded
 with ctypes; inert without UALDBG_AGENT) and the Python reader (ualdbg.agent.buffer) must agree
 on every field; the reader rejects what it does not understand and skips torn records. Also the
-agent's own pieces that must agree with Python: its scope rule and its instruction decoder."""
+agent's own pieces that must agree with Python or capstone: its scope rule, its instruction
+decoder, and the AC rule its patcher counts faults by (access.c, issue 34)."""
 from __future__ import annotations
 
 import ctypes
 import os
 import platform
 import struct
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.env import require_tool
@@ -32,6 +35,8 @@ def agent() -> ctypes.CDLL:
     lib.ualdbg_agent_test_close.argtypes = [ctypes.c_int]
     lib.ualdbg_agent_is_system_path.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.ualdbg_agent_test_decode.argtypes = [ctypes.c_char_p, ctypes.c_size_t] + [ctypes.POINTER(ctypes.c_int)] * 4
+    lib.ualdbg_agent_test_access.argtypes = [ctypes.c_char_p, ctypes.c_size_t] + [ctypes.POINTER(ctypes.c_int)] * 3 \
+        + [ctypes.POINTER(ctypes.c_int64)]
     return lib
 
 
@@ -232,9 +237,9 @@ def test_agent_decoder_on_known_instructions(agent: ctypes.CDLL, hexbytes: str, 
     assert agent.ualdbg_agent_test_decode(code[:-1], len(code) - 1, *(ctypes.byref(o) for o in out)) == -1
 
 
-def test_agent_decoder_agrees_with_capstone_on_libc(agent: ctypes.CDLL) -> None:
-    """Length, RIP-relative operand and displacement offset of every instruction capstone finds
-    in a linear sweep of libc's .text (the agent relocates exactly these bytes)."""
+def libc_instructions() -> Iterator[tuple[bytes, Any]]:
+    """Every instruction capstone finds in a linear sweep of libc's .text: 16 bytes from it, and
+    capstone's instruction (with its operands)."""
     import capstone
     from elftools.elf.elffile import ELFFile
 
@@ -246,22 +251,32 @@ def test_agent_decoder_agrees_with_capstone_on_libc(agent: ctypes.CDLL) -> None:
         data, base = text.data(), text["sh_addr"]
     cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     cs.detail = True
-    out = [ctypes.c_int() for _ in range(4)]
-    refs = [ctypes.byref(o) for o in out]
-    checked, off = 0, 0
+    off = 0
     while off < len(data):
         chunk = data[off : off + 16]
         insn = next(cs.disasm(chunk, base + off, 1), None)
         if insn is None:
             off += 1
             continue
+        yield chunk, insn
+        off += insn.size
+
+
+def test_agent_decoder_agrees_with_capstone_on_libc(agent: ctypes.CDLL) -> None:
+    """Length, RIP-relative operand and displacement offset of every instruction capstone finds
+    in a linear sweep of libc's .text (the agent relocates exactly these bytes)."""
+    import capstone
+
+    out = [ctypes.c_int() for _ in range(4)]
+    refs = [ctypes.byref(o) for o in out]
+    checked = 0
+    for chunk, insn in libc_instructions():
         rip = any(o.type == capstone.x86.X86_OP_MEM and o.mem.base == capstone.x86.X86_REG_RIP for o in insn.operands)
         r = agent.ualdbg_agent_test_decode(chunk, len(chunk), *refs)
         assert (r, out[0].value, out[1].value) == (0, insn.size, int(rip)), f"{insn.address:#x}: {insn.bytes.hex()} {insn.mnemonic} {insn.op_str}"
         if rip:
             assert out[2].value == insn.disp_offset, f"{insn.address:#x}: {insn.mnemonic} {insn.op_str}"
         checked += 1
-        off += insn.size
     assert checked > 100_000
 
 
@@ -319,3 +334,83 @@ def test_agent_environment_has_one_size_whatever_the_options() -> None:
                 env = agent_environment(run, "/lib/agent.so", "/dev/shm/ualdbg-agent-abcdefgh", {})
             sizes.add(len(env[ENV_CONFIG]))
     assert len(sizes) == 1, sizes
+
+
+# -- the AC rule of the patcher (access.c): what it counts, with which size and displacement ---------
+
+LOAD, STORE, RMW = 1, 2, 3
+SCRATCH, TOGGLE = 1, 2
+# ualdbg_agent.h, UALDBG_PATCH_R_*
+R_KIND, R_REP, R_TRANSFER, R_SEGMENT, R_STACK, R_BITSTRING, R_MASKED = 1, 15, 16, 19, 20, 21, 22
+
+
+def access(agent: ctypes.CDLL, code: bytes) -> tuple[int, int, int, int, int]:
+    """(counted, size, use or refusal reason, way, displacement)."""
+    size, kind, method, disp = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int64()
+    r = agent.ualdbg_agent_test_access(code, len(code), ctypes.byref(size), ctypes.byref(kind), ctypes.byref(method),
+                                       ctypes.byref(disp))
+    return r, size.value, kind.value, method.value, disp.value
+
+
+KNOWN = [
+    # hex, counted, size, use or reason, way, displacement
+    ("694f0177caeb85", 1, 4, LOAD, SCRATCH, 1),          # imul $0x85ebca77,0x1(%rdi),%ecx: XXH32's round
+    ("6b470403", 1, 4, LOAD, SCRATCH, 4),                # imul $3,0x4(%rdi),%eax
+    ("f3440f6fa180feffff", 1, 16, LOAD, SCRATCH, -0x180),  # movdqu -0x180(%rcx),%xmm12
+    ("0f1107", 1, 16, STORE, SCRATCH, 0),                # movups %xmm0,(%rdi)
+    ("480fb74e02", 1, 2, LOAD, SCRATCH, 2),              # movzwl 0x2(%rsi),%ecx
+    ("f0480107", 1, 8, RMW, TOGGLE, 0),                  # lock add %rax,(%rdi): atomic
+    ("48870f", 1, 8, RMW, TOGGLE, 0),                    # xchg %rcx,(%rdi): atomic
+    ("f00fc70f", 1, 8, RMW, TOGGLE, 0),                  # lock cmpxchg8b (%rdi)
+    ("d94708", 1, 4, LOAD, SCRATCH, 8),                  # flds 0x8(%rdi)
+    ("dd5f10", 1, 8, STORE, SCRATCH, 16),                # fstpl 0x10(%rdi)
+    ("0f38f00f", 1, 4, LOAD, SCRATCH, 0),                # movbe (%rdi),%ecx
+    ("f2480f38f10f", 1, 8, LOAD, SCRATCH, 0),            # crc32q (%rdi),%rcx
+    ("0fba6f0403", 1, 4, RMW, SCRATCH, 4),               # btsl $3,0x4(%rdi)
+    ("0fa54f02", 1, 4, RMW, SCRATCH, 2),                 # shld %cl,%ecx,0x2(%rdi)
+    ("488b2424", 1, 8, LOAD, TOGGLE, 0),                 # mov (%rsp),%rsp: the scratch path moves rsp
+    ("c5fa6f4f01", 1, 16, LOAD, SCRATCH, 1),             # vmovdqu 0x1(%rdi),%xmm1
+    ("c4e2f8f20f", 1, 8, LOAD, SCRATCH, 0),              # andn (%rdi),%rax,%rcx
+    ("62e1fe286f4f02", 1, 32, LOAD, TOGGLE, 0x40),       # vmovdqu64 0x40(%rdi),%ymm17: disp8 2 * 32
+    ("62e1fe486f4f02", 1, 64, LOAD, TOGGLE, 0x80),       # vmovdqu64 0x80(%rdi),%zmm17: disp8 2 * 64
+    ("62f17e0810470f", 1, 4, LOAD, TOGGLE, 0x3c),        # vmovss 0x3c(%rdi),%xmm0: disp8 15 * 4
+    ("62f37d203f0700", 1, 32, LOAD, TOGGLE, 0),          # vpcmpeqb (%rdi),%ymm16,%k0: __strlen_evex
+    ("62f37d203f4417ff00", 1, 32, LOAD, TOGGLE, -0x20),  # vpcmpeqb -0x20(%rdi,%rdx,1),%ymm16,%k0: -1 * 32
+    ("62f37d301f470100", 1, 4, LOAD, TOGGLE, 4),         # vpcmpeqd 0x4(%rdi){1to8},%ymm16,%k0: broadcast, 1 * 4
+    ("62f1fe29 7f0f".replace(" ", ""), 0, 0, R_MASKED, 0, 0),  # vmovdqu64 %ymm1,(%rdi){%k1}
+    ("f3a4", 0, 0, R_REP, 0, 0),                         # rep movsb
+    ("ff37", 0, 0, R_STACK, 0, 0),                       # push (%rdi)
+    ("ff17", 0, 0, R_TRANSFER, 0, 0),                    # call *(%rdi)
+    ("0fa30f", 0, 0, R_BITSTRING, 0, 0),                 # bt %ecx,(%rdi)
+    ("64488b07", 0, 0, R_SEGMENT, 0, 0),                 # mov %fs:(%rdi),%rax
+    ("8a07", 0, 0, R_KIND, 0, 0),                        # mov (%rdi),%al: a byte never faults
+    ("0f2807", 0, 0, R_KIND, 0, 0),                      # movaps (%rdi),%xmm0: #GP, not #AC
+]
+
+
+@pytest.mark.parametrize("hexbytes,counted,size,use,way,disp", KNOWN, ids=[k[0] for k in KNOWN])
+def test_access_of_known_instructions(agent: ctypes.CDLL, hexbytes: str, counted: int, size: int, use: int,
+                                      way: int, disp: int) -> None:
+    r, got_size, got_use, got_way, got_disp = access(agent, bytes.fromhex(hexbytes))
+    if counted:
+        assert (r, got_size, got_use, got_way, got_disp) == (1, size, use, way, disp)
+    else:
+        assert (r, got_use) == (0, use)
+
+
+def test_access_agrees_with_capstone_on_libc(agent: ctypes.CDLL) -> None:
+    """Every instruction of libc's .text the patcher would count has one memory operand, of the
+    size and displacement capstone gives it (AVX-512's disp8 scaled)."""
+    import capstone
+
+    counted = 0
+    for chunk, insn in libc_instructions():
+        r, size, _use, _way, disp = access(agent, bytes(chunk))
+        if r == 1:
+            mems = [o for o in insn.operands if o.type == capstone.x86.X86_OP_MEM]
+            where = f"{insn.address:#x}: {insn.bytes.hex()} {insn.mnemonic} {insn.op_str}"
+            assert len(mems) == 1, where
+            assert mems[0].size == size, f"{where}: capstone {mems[0].size} bytes, the agent {size}"
+            assert mems[0].mem.disp == disp, f"{where}: capstone disp {mems[0].mem.disp}, the agent {disp}"
+            counted += 1
+    assert counted > 50_000

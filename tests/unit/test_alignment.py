@@ -288,7 +288,7 @@ def test_cpu_identity_reads_the_first_cpu() -> None:
     cpu = cpu_identity(text)
     assert cpu == {"vendor": "GenuineIntel", "family": "6", "model": "167", "stepping": "8", "microcode": "0x1",
                    "name": "Intel(R) Xeon(R) Processor"}
-    assert alignment._cpu_key(cpu) == "GenuineIntel_6_167_8_0x1"
+    assert alignment.cpu_key(cpu) == "GenuineIntel_6_167_8_0x1"
 
 
 def test_no_compiler_falls_back_to_zen3_with_a_note(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:

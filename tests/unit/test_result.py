@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from ualdbg.core.document import build_document, shape_problem
 from ualdbg.core.model import AccessKind, Fault, SourceLoc
-from ualdbg.core.result import ProgramInfo, Site, TraceResult, sites_of
+from ualdbg.core.result import FEW_TRAPS, ProgramInfo, Site, TraceResult, sites_of
 from ualdbg.core.sections import StepSummary
 from ualdbg.core.trace import TraceBuffer
 
@@ -87,3 +87,17 @@ def test_patched_and_unpatchable_sites_in_the_document() -> None:
     sites = build_document(t)["sites"]
     assert list(sites[0])[-2:] == ["patched", "trapped"] and (sites[0]["patched"], sites[0]["trapped"]) == (True, 2)
     assert sites[1]["unpatchable"] == "rip-relative" and "patched" not in sites[1]
+
+
+def test_a_site_of_several_processes_keeps_the_reason_it_kept_trapping() -> None:
+    """Sites of the same code in several process images add up (the agent's report): where one
+    process refused to patch it and others trapped too few times to try, the refusal is the
+    reason shown (issue 34)."""
+    buf = TraceBuffer(10)
+    buf.count_site(0x401000, 1).sizes.add(4)
+    few, refused = trace(buf).sites[0], trace(buf).sites[0]
+    few.unpatchable, refused.unpatchable = FEW_TRAPS, "indirect jump in its function"
+    few.absorb(refused)
+    assert (few.count, few.unpatchable) == (2, "indirect jump in its function")
+    refused.absorb(trace(buf).sites[0])  # a process where it has no reason keeps the refusal
+    assert refused.unpatchable == "indirect jump in its function"

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 MAGIC = b"UALDBGA1"
 VERSION = 1
 HEADER_SIZE = 4096
-SITE_SIZE = 640
+SITE_SIZE = 664  # 640 before issue 33's cost-class counters (line_splits, page_splits, unclassed): both read
+OLD_SITE_SIZE = 640
 RECORD_SIZE = 176
 VARIANTS = 4
 GPR_NAMES = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
@@ -33,10 +34,14 @@ SITE_PATCHED, SITE_UNPATCHABLE, SITE_SHADOW = 0x40, 0x80, 0x100
 SITE_READY = 2
 # patch.state and patch.reason (hot-site patching, issue 21)
 PATCH_ACTIVE, PATCH_REFUSED = 1, 2
-PATCH_REASONS = {
-    1: "instruction kind", 2: "mapping", 3: "short instruction", 4: "short instruction, threads",
-    5: "short instruction, branch target", 6: "jump would straddle 16 bytes", 7: "out of reach",
-    8: "mprotect refused", 9: "patch table full",
+PATCH_REASONS = {  # ualdbg_agent.h, UALDBG_PATCH_R_*: why a site keeps trapping at every fault
+    1: "instruction kind", 2: "mapping", 3: "short instruction, a neighbour cannot move",
+    4: "threads could not be stopped outside it", 5: "branch target inside", 6: "jump would straddle 16 bytes",
+    7: "out of reach", 8: "mprotect refused", 9: "patch table full", 10: "module code not readable as code",
+    11: "function extent unclear", 12: "indirect jump in its function", 13: "file differs from memory",
+    14: "overlaps a patch", 15: "rep string (one trap per element)", 16: "call, jmp or ret (emulated)",
+    17: "single-stepped", 18: "out-of-scope string routine (one trap per call)", 19: "fs/gs or 32-bit address",
+    20: "stack operation", 21: "bit string (bt with a register offset)", 22: "masked AVX-512 access",
 }
 
 _HEADER = struct.Struct("<8sIIIIII QQQQ qq IIII QQQ QQQ QQQ Q q QQQ 512s 1024s 512s")
@@ -48,12 +53,15 @@ _HEADER_FIELDS = (
 )
 _PATCH_HEADER = struct.Struct("<QIIII")  # at 2256: patches_offset, patch_capacity, patch_size, patches_used, patch_after
 _PATCH = struct.Struct("<QQQIIII QQII")
+_PATCH_CLASSES = struct.Struct("<QQ")  # at 64 of an 80-byte patch entry (issue 33): line_splits, page_splits
+PATCH_SIZES = (_PATCH.size, _PATCH.size + _PATCH_CLASSES.size)
 # at 3584: what the agent knows it did not see (issue 29; ualdbg_agent.h, "blind-spot counters")
 _BLIND = struct.Struct("<QQQQQQQII")
 _BLIND_AT = 3584
 B_SIGBUS_TAKEN, B_EXEC_FOREIGN = 0x1, 0x2
 _REGS = struct.Struct("<17Q")  # 16 GPRs, then the fs/gs base
 _SITE = struct.Struct("<QQIIII16sQihh")
+_SITE_CLASSES = struct.Struct("<QQQ")  # at 640: line_splits, page_splits, unclassed
 _RECORD = struct.Struct("<QQQIIiI17Q")
 _GPR_INDEX = {name: i for i, name in enumerate(GPR_NAMES)}
 _FILE_NAME = re.compile(r"^(\d+)\.(\d+)\.buf$")
@@ -163,6 +171,11 @@ class SiteEntry:
     insn_len: int  # the agent's idea of the instruction's length (0: it could not decode it)
     variants: tuple[Registers, ...]  # one register snapshot per distinct alignment of its operands
     patched: int = 0  # of `count`, the faults a patch trampoline counted (no record for them)
+    # of `count` (issue 33): the faults that spanned two 64-byte lines, of those two 4 KiB pages,
+    # and the traps the agent could not size; None: a buffer of an agent that did not count them
+    line_splits: int | None = None
+    page_splits: int = 0
+    unclassed: int = 0
 
     @property
     def in_scope(self) -> bool:
@@ -186,6 +199,8 @@ class PatchEntry:
     length: int  # bytes moved to the trampoline
     mask: int  # the address bits its trampoline tests
     in_scope: bool = True  # the agent's view (ualdbg's scope, from the symbols, decides the report)
+    line_splits: int = 0  # of `count`, the ones that spanned two 64-byte lines (issue 33)
+    page_splits: int = 0  # of those, two 4 KiB pages
 
 
 @dataclass(frozen=True)
@@ -244,7 +259,8 @@ class AgentBuffer:
             self.close()
             raise BufferError(f"{path}: not an agent buffer (magic {raw[:8]!r})")
         values = dict(zip(_HEADER_FIELDS, _HEADER.unpack(raw)))
-        if values["version"] != VERSION or values["site_size"] != SITE_SIZE or values["record_size"] != RECORD_SIZE:
+        if values["version"] != VERSION or values["site_size"] not in (SITE_SIZE, OLD_SITE_SIZE) \
+                or values["record_size"] != RECORD_SIZE:
             self.close()
             raise BufferError(f"{path}: buffer version {values['version']} (site {values['site_size']}, record "
                               f"{values['record_size']} bytes); this ualdbg reads version {VERSION}")
@@ -301,7 +317,7 @@ class AgentBuffer:
     def patches(self) -> list[PatchEntry]:
         """The patch table: patched sites and the ones refused, in the order decided."""
         offset, cap, size, used, _after = _PATCH_HEADER.unpack_from(self._map, 2256)
-        if not offset or size != _PATCH.size:
+        if not offset or size not in PATCH_SIZES:
             return []
         out = []
         for i in range(min(used, cap)):
@@ -309,20 +325,24 @@ class AgentBuffer:
             if pc == 0 or state not in (PATCH_ACTIVE, PATCH_REFUSED):
                 continue
             why = PATCH_REASONS.get(reason, f"reason {reason}") if state == PATCH_REFUSED else None
-            out.append(PatchEntry(pc, count, traps, state, why, length, mask, bool(flags & SITE_IN_SCOPE)))
+            line, page = _PATCH_CLASSES.unpack_from(self._map, offset + i * size + _PATCH.size) if size > _PATCH.size else (0, 0)
+            out.append(PatchEntry(pc, count, traps, state, why, length, mask, bool(flags & SITE_IN_SCOPE), line, page))
         return out
 
     # -- sites ---------------------------------------------------------------------------------
     def sites(self) -> Iterator[SiteEntry]:
         """Every PC the agent trapped at, with its exact count (out-of-scope ones included): a
         patched site's count adds what its trampoline counted to its traps."""
-        base, cap = self._layout["sites_offset"], self._layout["site_capacity"]
+        base, cap, size = self._layout["sites_offset"], self._layout["site_capacity"], self._layout["site_size"]
         patched: dict[int, int] = {}
+        splits: dict[int, tuple[int, int]] = {}
         for p in self.patches():
             if p.state == PATCH_ACTIVE:
                 patched[p.pc] = patched.get(p.pc, 0) + p.count
-        raw = self._site_slots(base, cap)
-        for off in range(0, len(raw), SITE_SIZE):
+                lines, pages = splits.get(p.pc, (0, 0))
+                splits[p.pc] = (lines + p.line_splits, pages + p.page_splits)
+        raw = self._site_slots(base, cap, size)
+        for off in range(0, len(raw), size):
             pc, count, state, flags, nvar, insn_len, insn, _tramp, _cr, _co, _ro = _SITE.unpack_from(raw, off)
             if pc == 0 or state != SITE_READY or flags & SITE_SHADOW:
                 continue
@@ -338,22 +358,29 @@ class AgentBuffer:
                     continue
                 values = _REGS.unpack_from(raw, voff + 8)
                 variants.append(Registers(values[:16], values[16]))
-            yield SiteEntry(pc, count, flags, bytes(insn), insn_len, tuple(variants), extra)
+            line_splits: int | None = None
+            page_splits = unclassed = 0
+            if size > OLD_SITE_SIZE:
+                line_splits, page_splits, unclassed = _SITE_CLASSES.unpack_from(raw, off + OLD_SITE_SIZE)
+                more = splits.get(pc, (0, 0))
+                line_splits, page_splits = line_splits + more[0], page_splits + more[1]
+            yield SiteEntry(pc, count, flags, bytes(insn), insn_len, tuple(variants), extra, line_splits, page_splits,
+                            unclassed)
 
-    def _site_slots(self, base: int, cap: int) -> bytes:
+    def _site_slots(self, base: int, cap: int, size: int = SITE_SIZE) -> bytes:
         """The site slots the agent wrote, one after the other (whole slots; unused ones among them).
         The table is a hash of 16,384 slots (10 MiB) of which a process uses a few: the pages it
         never touched are holes of the file (SEEK_DATA skips them), and reading those through
         the mapping would make tmpfs allocate every one (issue 34: 16 ms per traced process)."""
-        end = base + cap * SITE_SIZE
+        end = base + cap * size
         runs: list[tuple[int, int]] = []  # [first slot, last slot + 1)
         for lo, hi in _data_extents(self.path, base, end):
-            first, last = (lo - base) // SITE_SIZE, min(cap, (hi - base + SITE_SIZE - 1) // SITE_SIZE)
+            first, last = (lo - base) // size, min(cap, (hi - base + size - 1) // size)
             if runs and first <= runs[-1][1]:
                 runs[-1] = (runs[-1][0], max(runs[-1][1], last))
             else:
                 runs.append((first, last))
-        return self._read([(base + first * SITE_SIZE, (last - first) * SITE_SIZE) for first, last in runs]) if runs else b""
+        return self._read([(base + first * size, (last - first) * size) for first, last in runs]) if runs else b""
 
     # -- records -------------------------------------------------------------------------------
     def records(self) -> list[RecordEntry]:

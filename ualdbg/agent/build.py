@@ -15,8 +15,10 @@ from .private import fresh_dir, private_dir, trusted_file
 
 # One folder per product of src/: the agent (here), the record writer and the #AC probe (below).
 SRC = Path(__file__).resolve().parent / "src" / "agent"
-SOURCES = ("agent.c", "signals.c", "wrappers.c", "trampolines.c", "patch.c", "process.c", "insn.c", "cfi.c", "entry.S")
-HEADERS = ("process.h", "patch.h", "trampolines.h", "wrappers.h", "signals.h", "ualdbg_agent.h", "insn.h", "cfi.h")
+SOURCES = ("agent.c", "signals.c", "wrappers.c", "trampolines.c", "patch.c", "stopworld.c", "codemap.c", "process.c",
+           "access.c", "insn.c", "cfi.c", "entry.S")
+HEADERS = ("process.h", "patch.h", "stopworld.h", "codemap.h", "trampolines.h", "wrappers.h", "signals.h",
+           "ualdbg_agent.h", "access.h", "insn.h", "cfi.h")
 # -mno-red-zone: the agent sets and clears EFLAGS.AC with pushfq/popfq in inline assembly,
 # which writes below rsp. -fvisibility=hidden: only the interposed libc names are exported.
 CFLAGS = ("-shared", "-fPIC", "-O2", "-g", "-Wall", "-Wextra", "-Wno-stringop-truncation", "-mno-red-zone",

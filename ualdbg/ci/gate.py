@@ -4,6 +4,7 @@ of its own when unaligned accesses exceed the limit (or are new against a baseli
 run was incomplete: ualdbg knows it did not see part of it (the document's `blind_spots`)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # The statuses are core/errors.py's (the error base carries them), named here too for the contract.
@@ -47,8 +48,18 @@ def program_status(exit_status: int | None, exit_signal: int | None) -> int:
     return exit_status or 0
 
 
-def _plural(n: int) -> str:
+def _accesses(n: int) -> str:
     return f"{n:,} unaligned access{'es' if n != 1 else ''}"
+
+
+def _counted(result: TraceResult, fail_on: str) -> tuple[int, Callable[[int], str]]:
+    """The accesses the gate counts under `fail_on`, and how a count of them reads."""
+    if fail_on == "any":
+        return result.faults_total, _accesses
+    from .costfilter import noun, selected_total
+
+    every = result.faults_total
+    return selected_total(result, fail_on), lambda k: f"{noun(fail_on, k)} (--fail-on {fail_on}) among {_accesses(every)}"
 
 
 def blind_summary(result: TraceResult) -> str | None:
@@ -63,11 +74,12 @@ def blind_summary(result: TraceResult) -> str | None:
 
 def decide(result: TraceResult, *, max_faults: int, error_exitcode: int = EXIT_FOUND,
            new_sites: list[Site] | None = None, partial: bool = False,
-           allow_incomplete: bool = False) -> Verdict:
+           allow_incomplete: bool = False, fail_on: str = "any") -> Verdict:
     """The gate's verdict on one run. `new_sites`: with a baseline, the sites it does not know.
     A run that found too much fails as such whatever it missed; a clean one that missed part of
-    the run is incomplete (EXIT_INCOMPLETE) unless `allow_incomplete`."""
-    n = result.faults_total
+    the run is incomplete (EXIT_INCOMPLETE) unless `allow_incomplete`. `fail_on`: which cost
+    classes count (ci/costfilter.py; `any`: every unaligned access)."""
+    n, words = _counted(result, fail_on)
     blind = blind_summary(result)
     unseen = f"; INCOMPLETE: {blind}" if blind else ""
     prog = result.program
@@ -75,17 +87,17 @@ def decide(result: TraceResult, *, max_faults: int, error_exitcode: int = EXIT_F
     how = f"killed by signal {prog.exit_signal}" if prog.exit_signal else f"exit status {prog.exit_status}"
     cut = " (interrupted: the trace is partial)" if partial else ""
     if failed:
-        return Verdict(failed, f"ualdbg check: FAIL: the program failed ({how}); {_plural(n)} in scope{cut}{unseen}")
+        return Verdict(failed, f"ualdbg check: FAIL: the program failed ({how}); {words(n)} in scope{cut}{unseen}")
     if new_sites is not None:
         if new_sites:
             lines = ", ".join(where(s) for s in new_sites[:5]) + (" ..." if len(new_sites) > 5 else "")
             return Verdict(error_exitcode, f"ualdbg check: FAIL: {len(new_sites)} site{'s' if len(new_sites) != 1 else ''} "
-                                           f"not in the baseline ({lines}); {_plural(n)} in scope{cut}{unseen}")
-        clean = f"{_plural(n)} in scope, all at sites in the baseline{cut}"
+                                           f"not in the baseline ({lines}); {words(n)} in scope{cut}{unseen}")
+        clean = f"{words(n)} in scope, all at sites in the baseline{cut}"
     elif n > max_faults:
-        return Verdict(error_exitcode, f"ualdbg check: FAIL: {_plural(n)} in scope (allowed {max_faults}){cut}{unseen}")
+        return Verdict(error_exitcode, f"ualdbg check: FAIL: {words(n)} in scope (allowed {max_faults}){cut}{unseen}")
     else:
-        clean = f"{_plural(n)} in scope (allowed {max_faults}){cut}"
+        clean = f"{words(n)} in scope (allowed {max_faults}){cut}"
     if blind and not allow_incomplete:
         return Verdict(EXIT_INCOMPLETE, f"ualdbg check: INCOMPLETE: {clean}, but part of the run was not seen ({blind}; "
                                         "the report and the JSON's blind_spots say where; --allow-incomplete accepts it)")

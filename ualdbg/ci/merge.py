@@ -8,6 +8,7 @@ from ..core.model import AccessKind
 from ..core.result import BlindSpot, Record, Run, Site, TraceResult
 from ..core.sections import Process
 from .baseline import keys_of
+from .costfilter import absorb_classes
 
 
 def merge(results: list[tuple[str, TraceResult]]) -> TraceResult:
@@ -36,9 +37,10 @@ def merge(results: list[tuple[str, TraceResult]]) -> TraceResult:
         for key, site in keys_of(r).items():
             have = sites.get(key)
             if have is None:
-                sites[key] = replace(site, sizes=set(site.sizes))
+                sites[key] = replace(site, sizes=set(site.sizes), classes=dict(site.classes))
                 continue
             have.count += site.count
+            absorb_classes(have, site)
             have.sizes = have.sizes | site.sizes
             if have.access != site.access:
                 have.access = AccessKind.READ_WRITE

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ..ci import baseline
+from ..ci.costfilter import FAIL_ON, filtered
+from ..ci.costfilter import HELP as FAIL_ON_HELP
 from ..ci.gate import CONTRACT, EXIT_CLEAN, EXIT_FOUND, Verdict, decide
 from ..commands.argtypes import nonnegative
 from ..commands.registry import ShellCommand, examples_text, shell_command
@@ -43,20 +45,23 @@ class Check(ShellCommand):
                             "blind_spots and SARIF still say what was not seen")
         c.add_argument("--update-baseline", action="store_true", help="write this run's sites to --baseline FILE and pass "
                        "(unless the program fails)")
+        c.add_argument("--fail-on", choices=FAIL_ON, default="any", help=FAIL_ON_HELP + "; --max-faults and --baseline "
+                       "count these only")
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         result, _run = trace(args)
         verdict = decide(result, max_faults=args.max_faults, error_exitcode=args.error_exitcode,
                          new_sites=getattr(args, "new_sites", None), partial=result.partial,
-                         allow_incomplete=args.allow_incomplete)
+                         allow_incomplete=args.allow_incomplete, fail_on=args.fail_on)
         if args.update_baseline and verdict.status == args.error_exitcode and not result.program.exit_signal \
                 and not result.program.exit_status:
-            verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(baseline.keys_of(result))} sites written to {args.baseline}")
+            verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(baseline.keys_of(filtered(result, args.fail_on)))} "
+                                          f"sites written to {args.baseline}")
         if args.sarif:  # after the verdict: its invocation carries the exit status (issue 29)
             write_trace(result, args.sarif, FORMATS["sarif"], "the SARIF output", Context(exit_code=verdict.status))
         write_formats(args, result, Context(exit_code=verdict.status))
         if args.update_baseline:
-            write_json(baseline.build(result), args.baseline, "the baseline")
+            write_json(baseline.build(filtered(result, args.fail_on)), args.baseline, "the baseline")
         report = sink(args)
         report.print(verdict.line)
         if not report.close():

@@ -179,10 +179,29 @@ class Report:
         self.log_file = log_file
         self._buf = io.StringIO() if log_file else None
         self.console = make_console(self._buf if self._buf is not None else sys.stderr, deferred=True)
+        self._fresh = self._buf is not None
+
+    def _fresh_line(self) -> None:
+        """On a terminal, begin at the start of a clean line whatever the program left: ualdbg
+        cannot see the program's output (it goes to the terminal directly), so it does what zsh's
+        PROMPT_SP does: a terminal's width of spaces wraps to the next line only if the cursor
+        was not at its start, `\r` goes to the start of the line it is on, and erase-to-end
+        clears the spaces (and a line that `\r` progress left, whose text was transient)."""
+        self._fresh = True
+        try:
+            if not sys.stderr.isatty():
+                return
+            cols = os.get_terminal_size(sys.stderr.fileno()).columns or int(os.environ.get("COLUMNS") or 80)
+            sys.stderr.write(" " * cols + "\r\x1b[K")
+            sys.stderr.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
 
     def print(self, *items: Any) -> None:
         """Tables as rich lays them out; a line of text as one line (a verdict or a note cut at
         the console's width could not be found with grep)."""
+        if not self._fresh:
+            self._fresh_line()
         try:
             self.console.print(*items, soft_wrap=all(isinstance(i, str) for i in items))
         except (OSError, ValueError):  # stderr closed or gone: the report is nobody's to read

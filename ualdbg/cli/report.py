@@ -5,16 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..ci.gate import EXIT_CLEAN
+from ..ci.costfilter import FAIL_ON, filtered, noun
+from ..ci.costfilter import HELP as FAIL_ON_HELP
+from ..ci.gate import EXIT_CLEAN, EXIT_FOUND
 from ..ci.merge import merge
 from ..commands.argtypes import nonnegative
 from ..commands.options import add_format_arg
 from ..commands.registry import ShellCommand, shell_command
 from ..core.document import read_document
 from ..core.errors import ToolError
+from ..isa.costclass import costs_for
 from ..render.console import make_console
 from ..render.formats import FORMATS
-from ..render.tables import GROUPS, blind_lines, header, records_table, summary_table
+from ..render.tables import GROUPS, blind_lines, header, patch_note, records_table, summary_table
 from .common import check_outputs, examples, format_outputs, write_formats
 from .outputs import Named, write_trace
 
@@ -38,10 +41,15 @@ class Report(ShellCommand):
         r.add_argument("--json", metavar="FILE", default=None, help="write the (merged) document to FILE (- for stdout)")
         r.add_argument("--sarif", metavar="FILE", default=None, help="write SARIF 2.1.0 for the (merged) document")
         add_format_arg(r, to_path=True)
-        r.add_argument("--summary", action="store_true")
-        r.add_argument("--by", choices=GROUPS, default="pc")
+        r.add_argument("--summary", action="store_true", help="counts per exception PC, hottest first, with the data "
+                       "and the fix advice per site, instead of the records")
+        r.add_argument("--by", choices=GROUPS, default="pc", help="the summary per pc (default), source line, function "
+                       "or module")
+        r.add_argument("--fail-on", choices=FAIL_ON, default="any", help=FAIL_ON_HELP + "; shows and writes these only, "
+                       "and exits 1 when there are any")
         r.add_argument("--limit", type=nonnegative, default=REPORT_LIMIT, metavar="N",
-                       help=f"records shown: the newest N (default {REPORT_LIMIT:,}; 0: all of them, slow for a full ring)")
+                       help=f"records shown: the newest N (default {REPORT_LIMIT:,}; 0: all of them, slow for a full "
+                            "ring); with --summary or --by, the hottest N rows")
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if not args.file:
@@ -51,7 +59,7 @@ class Report(ShellCommand):
         check_outputs([n for n in (Named("--json", args.json or ""), Named("--sarif", args.sarif or "")) if n.path]
                       + format_outputs(args), [])
         traces = [(path, read_document(path)) for path in args.file]
-        result = merge(traces) if args.merge else traces[0][1]
+        result = filtered(merge(traces) if args.merge else traces[0][1], args.fail_on)
         if args.json:
             write_trace(result, args.json, FORMATS["json"], "the JSON output")
         if args.sarif:
@@ -64,11 +72,16 @@ class Report(ShellCommand):
         for line in blind_lines(result):
             out.print(line)
         if args.summary or args.by != "pc" or args.merge:
-            out.print(summary_table(result, args.by))
+            out.print(summary_table(result, args.by, costs_for(result), limit=args.limit or None))
         else:
             out.print(records_table(result, args.limit or None))
             kept = len(result.records)
+            if patch_note(result):
+                out.print(f"note: {patch_note(result)}")
             if args.limit and kept > args.limit:  # a full ring is 100,000 rows: minutes of table (issue 29)
                 out.print(f"records: the newest {args.limit:,} of {kept:,} kept shown (--limit N; --limit 0 shows all; "
                           f"--summary counts every fault)")
+        if args.fail_on != "any":
+            out.print(f"--fail-on {args.fail_on}: {noun(args.fail_on, result.faults_total)} in scope")
+            return EXIT_FOUND if result.faults_total else EXIT_CLEAN
         return EXIT_CLEAN

@@ -15,6 +15,7 @@ from ..commands.registry import ShellCommand, examples_text, shell_command
 from ..core.errors import ToolError
 from ..core.result import TraceResult
 from ..engines.runner import RunRequest, pass_exit_status, run_traced
+from ..isa.costclass import costs_for
 from ..render.console import make_console
 from ..render.formats import FORMATS
 from ..render.tables import GROUPS
@@ -70,7 +71,8 @@ class Trace(ShellCommand):
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         run_options(parser)
-        parser.add_argument("--by", choices=GROUPS, default="pc", help="group the summary")
+        parser.add_argument("--by", choices=GROUPS, default="pc", help="the summary per pc (default), source line, "
+                            "function or module")
 
     def run(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         trace_result, result = trace(args)
@@ -133,12 +135,15 @@ def _print_trace(args: argparse.Namespace, run: Any, known: Any, last: str | Non
     if args.json:
         write_trace(result, args.json, FORMATS["json"], "the JSON output")
     out = sink(args)
-    for item in report_items(result, getattr(args, "by", "pc")):
+    # the records written are partial when patched sites left faults without one (issue 31)
+    for item in report_items(result, getattr(args, "by", "pc"), costs=costs_for(result), records_written=bool(args.json)):
         out.print(item)
     if last:
         out.print(last)
     if known is not None:
-        args.new_sites = baseline.new_sites(result, known)
+        from ..ci.costfilter import filtered
+
+        args.new_sites = baseline.new_sites(filtered(result, getattr(args, "fail_on", "any")), known)
     return result
 
 
@@ -158,7 +163,7 @@ def _trace_pid(args: argparse.Namespace, known: Any) -> tuple[TraceResult, Any]:
         raise ToolError(problem)
     engine = "trap" if args.engine == "trap" or args.debugger == "gdb" else "agent"
     req = RunRequest([], all_modules=bool(args.all_modules), modules=args.module, buffer=args.buffer, engine=engine,
-                     pid=args.pid, duration=args.duration)
+                     pid=args.pid, duration=args.duration, patch_after=0 if args.no_patch else args.patch_after)
     err = sys.stderr
     result = run_attached(req, ready=lambda how: print(f"ualdbg: attached to process {args.pid} ({how}); "
                                                        + (f"detaching in {args.duration:g} s" if args.duration else

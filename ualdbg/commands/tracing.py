@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..isa.costclass import costs_for
 from ..render.formats import FORMATS, format_for, save
 from ..render.tables import GROUPS, header, records_table, summary_table
 from .argtypes import positive
@@ -72,7 +73,8 @@ def _clear(p: Parser) -> Runner:
 def _show(p: Parser) -> Runner:
     p.add_argument("--summary", action="store_true", help="counts per exception PC (or group), hottest first")
     p.add_argument("--by", choices=GROUPS, default="pc", help="group the summary by pc, line, function or module")
-    p.add_argument("--limit", type=positive, default=None, help="only the newest N records")
+    p.add_argument("--limit", type=positive, default=None, help="only the newest N records (with --summary or --by: "
+                   "the hottest N rows)")
     p.add_argument("--thread", type=int, default=None, metavar="TID", help="only records of this thread")
     p.add_argument("--json", metavar="FILE", default=None, help="also write the JSON document to FILE")
 
@@ -82,7 +84,7 @@ def _show(p: Parser) -> Runner:
             save(result, args.json, FORMATS["json"])
         out: Output = [header(result)]
         if args.summary or args.by != "pc":
-            out.append(summary_table(result, args.by))
+            out.append(summary_table(result, args.by, costs_for(result), limit=args.limit))
         else:
             out.append(records_table(result, args.limit, args.thread))
         return out

@@ -25,10 +25,24 @@ class Via:
 
 
 @dataclass(frozen=True)
+class Touched:
+    """The range of data a site's records touched (engines/agent.py): the lowest and highest
+    address, each named as the site's data is (`table[0].stamp+0`), and how many distinct
+    addresses in how many records."""
+
+    first: str
+    last: str
+    low: str
+    high: str
+    distinct: int
+    records: int
+
+
+@dataclass(frozen=True)
 class DataRef:
     """What the data at one VA is. `kind`: global | static | common | local | parameter | symbol
-    (symbol table only) | image (a module's data without a symbol) | stack | heap | anonymous |
-    file | unknown."""
+    (symbol table only) | image (a module's data without a symbol) | argv | environ (their strings
+    on the main stack) | stack | heap | anonymous | file | unknown."""
 
     kind: str
     text: str  # one line for people: "r2[0]+0 in COMMON /data/ (common_block.f90:20)"
@@ -52,4 +66,9 @@ class DataRef:
     struct: str | None = None  # innermost struct crossed and its member holding the VA
     member: str | None = None
     packed: bool = False
+    # A local's storage: "frame" (its DWARF location is off the frame base, CFA, rsp or rbp: a slot
+    # of its own that alignas can move), else "elsewhere" (optimised code describing a local by
+    # the memory it was loaded from, e.g. an inlined helper's const local that is its caller's buffer)
+    storage: str | None = None
+    touched: Touched | None = None  # the range of data its site's records touched
     via: Via | None = None

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import IO, Any, Protocol, runtime_checkable
 
-from .dataref import DataRef, Via
+from .cost import classes_json
+from .dataref import DataRef, Touched, Via
 from .errors import UaldbgError
 from .model import AccessKind, InlineFrame, SourceLoc
 from .result import BlindSpot, ProgramInfo, Record, Run, Site, TraceResult
@@ -101,6 +102,8 @@ def build_document(result: TraceResult) -> Document:
         doc["runs"] = [{"file": r.file, "program": _program_json(r.program), "engine": r.engine,
                         "faults_total": r.faults_total, "duration_s": r.duration} for r in result.runs or []]
         doc["merged"] = result.merged
+    if result.fail_on is not None:  # report --fail-on: the classes this document keeps (ci/costfilter.py)
+        doc["fail_on"] = result.fail_on
     return doc
 
 
@@ -131,6 +134,9 @@ def site_json(site: Site) -> dict[str, Any]:
         entry["trapped"] = site.trapped
     if site.unpatchable is not None:
         entry["unpatchable"] = site.unpatchable
+    if site.classes:  # what its accesses cost on x86 (issue 33): optional keys of schema 1
+        entry["classes"] = classes_json(site.classes)
+        entry["vector"] = site.vector
     return entry
 
 
@@ -141,7 +147,7 @@ def data_json(data: DataRef) -> dict[str, Any]:
         value = getattr(data, f.name)
         if value is None or f.name in ("via", "va") or (f.name == "packed" and not value):
             continue
-        out[f.name] = f"{value:#x}" if f.name == "start" else value
+        out[f.name] = f"{value:#x}" if f.name == "start" else asdict(value) if f.name == "touched" else value
     out["va"] = f"{data.va:#x}"
     if data.via is not None:
         out["via"] = {f.name: getattr(data.via, f.name) for f in fields(data.via)
@@ -153,6 +159,8 @@ def record_json(r: Record) -> dict[str, Any]:
     """One record of the document (engines/records.py's C writer writes the same text)."""
     out = {"seq": r.seq, "time": r.time, "cpu": r.cpu, "pid": r.pid, "tid": r.tid, "pc": f"{r.pc:#x}",
            "va": None if r.va is None else f"{r.va:#x}", "size": r.size, "access": r.access.value if r.access else None}
+    if r.cost is not None:  # its cost class (issue 33): an optional key of schema 1
+        out["class"] = r.cost
     if r.run is not None:
         out["run"] = r.run
     return out
@@ -210,6 +218,8 @@ def _agent_json(a: AgentSummary) -> dict[str, Any]:
                      "unpatchable": dict(patch.unpatchable),
                      "faults_in_scope_without_record": patch.faults_in_scope_without_record},
     }
+    if patch.note is not None:
+        out["patching"]["note"] = patch.note
     if a.injected:
         out["injected"] = True
     return out
@@ -314,7 +324,8 @@ def load_document(doc: Document, name: str = "the document") -> TraceResult:
         notes=None if "notes" not in doc else list(doc["notes"]),
         partial=bool(doc.get("partial")), interrupted_by=doc.get("interrupted_by"),
         attached=None if doc.get("attached") is None else _attached(doc["attached"]),
-        runs=None if "runs" not in doc else [_run(r) for r in doc["runs"]], merged=doc.get("merged"))
+        runs=None if "runs" not in doc else [_run(r) for r in doc["runs"]], merged=doc.get("merged"),
+        fail_on=doc.get("fail_on"))
     problem = invariant_problem(result)
     if problem:
         raise DocumentError(f"{name} is not a well-formed ualdbg JSON trace: {problem}")
@@ -337,22 +348,24 @@ def _site(s: dict[str, Any]) -> Site:
                     function_offset=_int(s["function_offset"]), file=s["file"], line=s["line"], inlined_from=frames)
     return Site(loc, s["count"], set(s["sizes"]), None if s["access"] is None else AccessKind(s["access"]),
                 None if s.get("data") is None else _data(s["data"]), bool(s.get("patched", False)), s.get("trapped"),
-                s.get("unpatchable"))
+                s.get("unpatchable"), dict(s.get("classes", {})), bool(s.get("vector", False)))
 
 
-_DATA_FIELDS = {f.name for f in fields(DataRef)} - {"via", "va", "start"}
+_DATA_FIELDS = {f.name for f in fields(DataRef)} - {"via", "va", "start", "touched"}
 _VIA_FIELDS = {f.name for f in fields(Via)}
 
 
 def _data(d: dict[str, Any]) -> DataRef:
     via = d.get("via")
+    touched = d.get("touched")
     return DataRef(**{k: v for k, v in d.items() if k in _DATA_FIELDS}, va=int(d["va"], 16), start=_int(d.get("start")),
+                   touched=None if touched is None else Touched(**{k: touched[k] for k in _TOUCHED_TYPES}),
                    via=None if via is None else Via(**{k: v for k, v in via.items() if k in _VIA_FIELDS}))
 
 
 def _record(r: dict[str, Any]) -> Record:
     return Record(r["seq"], r["time"], r["cpu"], r["pid"], r["tid"], int(r["pc"], 16), _int(r["va"]), r["size"],
-                  None if r["access"] is None else AccessKind(r["access"]), r.get("run"))
+                  None if r["access"] is None else AccessKind(r["access"]), r.get("run"), r.get("class"))
 
 
 def _blind(b: dict[str, Any]) -> BlindSpot:
@@ -389,7 +402,7 @@ def _agent(a: dict[str, Any]) -> AgentSummary:
         sites_dropped=a.get("sites_dropped", 0),
         patching=Patching(patch.get("after_traps", 0), patch.get("sites_patched", 0),
                           patch.get("faults_counted_by_patches", 0), dict(patch.get("unpatchable", {})),
-                          patch.get("faults_in_scope_without_record", 0)),
+                          patch.get("faults_in_scope_without_record", 0), patch.get("note")),
         injected=bool(a.get("injected", False)))
 
 
@@ -406,7 +419,10 @@ def _run(r: dict[str, Any]) -> Run:
 # -- the shape ----------------------------------------------------------------------------------
 
 _DATA_STR = ("text", "kind", "path", "name", "type", "element_type", "container", "mapping", "member", "struct",
-             "function", "module", "file")
+             "function", "module", "file", "storage")
+_TOUCHED_TYPES: dict[str, tuple[type, ...]] = {
+    "first": (str,), "last": (str,), "low": (str,), "high": (str,), "distinct": (int,), "records": (int,),
+}
 _DATA_INT = ("size", "element_size", "target_align", "mapping_offset", "offset", "line", "tid", "frame",
              "member_offset", "member_align")
 _VIA_STR = ("path", "type", "pointer", "function", "struct", "member")
@@ -425,7 +441,7 @@ _TOP_TYPES: dict[str, tuple[type, ...]] = {
     "scope": (str, type(None)), "duration_s": (*_N, type(None)), "records_dropped": (int,),
     "ignored_by_module": (dict,), "buffer": (dict,), "processes": (list,), "notes": (list,), "merged": (int,),
     "partial": (bool,), "interrupted_by": (str, type(None)), "runs": (list,), "step": (dict, type(None)),
-    "agent": (dict, type(None)), "blind_spots": (list,), "attached": (dict, type(None)),
+    "agent": (dict, type(None)), "blind_spots": (list,), "attached": (dict, type(None)), "fail_on": (str,),
 }
 _PROGRAM_TYPES: dict[str, tuple[type, ...]] = {
     "path": (str, type(None)), "args": (list,), "pid": (int, type(None)), "exit_status": (int, type(None)),
@@ -456,7 +472,7 @@ _AGENT_TYPES: dict[str, tuple[type, ...]] = {
 _OUT_OF_SCOPE_TYPES: dict[str, tuple[type, ...]] = {"traps": (int,), "routine_calls_run_unarmed": (int,), "skipping": (bool,)}
 _PATCHING_TYPES: dict[str, tuple[type, ...]] = {
     "after_traps": (int,), "sites_patched": (int,), "faults_counted_by_patches": (int,), "unpatchable": (dict,),
-    "faults_in_scope_without_record": (int,),
+    "faults_in_scope_without_record": (int,), "note": (str,),
 }
 _ATTACHED_TYPES: dict[str, tuple[type, ...]] = {
     "pid": (int,), "detached": (bool,), "ended_by": (str, type(None)), "engine": (str,),
@@ -555,10 +571,15 @@ def _items_problem(key: str, items: Any, types: dict[str, tuple[type, ...]]) -> 
             return f"{key}[{i}] has no {', '.join(missing)}"
         if item["access"] is not None and item["access"] not in _ACCESSES:
             return f"{key}[{i}].access is not read, write or read-write"
-        problem = _site_problem(i, item) if key == "sites" else _typed(f"records[{i}].", item, {"run": (int, type(None))})
+        problem = (_site_problem(i, item) if key == "sites"
+                   else _typed(f"records[{i}].", item, {"run": (int, type(None))}) or _record_class_problem(i, item))
         if problem:
             return problem
     return None
+
+
+def _record_class_problem(i: int, item: dict[str, Any]) -> str | None:
+    return f"records[{i}].class is not a cost class" if "class" in item and not isinstance(item["class"], str) else None
 
 
 def _site_problem(i: int, item: dict[str, Any]) -> str | None:
@@ -569,9 +590,13 @@ def _site_problem(i: int, item: dict[str, Any]) -> str | None:
                                                      "line": (int, type(None))}):
             return f"sites[{i}].inlined_from is not a list of frames"
     problem = _typed(f"sites[{i}].", item, {"patched": (bool,), "trapped": (int, type(None)),
-                                             "unpatchable": (str, type(None))})
+                                             "unpatchable": (str, type(None)), "vector": (bool,)})
     if problem:
         return problem
+    classes = item.get("classes", {})
+    if not isinstance(classes, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                                and v >= 0 for k, v in classes.items()):
+        return f"sites[{i}].classes is not a table of counts"
     if "data" in item and item["data"] is not None:
         if not isinstance(item["data"], dict):
             return f"sites[{i}].data is not an object"
@@ -600,6 +625,10 @@ def _data_problem(where: str, data: dict[str, Any]) -> str | None:
                 return f"{at}.{key} is not true or false"
     if not isinstance(data.get("va"), str):
         return f"{where} has no va"
+    touched = data.get("touched")
+    if touched is not None and (not isinstance(touched, dict) or any(k not in touched for k in _TOUCHED_TYPES)
+                                or _typed("", touched, _TOUCHED_TYPES)):
+        return f"{where}.touched is not a range touched (first, last, low, high, distinct, records)"
     if via and not all(isinstance(via.get(k), str) for k in ("path", "type", "pointer", "function")):
         return f"{where}.via lacks its path, type, pointer or function"
     return None

@@ -92,3 +92,7 @@ class Fault:
     # Whether a decoded operand breaks the policy: False when none does (the CPU trapped on an
     # access the decoder does not model exactly), None when the instruction could not be decoded.
     explained: bool | None = True
+    # What it costs on x86 (core/cost.py: inside-line, line-split, page-split, split-lock; traps
+    # on a strict CPU), and whether a SIMD register moves the data (issue 33).
+    cost: str | None = None
+    vector: bool = False

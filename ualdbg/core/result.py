@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .cost import add_counts
 from .dataref import DataRef
 from .model import AccessKind, Fault, SourceLoc
 from .sections import AgentSummary, AttachState, NativeStep, Process, StepSummary
@@ -23,6 +24,11 @@ class ProgramInfo:
     pid: int | None = None
     exit_status: int | None = None
     exit_signal: int | None = None
+
+
+# Why a site kept trapping when it trapped no more than --patch-after times in any process (the
+# agent engine's hot-site patching, issue 34): the agent never tried.
+FEW_TRAPS = "too few traps in its process to be patched"
 
 
 @dataclass
@@ -40,6 +46,10 @@ class Site:
     patched: bool = False
     trapped: int | None = None
     unpatchable: str | None = None
+    # What its accesses cost on x86 (issue 33; core/cost.py): the count of each class (empty: the
+    # engine could not tell), and whether a SIMD register moves the data.
+    classes: dict[str, int] = field(default_factory=dict)
+    vector: bool = False
 
     @property
     def pc(self) -> int:
@@ -54,7 +64,12 @@ class Site:
             self.patched = True
         elif self.patched:
             self.trapped = (self.trapped or 0) + other.count
+        if other.unpatchable is not None and (self.unpatchable is None or self.unpatchable == FEW_TRAPS):
+            self.unpatchable = other.unpatchable  # (a refusal says more than too few traps somewhere)
         self.sizes = self.sizes | other.sizes
+        self.classes = dict(self.classes)
+        add_counts(self.classes, other.classes)
+        self.vector = self.vector or other.vector
         if other.access is not None:
             self.access = other.access if self.access is None else self.access.merge(other.access)
 
@@ -62,7 +77,8 @@ class Site:
 def sites_of(buffer: TraceBuffer, resolve: Callable[[int], SourceLoc],
              data_at: Mapping[int, DataRef] | None = None) -> list[Site]:
     """The buffer's per-PC counters as sites, hottest first, each named by `resolve`."""
-    return [Site(resolve(c.pc), c.count, set(c.sizes), c.access, data_at.get(c.pc) if data_at is not None else None)
+    return [Site(resolve(c.pc), c.count, set(c.sizes), c.access, data_at.get(c.pc) if data_at is not None else None,
+                 classes=dict(c.classes), vector=c.vector)
             for c in buffer.sites()]
 
 
@@ -81,10 +97,11 @@ class Record:
     size: int | None
     access: AccessKind | None
     run: int | None = None
+    cost: str | None = None  # its cost class on x86 (issue 33; core/cost.py), `class` in the JSON
 
     @classmethod
     def of_fault(cls, f: Fault) -> Record:
-        return cls(f.seq, round(f.time, 6), f.cpu, f.pid, f.tid, f.pc, f.va, f.size, f.access)
+        return cls(f.seq, round(f.time, 6), f.cpu, f.pid, f.tid, f.pc, f.va, f.size, f.access, cost=f.cost)
 
 
 @dataclass(frozen=True)
@@ -143,7 +160,8 @@ class TraceResult:
     """One trace: every field of the JSON document (core/document.py), typed. The optional
     sections are None (or False) where the engine has none: `step` (a step engine), `processes`
     and `agent` (the agent), `notes`, `partial` and `interrupted_by` (a run cut short by a
-    signal), `attached` (--pid), `runs` and `merged` (`report --merge`)."""
+    signal), `attached` (--pid), `runs` and `merged` (`report --merge`), `fail_on` (`report
+    --fail-on`)."""
 
     engine: str | None
     debugger: str | None
@@ -171,6 +189,7 @@ class TraceResult:
     attached: AttachState | None = None
     runs: list[Run] | None = None
     merged: int | None = None
+    fail_on: str | None = None  # report --fail-on: the cost classes this trace keeps (ci/costfilter.py)
 
     @classmethod
     def of_buffer(cls, buffer: TraceBuffer, *, engine: str, debugger: str, arch: str, version: str,

@@ -82,6 +82,9 @@ class Patching:
     faults_counted_by_patches: int
     unpatchable: dict[str, int]  # why, and at how many sites
     faults_in_scope_without_record: int
+    # For the records' readers (the JSON, report's records): hot sites in scope were patched and
+    # faults lack a record; None when every fault in scope has its record.
+    note: str | None = None
 
 
 @dataclass

@@ -21,9 +21,15 @@ class PcCounter:
     sizes: set[int] = field(default_factory=set)
     access: AccessKind | None = None
     insn: str | None = None
+    # accesses per cost class (core/cost.py), exactly; whether the instruction is a vector one
+    classes: dict[str, int] = field(default_factory=dict)
+    vector: bool = False
 
     def add(self, fault: Fault) -> None:
         self.count += 1
+        if fault.cost is not None:
+            self.classes[fault.cost] = self.classes.get(fault.cost, 0) + 1
+        self.vector = self.vector or fault.vector
         if fault.size is not None:
             self.sizes.add(fault.size)
         if fault.access is not None:

@@ -21,9 +21,9 @@ from ..agent import buffer as ab
 from ..agent import rundir
 from ..agent.build import BuildError, build
 from ..core.model import Access, Module, SourceLoc
-from ..core.result import BlindSpot, ProgramInfo, Site, TraceResult, sites_of
+from ..core.result import FEW_TRAPS, BlindSpot, ProgramInfo, Site, TraceResult, sites_of
 from ..core.sections import AgentSummary, OutOfScope, Patching, Process
-from ..core.trace import TraceBuffer
+from ..core.trace import PcCounter, TraceBuffer
 from ..isa.alignment import AcPolicy, Policy
 from .modulescope import Scope
 from .wrapper import SignalGuard, child_setup, elf_interpreter, host_loader, program_environ, same_file
@@ -77,6 +77,13 @@ class AgentRun:
     patch_after: int = 2
     # The program's argv[0] as the user typed it (`./prog`, `make`); program[0] is its path.
     argv0: str | None = None
+    # Where the program's stdout and stderr go (a descriptor; None: ualdbg's own): `watch`'s pty,
+    # whose output it prints around its live view (issue 31).
+    stdout: int | None = None
+    stderr: int | None = None
+    # /proc/PID/maps texts a watcher read while the process ran, oldest first, by pid: an address
+    # that no snapshot of the agent's maps (mapped after its last) is named from these (issue 31).
+    later_maps: dict[int, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -232,7 +239,8 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
         guard = SignalGuard(None, run.grace)  # before the program exists: see SignalGuard
         try:
             proc = subprocess.Popen([run.argv0 or path, *run.program[1:]], executable=path, env=env,
-                                    preexec_fn=child_setup(no_aslr=not run.aslr), close_fds=True)
+                                    preexec_fn=child_setup(no_aslr=not run.aslr), close_fds=True,
+                                    stdout=run.stdout, stderr=run.stderr)
         except BaseException:
             guard.restore()
             raise
@@ -267,6 +275,10 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
         exit_status = returncode if returncode >= 0 else None
         exit_signal = -returncode if returncode < 0 else None
         images = load_images(directory)
+        for pid, texts in run.later_maps.items():
+            newest = [im for im in images if im.header.pid == pid][-1:]
+            for im in newest:  # consulted after the agent's own snapshots (SnapshotSymbolizer: newest first)
+                im.snapshots[:0] = texts
         root = [im for im in images if im.header.pid == proc.pid]
         if not root:
             raise AgentNotIn(f"the agent never reported in from {os.path.basename(path)} (its dynamic loader "
@@ -502,6 +514,7 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
     symbolizer = SnapshotSymbolizer(image.snapshots, h.exe or None, shared.setdefault("maps", {}))
     saved = SavedCode({s.pc: s.code for s in image.sites}, AcPolicy(), shared.setdefault("insns", {}))
     data_at: dict[int, DataRef] = {}
+    regs_at: dict[int, Mapping[str, int]] = {}  # the registers its data was named with, per site
 
     agent_lib = os.path.realpath(lib) if lib else ""
     excluded = out_of_scope_program(run, h.exe, is_root)
@@ -531,6 +544,7 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
             buf.ignore(name, site.count)
             continue
         counter = buf.count_site(site.pc, site.count)
+        site_classes(counter, site, saved.insn(site.pc))
         for regs in site.variants:
             insn, acc = saved.explain(site.pc, regs.mapping())
             if insn is not None and counter.insn is None:
@@ -543,6 +557,7 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
 
                     described.add((h.exe, site.pc))
                     data_at[site.pc] = describe_saved(acc.va, symbolizer.snapshots(), site.pc, h.pid, regs.mapping())
+                    regs_at[site.pc] = regs.mapping()
     # The records: no Python object per record (engines/records.py). Each PC's instruction is
     # decoded once and its operands evaluated over the PC's records at once; the TraceResult's
     # records are the table, which writes its own JSON lines.
@@ -553,10 +568,50 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
 
     table = table_from(image.ring, started, saved.insn, saved.policy, slow, lambda pc: scoped.get(pc, False),
                        run.buffer)
+    if regs_at:
+        _name_ranges(data_at, regs_at, table.vas_by_pc(), symbolizer.snapshots(), h.pid)
     end = h.end_ns / 1e9 if h.end_ns else time.monotonic()
     buf.stopped_at = max(started, end)
     sites = sites_of(buf, symbolizer.resolve, data_at)
-    return ImageTrace(buf, sites, table, _mark_patched(sites, image), scope.describe())
+    return ImageTrace(buf, sites, table, _mark_patched(sites, image, image.patch_after), scope.describe())
+
+
+def _name_ranges(data_at: dict[int, DataRef], regs_at: Mapping[int, Mapping[str, int]], vas: Mapping[int, list[int]],
+                 snapshots: Any, pid: int) -> None:
+    """The range of data each site touched in its records (issue 31): the lowest and the highest
+    address named as its first fault's data is (`table[0].stamp+0` .. `table[3].stamp+0`), and
+    how many distinct addresses; a site whose records touched one address gets none."""
+    from dataclasses import replace
+
+    from ..core.dataref import Touched
+    from ..symbols.data import describe_saved
+
+    def named(ref: DataRef) -> str:
+        return f"{ref.path}+{ref.offset}" if ref.path is not None and ref.offset is not None else ref.text
+
+    for pc, ref in list(data_at.items()):
+        mine = vas.get(pc) or []
+        addrs = sorted(set(mine))
+        if len(addrs) < 2:
+            continue
+        low, high = (describe_saved(a, snapshots, pc, pid, regs_at[pc]) for a in (addrs[0], addrs[-1]))
+        data_at[pc] = replace(ref, touched=Touched(named(low), named(high), f"{addrs[0]:#x}", f"{addrs[-1]:#x}",
+                                                   len(addrs), len(mine)))
+
+
+def site_classes(counter: PcCounter, site: ab.SiteEntry, insn: Insn | None) -> None:
+    """A site's cost classes (issue 33) from what the agent counted: its traps and its
+    trampoline's executions that spanned two lines or two pages, the locked-ness from the
+    instruction; the traps it could not size are `unknown`. Nothing for an older agent's buffer."""
+    from ..core.cost import UNKNOWN, split_counts
+    from ..isa.costclass import is_locked, is_vector
+
+    if site.line_splits is None:
+        return
+    counter.classes = split_counts(site.count - site.unclassed, site.line_splits, site.page_splits, is_locked(insn))
+    if site.unclassed:
+        counter.classes[UNKNOWN] = site.unclassed
+    counter.vector = is_vector(insn)
 
 
 def _state(h: ab.Header) -> str:
@@ -616,12 +671,16 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     if any(not im.header.armed for im in images):
         notes.append("some processes never reached their arming point (main): nothing was traced in them")
     patching = result.agent.patching
-    if patching.sites_patched:
-        unrecorded = patching.faults_in_scope_without_record
-        recorded = (f"but {unrecorded} faults in scope have no record (--no-patch: one trap and one record per fault)"
-                    if unrecorded else "and every fault in scope still has its record")
-        notes.append(f"{patching.sites_patched} hot sites (counted per process) were patched after "
-                     f"{run.patch_after} traps: their counts are exact, {recorded}")
+    # The summary's counts are exact with patching: what it changes is the records, which only the
+    # JSON and `report` show. So the note says so there only, when records are missing, and counts
+    # the sites in scope (the patches of system libraries' sites are no concern of the report).
+    unrecorded = patching.faults_in_scope_without_record
+    patched_here = [s for s in result.sites if s.patched]
+    if patched_here and unrecorded:
+        result.agent = replace(result.agent, patching=replace(patching, note=(
+            f"{_plural(len(patched_here), 'hot site')} in scope were patched after {run.patch_after} "
+            f"traps: their counts are exact, but {_plural(unrecorded, 'fault')} in scope have no record "
+            "(--no-patch: one trap and one record per fault)")))
     result.notes = notes
     return result
 
@@ -688,10 +747,12 @@ def blind_spots(images: list[Image], in_scope: Callable[[Image], bool] = lambda 
     return out
 
 
-def _mark_patched(sites: list[Site], image: Image) -> int:
+def _mark_patched(sites: list[Site], image: Image, patch_after: int) -> int:
     """Sites the agent patched (issue 21): their count is exact, but only the faults that trapped
-    (the first patch_after, and any the trampoline sent back to the trap) have records. Returns
-    how many faults have none: they did not fall out of the ring (TraceResult's records_dropped)."""
+    (the first patch_after, and any the trampoline sent back to the trap) have records; a site
+    left trapping says why (the agent's refusal, or too few traps in this process to be patched:
+    issue 34). Returns how many faults have none: they did not fall out of the ring
+    (TraceResult.records_dropped)."""
     patched = {s.pc: s for s in image.sites if s.patched or s.flags & ab.SITE_PATCHED}
     refused = {p.pc: p.reason for p in image.patches if p.state == ab.PATCH_REFUSED}
     unrecorded = 0
@@ -703,6 +764,8 @@ def _mark_patched(sites: list[Site], image: Image) -> int:
             unrecorded += entry.patched
         elif site.loc.pc in refused:
             site.unpatchable = refused[site.loc.pc]  # why it traps at every fault
+        elif patch_after and site.count <= patch_after:
+            site.unpatchable = FEW_TRAPS
     return unrecorded
 
 

@@ -11,6 +11,7 @@ from enum import Enum
 from ..core.model import Access, Fault
 from ..core.target import SigInfo, Target
 from ..isa import arch as archmod
+from ..isa.costclass import classify, is_vector
 from ..isa.decode import Insn
 from .image import ProcessImage
 from .recorder import FaultRecorder
@@ -111,6 +112,8 @@ class FaultPath:
             insn=insn.text if insn is not None else None,
             policy=self.rules.policy.name,
             explained=explained,
+            cost=classify(insn, acc, arch.name),
+            vector=is_vector(insn),
         )
         self.recorder.add(fault)
         self.image.resolve(pc)  # named with the module map of the fault's own time

@@ -24,6 +24,7 @@ from ..agent import buffer as ab
 from ..core.model import Access, AccessKind
 from ..core.result import Record
 from ..isa.alignment import AcPolicy
+from ..isa.costclass import is_locked
 
 if TYPE_CHECKING:  # the decoder's tables (capstone) are imported at the first record explained: a
     from ..isa.insn import Insn, MemOperand  # run with no record in scope needs none (issue 34)
@@ -42,6 +43,7 @@ class Shape(NamedTuple):
     has_va: bool
     size: int | None
     access: str | None
+    cost: str | None = None  # the record's cost class (issue 33; core/cost.py)
 
 
 def _column(words: memoryview, word: int, rows: Sequence[int] | None) -> list[int]:
@@ -141,6 +143,7 @@ def explain(raw: bytes, decode: Callable[[int], Insn | None], policy: Any,
 
     va = [0] * n
     shape = [0] * n
+    locked: set[int] = set()
     groups: dict[int, list[int]] = {}
     distinct = list(dict.fromkeys(pcs))  # in order of first record
     if len(distinct) > 1:
@@ -151,6 +154,8 @@ def explain(raw: bytes, decode: Callable[[int], Insn | None], policy: Any,
         count = n if rows is None else len(rows)
         idx: Sequence[int] = range(n) if rows is None else rows
         insn = decode(pc)
+        if insn is not None and is_locked(insn):
+            locked.add(pc)
         if insn is None:
             none = shape_of(False, None, None)
             for i in idx:
@@ -196,7 +201,36 @@ def explain(raw: bytes, decode: Callable[[int], Insn | None], policy: Any,
         else:
             for i, v, sh in zip(rows, g_va, g_shape):
                 va[i], shape[i] = v, sh
-    return Explained(va, shape, shapes)
+    return _costed(Explained(va, shape, shapes), pcs, locked)
+
+
+def _costed(ex: Explained, pcs: Sequence[int], locked: set[int]) -> Explained:
+    """The same records, each shape split by the record's cost class (core/cost.py's cost_class,
+    written out: one comparison or two per record, no call)."""
+    from ..core.cost import INSIDE, LINE, LINE_SPLIT, PAGE, PAGE_SPLIT, SPLIT_LOCK, UNKNOWN
+
+    shapes: list[Shape] = []
+    ids: dict[tuple[int, str], int] = {}
+    sizes = [s.size if s.has_va else None for s in ex.shapes]
+    shape = []
+    for v, s, pc in zip(ex.va, ex.shape, pcs):
+        size = sizes[s]
+        if size is None or size <= 0:
+            cls = UNKNOWN
+        elif (v % LINE) + size <= LINE:
+            cls = INSIDE
+        elif pc in locked:
+            cls = SPLIT_LOCK
+        elif (v % PAGE) + size > PAGE:
+            cls = PAGE_SPLIT
+        else:
+            cls = LINE_SPLIT
+        got = ids.get((s, cls))
+        if got is None:
+            got = ids[(s, cls)] = len(shapes)
+            shapes.append(ex.shapes[s]._replace(cost=cls))
+        shape.append(got)
+    return Explained(ex.va, shape, shapes)
 
 
 # -- writing ---------------------------------------------------------------------------------------
@@ -252,15 +286,15 @@ class RecordTable(Sequence[Record]):
 
     def _record(self, i: int) -> Record:
         seq, time_ns, pc, pid, tid, cpu = _HEAD.unpack_from(self.raw, i * RECORD_SIZE)
-        has_va, size, access = self.shapes[self.shape[i]]
+        has_va, size, access, cost = self.shapes[self.shape[i]]
         return Record(self.seq[i] if self.seq is not None else seq, round(time_ns / 1e9 - self.started, 6),
                       None if cpu < 0 else cpu, pid, tid, pc, self.va[i] if has_va else None, size,
-                      None if access is None else AccessKind(access))
+                      None if access is None else AccessKind(access), cost=cost)
 
     def _json(self, i: int) -> dict[str, Any]:
         """The record's JSON object, as core/document.py writes a Record (the C writer's twin)."""
         seq, time_ns, pc, pid, tid, cpu = _HEAD.unpack_from(self.raw, i * RECORD_SIZE)
-        has_va, size, access = self.shapes[self.shape[i]]
+        has_va, size, access, cost = self.shapes[self.shape[i]]
         return {
             "seq": self.seq[i] if self.seq is not None else seq,
             "time": round(time_ns / 1e9 - self.started, 6),
@@ -271,6 +305,7 @@ class RecordTable(Sequence[Record]):
             "va": f"{self.va[i]:#x}" if has_va else None,
             "size": size,
             "access": access,
+            **({"class": cost} if cost is not None else {}),
         }
 
     @overload
@@ -348,7 +383,9 @@ class RecordTable(Sequence[Record]):
         shape = array("I", self.shape)
         seq = array("Q", self.seq) if self.seq is not None else None
         pre_texts = [b', "va": ' for _ in self.shapes]
-        post_texts = [(f', "size": {json.dumps(s.size)}, "access": {json.dumps(s.access)}}}').encode() for s in self.shapes]
+        post_texts = [(f', "size": {json.dumps(s.size)}, "access": {json.dumps(s.access)}'
+                       + (f', "class": {json.dumps(s.cost)}' if s.cost is not None else "") + "}").encode()
+                      for s in self.shapes]
         pre = (ctypes.c_char_p * len(self.shapes))(*pre_texts)
         post = (ctypes.c_char_p * len(self.shapes))(*post_texts)
         has_va = bytes(1 if s.has_va else 0 for s in self.shapes)

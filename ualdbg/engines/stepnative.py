@@ -18,12 +18,14 @@ from typing import Any
 from .. import __version__
 from ..agent import rundir
 from ..ci.gate import EXIT_ERROR, EXIT_TOOL
+from ..core.cost import cost_class, split_counts
 from ..core.model import Access, AccessKind, Fault
 from ..core.result import ProgramInfo, TraceResult, sites_of
 from ..core.sections import NativeStep, SteppedScope
 from ..core.trace import TraceBuffer
 from ..isa.alignment import Policy, policy_by_name
 from ..isa.arch.x86_64 import register_slice
+from ..isa.costclass import is_locked, is_vector
 from ..isa.decode import Insn, MemOperand, decoder_for
 from ..stepper.build import BuildError, build
 from ..symbols.maps import ModuleMap
@@ -52,10 +54,10 @@ _SEG = {None: 0, "fs": 1, "gs": 2}
 _OP = struct.Struct("<qbBBbBBBBBBbBBBHHHI")
 _RECIPE_HEAD = struct.Struct("<QBBBBI")
 _HEADER = struct.Struct("<16Q256s")
-_SITE = struct.Struct("<QQI4H")
+_SITE = struct.Struct("<QQI4HQQ")  # pc, count, kinds, sizes, line splits, page splits
 _RECORD = struct.Struct("<QQQQIIHBBI")
 _MAGIC = 0x31706574736C6175
-assert _OP.size == 32 and _SITE.size == 28 and _RECORD.size == 48
+assert _OP.size == 32 and _SITE.size == 44 and _RECORD.size == 48
 
 
 class StepUnavailable(Exception):
@@ -501,7 +503,7 @@ def _result(run: StepRun, driver: _Driver, data: bytes, started: float, ended: f
         return user_scope.includes(module, mm.is_system(module)), module.name
 
     inside: dict[int, bool] = {}
-    for pc, count, kinds, *sizes in sites:
+    for pc, count, kinds, *sizes, line_splits, page_splits in sites:
         ok, name = counted(pc)
         inside[pc] = ok
         if not ok:
@@ -510,6 +512,8 @@ def _result(run: StepRun, driver: _Driver, data: bytes, started: float, ended: f
         insn = driver.insns.get(pc)
         counter = buf.count_site(pc, count, insn.text if insn is not None else None)
         counter.sizes.update(s for s in sizes if s)
+        counter.classes = split_counts(count, line_splits, page_splits, is_locked(insn))
+        counter.vector = is_vector(insn)
         for bit, kind in _KIND_BACK.items():
             if kinds >> bit & 1:
                 counter.access = kind if counter.access is None else counter.access.merge(kind)
@@ -519,7 +523,8 @@ def _result(run: StepRun, driver: _Driver, data: bytes, started: float, ended: f
         insn = driver.insns.get(pc)
         buf.records.append(Fault(seq=seq, time=max(0.0, time_ns / 1e9 - started), pid=pid, tid=tid,
                                  cpu=None if rcpu == 255 else rcpu, pc=pc, va=va, size=size, access=_KIND_BACK[kind],
-                                 insn=insn.text if insn is not None else None, policy=driver.policy.name))
+                                 insn=insn.text if insn is not None else None, policy=driver.policy.name,
+                                 cost=cost_class(va, size, is_locked(insn)), vector=is_vector(insn)))
     program = ProgramInfo(path=run.program[0], args=list(run.program[1:]), pid=driver.pid,
                           exit_status=exit_status, exit_signal=exit_signal)
     result = TraceResult.of_buffer(

@@ -22,6 +22,7 @@ __all__ = [
     "ac_class",
     "ac_rules",
     "cpu_identity",
+    "cpu_key",
     "CachelinePolicy",
     "NaturalPolicy",
     "PagePolicy",
@@ -173,7 +174,7 @@ def cpu_identity(cpuinfo: str | None = None) -> dict[str, str]:
     return {k: fields.get(v, "?") for k, v in wanted.items()}
 
 
-def _cpu_key(cpu: Mapping[str, str]) -> str:
+def cpu_key(cpu: Mapping[str, str]) -> str:
     raw = "-".join(cpu[k] for k in ("vendor", "family", "model", "stepping", "microcode"))
     return re.sub(r"[^A-Za-z0-9.]+", "_", raw)
 
@@ -219,7 +220,7 @@ def measure_ac_rules(cache_dir: Path | None = None, refresh: bool = False) -> Ac
         exe = build_probe(cache_dir)
     except BuildError as exc:
         raise ProbeError(str(exc)) from None
-    table = exe.parent / f"table-{_cpu_key(cpu)}.json"
+    table = exe.parent / f"table-{cpu_key(cpu)}.json"
     label = f"{cpu['name']} ({cpu['vendor']} family {cpu['family']} model {cpu['model']} stepping {cpu['stepping']}" \
             f" microcode {cpu['microcode']})"
     if not refresh:

@@ -42,6 +42,8 @@ def fault_report(fault: Fault, loc: SourceLoc, source_text: str | None = None, d
     access = fault.access.value if fault.access else "access"
     where = _loc_line(loc)
     lines.append(f"  {size} {access}, {where}" + (f"  [thread {fault.tid}]" if fault.tid != fault.pid else ""))
+    if fault.cost is not None:  # what it costs (issue 33)
+        lines.append(f"  cost: {fault.cost}{' (vector)' if fault.vector else ''}: {COST_TEXT.get(fault.cost, fault.cost)}")
     for frame in loc.inlined_from:
         at = f"{frame.file}:{frame.line}" if frame.file else "?"
         lines.append(f"  inlined into {frame.function} at {at}")
@@ -69,3 +71,10 @@ def break_text(report: FaultReport | None, color: bool) -> str | None:
         return None
     return to_text(fault_report(report.fault, report.loc, report.source_text, report.data,
                                 checked_before=report.checked_before), color=color)
+
+
+COST_TEXT = {"inside-line": "inside one 64-byte line (almost free on x86)",
+             "line-split": "spans two 64-byte lines (a second access)",
+             "page-split": "spans two 4 KiB pages (a second access and page walk)",
+             "split-lock": "a locked instruction across two lines: a bus lock for every core (Linux may slow or kill it)",
+             "traps": "a trap on this CPU", "unknown": "address or size not known"}

@@ -9,7 +9,9 @@ from typing import IO, Any
 
 from ..ci.baseline import fingerprint, module_paths, site_key
 from ..core.advice import advice_by_pc, vas_by_pc
+from ..core.cost import INSIDE, SPLIT_LOCK, classes_json
 from ..core.document import blind_json, data_json
+from ..core.model import AccessKind
 from ..core.result import TraceResult
 from .formats import Context
 
@@ -44,6 +46,24 @@ def invocation(result: TraceResult, exit_code: int | None = None) -> dict[str, A
     return out
 
 
+def sarif_level(classes: dict[str, int] | None) -> str:
+    """A site's level by what its accesses cost (issue 33): a split lock is an error, a line or
+    page split (or a trap on a strict CPU, or a class not known) a warning, the rest (inside a
+    line: almost free on x86) a note; a site without classes stays a warning, as before."""
+    if not classes:
+        return "warning"
+    have = {c for c, n in classes.items() if n}
+    if SPLIT_LOCK in have:
+        return "error"
+    return "note" if have <= {INSIDE} else "warning"
+
+
+def _accesses(access: AccessKind | None, n: int) -> str:
+    """`read`, `3 writes`' noun: `reads`, `read-writes`, `accesses` (not "reades")."""
+    word = access.value if access else "access"
+    return word if n == 1 else word + ("es" if word.endswith("ss") else "s")
+
+
 def _hex(v: int | None) -> str | None:
     return None if v is None else f"{v:#x}"
 
@@ -60,22 +80,26 @@ def build_sarif(trace: TraceResult, *, srcroot: str | None = None, exit_code: in
         pc = f"{s.pc:#x}"
         sizes = "/".join(str(x) for x in sorted(s.sizes)) or "?"
         where = f"{loc.function}+{_hex(loc.function_offset)}" if loc.function else (loc.module_name or pc)
-        text = (f"{s.count} unaligned {sizes}-byte {s.access.value if s.access else 'access'}"
-                f"{'es' if s.count != 1 else ''} at PC {pc} ({where})"
+        text = (f"{s.count} unaligned {sizes}-byte {_accesses(s.access, s.count)}"
+                f" at PC {pc} ({where})"
                 + (f", e.g. virtual address {va:#x}" if va is not None else ""))
         data, fix = s.data, advice.get(s.pc)
         if data is not None:  # what the data is and the fix that fits (issue 9)
             text += f". Data: {data.text or 'unknown'}" + (f", via {data.via.path}" if data.via is not None else "")
         if fix:
             text += f". Fix ({fix.remedy}): {fix.text}"
+        classes = classes_json(s.classes) if s.classes else None
+        if classes:  # what it costs on x86 (issue 33)
+            text += ". Cost: " + ", ".join(f"{n} {c}" for c, n in classes.items()) + (" (vector)" if s.vector else "")
         result: dict[str, Any] = {
             "ruleId": RULE_ID,
-            "level": "warning",
+            "level": sarif_level(classes),
             "message": {"text": text},
             # The baseline's key (module, function, line; or the instruction's bytes): stable across
             # rebuilds and runs, so code scanning tracks one site as one alert.
             "partialFingerprints": {"ualdbgSite/v1": fingerprint(site_key(s, paths, arch))},
             "properties": {"count": s.count, "pc": pc, "module": loc.module_name, "offset": _hex(loc.offset),
+                           **({"classes": classes, "vector": s.vector} if classes else {}),
                            **({"data": data_json(data)} if data is not None else {}),
                            **({"advice": fix.to_json()} if fix else {})},
         }

@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..ci.costfilter import absorb_classes
+from ..core.cost import CostTable, classes_json, rank_by_time
 from ..core.model import AccessKind
-from ..core.result import Site, TraceResult
+from ..core.result import ProgramInfo, Site, TraceResult
 from .console import shown
 
 if TYPE_CHECKING:  # rich is imported by the tables that need it: a run with nothing to tabulate prints
@@ -39,6 +41,7 @@ def group_sites(sites: list[Site], by: str) -> list[Site]:
             groups[k] = replace(s, sizes=set(s.sizes))
             continue
         g.count += s.count
+        absorb_classes(g, s)
         g.sizes = g.sizes | s.sizes
         if g.access != s.access:
             g.access = AccessKind.READ_WRITE if g.access and s.access else (g.access or s.access)
@@ -86,11 +89,43 @@ def header(result: TraceResult) -> str:
     if result.partial:
         status += f"; PARTIAL: interrupted by {result.interrupted_by or 'a signal'}"
     if result.merged:
-        status += f"; {result.merged} runs merged"
+        status += f"; {result.merged} run{'s' if result.merged != 1 else ''} merged"
     return shown(
-        f"Unaligned accesses in {shown(prog.path or 'the program')}{status}\n"
+        f"Unaligned accesses in {programs_named(result)}{status}\n"
         f"  {total} in scope ({result.scope}), {ignored} ignored elsewhere\n"
         f"  {dur:.3f} s, {rate:,.0f}/s; engine {result.engine} {via}; {ring}", newlines=True)
+
+
+def _names(paths: list[str], most: int = 3) -> str:
+    """`a, b and c`, `a, b, c and 4 more`: each program once, in order."""
+    seen = list(dict.fromkeys(shown(p) for p in paths))
+    if len(seen) > most:
+        return f"{', '.join(seen[:most])} and {len(seen) - most} more"
+    return seen[0] if len(seen) == 1 else f"{', '.join(seen[:-1])} and {seen[-1]}"
+
+
+def programs_named(result: TraceResult) -> str:
+    """Whose accesses the report counts: every program of a merged trace (not only the first
+    run's); the programs that faulted when the one named on the command line did not (a driver
+    such as make or a shell: `check -- make check`); else the program."""
+    prog: ProgramInfo = result.program
+    path = prog.path or "the program"
+    run_paths = [r.program.path for r in result.runs or [] if isinstance(r.program.path, str)]
+    if run_paths:
+        return _names(run_paths)
+    procs = [p for p in result.processes or [] if isinstance(p.path, str)]
+    root = next((p for p in procs if p.pid == prog.pid), None)
+    faulted = [p.path for p in procs if p is not root and p.faults_total and p.path is not None]
+    if faulted and (root is None or not root.faults_total):
+        return f"{_names(faulted)} (run by {shown(path)})"
+    return shown(path)
+
+
+def patch_note(result: TraceResult) -> str | None:
+    """The agent's note that patched sites left faults without a record (engines/agent.py), for
+    where the records are shown or written."""
+    note = result.agent.patching.note if result.agent is not None else None
+    return shown(note) if isinstance(note, str) else None
 
 
 def blind_lines(result: TraceResult) -> list[str]:
@@ -102,7 +137,34 @@ def blind_lines(result: TraceResult) -> list[str]:
         f"  not seen: {shown(b.text or b.kind)}" for b in spots]
 
 
-def summary_table(result: TraceResult, by: str = "pc") -> Table | Group:
+_SHORT = {"inside-line": "in line", "line-split": "line split", "page-split": "page split",
+          "split-lock": "SPLIT LOCK", "traps": "traps", "unknown": "unknown"}
+
+
+def cost_cell(site: Site) -> str:
+    """`3 in line, 5 line split, 7 page split; vector` (issue 33), `?` without classes."""
+    if not site.classes:
+        return "?"
+    text = ", ".join(f"{n} {_SHORT.get(c, c)}" for c, n in classes_json(site.classes).items() if n)
+    return text + ("; vector" if site.vector else "")
+
+
+def _ns(ns: float) -> str:
+    return f"{ns / 1e6:,.3f} ms" if ns >= 1e6 else f"{ns / 1e3:,.2f} us" if ns >= 1e3 else f"{ns:,.1f} ns"
+
+
+def cost_lines(costs: CostTable) -> list[str]:
+    """What the estimate column is and how its prices were measured."""
+    prices = ", ".join(f"{c} {v:.2f}" for c, v in costs.ns.items())
+    return [f"est. extra: an ESTIMATE of the time the misalignment cost, count x the extra ns per access over an "
+            f"aligned one ({prices}), {costs.how}" + (f"; {costs.note}" if costs.note else "")]
+
+
+def summary_table(result: TraceResult, by: str = "pc", costs: CostTable | None = None,
+                  limit: int | None = None) -> Table | Group:
+    """Counts per site or group, hottest first; with `costs` (the cost probe's prices, issue 33)
+    ranked by the estimated extra time instead, in a column of its own; `limit`: the first N rows
+    only, and a line saying how many were left out."""
     from rich import box
     from rich.console import Group
     from rich.table import Table
@@ -111,6 +173,15 @@ def summary_table(result: TraceResult, by: str = "pc") -> Table | Group:
     from .advice import data_advice_table
 
     sites = group_sites(result.sites, by)
+    classed = any(s.classes for s in sites)
+    estimates: dict[int, float | None] = {}
+    if costs is not None and classed:
+        ranked = rank_by_time(sites, costs)
+        sites = [s for s, _t in ranked]
+        estimates = {id(s): t for s, t in ranked}
+    left_out = len(sites) - limit if limit and len(sites) > limit else 0
+    if limit and left_out:
+        sites = sites[:limit]
     total = result.faults_total or 1
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     # overflow="fold": on a narrow terminal a cell wraps; an address cut to "0x5555…" is useless.
@@ -125,6 +196,10 @@ def summary_table(result: TraceResult, by: str = "pc") -> Table | Group:
         table.add_column("source", overflow="fold")
     table.add_column("size", overflow="fold")
     table.add_column("access", overflow="fold")
+    if classed:
+        table.add_column("cost class", overflow="fold")
+    if estimates:
+        table.add_column("est. extra", justify="right", overflow="fold")
     for s in sites:
         row = [str(s.count), f"{100.0 * s.count / total:.1f}%"]
         if by == "pc":
@@ -138,9 +213,23 @@ def summary_table(result: TraceResult, by: str = "pc") -> Table | Group:
             row.append(_source(s))
         row.append(",".join(str(x) for x in sorted(s.sizes)) or "?")
         row.append(s.access.value if s.access else "?")
+        if classed:
+            row.append(cost_cell(s))
+        if estimates:
+            t = estimates.get(id(s))
+            row.append("?" if t is None else _ns(t))
         table.add_row(*[Text(shown(x, newlines=True)) for x in row])
-    extra = data_advice_table(result) if by == "pc" else None  # what the data is, and the fix (issue 9)
-    return table if extra is None else Group(table, extra)
+    parts: list[Any] = [table]
+    if limit and left_out:
+        rows = ("site" if by == "pc" else by) + ("s" if limit != 1 else "")
+        parts.append(Text(f"the first {limit:,} {rows} of {limit + left_out:,} shown (--limit N; --limit 0 shows all)"))
+    if estimates and costs is not None:
+        parts += [Text(shown(line)) for line in cost_lines(costs)]
+    # what the data is, and the fix (issue 9), for the sites shown
+    extra = data_advice_table(result, {s.pc for s in sites} if left_out else None) if by == "pc" else None
+    if extra is not None:
+        parts.append(extra)
+    return table if len(parts) == 1 else Group(*parts)
 
 
 def _with_data(source: str, data: str) -> str:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import IO, Any
 
+from ..core.cost import CostTable
 from ..core.result import TraceResult
 from .console import make_console
 from .formats import Context
-from .tables import blind_lines, header, summary_table
+from .tables import blind_lines, header, patch_note, summary_table
 
 
 def per_program(result: TraceResult) -> str | None:
@@ -29,15 +30,20 @@ def per_program(result: TraceResult) -> str | None:
     return "\n".join(lines)
 
 
-def report_items(result: TraceResult, by: str = "pc", *, programs: bool = True) -> list[Any]:
-    """The report's parts in order: lines of text and rich tables (a console prints them)."""
+def report_items(result: TraceResult, by: str = "pc", *, programs: bool = True, costs: CostTable | None = None,
+                 records_written: bool = False) -> list[Any]:
+    """The report's parts in order: lines of text and rich tables (a console prints them).
+    `costs`: the prices the summary ranks by (isa/costclass.costs_for); `records_written`: the
+    records go to a file too, so the agent's note that some faults have none is said (issue 31)."""
     items: list[Any] = [header(result)]
     if result.sites:
-        items.append(summary_table(result, by))
+        items.append(summary_table(result, by, costs))
     text = per_program(result) if programs else None
     if text:
         items.append(text)
     items += [f"note: {note}" for note in result.notes or []]
+    if records_written and patch_note(result):
+        items.append(f"note: {patch_note(result)}")
     items += blind_lines(result)
     return items
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -17,20 +18,21 @@ from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry, LocationExpr, LocationParser
 
 from ualdbg.core.dataref import DataRef, Via
+from ualdbg.symbols.cfi import FrameRules
+from ualdbg.symbols.dietree import DieTree
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, Unit
 from ualdbg.symbols.dwarfindex import children as die_children
-from ualdbg.symbols.elfindex import ElfIndex, elf_index
+from ualdbg.symbols.elfindex import ElfIndex, elf_index, symbol_entries
+from ualdbg.symbols.globalvars import FixedAddressIndex, GlobalsNear, SectionFloor
 from ualdbg.symbols.intervals import IntervalTable
 from ualdbg.symbols.layout import (
     AGGREGATES,
     POINTERS,
-    X86_64_REGS,
     Evaluator,
     Layouts,
     Location,
     Unreadable,
     decl_pos,
-    dwarf_reg,
     name_of,
     origin,
     ref,
@@ -41,7 +43,8 @@ from ualdbg.symbols.maps import ModuleMap
 _SCOPES = frozenset({"DW_TAG_lexical_block", "DW_TAG_inlined_subroutine", "DW_TAG_try_block", "DW_TAG_catch_block"})
 _VARS = frozenset({"DW_TAG_variable", "DW_TAG_formal_parameter"})
 _NEAR = 1 << 16
-_CALLEE_SAVED = ("rbx", "rbp", "r12", "r13", "r14", "r15")
+_STT_OBJECT, _STT_COMMON, _STB_GLOBAL, _STB_WEAK = 1, 5, 1, 2
+_SHN_UNDEF, _SHN_ABS = 0, 0xFFF1
 _MAX_FRAMES = 32  # a scalar pointer names `p[i]` only within this many bytes past it
 
 
@@ -71,6 +74,8 @@ class ModuleData:
         self.units: dict[int, Unit] = {}
         self._dies: dict[int, DIE] = {}
         self.common_decl: dict[str, tuple[str | None, int | None]] = {}  # "COMMON /data/" -> file, line
+        self._locations: dict[int, Any] = {}
+        self._scopes: dict[int, list[tuple[str, DIE, list[DIE]]]] = {}
 
     @property
     def dwarf(self) -> DwarfIndex | None:
@@ -101,7 +106,8 @@ class ModuleData:
     @cached_property
     def globals(self) -> IntervalTable[GlobalVar]:
         """Variables at fixed addresses: DWARF first (named, typed, with declaration lines),
-        then data symbols of .symtab/.dynsym the DWARF does not cover."""
+        then data symbols of .symtab/.dynsym the DWARF does not cover. It walks every DIE of the
+        module: a site is named by `global_at`, which answers alike from the DIEs near it."""
         items: dict[int, tuple[int, int, GlobalVar]] = {}
         for var in self.dwarf_vars:
             # A COMMON block is described again in every routine that declares it: keep the first.
@@ -120,43 +126,61 @@ class ModuleData:
         return list(seen.values())
 
     def _dwarf_globals(self) -> Iterator[GlobalVar]:
-        dwarf = self.dwarf
-        if dwarf is None:
+        if self.dwarf is None:
             return
         try:
             for _cu, die, parents in self._iter_dies():
-                if die.tag != "DW_TAG_variable" or "DW_AT_location" not in die.attributes:
-                    continue
-                loc = die.attributes["DW_AT_location"]
-                if loc.form not in ("DW_FORM_exprloc", "DW_FORM_block1") or not loc.value or loc.value[0] != 0x03:
-                    continue
-                expr = bytes(loc.value)
-                if len(expr) != 9:  # DW_OP_addr alone (TLS and computed locations are not fixed)
-                    continue
-                start = struct.unpack_from("<Q", expr, 1)[0]
-                src = origin(die)
-                name = name_of(src) or name_of(die)
-                if name is None or start == 0:
-                    continue
-                tdie = ref(src, "DW_AT_type") or ref(die, "DW_AT_type")
-                tinfo = self.layouts.info(tdie)
-                parent = parents[-1] if parents else None
-                container: str | None
-                if parent is not None and parent.tag == "DW_TAG_common_block":
-                    kind, container = "common", f"COMMON /{name_of(parent) or ''}/"
-                    self.common_decl.setdefault(container, decl_pos(dwarf, parent, self.units))
-                else:
-                    func = next((p for p in reversed(parents) if p.tag == "DW_TAG_subprogram"), None)
-                    if func is not None:
-                        kind, container = "static", name_of(origin(func))
-                    else:
-                        external = "DW_AT_external" in src.attributes or "DW_AT_external" in die.attributes
-                        kind, container = ("global" if external else "static"), None
-                file, line = decl_pos(dwarf, die, self.units)
-                self._dies[die.offset] = die
-                yield GlobalVar(name, start, tinfo.size or 0, kind, container, die.offset, file, line, tinfo.name)
+                var = self._global_var(die, parents)
+                if var is not None:
+                    yield var
         except DWARF_ERRORS:
             return
+
+    def _global_var(self, die: DIE, parents: list[DIE]) -> GlobalVar | None:
+        """The variable a DIE describes at a fixed address (a location that is DW_OP_addr alone),
+        given its ancestors below the unit's top DIE, outermost first; None for any other DIE."""
+        dwarf = self.dwarf
+        if dwarf is None or die.tag != "DW_TAG_variable" or "DW_AT_location" not in die.attributes:
+            return None
+        loc = die.attributes["DW_AT_location"]
+        if loc.form not in ("DW_FORM_exprloc", "DW_FORM_block1") or not loc.value or loc.value[0] != 0x03:
+            return None
+        expr = bytes(loc.value)
+        if len(expr) != 9:  # DW_OP_addr alone (TLS and computed locations are not fixed)
+            return None
+        start = struct.unpack_from("<Q", expr, 1)[0]
+        src = origin(die)
+        name = name_of(src) or name_of(die)
+        if name is None or start == 0:
+            return None
+        tdie = ref(src, "DW_AT_type") or ref(die, "DW_AT_type")
+        tinfo = self.layouts.info(tdie)
+        parent = parents[-1] if parents else None
+        container: str | None
+        if parent is not None and parent.tag == "DW_TAG_common_block":
+            kind, container = "common", f"COMMON /{name_of(parent) or ''}/"
+            self.common_decl.setdefault(container, decl_pos(dwarf, parent, self.units))
+        else:
+            func = next((p for p in reversed(parents) if p.tag == "DW_TAG_subprogram"), None)
+            if func is not None:
+                kind, container = "static", name_of(origin(func))
+            else:
+                external = "DW_AT_external" in src.attributes or "DW_AT_external" in die.attributes
+                kind, container = ("global" if external else "static"), None
+        file, line = decl_pos(dwarf, die, self.units)
+        self._dies[die.offset] = die
+        return GlobalVar(name, start, tinfo.size or 0, kind, container, die.offset, file, line, tinfo.name)
+
+    def global_at(self, addr: int) -> GlobalVar | None:
+        """`globals.find(addr)` without the walk of the whole DWARF: the DWARF variables near
+        `addr` only (globalvars.py), then the data symbols around it that no variable covers."""
+        return self._globals_near.find(addr)  # type: ignore[no-any-return]
+
+    @cached_property
+    def _globals_near(self) -> GlobalsNear:
+        floor = SectionFloor(self.index.elf)
+        fixed = FixedAddressIndex(self._tree, self._global_var, floor) if self.dwarf is not None else None
+        return GlobalsNear(fixed, self.symbols, floor)
 
     @cached_property
     def symbol_table(self) -> IntervalTable[GlobalVar]:
@@ -164,24 +188,19 @@ class ModuleData:
 
     @cached_property
     def symbols(self) -> list[GlobalVar]:
-        """Data objects of the symbol tables (functions are ElfIndex's business)."""
+        """Data objects of the symbol tables (functions are ElfIndex's business), by address;
+        at an address with several, the first the tables list."""
         out: dict[int, GlobalVar] = {}
-        for elf in self.index.symbol_sources():
-            for section in elf.iter_sections():
-                if section["sh_type"] not in ("SHT_SYMTAB", "SHT_DYNSYM"):
-                    continue
-                try:
-                    for sym in section.iter_symbols():  # type: ignore[attr-defined]
-                        info = sym["st_info"]
-                        if info["type"] not in ("STT_OBJECT", "STT_COMMON") or sym["st_shndx"] in ("SHN_UNDEF", "SHN_ABS"):
-                            continue
-                        value, size = sym["st_value"], sym["st_size"]
-                        if value == 0 or value in out:
-                            continue
-                        kind = "global" if info["bind"] in ("STB_GLOBAL", "STB_WEAK") else "static"
-                        out[value] = GlobalVar(sym.name, value, size, kind, None, None, None, None, None)
-                except DWARF_ERRORS:
-                    continue
+        with suppress(*DWARF_ERRORS):  # section headers pyelftools cannot read: the symbols before
+            for elf in self.index.symbol_sources():
+                for raw, value, size, info, shndx in symbol_entries(elf):
+                    if info & 0xF not in (_STT_OBJECT, _STT_COMMON) or shndx in (_SHN_UNDEF, _SHN_ABS):
+                        continue
+                    if value == 0 or value in out:
+                        continue
+                    kind = "global" if info >> 4 in (_STB_GLOBAL, _STB_WEAK) else "static"
+                    name = raw.decode("utf-8", "replace")  # as pyelftools decodes symbol names
+                    out[value] = GlobalVar(name, value, size, kind, None, None, None, None, None)
         return sorted(out.values(), key=lambda g: g.start)
 
     @cached_property
@@ -217,6 +236,11 @@ class ModuleData:
     def scopes_at(self, pc: int) -> list[tuple[str, DIE, list[DIE]]]:
         """(function name, scope DIE, its variables) from the function containing the link-time
         PC inward: the function, then its blocks and inlined helpers covering the PC."""
+        if pc not in self._scopes:
+            self._scopes[pc] = self._scopes_at(pc)
+        return self._scopes[pc]
+
+    def _scopes_at(self, pc: int) -> list[tuple[str, DIE, list[DIE]]]:
         dwarf = self.dwarf
         offset = self._units_by_pc.find(pc)
         if dwarf is None or offset is None:
@@ -232,7 +256,9 @@ class ModuleData:
             func_name: str = "?"
             while level is not None:
                 nxt = None
-                for child in die_children(level):
+                # Outside functions, only the children that can hold the PC are read (the unit's
+                # top level is most of a big unit); inside, the function's own DIEs.
+                for child in self._outer_children(cu, level, pc) if not out else die_children(level):
                     if child.tag in ("DW_TAG_namespace", "DW_TAG_module") and out == []:
                         if any(covers(c) for c in die_children(child) if c.tag == "DW_TAG_subprogram"):
                             nxt = child
@@ -256,6 +282,23 @@ class ModuleData:
             return out
         return out
 
+    def _outer_children(self, cu: CompileUnit, level: DIE, pc: int) -> Iterator[DIE]:
+        """The children of the unit's top DIE (or of a namespace or module in it) that may be or
+        hold the function containing `pc`, in order: the functions with code there and the
+        namespaces and modules with such a function among their own children (dietree.py),
+        not the whole top level of the unit."""
+        holders = self.index.code_holders
+        found = holders.children_holding(cu, level, pc, nested=False) if holders is not None else None
+        yield from die_children(level) if found is None else found
+
+    @cached_property
+    def _tree(self) -> DieTree:
+        holders = self.index.code_holders
+        if holders is not None:
+            return holders.tree  # the shapes the resolver read already
+        assert self.dwarf is not None
+        return DieTree(self.dwarf.dwarfinfo)
+
     @cached_property
     def _locparser(self) -> LocationParser | None:
         dwarf = self.dwarf
@@ -272,9 +315,15 @@ class ModuleData:
         parser = self._locparser
         if attr is None or parser is None:
             return None
-        try:
-            loc = parser.parse_from_attribute(attr, die.cu["version"], die)
-        except DWARF_ERRORS:
+        # Parsed once per variable: a site's frame is read several times (the pointer it went
+        # through, the local it is, its callers).
+        if die.offset not in self._locations:
+            try:
+                self._locations[die.offset] = parser.parse_from_attribute(attr, die.cu["version"], die)
+            except DWARF_ERRORS:
+                self._locations[die.offset] = None
+        loc = self._locations[die.offset]
+        if loc is None:
             return None
         if isinstance(loc, LocationExpr):
             return list(loc.loc_expr)
@@ -291,58 +340,15 @@ class ModuleData:
         return None
 
     @cached_property
-    def _cfi(self) -> IntervalTable[Any]:
-        """CFA rules from .eh_frame (or .debug_frame): link-time PC -> (register, offset)."""
-        items: list[tuple[int, int, Any]] = []
-        try:
-            info = self.index.elf.get_dwarf_info(follow_links=False)
-            entries = info.EH_CFI_entries() if info.has_EH_CFI() else (info.CFI_entries() if info.has_CFI() else [])
-            for entry in entries:
-                if type(entry).__name__ != "FDE":
-                    continue
-                start, length = entry["initial_location"], entry["address_range"]  # type: ignore[index]
-                rows = entry.get_decoded().table  # type: ignore[union-attr]
-                for i, row in enumerate(rows):
-                    end = rows[i + 1]["pc"] if i + 1 < len(rows) else start + length
-                    cfa = row["cfa"]
-                    if cfa.expr is None:
-                        saved = {r: rule.arg for r, rule in row.items()
-                                 if isinstance(r, int) and getattr(rule, "type", None) == "OFFSET"}
-                        items.append((row["pc"], end, (cfa.reg, cfa.offset, saved)))
-        except DWARF_ERRORS:
-            pass
-        return IntervalTable(items)
+    def frame_rules(self) -> FrameRules:
+        """The module's CFA rules: what unwinds a frame to its caller's (symbols/cfi.py)."""
+        return FrameRules(self.index.elf)
 
     def unwind(self, pc: int, regs: Mapping[str, int], read_memory: Callable[[int, int], bytes]) -> dict[str, int] | None:
-        """The caller's registers from the CFI row at a link-time PC: rsp = CFA, rip = the return
-        address, the callee-saved registers the row says were saved; the caller-saved ones are
-        unknown in the caller (left out, so no location is computed from them)."""
-        rule = self._cfi.find(pc)
-        if rule is None:
-            return None
-        try:
-            cfa = dwarf_reg(regs, rule[0]) + rule[1]
-            out = {name: regs[name] for name in _CALLEE_SAVED if name in regs}
-            for reg, off in rule[2].items():
-                value = int.from_bytes(read_memory(cfa + off, 8), "little")
-                if reg == 16:
-                    out["rip"] = value
-                elif reg < len(X86_64_REGS):
-                    out[X86_64_REGS[reg]] = value
-        except Exception:  # a register or the stack cannot be read: no caller frame
-            return None
-        out["rsp"] = cfa
-        return out if out.get("rip") else None
+        return self.frame_rules.unwind(pc, regs, read_memory)
 
     def cfa(self, pc: int, regs: Mapping[str, int], bias: int) -> int | None:
-        rule = self._cfi.find(pc)
-        if rule is None:
-            return None
-        try:
-            return dwarf_reg(regs, rule[0]) + rule[1]
-        except Unreadable:
-            return None
-
+        return self.frame_rules.cfa(pc, regs)
 
 _MODULES: dict[int, ModuleData] = {}
 
@@ -371,8 +377,37 @@ class Frame:
     thread_sps: Mapping[int, int] | None = None
 
 
-def _hexoff(n: int) -> str:
-    return f"+{n}" if n < 4096 else f"+{n:#x}"
+# Offsets are decimal bytes everywhere in a data description (`r2[3]+2`, `[heap]+673`, file
+# offset 4099); addresses are hex.
+_MAX_CHUNKS = 1 << 16  # heap chunks walked to find a block: a bounded cost at a fault
+_HEAP_READ = 32 << 20  # bytes of heap read at once to walk it (larger: a word at a time)
+
+
+def _heap_block(va: int, start: int, end: int, read_memory: Callable[[int, int], bytes]) -> tuple[int, int, bool] | None:
+    """The glibc malloc block holding `va` in the main arena's [heap] (start, usable size, in
+    use), by walking its chunks from the mapping's start: each chunk's size field (flags in the
+    low 3 bits) is 8 bytes in, its memory 16 bytes in, and a chunk is in use when the next one's
+    PREV_INUSE bit says so. None when the walk does not make sense (another allocator)."""
+    # One read of the heap up to the address (a debugger's memory read costs a round trip each)
+    span = min(end, va + 4096) - start
+    image = read_memory(start, span) if span <= _HEAP_READ else b""
+
+    def word(at: int) -> int:
+        off = at - start
+        raw = image[off:off + 8] if 0 <= off and off + 8 <= len(image) else read_memory(at, 8)
+        return int.from_bytes(raw, "little")
+
+    chunk = start
+    for _ in range(_MAX_CHUNKS):
+        size = word(chunk + 8) & ~7
+        if size < 32 or size % 16 or chunk + size > end:
+            return None
+        if chunk + 16 <= va < chunk + size + 8:  # a block's usable bytes run into the next chunk's first word
+            nxt = chunk + size
+            in_use = nxt + 16 > end or bool(word(nxt + 8) & 1)
+            return chunk + 16, size - 8, in_use
+        chunk += size
+    return None
 
 
 def describe(va: int, modules: ModuleMap | None, frame: Frame | None = None, *,
@@ -413,7 +448,7 @@ def _in_module(va: int, modules: ModuleMap, index_for: Callable[[str], ElfIndex 
     # A system library's DWARF (glibc's debug file: 27 s of pyelftools) is not read in the fault
     # path: its data is named by the symbol table.
     system = modules.is_system(module)
-    var = md.symbol_table.find(link) if system else md.globals.find(link)
+    var = md.symbol_table.find(link) if system else md.global_at(link)
     if var is None:
         section = md.section_of(link)
         where = f"{module.name}+{link:#x}" + (f" ({section})" if section else "")
@@ -450,8 +485,24 @@ def _in_mapping(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[
     off = va - m.start
     sp = _reg(frame.regs, "rsp")
     if m.path == "[heap]":
-        return DataRef("heap", f"heap{_hexoff(off)} past its start (malloc'd memory)", va, mapping=m.path, mapping_offset=off)
+        block = None
+        if frame.read_memory is not None:
+            try:
+                block = _heap_block(va, m.start, m.end, frame.read_memory)
+            except Exception:  # noqa: BLE001 - memory unreadable: the mapping only
+                block = None
+        if block is not None:
+            bstart, usable, in_use = block
+            state = "" if in_use else " (a FREED block)"
+            return DataRef("heap", f"byte {va - bstart} of the malloc'd block at {bstart:#x} ({usable} bytes usable){state}", va,
+                           mapping=m.path, mapping_offset=off, start=bstart, size=usable, offset=va - bstart)
+        return DataRef("heap", f"malloc'd memory, [heap]+{off} (its block is not known: no memory read at the fault)", va,
+                       mapping=m.path, mapping_offset=off)
     own_stack = sp is not None and m.start <= sp < m.end
+    if m.path == "[stack]" and frame.read_memory is not None and frame.pid is not None:
+        strings = _argv_environ(va, frame.pid, frame.read_memory)
+        if strings is not None:
+            return replace(strings, mapping=m.path, mapping_offset=off)
     if m.path.startswith("[stack") or own_stack:
         # [stack] is the main thread's, whose tid is the pid; another stack is the faulting
         # thread's when its stack pointer is in it.
@@ -472,11 +523,35 @@ def _in_mapping(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[
             return DataRef("stack", f"stack of thread {tid}", va, tid=tid, mapping=m.path, mapping_offset=off)
     if m.is_file:
         foff = off + m.offset
-        return DataRef("file", f"mapped file {m.path} at file offset {foff:#x}", va, mapping=m.path, mapping_offset=foff)
+        return DataRef("file", f"mapped file {m.path} at file offset {foff}", va, mapping=m.path, mapping_offset=foff)
     if m.path:
-        return DataRef("anonymous", f"{m.path}{_hexoff(off)}", va, mapping=m.path, mapping_offset=off)
-    return DataRef("anonymous", f"heap or anonymous mapping {m.start:#x}-{m.end:#x}{_hexoff(off)} (mmap'd or a thread's malloc arena)",
+        return DataRef("anonymous", f"{m.path}+{off}", va, mapping=m.path, mapping_offset=off)
+    return DataRef("anonymous", f"heap or anonymous mapping {m.start:#x}-{m.end:#x}+{off} (mmap'd or a thread's malloc arena)",
                    va, mapping="", mapping_offset=off)
+
+
+def _argv_environ(va: int, pid: int, read_memory: Callable[[int, int], bytes]) -> DataRef | None:
+    """The argument or environment strings the kernel copied at the top of the main stack, named
+    `argv[1]+3` / `environ[4]+0` (which string: the NULs before `va` counted). From
+    /proc/PID/stat's arg_start..env_end (fields 48-51), so only for a live process (the caller
+    has its memory): a pid of a process that is gone may be another's."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        arg_start, arg_end, env_start, env_end = (int(x) for x in fields[45:49])
+    except (OSError, IndexError, ValueError):
+        return None
+    for kind, name, lo, hi in (("argv", "argv", arg_start, arg_end), ("environ", "environ", env_start, env_end)):
+        if lo <= va < hi:
+            try:
+                before = read_memory(lo, va - lo) if va > lo else b""
+            except Exception:  # noqa: BLE001 - unreadable: the block only
+                return DataRef(kind, f"the {name} strings, byte {va - lo}", va, start=lo, size=hi - lo, offset=va - lo)
+            index, start = before.count(b"\0"), lo + before.rfind(b"\0") + 1
+            what = "argument" if kind == "argv" else "environment"
+            return DataRef(kind, f"{name}[{index}]+{va - start} ({what} strings: the kernel places them at no alignment)",
+                           va, name=name, path=f"{name}[{index}]", offset=va - start, start=lo, size=hi - lo)
+    return None
 
 
 def _reg(regs: Mapping[str, int] | None, name: str) -> int | None:
@@ -489,9 +564,10 @@ def _reg(regs: Mapping[str, int] | None, name: str) -> int | None:
 
 
 def _frame_vars(modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None], *, caller: bool = False
-                ) -> Iterator[tuple[ModuleData, str, DIE, Location, Any]]:
-    """Each variable in scope at the frame's PC with its location, innermost scope first. For a
-    caller frame the PC is a return address: its scopes are those of the call (PC - 1)."""
+                ) -> Iterator[tuple[ModuleData, str, DIE, Location, list[int]]]:
+    """Each variable in scope at the frame's PC with its location (and the expression it came
+    from), innermost scope first. For a caller frame the PC is a return address: its scopes are
+    those of the call (PC - 1)."""
     if frame.pc is None or frame.regs is None:
         return
     module = modules.find(frame.pc, refresh=False)
@@ -520,7 +596,16 @@ def _frame_vars(modules: ModuleMap, frame: Frame, index_for: Callable[[str], Elf
                 loc = ev.evaluate(expr)
             except (Unreadable, *DWARF_ERRORS):  # type: ignore[misc]
                 continue
-            yield md, func, die, loc, ev
+            yield md, func, die, loc, expr
+
+
+# DW_OP_fbreg, DW_OP_breg6 (rbp), DW_OP_breg7 (rsp), DW_OP_call_frame_cfa: a location in the frame
+_FRAME_OPS = frozenset({0x91, 0x76, 0x77, 0x9C})
+
+
+def storage_of(expr: list[int]) -> str:
+    """"frame" when a location expression places a variable in its frame, else "elsewhere"."""
+    return "frame" if expr and expr[0] in _FRAME_OPS else "elsewhere"
 
 
 def _callers(modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None]) -> Iterator[Frame]:
@@ -557,7 +642,7 @@ def _local(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str],
 
 def _local_in(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None],
               depth: int) -> DataRef | None:
-    for md, func, die, loc, _ev in _frame_vars(modules, frame, index_for, caller=depth > 0):
+    for md, func, die, loc, expr in _frame_vars(modules, frame, index_for, caller=depth > 0):
         if loc.address is None:
             continue
         src = origin(die)
@@ -578,7 +663,7 @@ def _local_in(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[st
                        name=name, path=name + place.path, offset=place.offset, type=info.name, element_type=place.type,
                        element_size=place.size,
                        container=func, file=file, line=line, tid=frame.tid, struct=place.struct, member=place.member,
-                       packed=place.packed, start=loc.address, size=info.size)
+                       packed=place.packed, start=loc.address, size=info.size, storage=storage_of(expr))
     return None
 
 
@@ -586,7 +671,7 @@ def _via(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str], E
     """The pointer variable in scope whose target holds `va`: pointers to structs first (they
     name the member), then pointers to scalars (`p[i]`), innermost scope first."""
     best: tuple[int, Via] | None = None
-    for md, func, die, loc, _ev in _frame_vars(modules, frame, index_for):
+    for md, func, die, loc, _expr in _frame_vars(modules, frame, index_for):
         src = origin(die)
         ptype = strip(ref(src, "DW_AT_type"))
         if ptype is None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.construct import ConstructError
@@ -40,7 +40,9 @@ DWARF_ERRORS: tuple[type[BaseException], ...] = (
     TypeError,
     AttributeError,
     NotImplementedError,
-    # Found by fuzzing (tests/fuzz): huge sizes or offsets in hostile headers, cyclic references.
+    # Found by fuzzing (tests/fuzz): huge sizes or offsets in hostile headers, cyclic references;
+    # a section offset that makes pyelftools seek before the file's start (OSError EINVAL).
+    OSError,
     OverflowError,
     RecursionError,
     EOFError,
@@ -59,6 +61,8 @@ _LOCAL_TYPES = frozenset({"DW_TAG_class_type", "DW_TAG_structure_type", "DW_TAG_
 # Places where out-of-line definitions can sit besides the unit's top level. Type DIEs are
 # not entered: their subtrees are large and gcc puts member-function bodies at top level.
 _DEFINITION_CONTAINERS = frozenset({"DW_TAG_namespace", "DW_TAG_module"})
+# The children `UnitScopes._walk` acts on: any other is skipped, unread.
+_WALKED = frozenset({"DW_TAG_subprogram", "DW_TAG_inlined_subroutine"}) | _SCOPE_CONTAINERS | _LOCAL_TYPES | _DEFINITION_CONTAINERS
 
 
 # Languages whose DW_AT_name is the symbol name (binutils' mangle_style() == 0): C, Cobol,
@@ -177,6 +181,26 @@ def unit_dies(cu: CompileUnit) -> Iterator[DIE]:
         if n > MAX_DIES:
             raise DWARFError(f"the unit at {cu.cu_offset:#x} has more than {MAX_DIES:,} DIEs")
         yield d
+
+
+_Pick = Callable[[DIE], list[DIE]]
+
+
+class CodeHolding(Protocol):
+    """The DIEs that hold the code at an address, found without walking a whole unit."""
+
+    def children_holding(self, cu: CompileUnit, level: DIE, addr: int) -> list[DIE] | None:
+        """The children of `level` (the unit's top DIE, a namespace) whose code holds `addr`."""
+
+    def nested_holding(self, cu: CompileUnit, addr: int) -> bool | None:
+        """Whether a function nested in another one has code at `addr`."""
+
+    def children_tagged(self, cu: CompileUnit, die: DIE, tags: frozenset[str]) -> list[DIE] | None:
+        """The children of `die` with one of `tags`, the others not read."""
+
+
+class _Unpicked(Exception):
+    """The unit's shape cannot say which children hold an address."""
 
 
 @dataclass(frozen=True)
@@ -656,6 +680,7 @@ class UnitScopes:
         self._names: dict[tuple[int, int], str] = {}
         self._abstract: list[int] = []  # filled by the shallow walk
         self._narrow: dict[int, tuple[list[_Node], IntervalTable[int]]] = {}
+        self._picked: dict[tuple[int, ...], tuple[list[_Node], IntervalTable[int]]] = {}
 
     @cached_property
     def _scopes(self) -> tuple[list[_Node], IntervalTable[int]]:
@@ -666,7 +691,7 @@ class UnitScopes:
         """Offsets of the function DIEs without code that the shallow walk met (abstract
         instances, declarations), sorted: the places a deep walk would descend into."""
         self._scopes  # noqa: B018 - the shallow walk fills the list
-        return sorted(self._abstract)
+        return sorted(set(self._abstract))  # walks of single functions may have met some before
 
     @cached_property
     def _unit_bytes(self) -> bytes:
@@ -710,16 +735,65 @@ class UnitScopes:
         concrete functions `_scopes` has are skipped, not read twice)."""
         return self._read_scopes(self._top, deep=True)
 
-    def _read_scopes(self, die: DIE, *, deep: bool) -> tuple[list[_Node], IntervalTable[int]]:
+    def _read_scopes(self, die: DIE, *, deep: bool, kids: _Pick | None = None) -> tuple[list[_Node], IntervalTable[int]]:
         """The function instances under `die`: the unit's top DIE, or one abstract instance
-        (whose children are inside a function)."""
+        (whose children are inside a function); `kids` gives a DIE's children (default: all of
+        them)."""
         nodes: list[_Node] = []
         intervals: list[tuple[int, int, int, int]] = []
         # On a DIE pyelftools cannot read, keep the functions read before it: the unit is
         # walked once, never again per lookup.
         with suppress(*DWARF_ERRORS):
-            self._walk(die, None, 0, nodes, intervals, die is not self._top, deep)
+            self._walk(die, None, 0, nodes, intervals, die is not self._top, deep, kids)
         return nodes, IntervalTable(self._segments(intervals))
+
+    def _scopes_holding(self, addr: int) -> tuple[list[_Node], IntervalTable[int]]:
+        """The shallow walk of only the functions whose code holds `addr` (and the namespaces
+        on the way to them): a PC's frames cost its function's DIEs, not the unit's (issue 34).
+        The whole unit's walk when that finds no instance there (a nested function, a local
+        class's method: their code is outside the function they sit in), or the unit's shape
+        cannot be read."""
+        holders = self._owner.holders
+        if holders is None or "_scopes" in self.__dict__:
+            return self._scopes
+        cu = self._cu
+        picks: dict[int, list[DIE]] = {}
+
+        def pick(die: DIE) -> list[DIE]:
+            found = holders.children_holding(cu, die, addr)
+            if found is None:
+                raise _Unpicked
+            picks[die.offset] = found
+            return found
+
+        try:
+            key = self._pick_key(pick, self._top, 0)
+        except (_Unpicked, *DWARF_ERRORS):  # type: ignore[misc]
+            return self._scopes
+
+        def kids(die: DIE) -> list[DIE]:
+            # Outside functions the picked children; inside, only those the walk acts on.
+            found = picks.get(die.offset)
+            if found is None:
+                found = holders.children_tagged(cu, die, _WALKED)
+            return list(children(die)) if found is None else found
+
+        scopes = self._picked.get(key)
+        if scopes is None:
+            scopes = self._picked[key] = self._read_scopes(self._top, deep=False, kids=kids)
+        if scopes[1].find(addr) is not None or holders.nested_holding(cu, addr) is False:
+            return scopes
+        return self._scopes
+
+    def _pick_key(self, pick: _Pick, die: DIE, depth: int) -> tuple[int, ...]:
+        """The offsets of the functions `pick` chooses under `die`, through namespaces."""
+        key: list[int] = []
+        for child in pick(die):
+            if child.tag in _DEFINITION_CONTAINERS and depth < 64:
+                key += [-child.offset, *self._pick_key(pick, child, depth + 1)]
+            else:
+                key.append(child.offset)
+        return tuple(key)
 
     def _walk(
         self,
@@ -730,8 +804,9 @@ class UnitScopes:
         intervals: list[tuple[int, int, int, int]],
         in_function: bool,
         deep: bool,
+        kids: _Pick | None = None,
     ) -> None:
-        for child in children(die):
+        for child in children(die) if kids is None else kids(die):
             tag = child.tag
             if tag == "DW_TAG_subprogram" or (
                 tag == "DW_TAG_inlined_subroutine" and parent is not None
@@ -746,7 +821,7 @@ class UnitScopes:
                     # declared in it may have (a lambda's operator(), a local class's methods).
                     if tag == "DW_TAG_subprogram" and child.has_children:
                         if deep:
-                            self._walk(child, None, 0, nodes, intervals, True, deep)
+                            self._walk(child, None, 0, nodes, intervals, True, deep, kids)
                         else:
                             self._abstract.append(child.offset)
                     continue
@@ -774,11 +849,11 @@ class UnitScopes:
                 )
                 level = depth + 1 if inlined else 0
                 intervals.extend((lo, hi, level, node) for lo, hi in ranges)
-                self._walk(child, node, level, nodes, intervals, True, deep)
+                self._walk(child, node, level, nodes, intervals, True, deep, kids)
             elif (
                 (tag in _SCOPE_CONTAINERS or tag in _LOCAL_TYPES) and (parent is not None or in_function)
             ) or tag in _DEFINITION_CONTAINERS:
-                self._walk(child, parent, depth, nodes, intervals, in_function, deep)
+                self._walk(child, parent, depth, nodes, intervals, in_function, deep, kids)
 
     @staticmethod
     def _segments(intervals: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int]]:
@@ -817,7 +892,7 @@ class UnitScopes:
         return name
 
     def frames_at(self, addr: int) -> tuple[ScopeFrame, ...]:
-        nodes, table = self._scopes
+        nodes, table = self._scopes_holding(addr)
         index = table.find(addr)
         if index is None and self._cplus:
             # A lambda's operator() or a local class's method inside a template or inline
@@ -881,6 +956,9 @@ class DwarfIndex:
         self._languages: dict[int, int | None] = {}
         self._qualified: dict[int, str | None] = {}
         self._rest: IntervalTable[int] | None = None
+        # Which DIEs hold the code at an address, read without the others (ElfIndex sets it:
+        # dietree.CodeHolders); None: the units are walked whole.
+        self.holders: CodeHolding | None = None
 
     # -- ranges and names shared by the units ---------------------------------------------
 

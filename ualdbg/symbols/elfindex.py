@@ -19,6 +19,7 @@ from elftools.elf.sections import NoteSection
 from elftools.elf.segments import InterpSegment
 
 from ualdbg.symbols.demangle import frame_name
+from ualdbg.symbols.dietree import CodeHolders, DieTree
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, SourcePos
 from ualdbg.symbols.intervals import IntervalTable
 
@@ -90,6 +91,7 @@ class ElfIndex:
     def __init__(self, path: str) -> None:
         self.path = path
         self._streams: list[IO[bytes]] = []
+        self.code_holders: CodeHolders | None = None  # with `dwarf`
         self._elf = self._open(path)
         self.elf_type: str = self._elf["e_type"]
         self.segments: tuple[Segment, ...] = tuple(
@@ -295,9 +297,14 @@ class ElfIndex:
         try:
             info = elf.get_dwarf_info(follow_links=False)
             is_code = self._is_code if any(s.executable for s in self.segments) else None
-            return DwarfIndex(info, is_code, self._symbol_name_at, self._symbol_start_at)
+            index = DwarfIndex(info, is_code, self._symbol_name_at, self._symbol_start_at)
         except _DWARF_LOAD_ERRORS:
             return None
+        # A PC's function found from the unit's shape, not by pyelftools reading the whole
+        # unit (issue 34); shared with the data naming (symbols/data.py).
+        self.code_holders = CodeHolders(DieTree(info), index.die_ranges)
+        index.holders = self.code_holders
+        return index
 
     def _symbol_name_at(self, addr: int) -> str | None:
         symbol = self.symbol_at(addr)
@@ -345,13 +352,11 @@ def _has_debug_info(elf: ELFFile) -> bool:
     return elf.has_dwarf_info(strict=True)
 
 
-def _function_symbols(elf: ELFFile) -> Iterator[tuple[str, int, int, int, int]]:
-    """(name, value, size, st_info, st_shndx) of defined function symbols, read straight from
-    the section bytes: pyelftools' per-symbol objects cost seconds on large tables."""
+def symbol_entries(elf: ELFFile) -> Iterator[tuple[bytes, int, int, int, int]]:
+    """(name, value, size, st_info, st_shndx) of every entry of the file's .symtab and .dynsym, in
+    file order, read straight from the section bytes: pyelftools' per-symbol objects cost seconds
+    on large tables. A table whose bytes cannot be read is left out."""
     little = elf.little_endian
-    # ARM: bit 0 of a function symbol's value says it is Thumb code (ELF for the Arm
-    # Architecture, "Symbol values"); the function starts at the even address.
-    thumb_bit = ~1 if elf["e_machine"] == "EM_ARM" else ~0
     if elf.elfclass == 64:
         layout = struct.Struct(("<" if little else ">") + "IBBHQQ")
     else:
@@ -370,16 +375,23 @@ def _function_symbols(elf: ELFFile) -> Iterator[tuple[str, int, int, int, int]]:
                 st_name, info, _, shndx, value, size = layout.unpack_from(data, offset)
             else:
                 st_name, value, size, info, _, shndx = layout.unpack_from(data, offset)
-            if info & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC):
-                continue
-            if shndx == 0 or shndx >= _SHN_LORESERVE or value == 0:
-                continue
             end = strtab.find(b"\0", st_name)
-            name = strtab[st_name : end if end >= 0 else len(strtab)].decode(
-                "utf-8", "surrogateescape"
-            )
-            if name:
-                yield name, value & thumb_bit, size, info, shndx
+            yield strtab[st_name : end if end >= 0 else len(strtab)], value, size, info, shndx
+
+
+def _function_symbols(elf: ELFFile) -> Iterator[tuple[str, int, int, int, int]]:
+    """(name, value, size, st_info, st_shndx) of defined function symbols."""
+    # ARM: bit 0 of a function symbol's value says it is Thumb code (ELF for the Arm
+    # Architecture, "Symbol values"); the function starts at the even address.
+    thumb_bit = ~1 if elf["e_machine"] == "EM_ARM" else ~0
+    for raw, value, size, info, shndx in symbol_entries(elf):
+        if info & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC):
+            continue
+        if shndx == 0 or shndx >= _SHN_LORESERVE or value == 0:
+            continue
+        name = raw.decode("utf-8", "surrogateescape")
+        if name:
+            yield name, value & thumb_bit, size, info, shndx
 
 
 _ARM_MAPPING = {b"$a": "arm", b"$t": "thumb", b"$d": "data"}

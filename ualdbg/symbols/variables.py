@@ -66,13 +66,24 @@ class Types:
     def __init__(self, address_size: int) -> None:
         self.address_size = address_size
         self.cache: dict[int, TypeInfo] = {}
+        self._named: dict[int, TypeInfo] = {}  # `named` answers: a struct's alignment left out
 
-    def of(self, die: DIE | None, depth: int = 0) -> TypeInfo:
+    def of(self, die: DIE | None, depth: int = 0, *, named: bool = False) -> TypeInfo:
+        """The type's name, size and alignment. `named`: what a pointer to it needs, its name;
+        a struct's members are then not read, so a pointer to a struct that points back (a
+        linked list, sqlite3's structs) is no cycle, and the answer does not depend on which
+        type was asked for first (before, the depth bound cut such cycles where it happened to
+        meet them and kept `?` for whatever type it stopped at)."""
         if die is None:
             return TypeInfo("void", None, 1)
         key = die.offset
         if key in self.cache:
             return self.cache[key]
+        if named:
+            known = self._named.get(key)
+            if known is None:
+                known = self._named[key] = self._compute(die, depth, named=True)
+            return known
         info = self._compute(die, depth)
         self.cache[key] = info
         return info
@@ -80,7 +91,7 @@ class Types:
     def _target(self, die: DIE) -> DIE | None:
         return die.get_DIE_from_attribute("DW_AT_type") if "DW_AT_type" in die.attributes else None
 
-    def _compute(self, die: DIE, depth: int) -> TypeInfo:
+    def _compute(self, die: DIE, depth: int, *, named: bool = False) -> TypeInfo:
         if depth > 32:
             return TypeInfo("?", None, 1)
         attrs = die.attributes
@@ -89,17 +100,17 @@ class Types:
         size = attrs["DW_AT_byte_size"].value if "DW_AT_byte_size" in attrs else None
         explicit = attrs["DW_AT_alignment"].value if "DW_AT_alignment" in attrs else None
         if tag in _QUALIFIERS:
-            inner = self.of(self._target(die), depth + 1)
+            inner = self.of(self._target(die), depth + 1, named=named)
             word = {"DW_TAG_const_type": "const ", "DW_TAG_volatile_type": "volatile "}.get(tag, "")
             shown = name if tag == "DW_TAG_typedef" and name else f"{word}{inner.name}"
             return TypeInfo(shown, inner.size, max(inner.align, explicit or 1))
         if tag in ("DW_TAG_pointer_type", "DW_TAG_reference_type", "DW_TAG_rvalue_reference_type", "DW_TAG_ptr_to_member_type"):
-            inner = self.of(self._target(die), depth + 1) if "DW_AT_type" in attrs else TypeInfo("void", None, 1)
+            inner = self.of(self._target(die), depth + 1, named=True) if "DW_AT_type" in attrs else TypeInfo("void", None, 1)
             n = size or self.address_size
             star = f"{inner.name}*" if inner.name.endswith("*") else f"{inner.name} *"
             return TypeInfo(star, n, max(_pow2_divisor(n), explicit or 1))
         if tag == "DW_TAG_array_type":
-            elem = self.of(self._target(die), depth + 1)
+            elem = self.of(self._target(die), depth + 1, named=named)
             counts: list[int | None] = []
             for sub in children(die):
                 if sub.tag != "DW_TAG_subrange_type":
@@ -122,7 +133,7 @@ class Types:
         if tag in ("DW_TAG_structure_type", "DW_TAG_union_type", "DW_TAG_class_type"):
             word = {"DW_TAG_structure_type": "struct", "DW_TAG_union_type": "union", "DW_TAG_class_type": "class"}[tag]
             align = 1
-            for member in children(die):
+            for member in () if named else children(die):
                 if member.tag == "DW_TAG_member" and "DW_AT_type" in member.attributes:
                     if "DW_AT_data_bit_offset" in member.attributes or "DW_AT_bit_size" in member.attributes:
                         continue

@@ -97,7 +97,9 @@ struct thread {
     uint8_t p_kind;
 };
 
-struct site { uint64_t pc, count; uint32_t kinds; uint16_t sizes[4]; } __attribute__((packed));
+/* line, page: of `count`, the accesses that spanned two 64-byte lines, and of those two 4 KiB pages
+   (their cost class: ualdbg/core/cost.py) */
+struct site { uint64_t pc, count; uint32_t kinds; uint16_t sizes[4]; uint64_t line, page; } __attribute__((packed));
 struct record { uint64_t seq, time_ns, pc, va; uint32_t pid, tid; uint16_t size; uint8_t kind, cpu; uint32_t pad; } __attribute__((packed));
 
 static int cmd_fd, evt_fd;
@@ -371,6 +373,10 @@ static void record(pid_t tid, uint64_t pc, uint64_t va, uint16_t size, uint8_t k
     total++;
     struct site *s = site_for(pc);
     s->count++;
+    if (size && (va >> 6) != ((va + size - 1) >> 6)) {
+        s->line++;
+        if ((va >> 12) != ((va + size - 1) >> 12)) s->page++;
+    }
     s->kinds |= 1u << kind;
     for (int i = 0; i < 4; i++) {
         if (s->sizes[i] == size) break;

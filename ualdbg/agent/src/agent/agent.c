@@ -32,10 +32,13 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "access.h"
 #include "cfi.h"
+#include "codemap.h"
 #include "insn.h"
 #include "patch.h"
 #include "signals.h"
+#include "stopworld.h"
 #include "trampolines.h"
 #include "wrappers.h"
 
@@ -67,6 +70,9 @@ _Static_assert(offsetof(struct ualdbg_header, blind_now) == 3644, "header layout
 _Static_assert(sizeof(struct ualdbg_patch) == UALDBG_PATCH_SIZE, "patch layout");
 _Static_assert(sizeof(struct ualdbg_site) == UALDBG_SITE_SIZE, "site layout");
 _Static_assert(offsetof(struct ualdbg_site, variants) == 64, "site layout");
+_Static_assert(offsetof(struct ualdbg_site, line_splits) == 640, "site layout");
+_Static_assert(offsetof(struct ualdbg_site, unclassed) == 656, "site layout");
+_Static_assert(offsetof(struct ualdbg_patch, line_splits) == 64, "patch layout");
 _Static_assert(sizeof(struct ualdbg_record) == UALDBG_RECORD_SIZE, "record layout");
 _Static_assert(offsetof(struct ualdbg_record, regs) == 40, "record layout");
 
@@ -358,6 +364,60 @@ static uint64_t alignment_key(const struct x86_insn *d, const greg_t *g, uint64_
     return k | 1ull << 63;
 }
 
+/* Issue 33: whether [ea, ea + size) spans two 64-byte lines (bit 0) and two 4 KiB pages (bit 1). */
+static int spans(uint64_t ea, int size)
+{
+    uint64_t last = ea + (uint64_t)size - 1;
+    return size > 1 && (ea >> 6) != (last >> 6) ? 1 | ((ea >> 12) != (last >> 12)) << 1 : 0;
+}
+
+/* A trap's cost class, counted at its site: whether an access of the instruction spans two lines
+ * or two pages (the reader decodes whether it is locked). The operands the agent can size: a
+ * ModRM operand whose AC rule access.c knows, the stack slot of a push, pop, call or ret, the
+ * elements of a string instruction. Anything else is counted as unclassed. */
+static void count_class(struct ualdbg_site *s, const struct x86_insn *d, const greg_t *g, uint64_t pc, uint64_t segb)
+{
+    int how = 0, known = 0;
+    if (d->string) {
+        uint8_t op = d->opcode;
+        int size = !(op & 1) ? 1 : d->w ? 8 : d->opsize16 ? 2 : 4;
+        int src = op == 0xa4 || op == 0xa5 || op == 0xa6 || op == 0xa7 || op == 0xac || op == 0xad;
+        int dst = op != 0xac && op != 0xad;
+        uint64_t mask = d->addr32 ? 0xffffffffu : ~0ull;
+        known = !d->vex && d->map == 0 && op >= 0xa4 && op <= 0xaf;
+        if (known && src)
+            how |= spans((reg(g, 6) & mask) + segb, size);
+        if (known && dst)
+            how |= spans(reg(g, 7) & mask, size);
+    } else if (uses_stack(d)) {
+        uint8_t op = d->opcode;
+        int pushes = d->map == 0 ? ((op >= 0x50 && op <= 0x57) || op == 0x68 || op == 0x6a || op == 0x9c || op == 0xe8 ||
+                                    (op == 0xff && ((d->modrm >> 3) & 7) != 4))
+                                 : (op == 0xa0 || op == 0xa8);
+        known = !(d->map == 0 && (op == 0xc8 || op == 0xc9 || op == 0xca || op == 0xcb || op == 0xcf)) && !d->opsize16;
+        if (known)
+            how |= spans(reg(g, 4) - (pushes ? 8 : 0), 8);
+        if (known && d->mem) /* push/call through memory: the operand too */
+            how |= spans(effective_address(d, g, pc, segb), 8);
+    } else if (d->mem) {
+        struct access a;
+        const uint8_t *code = s->insn;
+        if (access_of(d, code, &a)) {
+            known = 1;
+            how = spans(effective_address(d, g, pc, segb), a.size);
+        } else if (d->flow == X86_FLOW_CALL_RM || d->flow == X86_FLOW_JMP_RM) {
+            known = 1;
+            how = spans(effective_address(d, g, pc, segb), 8);
+        }
+    }
+    if (!known)
+        __atomic_add_fetch(&s->unclassed, 1, __ATOMIC_RELAXED);
+    if (how & 1)
+        __atomic_add_fetch(&s->line_splits, 1, __ATOMIC_RELAXED);
+    if (how & 2)
+        __atomic_add_fetch(&s->page_splits, 1, __ATOMIC_RELAXED);
+}
+
 static void snapshot_regs(struct ualdbg_regs *r, const greg_t *g, uint64_t segb)
 {
     for (int i = 0; i < 16; i++)
@@ -380,8 +440,9 @@ static int code_matches(const struct ualdbg_site *s, uint64_t pc)
     return 1;
 }
 
-/* Decide how to resume from faults at this PC and whether they count. Runs once per PC. */
-static void site_build(struct ualdbg_site *s, uint64_t pc)
+/* Decide how to resume from faults at this PC and whether they count. Runs once per PC. `orig`:
+ * the instruction's bytes when they are not at pc any more (moved to a patch trampoline). */
+static void site_build_from(struct ualdbg_site *s, uint64_t pc, const uint8_t *orig)
 {
     uint8_t code[16] = {0};
     size_t avail = 15;
@@ -390,7 +451,7 @@ static void site_build(struct ualdbg_site *s, uint64_t pc)
     const struct mapping *m = maps_lookup_locked(pc);
     if (m && m->end - pc < avail)
         avail = (size_t)(m->end - pc);
-    memcpy(code, (const void *)(uintptr_t)pc, avail);
+    memcpy(code, orig ? orig : (const uint8_t *)(uintptr_t)pc, avail);
     if (in_scope(m))
         flags |= UALDBG_SITE_IN_SCOPE;
     struct x86_insn d;
@@ -401,6 +462,8 @@ static void site_build(struct ualdbg_site *s, uint64_t pc)
     s->trampoline = 0;
     if (!ok) {
         flags |= UALDBG_SITE_STEPPED;
+    } else if (orig) {
+        /* its copy in the trampoline runs out of line (a SHADOW site); this site only counts */
     } else if (d.flow == X86_FLOW_NEXT) {
         uint64_t t = build_trampoline(pc, code, &d);
         if (t) {
@@ -433,6 +496,8 @@ static void site_build(struct ualdbg_site *s, uint64_t pc)
     __atomic_add_fetch(&G.hdr->sites_used, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&s->state, UALDBG_SITE_READY, __ATOMIC_RELEASE);
 }
+
+static void site_build(struct ualdbg_site *s, uint64_t pc) { site_build_from(s, pc, NULL); }
 
 static void add_variant(struct ualdbg_site *s, uint64_t key, const greg_t *g, uint64_t segb)
 {
@@ -587,16 +652,19 @@ static void single_step(greg_t *g)
 /* ------------------------------------------------------------------------------------------ */
 /* The SIGBUS handler. AC is already clear (entry.S). */
 
-/* An alignment fault on a patch trampoline's copy that runs with the thread's AC (patch.c): the
- * tested bits were too few for this address, or this is a fork child whose counters are not set
- * up yet. Counted at the patched PC like any trap there (a record too); resumed through an
- * out-of-line copy of the trampoline's copy (a SHADOW site, not reported). */
-static int patch_trampoline_fault(greg_t *g, uint64_t pc, uint64_t origin)
+/* An alignment fault in a patch trampoline (patch.c). At the copy of an instruction that runs
+ * with the thread's AC (the tested bits were too few for this address, its counter is not set up
+ * yet, or it is a moved instruction the patcher does not count): counted at the instruction's
+ * original PC like any trap there (a record too; its site made from its original bytes, the code
+ * at that PC being the patch's now). Elsewhere (`count` 0: the trampoline's own stack accesses
+ * with a misaligned stack pointer) not the program's fault. Either way resumed through an
+ * out-of-line copy of the trampoline's instruction (a SHADOW site, not reported). */
+static int patch_trampoline_fault(greg_t *g, uint64_t pc, uint64_t origin, const uint8_t *code, int count)
 {
     int created;
-    struct ualdbg_site *os = site_slot(origin, &created);
+    struct ualdbg_site *os = count ? site_slot(origin, &created) : NULL;
     if (os && created)
-        site_build(os, origin); /* cannot happen: a patched site is in every table of its process */
+        site_build_from(os, origin, code);
     if (os) {
         while (__atomic_load_n(&os->state, __ATOMIC_ACQUIRE) != UALDBG_SITE_READY)
             sched_yield();
@@ -604,7 +672,9 @@ static int patch_trampoline_fault(greg_t *g, uint64_t pc, uint64_t origin)
         __atomic_add_fetch(&os->count, 1, __ATOMIC_RELAXED);
         uint64_t segb = os->insn_len ? seg_base(d->seg) : 0;
         if (os->insn_len)
-            patch_widen_mask(pc, effective_address(d, g, origin, segb));
+            count_class(os, d, g, origin, segb);
+        else
+            __atomic_add_fetch(&os->unclassed, 1, __ATOMIC_RELAXED);
         if (os->flags & UALDBG_SITE_IN_SCOPE) {
             __atomic_add_fetch(&G.hdr->total, 1, __ATOMIC_RELAXED);
             add_variant(os, os->insn_len ? alignment_key(d, g, origin, segb) : 1ull << 63, g, segb);
@@ -612,7 +682,9 @@ static int patch_trampoline_fault(greg_t *g, uint64_t pc, uint64_t origin)
         } else {
             __atomic_add_fetch(&G.hdr->ignored, 1, __ATOMIC_RELAXED);
         }
-    } else {
+        if (os->insn_len && CFG.patch_after)
+            patch_trapped(pc, effective_address(d, g, origin, segb), os);
+    } else if (count) {
         __atomic_add_fetch(&G.hdr->dropped_sites, 1, __ATOMIC_RELAXED);
     }
     struct ualdbg_site *s = site_slot(pc, &created);
@@ -651,9 +723,12 @@ static int handle_alignment_fault(ucontext_t *uc)
             return 1;
         }
     }
-    uint64_t origin = patch_copy_origin(pc);
-    if (origin)
-        return patch_trampoline_fault(g, pc, origin);
+    uint64_t origin = 0;
+    uint8_t ocode[16];
+    uint32_t olen;
+    int in_patch = patch_ac_fault(pc, &origin, ocode, &olen);
+    if (in_patch)
+        return patch_trampoline_fault(g, pc, origin, ocode, in_patch == 1);
     int created;
     struct ualdbg_site *s = site_slot(pc, &created);
     if (!s) {
@@ -683,6 +758,10 @@ static int handle_alignment_fault(ucontext_t *uc)
     }
     uint32_t flags = s->flags;
     __atomic_add_fetch(&s->count, 1, __ATOMIC_RELAXED);
+    if (s->insn_len)
+        count_class(s, &site_insn[s - G.sites], g, pc, seg_base(site_insn[s - G.sites].seg));
+    else
+        __atomic_add_fetch(&s->unclassed, 1, __ATOMIC_RELAXED);
     if (flags & UALDBG_SITE_IN_SCOPE) {
         const struct x86_insn *d = &site_insn[s - G.sites];
         uint64_t segb = 0;
@@ -699,9 +778,8 @@ static int handle_alignment_fault(ucontext_t *uc)
         if ((flags & UALDBG_SITE_SKIP) && skip_routine(s, g))
             return 1;
     }
-    if ((flags & UALDBG_SITE_TRAMPOLINE) && CFG.patch_after && s->count >= CFG.patch_after && s->insn_len &&
-        !(flags & (UALDBG_SITE_REP | UALDBG_SITE_SKIP | UALDBG_SITE_PATCHED | UALDBG_SITE_UNPATCHABLE |
-                   UALDBG_SITE_SHADOW))) {
+    if (CFG.patch_after && s->count >= CFG.patch_after &&
+        !(flags & (UALDBG_SITE_PATCHED | UALDBG_SITE_UNPATCHABLE | UALDBG_SITE_SHADOW))) {
         uint64_t resume = patch_consider(s, &site_insn[s - G.sites], pc);
         if (resume) { /* patched: this fault (counted above) runs the trampoline's unchecked copy */
             g[REG_EFL] &= ~(greg_t)AC_BIT;
@@ -720,15 +798,23 @@ static int handle_alignment_fault(ucontext_t *uc)
     return 1;
 }
 
-/* Threads inside the agent's SIGBUS/SIGTRAP handlers, for ualdbg detaching from an injected agent:
- * it waits for none to be in one before it gives the program its signal actions back. */
-EXPORT volatile int ualdbg_in_handler;
 
 void on_sigbus_c(int sig, siginfo_t *si, void *ctx)
 {
     ucontext_t *uc = ctx;
     int saved = errno;
     __atomic_add_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
+    if (si && si->si_code == SI_QUEUE) {
+        /* the patcher stopping every thread while it writes a window (patch.c); parked here, the
+         * thread counts as inside the handler (a detach waits for it to leave) */
+        int at_start = 0;
+        uint64_t ool = outofline_origin((uint64_t)uc->uc_mcontext.gregs[REG_RIP], &at_start);
+        if (patch_stop_request(si, uc, ool, at_start)) {
+            errno = saved;
+            __atomic_sub_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
+            return;
+        }
+    }
     if (G.injected && si && si->si_code == BUS_ADRALN && !(uc->uc_mcontext.gregs[REG_EFL] & (greg_t)AC_BIT)) {
         /* An alignment fault raised before ualdbg stopped the thread and changed its registers
          * (cleared AC, or made a call in it): the instruction runs again with its own registers
@@ -753,6 +839,8 @@ void on_sigbus_c(int sig, siginfo_t *si, void *ctx)
 void on_sigtrap_c(int sig, siginfo_t *si, void *ctx)
 {
     ucontext_t *uc = ctx;
+    if (si && si->si_code == SI_KERNEL && patch_int3_hit(uc->uc_mcontext.gregs))
+        return; /* the int3 of a jump being written (patch.c): on at the trampoline */
     if (TS.step_pending && si && si->si_code == TRAP_TRACE) {
         greg_t *g = uc->uc_mcontext.gregs;
         __atomic_add_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
@@ -1105,6 +1193,7 @@ static int agent_start(void)
         ranges_init();
     G.active = 1;
     install_kernel_action(SIGBUS);
+    patch_set_sigtrap_hook(ensure_sigtrap); /* the patcher asks for SIGTRAP before it writes an int3 */
     signals_adopt_existing();
     if (!registered) { /* once: an injected agent may be started again by a later attach */
         registered = 1;
@@ -1414,6 +1503,7 @@ EXPORT void ualdbg_agent_test_fault(uint64_t pc, const uint64_t *regs16, int in_
         G.hdr->sites_used++;
     }
     s->count++;
+    s->unclassed++; /* no instruction: its class is not known */
     if (in_scope) {
         G.hdr->total++;
         add_variant(s, key | 1ull << 63, g, 0);
@@ -1434,6 +1524,40 @@ EXPORT void ualdbg_agent_test_close(int status)
 {
     G.hdr->exit_status = status;
     buffer_mark(UALDBG_EXITED, "closed by the test");
+}
+
+/* The AC rule the patcher counts an instruction's faults by (access.c): 1 and its operand's size,
+ * use (1 read, 2 write, 3 both), way (1 scratch copy, 2 AC cleared) and displacement as the address
+ * computation uses it (an EVEX disp8 scaled); 0 and the refusal reason otherwise. */
+EXPORT int ualdbg_agent_test_access(const uint8_t *code, size_t n, int *size, int *kind, int *method, int64_t *disp)
+{
+    struct x86_insn d;
+    struct access a;
+    if (ualdbg_x86_decode(code, n, &d) != 0)
+        return -1;
+    int ok = access_of(&d, code, &a);
+    *size = a.size;
+    *kind = ok ? a.kind : a.reason;
+    *method = a.method;
+    *disp = (int64_t)d.disp * (d.disp_size == 1 ? a.scale : 1);
+    return ok;
+}
+
+/* What the patcher knows of the code at pc (codemap.c): CODEMAP_OK (0) and the function's extent,
+ * or why a patch there may move no more than the instruction itself. */
+EXPORT int ualdbg_agent_test_codemap(uint64_t pc, uint64_t *start, uint64_t *end)
+{
+    struct code_fn fn = {0, 0};
+    int why;
+    spin_lock(&maps_lock);
+    maps_snapshot_locked();
+    const struct codemap *cm = codemap_of(pc, &why);
+    if (!why)
+        why = codemap_function(cm, pc, &fn);
+    spin_unlock(&maps_lock);
+    *start = fn.start;
+    *end = fn.end;
+    return why;
 }
 
 EXPORT int ualdbg_agent_test_decode(const uint8_t *code, size_t n, int *len, int *rip_rel, int *disp_off, int *flow)

@@ -1,95 +1,150 @@
-/* patch.c - hot-site patching (issue 21): a site that has trapped `patch_after` times is
- * rewritten in place to jump to a per-site trampoline, so that later executions never trap.
+/* patch.c - hot-site patching (issues 21, 34): a site that has trapped `patch_after` times is
+ * rewritten in place to jump to a trampoline, so that later executions never trap.
  *
- * The trampoline computes the instruction's effective address with a LEA of the same operand
- * and counts the execution exactly when the trap would have happened: the address has one of
- * the low bits of its AC rule set AND the thread has AC set (an unarmed thread never traps).
- * It then runs a relocated copy of the instruction with AC clear for that one instruction (its
- * flags are the program's: pushfq/popfq around the test, AC set again with or-only popfq after),
- * and jumps back. When the test says "aligned" the copy runs with the thread's own AC: if the
- * rule tested too few bits the hardware still traps, the handler counts that fault at the
- * site's PC and widens the tested bits (patch_widen_mask): counts cannot go over, and cannot go
- * under. The counter lives in the shared buffer's patch table (ualdbg_agent.h), reached through
- * a pointer in a MADV_WIPEONFORK page: a forked child reads 0 there until it has a buffer of
- * its own, and its trampolines then take the trapping path, so its counts are its own.
+ * The trampoline stands for a window of code [a, b): the faulting instruction alone when it is 5
+ * bytes or more (the jump fits in it), else with its neighbours, after it or before it, moved
+ * along until the 5 bytes of the jump are covered (as frida-gum's relocator and Dyninst do):
+ * branches rewritten to reach their targets from the trampoline, calls made to push their
+ * original return address, RIP-relative operands relocated. Every instruction of the window with
+ * a memory operand whose AC rule is known (access.c) gets its own block: the operand's address
+ * with a LEA of the same operand, and one fault counted exactly when the trap would have happened
+ * (the address has one of the low bits of its rule set AND the thread has AC set), then the
+ * instruction run without trapping (through an aligned scratch copy of the operand, or with AC
+ * cleared around it), each with its own counter at its own PC: adjacent unaligned sites are
+ * patched together. When the test says "aligned" the instruction runs with the thread's own AC:
+ * should the rule have tested too few bits the hardware still traps, the handler counts that
+ * fault at the instruction's PC and widens the test. Counts never go over, never under.
  *
- * What is patched: one instruction whose AC rule is known (integer and SSE/AVX moves and
- * arithmetic on memory; not rep/string, stack, fs/gs), in a private read-only file mapping of
- * an ELF (never anonymous or writable code: JIT, self-modifying code). The 5-byte jmp rel32 is
- * written with one atomic store (8 or 16 bytes) so that a thread running the code sees the old
- * or the new instruction; a jmp that would cross a 16-byte line is written only when the process
- * has one thread. An instruction shorter than 5 bytes takes the instructions after it along
- * (moved to the trampoline) only when no thread can be inside them: one thread, not inside the
- * program's signal handler, no direct branch of the module lands after it and its function has
- * no indirect jump. Everything else is refused and keeps trapping; the patch table says why.
+ * A window of more than one instruction is moved only when it is proved that nothing enters it
+ * but at a (codemap.c: every branch, return and landing pad of the module, every function's
+ * extent agreed by .eh_frame, the symbol table and decoding) and that no thread is inside it:
+ * in a process with other threads, they are stopped first (a queued SIGBUS parks each in the
+ * agent's handler, a thread asleep in a system call is left asleep and its PC read from /proc);
+ * a thread stopped inside the window is moved to the same instruction in the trampoline, and a
+ * signal frame that returns inside it is moved there when its handler returns (signals.c). The
+ * jump is written with one atomic store when it fits an aligned 8 or 16 bytes, else with every
+ * thread stopped (stopworld.c). Everything else is refused and keeps trapping; the patch table says
+ * why.
+ *
+ * The counter lives in the shared buffer's patch table (ualdbg_agent.h), reached through a
+ * pointer in a MADV_WIPEONFORK page: a forked child reads 0 there until it has a buffer of its
+ * own, and its trampolines then take the trapping path, so its counts are its own.
+ *
+ * Calls process.c, codemap.c, stopworld.c, access.c, insn.c (the order: process.h).
  */
 #include "patch.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
-#include <link.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
-#include "cfi.h"
+#include "access.h"
+#include "codemap.h"
 #include "insn.h"
+#include "stopworld.h"
 
 #ifndef MADV_WIPEONFORK
 #define MADV_WIPEONFORK 18
 #endif
 
 #define PPOOL_SIZE (64u << 10)
-#define PSLOT 1024u
-#define PSLOTS ((PPOOL_SIZE - 4096u) / PSLOT)
-#define MAX_PPOOLS 128
-#define MAX_COPIES 6
-#define MAX_PATCHES 4096
-#define MAX_MODIDX 64
-#define HDR_SIZE 64u
+#define PPTRS (4096u / 8u)      /* counter pointers per pool (page 0) */
+#define MAX_PPOOLS 1024
+#define MAX_SLOTS_PER_POOL 128
+#define MAX_WIN 8               /* instructions a window may hold: 5 bytes, and a window it took in */
+#define MAX_CTX 128
+#define MAX_COUNTED 16384
+#define MAX_WINDOWS 16384
+#define HDR_SIZE 1024u
+#define SLOT_MAX (8u << 10)
+
+/* ------------------------------------------------------------------------------------------ */
+/* A trampoline slot: a header, then the code. */
+
+/* How a position of the trampoline maps to the program's context at the instruction it stands
+ * for (a fault there is shown to the program's handler as the instruction's). The registers the
+ * trampoline saves are laid out by a frame shape: FS_NONE [rsp] rdx, [+8] rcx, [+16] rax;
+ * FS_LAHF and FS_PUSHF the same 8 bytes higher, under the program's status flags (lahf + seto
+ * into rax's low 16 bits, or pushfq). */
+enum {
+    CX_PROG = 1,   /* the program's registers; rsp + adj */
+    CX_SAVED,      /* saved at [rsp] (shape in adj) */
+    CX_FRAME,      /* the aligned frame: saved at F = [rsp+32] */
+    CX_FRAME_REGS, /* the program's registers and flags, rsp the aligned frame: rsp from [rsp+32] */
+    CX_OUT,        /* writing a result back: [rsp] rcx, [rsp+8] rax, the rest the program's; rsp + 144 */
+    CX_FRAME_OUT,  /* the same from the aligned frame: F = [rsp+48] */
+    CX_SAVED16,    /* rsi saved at [rsp], the rest saved above it */
+};
+enum { FS_NONE = 0, FS_LAHF = 1, FS_PUSHF = 2 };
+
+static int fs_depth(int shape) { return shape == FS_NONE ? 24 : 32; }
+
+struct pins {
+    uint64_t cell;     /* where its counter pointer is (a pool's page 0); 0: not counted */
+    uint16_t block;    /* the code standing for the instruction: a thread at its PC moves here */
+    uint16_t copy_a;   /* it, run with AC clear, then AC set (0: none) */
+    uint16_t copy_b;   /* where it runs with the thread's own AC: an #AC there is its fault */
+    uint16_t mask_off; /* the test's mask immediate (0: not counted) */
+    uint8_t from, len; /* its offset from the window's start, its length */
+    uint8_t size;      /* the operand's AC size (0: not counted here) */
+    uint8_t pad;
+    uint32_t entry;    /* its patch-table index; UINT32_MAX: not counting yet */
+};
+
+/* From `lo` to the next entry's (or the code's end): ins, kind (CX_*), rsp adjust / 8. */
+struct pctx {
+    uint16_t lo;
+    uint8_t ins_kind;
+    int8_t adj8;
+};
 
 struct pslot {
-    uint64_t origin;   /* the patched PC */
-    uint32_t entry;    /* its patch-table index in this process */
-    uint8_t mask_off;  /* the test's imm8 */
-    uint8_t ncopies;
-    uint16_t copy_a, copy_b; /* the instruction at origin: run with AC clear / with the thread's AC */
-    uint16_t copy_s;         /* the instruction rewritten to use the scratch copy of its operand */
-    struct {
-        uint16_t off;
-        uint8_t from; /* bytes after origin */
-        uint8_t len;
-    } copies[MAX_COPIES];  /* the instructions moved along with a short one */
+    uint64_t origin;  /* a, the window's first byte; 0: not in use */
+    uint16_t size;    /* bytes of the slot, header included */
+    uint8_t nins, wlen;
+    uint8_t nctx;
+    uint8_t pad[3];
+    uint8_t orig[32]; /* the window's original bytes */
+    struct pins ins[MAX_WIN];
+    struct pctx ctx[MAX_CTX];
 };
 _Static_assert(sizeof(struct pslot) <= HDR_SIZE, "slot header");
 
 struct ppool {
-    uint8_t *base; /* page 0: counter pointers (one per slot, wiped on fork); then the slots */
-    uint32_t used;
-};
-
-struct patch_priv {
-    uint64_t pc;
-    uint8_t *slot;
-    uint64_t **ptr;
-    struct ualdbg_patch e; /* as written in the table, for fork children */
-    uint8_t orig[5];       /* the code the jump replaced: put back when an injected agent leaves */
-};
-
-struct modidx {
-    const void *hdr;
-    uint64_t *targets;
-    size_t n, cap;
-    int ok;
+    uint8_t *base; /* page 0: counter pointers (wiped on fork); then the slots */
+    uint32_t used; /* bytes of slots */
+    uint32_t nptrs;
+    uint16_t nslots;
+    uint16_t slot_off[MAX_SLOTS_PER_POOL]; /* in 64-byte units from base */
 };
 
 static struct ppool ppools[MAX_PPOOLS];
 static int nppools;
-static struct patch_priv plist[MAX_PATCHES];
-static uint32_t nplist;
+
+/* A counted instruction, for fork children (their copy of the table) and release. */
+struct counted {
+    uint64_t pc;
+    struct pslot *slot;
+    int ins;
+    uint64_t **ptr;
+    struct ualdbg_patch e;
+};
+static struct counted clist[MAX_COUNTED];
+static uint32_t nclist;
+
+/* The windows, sorted by start. */
+struct win {
+    uint64_t a, b;
+    struct pslot *slot;
+    uint8_t orig[5]; /* the code the jump replaced: put back when an injected agent leaves */
+};
+static struct win wins[MAX_WINDOWS];
+static uint32_t nwins;
+
 static volatile int patch_lock;
-static struct modidx modidx[MAX_MODIDX];
-static int nmodidx;
+static uint8_t patch_mt; /* the process has (had) more than one thread: counts are locked increments */
 
 static struct ualdbg_patch *table(void)
 {
@@ -98,338 +153,18 @@ static struct ualdbg_patch *table(void)
     return (struct ualdbg_patch *)(void *)((char *)G.hdr + G.hdr->patches_offset);
 }
 
-static int64_t dist(uint64_t a, uint64_t b) { return a > b ? (int64_t)(a - b) : (int64_t)(b - a); }
-
 /* ------------------------------------------------------------------------------------------ */
-/* What the AC rule checks: the operand's size for the instructions the patcher knows, 0 for
- * the rest (they keep trapping). x86 checks a 2/4/8-byte integer operand at its size; vector
- * operands are checked at 16 on the CPUs measured (PLATFORM.md): the trampoline starts with 8
- * for them and widens on evidence (a trap on its "aligned" path). */
+/* Pools and slots: 64 KiB pools within 1 GiB of the code, mapped where the program's own mappings
+ * never go when that is near enough (process.c, pool_map_near). Caller holds maps_lock and
+ * patch_lock. */
 
-static int vex_pp_l(const struct x86_insn *d, const uint8_t *code, int *l)
-{
-    uint8_t b = d->vex == 2 ? code[d->nprefix + 1] : code[d->nprefix + 2];
-    *l = (b >> 2) & 1;
-    return b & 3;
-}
-
-enum { K_LOAD = 1, K_STORE = 2, K_RMW = 3 };
-
-/* The operand's size (0: not known here, the site keeps trapping), how the instruction uses
- * it (*kind), and whether ModRM.reg names a general register (*gpr_reg: it must not be rsp,
- * which the trampoline moves while the instruction runs). Locked instructions and xchg are
- * left alone: the trampoline reads and writes the operand a byte at a time. */
-static int classify(const struct x86_insn *d, const uint8_t *code, int *kind, int *gpr_reg)
-{
-    *kind = 0;
-    *gpr_reg = 0;
-    if (!d->mem || d->string || d->flow != X86_FLOW_NEXT || d->seg || d->addr32 || d->vex == 4 || d->lock)
-        return 0;
-    int v = d->w ? 8 : d->opsize16 ? 2 : 4;
-    int sub = (d->modrm >> 3) & 7;
-    uint8_t op = d->opcode;
-    if (!d->vex && d->map == 0) {
-        if (op < 0x40 && (op & 7) <= 3) { /* add or adc sbb and sub xor cmp */
-            *gpr_reg = 1;
-            *kind = (op & 2) || (op >> 3) == 7 ? K_LOAD : K_RMW;
-            return (op & 1) ? v : 1;
-        }
-        switch (op) {
-        case 0x63: *gpr_reg = 1, *kind = K_LOAD; return d->opsize16 ? 2 : 4; /* movsxd */
-        case 0x85: *gpr_reg = 1, *kind = K_LOAD; return v;                   /* test */
-        case 0x89: *gpr_reg = 1, *kind = K_STORE; return v;
-        case 0x8b: *gpr_reg = 1, *kind = K_LOAD; return v;
-        case 0x81: case 0x83: *kind = sub == 7 ? K_LOAD : K_RMW; return v;
-        case 0xc1: case 0xd1: case 0xd3: *kind = K_RMW; return v;
-        case 0xc7: *kind = K_STORE; return sub == 0 ? v : 0;
-        case 0xf7: *kind = sub == 0 ? K_LOAD : K_RMW; return (sub == 0 || sub == 2 || sub == 3) ? v : 0;
-        case 0xff: *kind = K_RMW; return sub <= 1 ? v : 0;
-        default: return 0;
-        }
-    }
-    if (!d->vex && d->map == 1) {
-        *kind = K_LOAD;
-        if (op >= 0x40 && op <= 0x4f) {
-            *gpr_reg = 1;
-            return v; /* cmovcc loads whatever the condition */
-        }
-        switch (op) {
-        case 0xb7: case 0xbf: *gpr_reg = 1; return 2;
-        case 0xaf: *gpr_reg = 1; return v;
-        case 0x10: return d->rep == 0xf3 ? 4 : d->rep == 0xf2 ? 8 : 16;
-        case 0x11: *kind = K_STORE; return d->rep == 0xf3 ? 4 : d->rep == 0xf2 ? 8 : 16;
-        case 0x12: case 0x16: return d->rep ? 0 : 8;
-        case 0x13: case 0x17: *kind = K_STORE; return d->rep ? 0 : 8;
-        case 0x6f: return d->rep == 0xf3 ? 16 : (!d->rep && !d->opsize16) ? 8 : 0;
-        case 0x7f: *kind = K_STORE; return d->rep == 0xf3 ? 16 : (!d->rep && !d->opsize16) ? 8 : 0;
-        case 0x6e: return d->rep ? 0 : (d->w ? 8 : 4);
-        case 0x7e:
-            if (d->rep == 0xf3)
-                return 8;
-            *kind = K_STORE;
-            return d->rep ? 0 : (d->w ? 8 : 4);
-        case 0xd6: *kind = K_STORE; return (d->opsize16 && !d->rep) ? 8 : 0;
-        case 0x51: case 0x58: case 0x59: case 0x5c: case 0x5d: case 0x5e: case 0x5f:
-            return d->rep == 0xf3 ? 4 : d->rep == 0xf2 ? 8 : 0;
-        case 0x2e: case 0x2f: return d->rep ? 0 : d->opsize16 ? 8 : 4;
-        default: return 0;
-        }
-    }
-    if ((d->vex == 2 || d->vex == 3) && d->map == 1) {
-        int l, pp = vex_pp_l(d, code, &l);
-        *kind = K_LOAD;
-        switch (op) {
-        case 0x11: *kind = K_STORE; /* fall through */
-        case 0x10: return pp <= 1 ? (l ? 32 : 16) : pp == 2 ? 4 : 8;
-        case 0x7f: *kind = K_STORE; /* fall through */
-        case 0x6f: return pp == 2 ? (l ? 32 : 16) : 0;
-        case 0x6e: return pp == 1 && !l ? (d->w ? 8 : 4) : 0;
-        case 0x7e:
-            if (pp == 2 && !l)
-                return 8;
-            *kind = K_STORE;
-            return pp == 1 && !l ? (d->w ? 8 : 4) : 0;
-        case 0xd6: *kind = K_STORE; return pp == 1 && !l ? 8 : 0;
-        default: return 0;
-        }
-    }
-    return 0;
-}
-
-/* The instruction with its memory operand replaced by (%rsp): same prefixes, opcode, ModRM.reg
- * and immediate. Returns its length. */
-static int rewrite_to_rsp(const struct x86_insn *d, const uint8_t *code, uint8_t *out)
-{
-    int n = 0;
-    int legacy = d->nprefix - (d->rex ? 1 : 0);
-    for (int i = 0; i < legacy; i++)
-        out[n++] = code[i];
-    if (d->rex)
-        out[n++] = (uint8_t)(d->rex & ~0x03); /* X = B = 0: base rsp, no index */
-    int op_start = d->nprefix;
-    for (int i = op_start; i < d->modrm_off; i++)
-        out[n++] = code[i];
-    if (d->vex == 3)
-        out[n - (d->modrm_off - op_start) + 1] |= 0x60; /* VEX.~X = VEX.~B = 1 */
-    out[n++] = (uint8_t)((d->modrm & 0x38) | 0x04); /* mod 00, rm 100: SIB */
-    out[n++] = 0x24;                                  /* base rsp, no index */
-    for (int i = 0; i < d->imm_size; i++)
-        out[n++] = code[d->imm_off + i];
-    return n;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Branch targets: no thread may be sent into the middle of the jump. */
-
-static void sort_u64(uint64_t *a, size_t n)
-{
-    /* heapsort: no allocation, runs in a signal handler */
-    for (size_t start = n / 2; start-- > 0;) {
-        size_t root = start;
-        for (size_t c; (c = 2 * root + 1) < n; root = c) {
-            if (c + 1 < n && a[c] < a[c + 1])
-                c++;
-            if (a[root] >= a[c])
-                break;
-            uint64_t t = a[root]; a[root] = a[c]; a[c] = t;
-        }
-    }
-    for (size_t end = n; end-- > 1;) {
-        uint64_t t = a[0]; a[0] = a[end]; a[end] = t;
-        size_t root = 0;
-        for (size_t c; (c = 2 * root + 1) < end; root = c) {
-            if (c + 1 < end && a[c] < a[c + 1])
-                c++;
-            if (a[root] >= a[c])
-                break;
-            t = a[root]; a[root] = a[c]; a[c] = t;
-        }
-    }
-}
-
-/* The target of a direct branch, or 0. */
-static uint64_t branch_target(const struct x86_insn *d, uint64_t pc, const uint8_t *code)
-{
-    int rel = 0;
-    if (!d->vex && d->map == 0 && ((d->opcode >= 0x70 && d->opcode <= 0x7f) || d->opcode == 0xeb ||
-                                   (d->opcode >= 0xe0 && d->opcode <= 0xe3)))
-        rel = 1;
-    else if (!d->vex && ((d->map == 0 && (d->opcode == 0xe8 || d->opcode == 0xe9)) ||
-                         (d->map == 1 && d->opcode >= 0x80 && d->opcode <= 0x8f) ||
-                         (d->map == 0 && d->opcode == 0xc7 && d->modrm == 0xf8)))
-        rel = 4;
-    if (!rel)
-        return 0;
-    int32_t v;
-    if (rel == 1)
-        v = (int8_t)code[d->imm_off];
-    else
-        memcpy(&v, code + d->imm_off, 4);
-    return pc + d->len + (uint64_t)(int64_t)v;
-}
-
-static int add_target(struct modidx *x, uint64_t t)
-{
-    if (x->n == x->cap) {
-        size_t ncap = x->cap ? x->cap * 2 : 65536;
-        /* Not mmap(NULL) or mremap: where the program's own mappings go, it would move them, and
-         * a patched run would not be the same run as a --no-patch one (process.c, zone_map). */
-        uint64_t *p = zone_map(ncap * 8);
-        if (!p)
-            return 0;
-        if (x->targets) {
-            memcpy(p, x->targets, x->n * 8);
-            zone_unmap(x->targets, x->cap * 8);
-        }
-        x->targets = p;
-        x->cap = ncap;
-    }
-    x->targets[x->n++] = t;
-    return 1;
-}
-
-/* Every direct branch target of every function (FDE) of a module, sorted; built once. */
-static const struct modidx *module_index(const void *hdr)
-{
-    for (int i = 0; i < nmodidx; i++)
-        if (modidx[i].hdr == hdr)
-            return &modidx[i];
-    if (nmodidx >= MAX_MODIDX)
-        return NULL;
-    struct modidx *x = &modidx[nmodidx++];
-    memset(x, 0, sizeof *x);
-    x->hdr = hdr;
-    x->ok = 1;
-    int64_t count = ualdbg_cfi_fde_range(hdr, UINT64_MAX, NULL, NULL);
-    if (count <= 0)
-        x->ok = 0;
-    for (int64_t i = 0; i < count && x->ok; i++) {
-        uint64_t start, end;
-        if (ualdbg_cfi_fde_range(hdr, (uint64_t)i, &start, &end) < 0) {
-            x->ok = 0;
-            break;
-        }
-        for (uint64_t a = start; a < end;) {
-            struct x86_insn d;
-            const uint8_t *code = (const uint8_t *)(uintptr_t)a;
-            if (ualdbg_x86_decode(code, end - a < 15 ? end - a : 15, &d) != 0) {
-                x->ok = 0; /* not all code can be read as code: its branches are unknown */
-                break;
-            }
-            uint64_t t = branch_target(&d, a, code);
-            if (t && !add_target(x, t)) {
-                x->ok = 0;
-                break;
-            }
-            a += d.len;
-        }
-    }
-    if (x->ok)
-        sort_u64(x->targets, x->n);
-    return x;
-}
-
-/* No direct branch of the module lands in (pc, pc + len), and pc's own function has no
- * indirect jump (a jump table could land there) and decodes to pc. */
-static int no_branch_into(uint64_t pc, uint32_t len)
-{
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
-    struct dl_find_object dlfo;
-    if (_dl_find_object((void *)(uintptr_t)pc, &dlfo) != 0 || !dlfo.dlfo_eh_frame)
-        return 0;
-    struct cfi_rule rule;
-    ualdbg_cfi_lookup(dlfo.dlfo_eh_frame, pc, &rule);
-    if (!(rule.start <= pc && pc < rule.end))
-        return 0;
-    int hit = 0;
-    for (uint64_t a = rule.start; a < rule.end;) {
-        struct x86_insn d;
-        const uint8_t *code = (const uint8_t *)(uintptr_t)a;
-        if (ualdbg_x86_decode(code, rule.end - a < 15 ? rule.end - a : 15, &d) != 0)
-            return 0;
-        if (a == pc)
-            hit = 1;
-        if (!d.vex && d.map == 0 && d.opcode == 0xff && ((d.modrm >> 3) & 7) == 4)
-            return 0;
-        a += d.len;
-    }
-    if (!hit)
-        return 0;
-    const struct modidx *x = module_index(dlfo.dlfo_eh_frame);
-    if (!x || !x->ok)
-        return 0;
-    size_t lo = 0, hi = x->n; /* first target > pc */
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (x->targets[mid] <= pc)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return !(lo < x->n && x->targets[lo] < pc + len);
-#else
-    (void)pc, (void)len;
-    return 0;
-#endif
-}
-
-/* [lo, hi) is padding between functions: in no function (FDE) of the module. */
-static int padding_only(uint64_t lo, uint64_t hi)
-{
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
-    struct dl_find_object dlfo;
-    if (_dl_find_object((void *)(uintptr_t)lo, &dlfo) != 0 || !dlfo.dlfo_eh_frame)
-        return 0;
-    uint64_t ends[2] = {lo, hi - 1};
-    for (int i = 0; i < 2; i++) {
-        struct cfi_rule rule;
-        ualdbg_cfi_lookup(dlfo.dlfo_eh_frame, ends[i], &rule);
-        if (rule.start <= ends[i] && ends[i] < rule.end)
-            return 0;
-        if (i == 1 && rule.start > lo)
-            return 0; /* a function starts inside */
-    }
-    return 1;
-#else
-    (void)lo, (void)hi;
-    return 0;
-#endif
-}
-
-/* The process's threads now (/proc/self/stat, field 20); 0 if unknown. */
-static int thread_count(void)
-{
-    char buf[1024];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return 0;
-    for (int field = 2; field < 20 && *p; p++)
-        if (*p == ' ')
-            field++;
-    int v = 0;
-    while (*p >= '0' && *p <= '9')
-        v = v * 10 + (*p++ - '0');
-    return v;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Trampoline memory: 64 KiB pools within 1 GiB of the code; page 0 holds the counter pointers
- * (MADV_WIPEONFORK: zero in a fork child), the rest 256-byte slots (RWX). Caller holds
- * maps_lock and patch_lock. */
-
-static uint8_t *pslot_alloc(uint64_t near, uint64_t ***ptr)
+static uint8_t *slot_alloc(uint64_t near, int nptrs, struct ppool **pool)
 {
     struct ppool *pp = NULL;
     for (int i = 0; i < nppools && !pp; i++)
-        if (ppools[i].used < PSLOTS && dist((uint64_t)(uintptr_t)ppools[i].base, near) < (1ll << 30) + (1ll << 29))
+        if (ppools[i].used + SLOT_MAX <= PPOOL_SIZE - 4096 && ppools[i].nptrs + (uint32_t)nptrs <= PPTRS &&
+            ppools[i].nslots < MAX_SLOTS_PER_POOL &&
+            distance((uint64_t)(uintptr_t)ppools[i].base, near) < (1ll << 30) + (1ll << 29))
             pp = &ppools[i];
     if (!pp) {
         if (nppools >= MAX_PPOOLS)
@@ -442,203 +177,936 @@ static uint8_t *pslot_alloc(uint64_t near, uint64_t ***ptr)
             return NULL; /* without a wiped page a fork child would count into its parent's buffer */
         }
         pp = &ppools[nppools++];
+        memset(pp, 0, sizeof *pp);
         pp->base = base;
-        pp->used = 0;
+        pp->nptrs = 1; /* word 0: the "more than one thread" byte (wiped on fork: a child has one) */
+        base[0] = patch_mt; /* (under patch_lock, as set_mt) */
     }
-    uint32_t i = pp->used++;
-    *ptr = (uint64_t **)(void *)pp->base + i;
-    return pp->base + 4096 + i * PSLOT;
+    *pool = pp;
+    return pp->base + 4096 + pp->used;
+}
+
+/* The slot just written is `size` bytes (64-byte aligned): it is the pool's now. */
+static void slot_commit(struct ppool *pp, uint8_t *slot, uint32_t size)
+{
+    size = (size + 63) & ~63u;
+    pp->slot_off[pp->nslots++] = (uint16_t)((uint32_t)(slot - pp->base) / 64);
+    pp->used += size;
+}
+
+static uint64_t **ptr_alloc(struct ppool *pp)
+{
+    return (uint64_t **)(void *)pp->base + pp->nptrs++;
+}
+
+static struct ppool *pool_of(uint64_t rip)
+{
+    for (int i = 0; i < nppools; i++) {
+        uint64_t b = (uint64_t)(uintptr_t)ppools[i].base;
+        if (rip >= b + 4096 && rip < b + PPOOL_SIZE)
+            return &ppools[i];
+    }
+    return NULL;
 }
 
 static struct pslot *slot_of(uint64_t rip)
 {
-    for (int i = 0; i < nppools; i++) {
-        uint64_t b = (uint64_t)(uintptr_t)ppools[i].base + 4096;
-        if (rip >= b && rip < b + (uint64_t)ppools[i].used * PSLOT) {
-            struct pslot *s = (struct pslot *)(uintptr_t)(b + (rip - b) / PSLOT * PSLOT);
-            return s->origin ? s : NULL;
+    struct ppool *pp = pool_of(rip);
+    if (!pp)
+        return NULL;
+    uint32_t off = (uint32_t)(rip - (uint64_t)(uintptr_t)pp->base) / 64;
+    for (int i = pp->nslots - 1; i >= 0; i--)
+        if (pp->slot_off[i] <= off) {
+            struct pslot *s = (struct pslot *)(void *)(pp->base + (uint32_t)pp->slot_off[i] * 64);
+            return s->origin && rip < (uint64_t)(uintptr_t)s + s->size ? s : NULL;
         }
-    }
     return NULL;
 }
 
-static uint64_t **ptr_of(const struct pslot *s)
+static uint64_t **ptr_of(const struct pslot *s, int ins)
 {
-    for (int i = 0; i < nppools; i++) {
-        uint64_t b = (uint64_t)(uintptr_t)ppools[i].base + 4096, a = (uint64_t)(uintptr_t)s;
-        if (a >= b && a < b + PSLOTS * PSLOT)
-            return (uint64_t **)(void *)ppools[i].base + (a - b) / PSLOT;
-    }
-    return NULL;
+    return (uint64_t **)(uintptr_t)s->ins[ins].cell;
 }
 
-/* The patched PC of a fault inside a trampoline, for the program's handler (signals.c):
- * *at_insn 1 at the copy that runs with AC clear (the thread had AC set), 2 at the copy that
- * runs with the thread's own flags; 0 elsewhere (the moved instructions after a short one:
- * their PCs lie under the jump, the program could not resume there). */
-uint64_t patch_origin(uint64_t rip, int *at_insn)
+/* The process has more than one thread from now on (or may have: a count of them above 1): every
+ * trampoline counts with locked increments. */
+static void set_mt(void)
 {
-    struct pslot *s = slot_of(rip);
-    if (!s)
-        return 0;
-    uint64_t off = rip - (uint64_t)(uintptr_t)s;
-    int k = off == s->copy_a ? 1 : off == s->copy_b ? 2 : 0;
-    if (at_insn)
-        *at_insn = k;
-    return k ? s->origin : 0;
+    if (patch_mt)
+        return;
+    patch_mt = 1;
+    for (int i = 0; i < nppools; i++)
+        __atomic_store_n(ppools[i].base, 1, __ATOMIC_SEQ_CST);
 }
 
-/* Whether the code at pc is this agent's jump to the trampoline of a patch of pc (and not new
- * code loaded at that address since, or code the program rewrote). */
-int patch_is_ours(uint64_t pc)
+/* (pthread_create, before the thread starts: a pool made meanwhile is made under the lock.) */
+void patch_threads_started(void)
 {
-    const volatile uint8_t *c = (const volatile uint8_t *)(uintptr_t)pc;
-    if (c[0] != 0xe9)
-        return 0;
-    int32_t rel;
-    uint8_t b[4] = {c[1], c[2], c[3], c[4]};
-    memcpy(&rel, b, 4);
-    uint64_t to = pc + 5 + (uint64_t)(int64_t)rel;
-    struct pslot *s = slot_of(to);
-    return s && s->origin == pc && to == (uint64_t)(uintptr_t)s + HDR_SIZE;
-}
-
-/* The patched PC when an alignment fault comes from a trampoline: only its copy that runs with
- * the thread's AC can take one (the tested bits were too few, or the counter is not set up). */
-uint64_t patch_copy_origin(uint64_t rip)
-{
-    struct pslot *s = slot_of(rip);
-    return s && rip - (uint64_t)(uintptr_t)s == s->copy_b ? s->origin : 0;
-}
-
-/* A single step that ended at a trampoline's entry executed the patch's jump in place of the
- * instruction it replaced (the thread trapped there, was counted, and was resumed in place):
- * where to resume it, the trampoline's copy that runs with AC clear and sets it again; 0 if rip
- * is no trampoline's entry. */
-uint64_t patch_stepped_in(uint64_t rip)
-{
-    struct pslot *s = slot_of(rip);
-    return s && rip == (uint64_t)(uintptr_t)s + HDR_SIZE && s->copy_a ? (uint64_t)(uintptr_t)s + s->copy_a : 0;
-}
-
-/* The hardware trapped at an address the trampoline tested as aligned: test more bits (up to
- * 16), enough that this address counts. `ea` is the faulting address. */
-void patch_widen_mask(uint64_t rip, uint64_t ea)
-{
-    struct pslot *s = slot_of(rip);
-    uint64_t **ptr = s ? ptr_of(s) : NULL;
-    if (!s || !ptr || !*ptr)
-        return; /* the counter was not set up: the trapping path, not evidence */
-    volatile uint8_t *imm = (volatile uint8_t *)s + s->mask_off;
-    uint8_t m = *imm;
-    while (!(ea & m) && m < 15)
-        m = (uint8_t)(m << 1 | 1);
-    *imm = m;
-    struct ualdbg_patch *t = table();
-    if (t && s->entry < G.hdr->patch_capacity)
-        t[s->entry].mask = m;
+    if (__atomic_load_n(&patch_mt, __ATOMIC_ACQUIRE))
+        return;
+    while (__atomic_exchange_n(&patch_lock, 1, __ATOMIC_ACQUIRE))
+        sched_yield(); /* (signals open: a patcher stopping the world parks this thread) */
+    set_mt();
+    __atomic_store_n(&patch_lock, 0, __ATOMIC_RELEASE);
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Emitting a trampoline. */
+/* Windows. */
 
-static uint8_t *put(uint8_t *p, const void *b, size_t n)
+/* The first window ending after addr. */
+static uint32_t win_index(uint64_t addr)
 {
-    memcpy(p, b, n);
-    return p + n;
-}
-
-/* The instruction at `from` copied to p, a RIP-relative displacement relocated. */
-static uint8_t *put_copy(uint8_t *p, uint64_t from, const uint8_t *code, const struct x86_insn *d, int *ok)
-{
-    memcpy(p, code, d->len);
-    if (d->rip_rel) {
-        uint64_t target = from + d->len + (uint64_t)(int64_t)d->disp;
-        int64_t nd = (int64_t)target - (int64_t)(uintptr_t)(p + d->len);
-        if (nd != (int32_t)nd)
-            *ok = 0;
-        int32_t v = (int32_t)nd;
-        memcpy(p + d->disp_off, &v, 4);
+    uint32_t lo = 0, hi = nwins;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (wins[mid].b <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    return p + d->len;
+    return lo;
 }
 
-/* lea EA, %rax for the instruction's memory operand, run with rsp lowered by `adj`. */
-static uint8_t *put_lea(uint8_t *p, uint64_t pc, const struct x86_insn *d, int64_t adj, int *ok)
+static const struct win *win_holding(uint64_t addr)
+{
+    uint32_t i = win_index(addr);
+    return i < nwins && wins[i].a <= addr ? &wins[i] : NULL;
+}
+
+static int win_overlaps(uint64_t a, uint64_t b)
+{
+    uint32_t i = win_index(a);
+    return i < nwins && wins[i].a < b;
+}
+
+/* Every jump written, in order (an injected agent leaving puts their bytes back in reverse). */
+static struct {
+    uint64_t a;
+    uint8_t orig[5];
+} written[2 * MAX_WINDOWS];
+static uint32_t nwritten;
+
+static void win_remove(uint64_t a)
+{
+    uint32_t i = win_index(a);
+    if (i < nwins && wins[i].a == a) {
+        memmove(&wins[i], &wins[i + 1], (nwins - i - 1) * sizeof wins[0]);
+        nwins--;
+    }
+}
+
+static void win_add(uint64_t a, uint64_t b, struct pslot *slot, const uint8_t orig[5])
+{
+    if (nwritten < sizeof written / sizeof written[0]) {
+        written[nwritten].a = a;
+        memcpy(written[nwritten++].orig, orig, 5);
+    }
+    uint32_t i = win_index(a);
+    memmove(&wins[i + 1], &wins[i], (nwins - i) * sizeof wins[0]);
+    wins[i].a = a;
+    wins[i].b = b;
+    wins[i].slot = slot;
+    memcpy(wins[i].orig, orig, 5);
+    nwins++;
+}
+
+/* The trampoline address standing for the original instruction at pc inside a window (0: pc is
+ * not an instruction there). */
+static uint64_t win_block(const struct win *w, uint64_t pc)
+{
+    for (int i = 0; i < w->slot->nins; i++)
+        if (w->a + w->slot->ins[i].from == pc)
+            return (uint64_t)(uintptr_t)w->slot + w->slot->ins[i].block;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Emitting code. */
+
+struct em {
+    uint8_t *slot, *p, *limit;
+    struct pslot *h;
+    int ok;
+    int ins;           /* the instruction whose code is being written, for the context table */
+    const uint8_t *mt; /* the pool's "more than one thread" byte */
+};
+
+static void put(struct em *e, const void *b, size_t n)
+{
+    if (e->p + n > e->limit) {
+        e->ok = 0;
+        return;
+    }
+    memcpy(e->p, b, n);
+    e->p += n;
+}
+
+static void put1(struct em *e, uint8_t b) { put(e, &b, 1); }
+
+static void put32(struct em *e, int32_t v) { put(e, &v, 4); }
+
+/* A rel32 at `at` (its first byte) to `to`. */
+static void fix32(struct em *e, uint8_t *at, uint64_t to)
+{
+    int64_t rel = (int64_t)to - (int64_t)(uintptr_t)(at + 4);
+    if (rel != (int32_t)rel)
+        e->ok = 0;
+    int32_t v = (int32_t)rel;
+    memcpy(at, &v, 4);
+}
+
+static uint64_t here(const struct em *e) { return (uint64_t)(uintptr_t)e->p; }
+
+static void jmp_to(struct em *e, uint64_t to)
+{
+    put1(e, 0xe9);
+    uint8_t *at = e->p;
+    put32(e, 0);
+    if (e->ok)
+        fix32(e, at, to);
+}
+
+/* A jcc/jmp rel32 to a place not written yet: returns where its rel32 is. */
+static uint8_t *jcc_fwd(struct em *e, uint8_t cc)
+{
+    if (cc == 0xff)
+        put1(e, 0xe9);
+    else
+        put(e, (uint8_t[]){0x0f, (uint8_t)(0x80 | cc)}, 2);
+    uint8_t *at = e->p;
+    put32(e, 0);
+    return e->ok ? at : NULL;
+}
+
+static void land(struct em *e, uint8_t *at)
+{
+    if (at && e->ok)
+        fix32(e, at, here(e));
+}
+
+/* From here on, a fault at this position is shown to the program as described (CX_*). */
+static void ctx(struct em *e, int kind, int adj)
+{
+    struct pslot *h = e->h;
+    uint16_t off = (uint16_t)(e->p - e->slot);
+    if (h->nctx && h->ctx[h->nctx - 1].lo == off)
+        h->nctx--; /* nothing was written under the previous one */
+    if (h->nctx >= MAX_CTX) {
+        e->ok = 0;
+        return;
+    }
+    /* CX_PROG: the stack pointer's adjustment / 8; the frame kinds: the frame's shape (FS_*) */
+    h->ctx[h->nctx++] = (struct pctx){off, (uint8_t)(e->ins << 4 | kind), (int8_t)(kind == CX_PROG ? adj / 8 : adj)};
+}
+
+/* The instruction at `from` copied, a RIP-relative displacement relocated. */
+static void put_copy(struct em *e, uint64_t from, const uint8_t *code, const struct x86_insn *d)
+{
+    uint8_t *at = e->p;
+    put(e, code, d->len);
+    if (e->ok && d->rip_rel)
+        fix32(e, at + d->disp_off, from + d->len + (uint64_t)(int64_t)d->disp);
+}
+
+/* lea EA, %reg (rax 0, rcx 1) for the instruction's memory operand, run with rsp lowered by `adj`. */
+static void put_lea(struct em *e, uint64_t pc, const struct x86_insn *d, const struct access *acc, int64_t adj, int reg)
 {
     if (d->rip_rel) {
-        uint64_t target = pc + d->len + (uint64_t)(int64_t)d->disp;
-        *p++ = 0x48, *p++ = 0x8d, *p++ = 0x05;
-        int64_t nd = (int64_t)target - (int64_t)(uintptr_t)(p + 4);
-        if (nd != (int32_t)nd)
-            *ok = 0;
-        int32_t v = (int32_t)nd;
-        return put(p, &v, 4);
+        put(e, (uint8_t[]){0x48, 0x8d, (uint8_t)(0x05 | reg << 3)}, 3);
+        uint8_t *at = e->p;
+        put32(e, 0);
+        if (e->ok)
+            fix32(e, at, pc + d->len + (uint64_t)(int64_t)d->disp);
+        return;
     }
     int base = d->base, index = d->index;
-    int64_t disp = (int64_t)d->disp + (base == 4 ? adj : 0);
+    int64_t disp = (int64_t)d->disp * (d->disp_size == 1 ? acc->scale : 1) + (base == 4 ? adj : 0);
     if (disp != (int32_t)disp)
-        *ok = 0;
+        e->ok = 0;
     uint8_t ss = d->scale == 8 ? 3 : d->scale == 4 ? 2 : d->scale == 2 ? 1 : 0;
     uint8_t idx = index >= 0 ? (uint8_t)(index & 7) : 4;
-    *p++ = (uint8_t)(0x48 | (index >= 8 ? 2 : 0) | (base >= 8 ? 1 : 0));
-    *p++ = 0x8d;
+    put1(e, (uint8_t)(0x48 | (index >= 8 ? 2 : 0) | (base >= 8 ? 1 : 0)));
+    put1(e, 0x8d);
     if (base < 0) {
-        *p++ = 0x04;
-        *p++ = (uint8_t)(ss << 6 | idx << 3 | 5);
+        put1(e, (uint8_t)(0x04 | reg << 3));
+        put1(e, (uint8_t)(ss << 6 | idx << 3 | 5));
     } else {
-        *p++ = 0x84;
-        *p++ = (uint8_t)(ss << 6 | idx << 3 | (base & 7));
+        put1(e, (uint8_t)(0x84 | reg << 3));
+        put1(e, (uint8_t)(ss << 6 | idx << 3 | (base & 7)));
     }
-    int32_t v = (int32_t)disp;
-    return put(p, &v, 4);
+    put32(e, (int32_t)disp);
+}
+
+/* The instruction with its memory operand replaced by (%rsp): same prefixes, opcode, ModRM.reg
+ * and immediate. */
+static void put_rewritten(struct em *e, const struct x86_insn *d, const uint8_t *code)
+{
+    uint8_t out[16];
+    int n = 0;
+    int legacy = d->nprefix - (d->rex ? 1 : 0);
+    for (int i = 0; i < legacy; i++)
+        out[n++] = code[i];
+    if (d->rex)
+        out[n++] = (uint8_t)(d->rex & ~0x03); /* X = B = 0: base rsp, no index */
+    int op_start = d->nprefix;
+    for (int i = op_start; i < d->modrm_off; i++)
+        out[n++] = code[i];
+    if (d->vex == 3)
+        out[n - (d->modrm_off - op_start) + 1] |= 0x60; /* VEX.~X = VEX.~B = 1 */
+    out[n++] = (uint8_t)((d->modrm & 0x38) | 0x04);      /* mod 00, rm 100: SIB */
+    out[n++] = 0x24;                                      /* base rsp, no index */
+    for (int i = 0; i < d->imm_size; i++)
+        out[n++] = code[d->imm_off + i];
+    put(e, out, (size_t)n);
 }
 
 static const uint8_t SET_AC[] = {0x48, 0x8d, 0x64, 0x24, 0x80, 0x9c, 0x81, 0x0c, 0x24, 0x00, 0x00,
                                  0x04, 0x00, 0x9d, 0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00};
 static const uint8_t OR_AC[] = {0x9c, 0x81, 0x0c, 0x24, 0x00, 0x00, 0x04, 0x00, 0x9d};
 
-/* ------------------------------------------------------------------------------------------ */
-/* Writing the jump. */
-
-static int cas16(volatile void *p, uint64_t olo, uint64_t ohi, uint64_t nlo, uint64_t nhi)
+/* lea -128(%rsp),%rsp; pushfq; orl $AC,(%rsp); popfq; lea 128(%rsp),%rsp: AC set, other flags kept.
+ * (Its pushfq is the only access that can fault, on the stack's guard page.) */
+static void put_set_ac(struct em *e)
 {
-    uint8_t ok;
-    __asm__ volatile("lock cmpxchg16b %1\n\tsete %0"
-                     : "=q"(ok), "+m"(*(volatile unsigned __int128 *)p), "+a"(olo), "+d"(ohi)
-                     : "b"(nlo), "c"(nhi)
-                     : "memory", "cc");
-    return ok;
+    ctx(e, CX_PROG, 128);
+    put(e, SET_AC, sizeof SET_AC);
 }
 
-/* 5 bytes at pc, seen whole by a thread running there: one aligned 8- or 16-byte atomic store
- * (any store when `alone`). Returns a refusal reason or 0. */
-static int write_jump(uint64_t pc, const uint8_t jmp[5], int alone)
+/* ------------------------------------------------------------------------------------------ */
+/* The window's instructions. */
+
+enum { W_COUNT = 1, W_COPY, W_JCC, W_JMP, W_CALL, W_END };
+
+struct winsn {
+    struct x86_insn d;
+    uint8_t code[16];
+    uint64_t pc;
+    int what;
+    struct access acc;
+    uint64_t target;  /* W_JCC, W_JMP, W_CALL */
+    struct pslot *was; /* the trampoline that stood for it (a window this one takes in), or NULL */
+    int was_i;
+};
+
+struct window {
+    uint64_t a, b;  /* the trampoline stands for [a, b) and jumps back to b */
+    int n, k;       /* instructions; the one that trapped */
+    int ends;       /* the last one ends the flow (ret, jmp, call): no jump back */
+    struct winsn ins[MAX_WIN];
+};
+
+/* lahf/sahf in 64-bit mode (CPUID 8000_0001h ECX bit 0): the cheap way to keep the flags (popfq
+ * costs ~9 ns here, measured; lahf, seto, add, sahf ~1 ns). */
+static int have_lahf(void)
 {
-    if (!alone && (pc & 15) > 11)
-        return UALDBG_PATCH_R_STRADDLE;
-    uint64_t lo = pc & ~4095ull, hi = (pc + 4) & ~4095ull;
-    size_t len = (size_t)(hi - lo) + 4096;
-    if (mprotect((void *)(uintptr_t)lo, len, PROT_READ | PROT_WRITE | PROT_EXEC) != 0)
-        return UALDBG_PATCH_R_PROTECT;
-    if (alone) {
-        memcpy((void *)(uintptr_t)pc, jmp, 5);
-    } else if ((pc & 7) <= 3) {
-        volatile uint64_t *w = (volatile uint64_t *)(uintptr_t)(pc & ~7ull);
-        uint64_t v = *w;
-        memcpy((uint8_t *)&v + (pc & 7), jmp, 5);
-        __atomic_store_n(w, v, __ATOMIC_SEQ_CST);
+    static int known = -1;
+    if (known < 0) {
+        uint32_t a = 0x80000001u, b, c, d;
+        __asm__ volatile("cpuid" : "+a"(a), "=b"(b), "=c"(c), "=d"(d));
+        known = (int)(c & 1);
+    }
+    return known;
+}
+
+/* The registers (and the flags, unless the instruction sets them all) back from the frame at
+ * rsp, rsp then 128 below the program's (past its red zone). */
+static void put_unsave(struct em *e, int shape)
+{
+    ctx(e, CX_SAVED, shape);
+    if (shape == FS_LAHF)
+        put(e, (uint8_t[]){0x58, 0x04, 0x7f, 0x9e}, 4); /* pop %rax; add $0x7f,%al (OF); sahf */
+    else if (shape == FS_PUSHF)
+        put1(e, 0x9d); /* popfq */
+    put(e, (uint8_t[]){0x5a, 0x59, 0x58}, 3); /* pop %rdx; pop %rcx; pop %rax */
+    ctx(e, CX_PROG, 128);
+}
+
+/* The instruction with its memory operand replaced by disp8(%rsp). */
+static void put_rewritten_at(struct em *e, const struct x86_insn *d, const uint8_t *code, int8_t disp)
+{
+    uint8_t *at = e->p;
+    put_rewritten(e, d, code);
+    if (!e->ok || !disp)
+        return;
+    uint8_t *modrm = at + (e->p - at) - d->imm_size - 2;
+    uint8_t imm[8];
+    memcpy(imm, modrm + 2, d->imm_size);
+    modrm[0] |= 0x40; /* mod 01: disp8 */
+    modrm[2] = (uint8_t)disp;
+    e->p = modrm + 3;
+    put(e, imm, d->imm_size);
+}
+
+/* SSE4.1 (pinsrq): CPUID 1 ECX bit 19. */
+static int have_sse41(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        uint32_t a = 1, b, c, d;
+        __asm__ volatile("cpuid" : "+a"(a), "=b"(b), "=c"(c), "=d"(d));
+        known = (int)((c >> 19) & 1);
+    }
+    return known;
+}
+
+/* A plain 16-byte load into an xmm register (movups, movupd, movdqu, lddqu; their VEX.128 forms):
+ * the xmm register's number, with 16 added for a VEX form; -1 for anything else. */
+static int xmm_load16(const struct x86_insn *d, const uint8_t *code, const struct access *acc)
+{
+    if (acc->size != 16 || acc->kind != K_LOAD || acc->method != M_SCRATCH || d->map != 1 || !have_sse41())
+        return -1;
+    uint8_t op = d->opcode;
+    if (!d->vex)
+        return ((op == 0x10 && d->rep == 0) || (op == 0x6f && d->rep == 0xf3) || (op == 0xf0 && d->rep == 0xf2)) ? d->reg
+                                                                                                                  : -1;
+    if (d->vex == 4)
+        return -1;
+    uint8_t b = d->vex == 2 ? code[d->nprefix + 1] : code[d->nprefix + 2];
+    int pp = b & 3, l = (b >> 2) & 1;
+    if (l || !((op == 0x10 && pp <= 1) || (op == 0x6f && pp == 2) || (op == 0xf0 && pp == 3)))
+        return -1;
+    return 16 + d->reg;
+}
+
+/* movq %rax,%xmmD; pinsrq $1,%rsi,%xmmD (VEX forms when the instruction was: they clear the
+ * upper half of ymmD as it would). */
+static void put_xmm_from_rax_rsi(struct em *e, int x)
+{
+    int v = x >= 16, dreg = x & 15, r = dreg >> 3;
+    if (!v) {
+        put(e, (uint8_t[]){0x66, (uint8_t)(0x48 | r << 2), 0x0f, 0x6e, (uint8_t)(0xc0 | (dreg & 7) << 3)}, 5);
+        put(e, (uint8_t[]){0x66, (uint8_t)(0x48 | r << 2), 0x0f, 0x3a, 0x22, (uint8_t)(0xc6 | (dreg & 7) << 3), 1}, 7);
     } else {
-        volatile uint64_t *w = (volatile uint64_t *)(uintptr_t)(pc & ~15ull);
-        for (;;) {
-            uint64_t o[2] = {w[0], w[1]}, n[2] = {o[0], o[1]};
-            memcpy((uint8_t *)n + (pc & 15), jmp, 5);
-            if (cas16(w, o[0], o[1], n[0], n[1]))
-                break;
+        uint8_t rxb = (uint8_t)((!r) << 7 | 0x60);
+        put(e, (uint8_t[]){0xc4, (uint8_t)(rxb | 0x01), 0xf9, 0x6e, (uint8_t)(0xc0 | (dreg & 7) << 3)}, 5);
+        put(e, (uint8_t[]){0xc4, (uint8_t)(rxb | 0x03), (uint8_t)(0x81 | (~dreg & 15) << 3), 0x22,
+                           (uint8_t)(0xc6 | (dreg & 7) << 3), 1}, 6);
+    }
+}
+
+/* A counted block: the test, the count, the instruction run without trapping; then `next`.
+ * `cell` is where the counter's address is (NULL: not counting yet), `mt` a byte that says the
+ * process has more than one thread (the count is then a locked increment). */
+static void put_counted(struct em *e, const struct winsn *w, struct pins *pi, uint64_t **cell, uint8_t mask,
+                        const uint8_t *mt, uint8_t **to_next)
+{
+    const struct x86_insn *d = &w->d;
+    const struct access *acc = &w->acc;
+    int shape = acc->writes_flags ? FS_NONE : have_lahf() ? FS_LAHF : FS_PUSHF, depth = fs_depth(shape);
+    int small = acc->method == M_SCRATCH && acc->size <= 8, xmm = xmm_load16(d, w->code, acc);
+    ctx(e, CX_PROG, 0);
+    put(e, (uint8_t[]){0x48, 0x8d, 0x64, 0x24, 0x80}, 5); /* lea -128(%rsp),%rsp */
+    ctx(e, CX_PROG, 128);
+    put1(e, 0x50); /* push %rax */
+    ctx(e, CX_PROG, 136);
+    put1(e, 0x51); /* push %rcx */
+    ctx(e, CX_PROG, 144);
+    put1(e, 0x52); /* push %rdx */
+    put_lea(e, w->pc, d, acc, 128 + 24, 1); /* lea EA,%rcx: before lahf takes rax */
+    if (shape == FS_LAHF) {
+        ctx(e, CX_PROG, 152);
+        put(e, (uint8_t[]){0x9f, 0x0f, 0x90, 0xc0, 0x50}, 5); /* lahf; seto %al; push %rax */
+    } else if (shape == FS_PUSHF) {
+        ctx(e, CX_PROG, 152);
+        put1(e, 0x9c); /* pushfq */
+    }
+    ctx(e, CX_SAVED, shape);
+    put(e, (uint8_t[]){0x48, 0x89, 0xc8}, 3); /* mov %rcx,%rax */
+    put1(e, 0xa8); /* test $mask,%al */
+    pi->mask_off = (uint16_t)(e->p - e->slot);
+    put1(e, mask);
+    uint8_t *j1 = jcc_fwd(e, 0x4); /* jz aligned */
+    put(e, (uint8_t[]){0x9c, 0xf6, 0x44, 0x24, 0x02, 0x04}, 6); /* pushfq; testb $4,2(%rsp): AC, now */
+    put(e, (uint8_t[]){0x48, 0x8d, 0x64, 0x24, 0x08}, 5);       /* lea 8(%rsp),%rsp */
+    uint8_t *j2 = jcc_fwd(e, 0x4);
+    put(e, (uint8_t[]){0x48, 0x8b, 0x0d}, 3); /* mov cell(%rip),%rcx */
+    uint8_t *at = e->p;
+    put32(e, 0);
+    if (e->ok)
+        fix32(e, at, (uint64_t)(uintptr_t)cell);
+    put(e, (uint8_t[]){0x48, 0x85, 0xc9}, 3); /* test %rcx,%rcx */
+    uint8_t *j3 = jcc_fwd(e, 0x4);
+    /* The fault it would have been: counted. One thread: a plain increment (a locked one costs
+     * ~13 ns here, measured); more: locked. */
+    put(e, (uint8_t[]){0x80, 0x3d}, 2); /* cmpb $0,mt(%rip) */
+    at = e->p;
+    put32(e, 0);
+    put1(e, 0x00);
+    if (e->ok)
+        fix32(e, at, (uint64_t)(uintptr_t)mt - 1); /* (the rel32 is followed by the imm8) */
+    put(e, (uint8_t[]){0x75, 0x05}, 2);             /* jne locked */
+    put(e, (uint8_t[]){0x48, 0xff, 0x01}, 3);       /* incq (%rcx) */
+    put(e, (uint8_t[]){0xeb, 0x04}, 2);             /* jmp counted */
+    put(e, (uint8_t[]){0xf0, 0x48, 0xff, 0x01}, 4); /* locked: lock incq (%rcx) */
+    /* counted: its cost class (issue 33), in the patch entry beside the count (%rcx is
+     * &entry.count, entry + 8): whether [EA, EA + size) spans two 64-byte lines (line_splits,
+     * entry + 64) and two 4 KiB pages (page_splits, entry + 72). Locked: a split costs far more
+     * than the increment, and a thread started meanwhile then counts it rightly. */
+    put(e, (uint8_t[]){0x48, 0x8d, 0x50, (uint8_t)(acc->size - 1)}, 4); /* lea size-1(%rax),%rdx */
+    put(e, (uint8_t[]){0x48, 0x31, 0xc2}, 3);                          /* xor %rax,%rdx */
+    put(e, (uint8_t[]){0x48, 0xf7, 0xc2, 0xc0, 0xff, 0xff, 0xff}, 7);  /* test $~63,%rdx */
+    put(e, (uint8_t[]){0x74, 0x13}, 2);                                /* jz classed */
+    put(e, (uint8_t[]){0xf0, 0x48, 0xff, 0x41, 0x38}, 5);              /* lock incq 56(%rcx) */
+    put(e, (uint8_t[]){0x48, 0xf7, 0xc2, 0x00, 0xf0, 0xff, 0xff}, 7);  /* test $~4095,%rdx */
+    put(e, (uint8_t[]){0x74, 0x05}, 2);                                /* jz classed */
+    put(e, (uint8_t[]){0xf0, 0x48, 0xff, 0x41, 0x40}, 5);              /* lock incq 64(%rcx) */
+    uint8_t *to_toggle = NULL;
+    if (acc->method == M_SCRATCH) {
+        /* An access that crosses a page goes the toggle way: the copies below then never fault
+         * half-way (a store would be half written: the instruction's is all or nothing). */
+        put(e, (uint8_t[]){0x48, 0x8d, 0x48, (uint8_t)(acc->size - 1)}, 4); /* lea size-1(%rax),%rcx */
+        put(e, (uint8_t[]){0x48, 0x31, 0xc1}, 3);                          /* xor %rax,%rcx */
+        put(e, (uint8_t[]){0x48, 0xc1, 0xe9, 0x0c}, 4);                    /* shr $12,%rcx */
+        to_toggle = jcc_fwd(e, 0x5);                                       /* jnz toggle */
+    }
+    if (small) {
+        /* AC stays as it is (changing it costs ~60 ns a time): the operand is read with two
+         * aligned 8-byte loads (the access's own bytes' words: no other page) and shrd, and
+         * put in a scratch word in the red zone the trampoline skipped, where the instruction,
+         * rewritten to address it, reads or writes it. Scratch at R - depth - 8, the address at
+         * R - depth - 16 (R: rsp once the registers are back). */
+        int8_t scr = (int8_t)-(depth + 8);
+        put(e, (uint8_t[]){0x48, 0x89, 0x44, 0x24, 0xf0}, 5); /* mov %rax,-16(%rsp) */
+        if (acc->kind != K_STORE) {
+            static const uint8_t compose[] = {0x48, 0x89, 0xc1,             /* mov %rax,%rcx */
+                                              0x48, 0x83, 0xe0, 0xf8,       /* and $-8,%rax */
+                                              0x48, 0x8b, 0x10,             /* mov (%rax),%rdx */
+                                              0x48, 0x8d, 0x41, 0x00,       /* lea size-1(%rcx),%rax */
+                                              0x48, 0x83, 0xe0, 0xf8,       /* and $-8,%rax */
+                                              0x48, 0x8b, 0x00,             /* mov (%rax),%rax */
+                                              0xc1, 0xe1, 0x03,             /* shl $3,%ecx */
+                                              0x48, 0x0f, 0xad, 0xc2,       /* shrd %cl,%rax,%rdx */
+                                              0x48, 0x89, 0x54, 0x24, 0xf8};/* mov %rdx,-8(%rsp) */
+            uint8_t c[sizeof compose];
+            memcpy(c, compose, sizeof c);
+            c[13] = (uint8_t)(acc->size - 1);
+            put(e, c, sizeof c);
+        }
+        put_unsave(e, shape);
+        put_rewritten_at(e, d, w->code, scr);
+        if (acc->kind != K_LOAD) {
+            /* the result back, a byte at a time (a byte access never takes #AC; no flag changes) */
+            put(e, (uint8_t[]){0x50, 0x51}, 2); /* push %rax; push %rcx */
+            ctx(e, CX_OUT, 0);
+            put(e, (uint8_t[]){0x48, 0x8b, 0x44, 0x24, (uint8_t)(int8_t)(16 - depth - 16)}, 5); /* mov EA,%rax */
+            for (int k = 0; k < acc->size; k++) {
+                put(e, (uint8_t[]){0x0f, 0xb6, 0x4c, 0x24, (uint8_t)(int8_t)(16 + scr + k)}, 5); /* movzbl scr+k */
+                put(e, (uint8_t[]){0x88, 0x48, (uint8_t)k}, 3);                                 /* mov %cl,k(%rax) */
+            }
+            put(e, (uint8_t[]){0x59, 0x58}, 2); /* pop %rcx; pop %rax */
+            ctx(e, CX_PROG, 128);
+        }
+        put(e, (uint8_t[]){0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00}, 8); /* lea 128(%rsp),%rsp */
+        *to_next = jcc_fwd(e, 0xff);
+    } else if (xmm >= 0) {
+        /* A 16-byte move into an xmm register: the two halves read with three aligned 8-byte
+         * loads (the access's own bytes' words) and shrd, and moved into the register. */
+        put1(e, 0x56); /* push %rsi */
+        ctx(e, CX_SAVED16, shape);
+        static const uint8_t compose[] = {0x48, 0x89, 0xc1,       /* mov %rax,%rcx */
+                                          0x48, 0x83, 0xe0, 0xf8, /* and $-8,%rax */
+                                          0x48, 0x8d, 0x51, 0x0f, /* lea 15(%rcx),%rdx */
+                                          0x48, 0x83, 0xe2, 0xf8, /* and $-8,%rdx */
+                                          0x48, 0x8b, 0x12,       /* mov (%rdx),%rdx: q2 */
+                                          0x48, 0x8b, 0x70, 0x08, /* mov 8(%rax),%rsi: q1 */
+                                          0x48, 0x8b, 0x00,       /* mov (%rax),%rax: q0 */
+                                          0xc1, 0xe1, 0x03,       /* shl $3,%ecx */
+                                          0x48, 0x0f, 0xad, 0xf0, /* shrd %cl,%rsi,%rax: low half */
+                                          0x48, 0x0f, 0xad, 0xd6};/* shrd %cl,%rdx,%rsi: high half */
+        put(e, compose, sizeof compose);
+        put_xmm_from_rax_rsi(e, xmm);
+        put1(e, 0x5e); /* pop %rsi */
+        put_unsave(e, shape);
+        put(e, (uint8_t[]){0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00}, 8); /* lea 128(%rsp),%rsp */
+        *to_next = jcc_fwd(e, 0xff);
+    } else if (acc->method == M_SCRATCH) {
+        /* 16 and 32 bytes: through a 32-byte-aligned scratch area below, a byte at a time.
+         * A = the aligned rsp: [A, A+32) scratch, A+32 the frame (the saved registers), A+48 the
+         * address. */
+        int size = acc->size > 32 ? 32 : acc->size;
+        put(e, (uint8_t[]){0x48, 0x89, 0xe1}, 3);             /* mov %rsp,%rcx */
+        put(e, (uint8_t[]){0x48, 0x8d, 0x64, 0x24, 0xb0}, 5); /* lea -80(%rsp),%rsp */
+        put(e, (uint8_t[]){0x48, 0x83, 0xe4, 0xe0}, 4);       /* and $-32,%rsp */
+        put(e, (uint8_t[]){0x48, 0x89, 0x4c, 0x24, 0x20}, 5); /* mov %rcx,32(%rsp) */
+        ctx(e, CX_FRAME, shape);
+        put(e, (uint8_t[]){0x48, 0x89, 0x44, 0x24, 0x30}, 5); /* mov %rax,48(%rsp) */
+        if (acc->kind != K_STORE)
+            for (int k = 0; k < size; k++) {
+                put(e, (uint8_t[]){0x0f, 0xb6, 0x48, (uint8_t)k}, 4); /* movzbl k(%rax),%ecx */
+                put(e, (uint8_t[]){0x88, 0x4c, 0x24, (uint8_t)k}, 4); /* mov %cl,k(%rsp) */
+            }
+        int o = shape == FS_NONE ? 0 : 8; /* the saved registers at F + o */
+        put(e, (uint8_t[]){0x48, 0x8b, 0x4c, 0x24, 0x20}, 5); /* mov 32(%rsp),%rcx: F */
+        if (shape == FS_LAHF)
+            put(e, (uint8_t[]){0x48, 0x8b, 0x01, 0x04, 0x7f, 0x9e}, 6); /* mov (%rcx),%rax; add $0x7f,%al; sahf */
+        else if (shape == FS_PUSHF)
+            put(e, (uint8_t[]){0xff, 0x31, 0x9d}, 3); /* pushq (%rcx); popfq */
+        put(e, (uint8_t[]){0x48, 0x8b, 0x51, (uint8_t)o}, 4);        /* mov o(%rcx),%rdx */
+        put(e, (uint8_t[]){0x48, 0x8b, 0x41, (uint8_t)(o + 16)}, 4); /* mov o+16(%rcx),%rax */
+        put(e, (uint8_t[]){0x48, 0x8b, 0x49, (uint8_t)(o + 8)}, 4);  /* mov o+8(%rcx),%rcx */
+        ctx(e, CX_FRAME_REGS, shape);
+        put_rewritten(e, d, w->code);
+        if (acc->kind != K_LOAD) {
+            put(e, (uint8_t[]){0x50, 0x51}, 2); /* push %rax; push %rcx (no flag changes below) */
+            ctx(e, CX_FRAME_OUT, shape);
+            put(e, (uint8_t[]){0x48, 0x8b, 0x44, 0x24, 16 + 48}, 5); /* mov 64(%rsp),%rax */
+            for (int k = 0; k < size; k++) {
+                put(e, (uint8_t[]){0x0f, 0xb6, 0x4c, 0x24, (uint8_t)(16 + k)}, 5); /* movzbl 16+k(%rsp),%ecx */
+                put(e, (uint8_t[]){0x88, 0x48, (uint8_t)k}, 3);                   /* mov %cl,k(%rax) */
+            }
+            put(e, (uint8_t[]){0x59, 0x58}, 2); /* pop %rcx; pop %rax */
+            ctx(e, CX_FRAME_REGS, shape);
+        }
+        put(e, (uint8_t[]){0x48, 0x8b, 0x64, 0x24, 0x20}, 5);                           /* mov 32(%rsp),%rsp */
+        put(e, (uint8_t[]){0x48, 0x8d, 0xa4, 0x24, (uint8_t)(depth + 128), 0x00, 0x00, 0x00}, 8); /* lea */
+        ctx(e, CX_PROG, 0);
+        *to_next = jcc_fwd(e, 0xff);
+    }
+    /* Counted, run on the operand itself with AC cleared (atomic, or a page crossing). */
+    land(e, to_toggle);
+    put_unsave(e, shape);
+    put(e, (uint8_t[]){0x9c, 0x81, 0x24, 0x24, 0xff, 0xff, 0xfb, 0xff, 0x9d}, 9); /* pushfq; andl $~AC,(%rsp); popfq */
+    put(e, (uint8_t[]){0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00}, 8);       /* lea 128(%rsp),%rsp */
+    ctx(e, CX_PROG, 0);
+    pi->copy_a = (uint16_t)(e->p - e->slot);
+    put_copy(e, w->pc, w->code, d);
+    put_set_ac(e);
+    uint8_t *j4 = jcc_fwd(e, 0xff);
+    /* Not a fault (aligned, or AC clear in this thread, or no counter in this process yet): the
+     * instruction with the thread's own flags; the hardware traps if the test was too weak. */
+    land(e, j1);
+    land(e, j2);
+    land(e, j3);
+    put_unsave(e, shape);
+    put(e, (uint8_t[]){0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00}, 8); /* lea 128(%rsp),%rsp */
+    ctx(e, CX_PROG, 0);
+    pi->copy_b = (uint16_t)(e->p - e->slot);
+    put_copy(e, w->pc, w->code, d);
+    if (!*to_next)
+        *to_next = j4;
+    else
+        to_next[1] = j4;
+}
+
+/* call target: push the original return address, then jump. The push is the call's own access
+ * (the same 8 bytes at the same address: its #AC is the call's fault, and a stack overflow shows
+ * at the call with the program's registers); the high half then written over it cannot fault
+ * but for #AC on the same misalignment, which is not the program's. */
+static void put_call(struct em *e, const struct winsn *w, struct pins *pi)
+{
+    uint64_t ret = w->pc + w->d.len;
+    uint32_t lo = (uint32_t)ret, hi = (uint32_t)(ret >> 32);
+    ctx(e, CX_PROG, 0);
+    pi->copy_b = (uint16_t)(e->p - e->slot);
+    put1(e, 0x68); /* push $lo (sign-extended) */
+    put(e, &lo, 4);
+    ctx(e, CX_PROG, 8);
+    put(e, (uint8_t[]){0xc7, 0x44, 0x24, 0x04}, 4); /* movl $hi,4(%rsp) */
+    put(e, &hi, 4);
+    jmp_to(e, w->target);
+}
+
+/* Writes the trampoline for the window into the slot. */
+static void emit_window(struct em *e, const struct window *w, uint64_t **ptrs[MAX_WIN], const uint8_t masks[MAX_WIN])
+{
+    struct pslot *h = e->h;
+    uint8_t *pending[MAX_WIN][2] = {{0}}; /* jumps to the next block */
+    for (int i = 0; i < w->n; i++) {
+        const struct winsn *x = &w->ins[i];
+        struct pins *pi = &h->ins[i];
+        e->ins = i;
+        pi->block = (uint16_t)(e->p - e->slot);
+        if (i > 0) {
+            land(e, pending[i - 1][0]);
+            land(e, pending[i - 1][1]);
+        }
+        switch (x->what) {
+        case W_COUNT:
+            put_counted(e, x, pi, ptrs[i], masks[i], e->mt, pending[i]);
+            break;
+        case W_COPY: case W_END:
+            ctx(e, CX_PROG, 0);
+            pi->copy_b = (uint16_t)(e->p - e->slot);
+            put_copy(e, x->pc, x->code, &x->d);
+            break;
+        case W_JCC: {
+            ctx(e, CX_PROG, 0);
+            uint8_t cc = (uint8_t)((x->d.map == 0 ? x->d.opcode : x->d.opcode) & 0x0f);
+            put(e, (uint8_t[]){0x0f, (uint8_t)(0x80 | cc)}, 2);
+            uint8_t *at = e->p;
+            put32(e, 0);
+            if (e->ok)
+                fix32(e, at, x->target);
+            break;
+        }
+        case W_JMP:
+            ctx(e, CX_PROG, 0);
+            jmp_to(e, x->target);
+            break;
+        case W_CALL:
+            put_call(e, x, pi);
+            break;
         }
     }
-    mprotect((void *)(uintptr_t)lo, len, PROT_READ | PROT_EXEC);
+    e->ins = w->n - 1;
+    land(e, pending[w->n - 1][0]);
+    land(e, pending[w->n - 1][1]);
+    ctx(e, CX_PROG, 0);
+    if (!w->ends)
+        jmp_to(e, w->b);
+    /* The copies that run with AC clear and set it again (the thread that trapped resumes there,
+     * and so does one stopped in an out-of-line copy of an instruction of the window). */
+    for (int i = 0; i < w->n; i++) {
+        const struct winsn *x = &w->ins[i];
+        if (x->what != W_COPY || !(x->d.mem || x->d.string))
+            continue;
+        e->ins = i;
+        ctx(e, CX_PROG, 0);
+        h->ins[i].copy_a = (uint16_t)(e->p - e->slot);
+        put_copy(e, x->pc, x->code, &x->d);
+        put_set_ac(e);
+        ctx(e, CX_PROG, 0);
+        jmp_to(e, i + 1 < w->n ? (uint64_t)(uintptr_t)e->slot + h->ins[i + 1].block : w->b);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Planning a window. */
+
+static int is_padding(const struct x86_insn *d)
+{
+    return !d->vex && ((d->map == 0 && (d->opcode == 0x90 || d->opcode == 0xcc)) ||
+                       (d->map == 1 && d->opcode == 0x1f && ((d->modrm >> 3) & 7) == 0));
+}
+
+/* What the instruction at pc becomes in a trampoline (W_*), or 0 when it cannot move. */
+static int relocatable(struct winsn *x)
+{
+    const struct x86_insn *d = &x->d;
+    const uint8_t *c = x->code;
+    if (d->vex == 4 && d->rip_rel)
+        return 0; /* not an issue in itself, but not run on this project's machines: kept out */
+    if (d->addr32 && d->rip_rel)
+        return 0;
+    if (!d->vex && d->map == 0) {
+        uint8_t op = d->opcode;
+        if ((op >= 0x70 && op <= 0x7f) || op == 0xeb || op == 0xe9 || op == 0xe8) {
+            int32_t rel;
+            if (d->imm_size == 1)
+                rel = (int8_t)c[d->imm_off];
+            else
+                memcpy(&rel, c + d->imm_off, 4);
+            x->target = x->pc + d->len + (uint64_t)(int64_t)rel;
+            if (d->opsize16)
+                return 0; /* a 16-bit branch truncates RIP */
+            return op == 0xe8 ? (G.shadow_stack ? 0 : W_CALL) : op >= 0xe9 ? W_JMP : W_JCC;
+        }
+        if (op >= 0xe0 && op <= 0xe3)
+            return 0; /* loop, jrcxz: rel8 only */
+        if (op == 0xc3 || op == 0xc2 || (op == 0xff && ((d->modrm >> 3) & 7) == 4))
+            return W_END; /* ret, jmp through a register or memory: copied */
+        if (op == 0xff && ((d->modrm >> 3) & 7) == 2)
+            return 0; /* call through memory: its return address would be the trampoline's */
+        if (op == 0xcc || op == 0xcd || op == 0xce || op == 0xf1 || op == 0xf4 || op == 0xca || op == 0xcb ||
+            op == 0xcf || (op == 0xc7 && d->modrm == 0xf8) || op == 0x9a || op == 0xea)
+            return 0; /* int3, int, hlt, far transfers, xbegin: where they trap or go matters */
+    }
+    if (!d->vex && d->map == 1) {
+        uint8_t op = d->opcode;
+        if (op >= 0x80 && op <= 0x8f) {
+            int32_t rel;
+            memcpy(&rel, c + d->imm_off, 4);
+            x->target = x->pc + d->len + (uint64_t)(int64_t)rel;
+            return d->opsize16 ? 0 : W_JCC;
+        }
+        if (op == 0x05 || op == 0x07 || op == 0x34 || op == 0x35 || op == 0x0b || op == 0x01)
+            return 0; /* syscall, sysret, sysenter, sysexit, ud2, system instructions */
+    }
+    if (d->flow != X86_FLOW_NEXT)
+        return 0;
+    return W_COPY;
+}
+
+static int decode_pc(uint64_t pc, uint64_t limit, struct winsn *x)
+{
+    size_t avail = limit - pc < 15 ? (size_t)(limit - pc) : 15;
+    memset(x->code, 0, sizeof x->code);
+    code_fetch(pc, x->code, avail);
+    x->pc = pc;
+    return ualdbg_x86_decode(x->code, avail, &x->d);
+}
+
+/* The window starting at a (an instruction of fn, at or before pc) covering at least 5 bytes and
+ * pc. Returns 0, or the reason it cannot be. */
+static int try_window(const struct codemap *cm, const struct code_fn *fn, uint64_t a, uint64_t pc,
+                      struct window *w)
+{
+    memset(w, 0, sizeof *w);
+    w->a = a;
+    w->k = -1;
+    uint64_t cur = a;
+    int ended = 0;
+    while (cur < a + 5 || cur <= pc) { /* the jump's 5 bytes, and the instruction that trapped */
+        if (ended) {
+            /* after a ret or jmp: what follows up to the jump's end must be padding, never run */
+            struct winsn pad;
+            if (decode_pc(cur, fn->end + 16 > cur + 15 ? cur + 15 : fn->end + 16, &pad) != 0 || !is_padding(&pad.d))
+                return UALDBG_PATCH_R_NEIGHBOUR;
+            cur += pad.d.len;
+            continue;
+        }
+        if (w->n >= MAX_WIN || cur >= fn->end)
+            return UALDBG_PATCH_R_NEIGHBOUR;
+        struct winsn *x = &w->ins[w->n];
+        if (decode_pc(cur, fn->end, x) != 0)
+            return UALDBG_PATCH_R_NEIGHBOUR;
+        x->what = relocatable(x);
+        if (!x->what)
+            return UALDBG_PATCH_R_NEIGHBOUR;
+        if (x->what == W_COPY && access_of(&x->d, x->code, &x->acc))
+            x->what = W_COUNT;
+        if (cur == pc)
+            w->k = w->n;
+        if (x->what == W_CALL && cur + x->d.len < a + 5)
+            return UALDBG_PATCH_R_TARGET; /* its return address would be inside the jump */
+        ended = x->what == W_JMP || x->what == W_END || x->what == W_CALL;
+        cur += x->d.len;
+        w->n++;
+    }
+    w->b = cur;
+    w->ends = ended;
+    if (w->k < 0)
+        return UALDBG_PATCH_R_NEIGHBOUR;
+    /* A window already patched that starts inside this one (an adjacent site patched first) is
+     * taken in: this one extends to its end, and its instructions keep their counters. */
+    uint32_t wi = win_index(a);
+    if (wi < nwins && wins[wi].a < a)
+        return UALDBG_PATCH_R_OVERLAP; /* a is inside it */
+    for (; wi < nwins && wins[wi].a < w->b; wi++) {
+        const struct win *o = &wins[wi];
+        if (ended)
+            return UALDBG_PATCH_R_OVERLAP;
+        while (cur < o->b) {
+            if (w->n >= MAX_WIN)
+                return UALDBG_PATCH_R_OVERLAP;
+            struct winsn *x = &w->ins[w->n];
+            if (decode_pc(cur, o->b, x) != 0 || !(x->what = relocatable(x)))
+                return UALDBG_PATCH_R_OVERLAP;
+            if (x->what == W_COPY && access_of(&x->d, x->code, &x->acc))
+                x->what = W_COUNT;
+            ended = x->what == W_JMP || x->what == W_END || x->what == W_CALL;
+            cur += x->d.len;
+            w->n++;
+        }
+        int boundary = cur == o->b;
+        for (int i = 0; i < w->n && !boundary; i++)
+            boundary = w->ins[i].pc == o->b;
+        if (!boundary)
+            return UALDBG_PATCH_R_OVERLAP;
+        for (int i = 0; i < w->n; i++) {
+            struct winsn *x = &w->ins[i];
+            if (x->pc < o->a || x->pc >= o->b)
+                continue;
+            for (int j = 0; j < o->slot->nins && !x->was; j++)
+                if (o->a + o->slot->ins[j].from == x->pc) {
+                    x->was = o->slot;
+                    x->was_i = j;
+                }
+            if (!x->was)
+                return UALDBG_PATCH_R_OVERLAP; /* not the same instructions */
+        }
+        w->b = cur;
+        w->ends = ended;
+    }
+    if (w->b > fn->end && !ended)
+        return UALDBG_PATCH_R_EXTENT;
+    /* Only the jump's 5 bytes change: code from a + 5 on is intact, and a branch, a return or a
+     * thread may go on there (an instruction there traps as before and is counted so). What
+     * starts inside the jump must be entered from a only. */
+    if (codemap_entry_between(cm, a, a + 5))
+        return UALDBG_PATCH_R_TARGET;
+    uint8_t orig[32];
+    if (w->b - a > sizeof orig)
+        return UALDBG_PATCH_R_OVERLAP;
+    code_fetch(a, orig, w->b - a);
+    if (!codemap_file_matches(cm, a, orig, w->b - a))
+        return UALDBG_PATCH_R_FILE;
     return 0;
+}
+
+static int codemap_reason(int why)
+{
+    switch (why) {
+    case CODEMAP_EXTENT: return UALDBG_PATCH_R_EXTENT;
+    case CODEMAP_INDIRECT: return UALDBG_PATCH_R_INDIRECT;
+    case CODEMAP_FILE: return UALDBG_PATCH_R_FILE;
+    default: return UALDBG_PATCH_R_CODE;
+    }
+}
+
+/* The window for the site at pc. Returns 0 or a refusal reason. */
+static int plan_window(uint64_t pc, const struct x86_insn *d, const uint8_t *code, struct window *w)
+{
+    if (d->len >= 5) {
+        memset(w, 0, sizeof *w);
+        w->a = pc;
+        w->b = pc + d->len;
+        w->n = 1;
+        w->k = 0;
+        w->ins[0].d = *d;
+        memcpy(w->ins[0].code, code, 16);
+        w->ins[0].pc = pc;
+        w->ins[0].what = W_COUNT;
+        access_of(d, code, &w->ins[0].acc);
+        return win_overlaps(pc, pc + d->len) ? UALDBG_PATCH_R_OVERLAP : 0;
+    }
+    int why;
+    const struct codemap *cm = codemap_of(pc, &why);
+    if (why)
+        return codemap_reason(why);
+    struct code_fn fn;
+    why = codemap_function(cm, pc, &fn);
+    if (why)
+        return codemap_reason(why);
+    /* The instructions before pc (up to 4), from the function's start. */
+    uint64_t before[4] = {0};
+    int nb = 0;
+    for (uint64_t a = fn.start; a < pc;) {
+        struct winsn x;
+        if (decode_pc(a, fn.end, &x) != 0)
+            return UALDBG_PATCH_R_EXTENT;
+        memmove(before + 1, before, 3 * sizeof before[0]);
+        before[0] = a;
+        if (nb < 4)
+            nb++;
+        a += x.d.len;
+    }
+    int first = 0;
+    for (int j = -1; j < nb; j++) {
+        uint64_t a = j < 0 ? pc : before[j];
+        if (pc - a > 16)
+            break; /* too far back: a window holds at most 32 bytes */
+        int r = try_window(cm, &fn, a, pc, w);
+        if (!r)
+            return 0;
+        if (!first)
+            first = r;
+    }
+    return first;
+}
+
+/* A SIGTRAP from an int3 (rip just after it): when it is a jump's int3, the thread goes on at the
+ * trampoline. 1 when it was. */
+int patch_int3_hit(greg_t *g)
+{
+    uint64_t at = (uint64_t)g[REG_RIP] - 1;
+    uint64_t to = world_int3_target(at);
+    if (!to && patch_is_ours(at))
+        to = at + 5 + (uint64_t)(int64_t)*(const int32_t *)(uintptr_t)(at + 1);
+    if (!to)
+        return 0;
+    g[REG_RIP] = (greg_t)to;
+    return 1;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -713,313 +1181,563 @@ static void table_put(const struct ualdbg_patch *e, uint32_t *index)
         *index = i;
 }
 
-static void refuse(struct ualdbg_site *s, uint64_t pc, int reason)
+/* A refusal entry of pc in the table (the latest reason of a site that keeps trapping). */
+static struct ualdbg_patch *refusal_of(uint64_t pc)
 {
-    struct ualdbg_patch e;
-    memset(&e, 0, sizeof e);
-    e.pc = pc;
-    e.traps = s->count;
-    e.state = UALDBG_PATCH_REFUSED;
-    e.reason = (uint32_t)reason;
-    e.site_flags = s->flags;
-    table_put(&e, NULL);
-    __atomic_or_fetch(&s->flags, UALDBG_SITE_UNPATCHABLE, __ATOMIC_RELEASE);
+    struct ualdbg_patch *t = table();
+    if (!t)
+        return NULL;
+    for (uint32_t i = G.hdr->patches_used; i-- > 0;)
+        if (t[i].pc == pc && t[i].state == UALDBG_PATCH_REFUSED)
+            return &t[i];
+    return NULL;
 }
 
-/* Returns the address to resume at (the trampoline's copy that runs with AC clear) with the
- * site patched, 0 when it was not (a reason written in the table, or -1: try again later). */
+static void refuse(struct ualdbg_site *s, uint64_t pc, int reason, int final)
+{
+    struct ualdbg_patch *old = refusal_of(pc);
+    if (old) {
+        old->reason = (uint32_t)reason;
+        old->traps = s->count;
+    } else {
+        struct ualdbg_patch e;
+        memset(&e, 0, sizeof e);
+        e.pc = pc;
+        e.traps = s->count;
+        e.state = UALDBG_PATCH_REFUSED;
+        e.reason = (uint32_t)reason;
+        e.site_flags = s->flags;
+        table_put(&e, NULL);
+    }
+    if (final)
+        __atomic_or_fetch(&s->flags, UALDBG_SITE_UNPATCHABLE, __ATOMIC_RELEASE);
+}
+
+/* The site of pc, if the table has one (never made here). */
+static struct ualdbg_site *site_find(uint64_t pc, const struct ualdbg_site *sites, uint32_t mask)
+{
+    uint32_t h = (uint32_t)((pc * 0x9e3779b97f4a7c15ull) >> 40) & mask;
+    for (uint32_t probe = 0; probe <= mask; probe++) {
+        const struct ualdbg_site *c = &sites[(h + probe) & mask];
+        if (c->pc == pc)
+            return (struct ualdbg_site *)c;
+        if (!c->pc)
+            break;
+    }
+    return NULL;
+}
+
+/* The instruction at pc now counts through its trampoline block: its table entry and its
+ * pointer. Caller holds patch_lock. */
+static int start_counting(struct pslot *h, int i, uint64_t traps, uint32_t site_flags)
+{
+    if (nclist >= MAX_COUNTED)
+        return 0;
+    uint64_t pc = h->origin + h->ins[i].from;
+    struct counted *c = &clist[nclist];
+    memset(&c->e, 0, sizeof c->e);
+    c->e.pc = pc;
+    c->e.traps = traps;
+    c->e.state = UALDBG_PATCH_ACTIVE;
+    c->e.length = h->wlen;
+    c->e.mask = *((uint8_t *)h + h->ins[i].mask_off);
+    c->e.patched_ns = now_ns();
+    c->e.trampoline = (uint64_t)(uintptr_t)h + h->ins[i].block;
+    c->e.site_flags = site_flags;
+    uint32_t index = UINT32_MAX;
+    table_put(&c->e, &index);
+    if (index == UINT32_MAX)
+        return 0;
+    struct ualdbg_patch *old = refusal_of(pc);
+    if (old)
+        old->state = UALDBG_PATCH_EMPTY; /* it was refused before: not any more */
+    c->pc = pc;
+    c->slot = h;
+    c->ins = i;
+    c->ptr = ptr_of(h, i);
+    h->ins[i].entry = index;
+    nclist++;
+    __atomic_store_n(c->ptr, &table()[index].count, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* Returns 0 with *resume set (the trampoline's copy that runs with AC clear) when the site was
+ * patched; a reason (> 0, final) when it cannot be; -reason when it may be later. */
 static int try_patch(struct ualdbg_site *s, const struct x86_insn *d, uint64_t pc, uint64_t *resume)
 {
     const uint8_t *code = s->insn;
-    int kind, gpr_reg;
-    int size = classify(d, code, &kind, &gpr_reg);
-    if (size < 2 || (gpr_reg && d->reg == 4))
-        return UALDBG_PATCH_R_KIND;
+    struct access acc;
+    if (!access_of(d, code, &acc))
+        return acc.reason;
     struct ualdbg_patch *tab = table();
-    if (!tab || G.hdr->patches_used >= G.hdr->patch_capacity || nplist >= MAX_PATCHES)
+    if (!tab || G.hdr->patches_used + MAX_WIN + 1 >= G.hdr->patch_capacity || nclist + MAX_WIN >= MAX_COUNTED ||
+        nwins >= MAX_WINDOWS)
         return UALDBG_PATCH_R_FULL;
-    int threads = thread_count();
-    int alone = threads == 1;
-    uint32_t len = d->len;
-    struct x86_insn more[MAX_COPIES];
-    uint8_t from[MAX_COPIES];
-    int nmore = 0;
     const struct mapping *m = maps_lookup_locked(pc);
-    if (!mapping_patchable(m, pc, pc + len))
+    if (!mapping_patchable(m, pc, pc + d->len))
         return UALDBG_PATCH_R_MAPPING;
-    if (len < 5) {
-        if (!alone)
-            return UALDBG_PATCH_R_THREADS;
-        if (TS.in_program_handler)
-            return -1; /* the handler may have interrupted the code right after the instruction */
-        uint32_t ret_end = 0; /* a ret moved along: nothing after it runs (the padding after it) */
-        while (len < 5) {
-            const uint8_t *c = (const uint8_t *)(uintptr_t)(pc + len);
-            struct x86_insn x;
-            if (nmore >= MAX_COPIES || pc + len >= m->end ||
-                ualdbg_x86_decode(c, m->end - (pc + len) < 15 ? m->end - (pc + len) : 15, &x) != 0)
-                return UALDBG_PATCH_R_SHORT;
-            if (ret_end) {
-                int nop = !x.vex && ((x.map == 0 && (x.opcode == 0x90 || x.opcode == 0xcc)) ||
-                                     (x.map == 1 && x.opcode == 0x1f && ((x.modrm >> 3) & 7) == 0));
-                if (!nop)
-                    return UALDBG_PATCH_R_SHORT;
-                len += x.len;
-                continue;
-            }
-            if (!x.vex && x.map == 0 && (x.opcode == 0xc3 || x.opcode == 0xc2)) {
-                more[nmore] = x; /* ret returns from the trampoline as from here */
-                from[nmore++] = (uint8_t)len;
-                len += x.len;
-                ret_end = len;
-                continue;
-            }
-            int lea = !x.vex && x.map == 0 && x.opcode == 0x8d;
-            int sys = !x.vex && x.map == 1 && (x.opcode == 0x05 || x.opcode == 0x07 || x.opcode == 0x0b ||
-                                               x.opcode == 0x34 || x.opcode == 0x35);
-            if (x.flow != X86_FLOW_NEXT || x.string || (x.mem && !lea) || uses_stack(&x) || sys || x.vex == 4 ||
-                (!x.vex && x.map == 0 && x.opcode == 0xf4))
-                return UALDBG_PATCH_R_SHORT; /* it would need a counter too, or cannot move */
-            more[nmore] = x;
-            from[nmore++] = (uint8_t)len;
-            len += x.len;
-        }
-        if (!mapping_patchable(m, pc, pc + len))
-            return UALDBG_PATCH_R_SHORT;
-        if (!no_branch_into(pc, len))
-            return UALDBG_PATCH_R_TARGET;
-        if (ret_end && ret_end < len && !padding_only(pc + ret_end, pc + len))
-            return UALDBG_PATCH_R_SHORT;
-    } else if (!alone && (pc & 15) > 11) {
-        return UALDBG_PATCH_R_STRADDLE;
-    }
+    static struct window w;
+    int why = plan_window(pc, d, code, &w);
+    if (why)
+        return why == UALDBG_PATCH_R_OVERLAP ? -why : why;
+    m = maps_lookup_locked(pc); /* (the code map may have read the maps again: m moved) */
+    if (!m || w.b - w.a > 32 || w.a < m->start || ((w.a != pc || w.b != pc + d->len) && !mapping_patchable(m, w.a, w.b)))
+        return UALDBG_PATCH_R_MAPPING;
 
-    uint64_t **ptr;
-    uint8_t *slot = pslot_alloc(pc, &ptr);
+    /* The trampoline. */
+    int ncount = 0;
+    for (int i = 0; i < w.n; i++)
+        ncount += w.ins[i].what == W_COUNT && !(w.ins[i].was && w.ins[i].was->ins[w.ins[i].was_i].cell);
+    struct ppool *pp;
+    uint8_t *slot = slot_alloc(pc, ncount, &pp);
     if (!slot)
         return UALDBG_PATCH_R_REACH;
     struct pslot *h = (struct pslot *)(void *)slot;
-    memset(slot, 0xcc, PSLOT);
+    memset(slot, 0xcc, SLOT_MAX);
     memset(h, 0, sizeof *h);
-    int ok = 1;
-    uint8_t mask = (uint8_t)(size >= 16 ? 7 : size - 1);
-    if (size >= 16)
-        for (uint32_t i = 0; i < s->nvariants && i < UALDBG_VARIANTS; i++)
-            if ((s->variants[i].key & 15) == 8)
-                mask = 15; /* the hardware trapped at an address aligned to 8: it checks 16 */
-    uint8_t *p = slot + HDR_SIZE;
-    /* Entry: flags, rax, rcx saved below the red zone; the address tested. */
-    static const uint8_t pro[] = {0x48, 0x8d, 0x64, 0x24, 0x80, /* lea -128(%rsp),%rsp */
-                                  0x9c, 0x50, 0x51};            /* pushfq; push %rax; push %rcx */
-    p = put(p, pro, sizeof pro);
-    p = put_lea(p, pc, d, 128 + 24, &ok);
-    *p++ = 0xa8; /* test $mask,%al */
-    h->mask_off = (uint8_t)(p - slot);
-    *p++ = mask;
-    uint8_t *j1 = p;
-    p = put(p, "\x0f\x84\x00\x00\x00\x00", 6); /* jz aligned */
-    static const uint8_t test_ac[] = {0xf6, 0x44, 0x24, 0x12, 0x04}; /* testb $4,18(%rsp): AC in the saved flags */
-    p = put(p, test_ac, sizeof test_ac);
-    uint8_t *j2 = p;
-    p = put(p, "\x0f\x84\x00\x00\x00\x00", 6); /* jz aligned */
-    p = put(p, "\x48\x8b\x0d", 3); /* mov ptr(%rip),%rcx */
-    int32_t rel = (int32_t)((int64_t)(uintptr_t)ptr - (int64_t)(uintptr_t)(p + 4));
-    p = put(p, &rel, 4);
-    p = put(p, "\x48\x85\xc9", 3); /* test %rcx,%rcx */
-    uint8_t *j3 = p;
-    p = put(p, "\x0f\x84\x00\x00\x00\x00", 6); /* jz aligned */
-    /* The fault it would have been: counted. AC stays as it is (changing it costs ~60 ns a
-     * time); the operand goes through a 32-byte-aligned scratch copy, a byte at a time (a byte
-     * access never takes #AC). A = the aligned rsp: [A, A+32) scratch, A+32 the frame, A+40
-     * the program's flags, A+48 the address. */
-    static const uint8_t frame[] = {0xf0, 0x48, 0xff, 0x01,             /* lock incq (%rcx) */
-                                    0x48, 0x89, 0xe1,                   /* mov %rsp,%rcx */
-                                    0x48, 0x8d, 0x64, 0x24, 0xb0,       /* lea -80(%rsp),%rsp */
-                                    0x48, 0x83, 0xe4, 0xe0,             /* and $-32,%rsp */
-                                    0x48, 0x89, 0x4c, 0x24, 0x20,       /* mov %rcx,32(%rsp) */
-                                    0x48, 0x89, 0x44, 0x24, 0x30};      /* mov %rax,48(%rsp) */
-    p = put(p, frame, sizeof frame);
-    if (kind != K_STORE)
-        for (int k = 0; k < size; k++) {
-            uint8_t ld[] = {0x0f, 0xb6, 0x48, (uint8_t)k}, st[] = {0x88, 0x4c, 0x24, (uint8_t)k};
-            p = put(p, ld, 4); /* movzbl k(%rax),%ecx */
-            p = put(p, st, 4); /* mov %cl,k(%rsp) */
+    h->nins = (uint8_t)w.n;
+    h->wlen = (uint8_t)(w.b - w.a);
+    code_fetch(w.a, h->orig, w.b - w.a);
+    uint64_t **ptrs[MAX_WIN] = {0};
+    uint8_t masks[MAX_WIN] = {0};
+    int fresh[MAX_WIN] = {0};
+    for (int i = 0; i < w.n; i++) {
+        h->ins[i].from = (uint8_t)(w.ins[i].pc - w.a);
+        h->ins[i].len = w.ins[i].d.len;
+        h->ins[i].entry = UINT32_MAX;
+        if (w.ins[i].what != W_COUNT)
+            continue;
+        const struct pins *was = w.ins[i].was ? &w.ins[i].was->ins[w.ins[i].was_i] : NULL;
+        if (was && was->cell) {
+            /* taken in from a window patched before: the same counter, the test as it is now */
+            ptrs[i] = (uint64_t **)(uintptr_t)was->cell;
+            h->ins[i].cell = was->cell;
+            h->ins[i].entry = was->entry;
+            h->ins[i].size = was->size;
+            masks[i] = *((const uint8_t *)w.ins[i].was + was->mask_off);
+            continue;
         }
-    static const uint8_t regs_back[] = {0x48, 0x8b, 0x4c, 0x24, 0x20,   /* mov 32(%rsp),%rcx */
-                                        0x48, 0x8b, 0x41, 0x10,         /* mov 16(%rcx),%rax */
-                                        0x48, 0x89, 0x44, 0x24, 0x28,   /* mov %rax,40(%rsp) */
-                                        0x48, 0x8b, 0x41, 0x08,         /* mov 8(%rcx),%rax */
-                                        0x48, 0x8b, 0x09,               /* mov (%rcx),%rcx */
-                                        0xff, 0x74, 0x24, 0x28,         /* pushq 40(%rsp) */
-                                        0x9d};                          /* popfq: the program's flags */
-    p = put(p, regs_back, sizeof regs_back);
-    uint8_t rw[16];
-    int rwn = rewrite_to_rsp(d, code, rw);
-    h->copy_s = (uint16_t)(p - slot);
-    p = put(p, rw, (size_t)rwn);
-    if (kind != K_LOAD) {
-        int b = kind == K_RMW ? 24 : 16;
-        if (kind == K_RMW)
-            *p++ = 0x9c; /* pushfq: the flags it produced */
-        p = put(p, "\x50\x51", 2); /* push %rax; push %rcx */
-        uint8_t ea[] = {0x48, 0x8b, 0x44, 0x24, (uint8_t)(b + 48)}; /* mov b+48(%rsp),%rax */
-        p = put(p, ea, sizeof ea);
-        for (int k = 0; k < size; k++) {
-            uint8_t ld[] = {0x0f, 0xb6, 0x4c, 0x24, (uint8_t)(b + k)}, st[] = {0x88, 0x48, (uint8_t)k};
-            p = put(p, ld, 5); /* movzbl b+k(%rsp),%ecx */
-            p = put(p, st, 3); /* mov %cl,k(%rax) */
-        }
-        p = put(p, "\x59\x58", 2); /* pop %rcx; pop %rax */
-        if (kind == K_RMW)
-            *p++ = 0x9d;
+        ptrs[i] = ptr_alloc(pp);
+        h->ins[i].cell = (uint64_t)(uintptr_t)ptrs[i];
+        fresh[i] = 1;
+        *ptrs[i] = NULL;
+        int size = w.ins[i].acc.size;
+        h->ins[i].size = (uint8_t)size;
+        masks[i] = (uint8_t)(size >= 16 ? 7 : size - 1);
+        if (size >= 16 && i == w.k)
+            for (uint32_t v = 0; v < s->nvariants && v < UALDBG_VARIANTS; v++)
+                if ((s->variants[v].key & 15) == 8)
+                    masks[i] = 15; /* the hardware trapped at an address aligned to 8: it checks 16 */
     }
-    static const uint8_t leave[] = {0x48, 0x8b, 0x64, 0x24, 0x20,                   /* mov 32(%rsp),%rsp */
-                                    0x48, 0x8d, 0xa4, 0x24, 0x98, 0x00, 0x00, 0x00}; /* lea 152(%rsp),%rsp */
-    p = put(p, leave, sizeof leave);
-    uint8_t *j4 = p;
-    p = put(p, "\xe9\x00\x00\x00\x00", 5);
-    /* Not a fault (aligned, or AC clear in this thread, or no counter in this process yet): the
-     * instruction with the thread's own flags; the hardware traps if the test was too weak. */
-    uint8_t *aligned = p;
-    static const uint8_t restore[] = {0x59, 0x58, 0x9d, 0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00};
-    p = put(p, restore, sizeof restore);
-    h->copy_b = (uint16_t)(p - slot);
-    p = put_copy(p, pc, code, d, &ok);
-    uint8_t *rest = p;
-    for (int i = 0; i < nmore; i++) {
-        h->copies[i].off = (uint16_t)(p - slot);
-        h->copies[i].from = from[i];
-        h->copies[i].len = more[i].len;
-        p = put_copy(p, pc + from[i], (const uint8_t *)(uintptr_t)(pc + from[i]), &more[i], &ok);
-    }
-    h->ncopies = (uint8_t)nmore;
-    *p++ = 0xe9;
-    int64_t back = (int64_t)(pc + len) - (int64_t)(uintptr_t)(p + 4);
-    if (back != (int32_t)back)
-        ok = 0;
-    rel = (int32_t)back;
-    p = put(p, &rel, 4);
-    /* The trap that made the patch resumes here (AC cleared by the handler; counted already). */
-    h->copy_a = (uint16_t)(p - slot);
-    p = put_copy(p, pc, code, d, &ok);
-    p = put(p, SET_AC, sizeof SET_AC);
-    *p++ = 0xe9;
-    rel = (int32_t)(rest - (p + 4));
-    p = put(p, &rel, 4);
-    if (p > slot + PSLOT)
-        abort(); /* cannot happen: at most ~200 + 16 * 32 + 8 * 15 bytes */
-    uint8_t *jz[] = {j1, j2, j3};
-    for (int i = 0; i < 3; i++) {
-        rel = (int32_t)(aligned - (jz[i] + 6));
-        memcpy(jz[i] + 2, &rel, 4);
-    }
-    rel = (int32_t)(rest - (j4 + 5));
-    memcpy(j4 + 1, &rel, 4);
-    int64_t jd = (int64_t)(uintptr_t)(slot + HDR_SIZE) - (int64_t)(pc + 5);
-    if (!ok || jd != (int32_t)jd) {
-        h->origin = 0;
-        return UALDBG_PATCH_R_REACH;
-    }
+    struct em e = {slot, slot + HDR_SIZE, slot + SLOT_MAX, h, 1, 0, pp->base};
+    emit_window(&e, &w, ptrs, masks);
+    int64_t jd = (int64_t)(uintptr_t)(slot + HDR_SIZE) - (int64_t)(w.a + 5);
+    if (!e.ok || jd != (int32_t)jd)
+        return UALDBG_PATCH_R_REACH; /* the slot is not committed: the next one reuses it */
+    h->size = (uint16_t)(e.p - slot);
+    slot_commit(pp, slot, h->size);
     uint8_t jmp[5] = {0xe9};
-    rel = (int32_t)jd;
+    int32_t rel = (int32_t)jd;
     memcpy(jmp + 1, &rel, 4);
 
-    struct patch_priv *pv = &plist[nplist];
-    memset(&pv->e, 0, sizeof pv->e);
-    pv->e.pc = pc;
-    pv->e.traps = s->count;
-    pv->e.state = UALDBG_PATCH_ACTIVE;
-    pv->e.length = len;
-    pv->e.mask = mask;
-    pv->e.patched_ns = now_ns();
-    pv->e.trampoline = (uint64_t)(uintptr_t)(slot + HDR_SIZE);
-    pv->e.site_flags = s->flags;
-    uint32_t index = UINT32_MAX;
-    table_put(&pv->e, &index);
-    if (index == UINT32_MAX) {
-        h->origin = 0;
-        return UALDBG_PATCH_R_FULL;
+    /* The counters: the site that trapped, and every other instruction of the window that is a
+     * site already (adjacent unaligned sites, patched together); the others count from their
+     * first traps in the trampoline (patch_trapped). Set before the jump is stored: a thread that
+     * takes the jump counts from its first execution. */
+    uint32_t nclist_before = nclist;
+    /* The slot's origin before the jump (patch_is_ours: a thread that trapped at a just before the
+     * store and reads the jump there knows it as this patch, not as new code). */
+    __atomic_store_n(&h->origin, w.a, __ATOMIC_RELEASE);
+    for (int i = 0; i < w.n; i++) {
+        if (w.ins[i].what != W_COUNT || h->ins[i].entry != UINT32_MAX)
+            continue;
+        struct ualdbg_site *o = i == w.k ? s : site_find(w.ins[i].pc, G.sites, G.site_mask);
+        if (o && o != s && (__atomic_load_n(&o->state, __ATOMIC_ACQUIRE) != UALDBG_SITE_READY ||
+                            o->count < CFG.patch_after || (o->flags & UALDBG_SITE_SHADOW)))
+            o = NULL; /* counts from its own traps in the trampoline (patch_trapped) */
+        if (o && !start_counting(h, i, o->count, o->flags)) {
+            why = UALDBG_PATCH_R_FULL;
+            goto undo;
+        }
     }
-    /* Before the jump is stored: the counter (a thread that takes the jump counts from its
-     * first execution) and the slot's origin (patch_is_ours: a thread that trapped at pc just
-     * before the store and reads the jump there knows it as this patch, not as new code). */
-    h->entry = index;
-    __atomic_store_n(&h->origin, pc, __ATOMIC_RELEASE);
-    __atomic_store_n(ptr, &tab[index].count, __ATOMIC_RELEASE);
-    memcpy(pv->orig, (const void *)(uintptr_t)pc, sizeof pv->orig);
-    int why = write_jump(pc, jmp, alone);
-    if (why) {
-        __atomic_store_n(ptr, NULL, __ATOMIC_RELEASE);
-        h->origin = 0;
-        tab[index].state = UALDBG_PATCH_REFUSED;
-        tab[index].reason = (uint32_t)why;
-        __atomic_or_fetch(&s->flags, UALDBG_SITE_UNPATCHABLE, __ATOMIC_RELEASE);
-        return -2;
+    uint8_t orig5[5];
+    code_fetch(w.a, orig5, 5);
+
+    int threads = thread_count();
+    if (threads != 1)
+        set_mt();
+    int single = w.n == 1 && w.a == pc;
+    int how = threads == 1 ? W_ANYHOW : W_ATOMIC;
+    int stopped = 0;
+    if (how != W_ANYHOW && (!single || !atomic_fit(w.a))) {
+        int all_parked, int3 = world_can_int3(); /* (it asks for the agent's SIGTRAP action) */
+        spin_unlock(&maps_lock); /* a thread in the handler may need it before it can stop */
+        why = world_stop(w.a, &all_parked);
+        spin_lock(&maps_lock);
+        if (why)
+            goto undo;
+        stopped = 1;
+        how = all_parked ? W_ANYHOW : int3 ? W_INT3 : W_ATOMIC;
     }
-    pv->pc = pc;
-    pv->slot = slot;
-    pv->ptr = ptr;
-    nplist++;
-    __atomic_or_fetch(&s->flags, UALDBG_SITE_PATCHED, __ATOMIC_RELEASE);
-    *resume = (uint64_t)(uintptr_t)(slot + h->copy_a);
+    why = code_write(w.a, jmp, how, (uint64_t)(uintptr_t)slot + HDR_SIZE);
+    for (int i = 0; stopped && !why && i < world_parked(); i++) {
+        /* a parked thread inside the jump's bytes, or at the start of an out-of-line copy of one
+         * of the window's instructions, goes on at the same instruction in the trampoline */
+        uint64_t rip, ool;
+        world_where(i, &rip, &ool);
+        for (int k = 0; k < w.n; k++)
+            if (rip > w.a && rip < w.a + 5 && w.ins[k].pc == rip)
+                world_move(i, (uint64_t)(uintptr_t)slot + h->ins[k].block);
+            else if (ool >= w.a && ool < w.b && w.ins[k].pc == ool && h->ins[k].copy_a)
+                world_move(i, (uint64_t)(uintptr_t)slot + h->ins[k].copy_a);
+    }
+    if (stopped)
+        world_release();
+    if (why)
+        goto undo;
+    code_patched(w.a, orig5, 5);
+    for (int i = 0; i < w.n; i++)
+        if (w.ins[i].was) {
+            win_remove(w.ins[i].was->origin); /* taken in */
+            for (uint32_t c = 0; c < nclist; c++)
+                if (clist[c].slot == w.ins[i].was && clist[c].ins == w.ins[i].was_i)
+                    clist[c].slot = h, clist[c].ins = i;
+        }
+    win_add(w.a, w.b, h, orig5);
+    for (int i = 0; i < w.n; i++)
+        if (h->ins[i].entry != UINT32_MAX) {
+            struct ualdbg_site *o = i == w.k ? s : site_find(w.a + h->ins[i].from, G.sites, G.site_mask);
+            if (o)
+                __atomic_or_fetch(&o->flags, UALDBG_SITE_PATCHED, __ATOMIC_RELEASE);
+        }
+    *resume = (uint64_t)(uintptr_t)slot + h->ins[w.k].copy_a;
+    return 0;
+undo:
+    for (int i = 0; i < w.n; i++)
+        if (fresh[i] && h->ins[i].entry != UINT32_MAX) {
+            __atomic_store_n(ptr_of(h, i), NULL, __ATOMIC_RELEASE);
+            tab[h->ins[i].entry].state = UALDBG_PATCH_EMPTY;
+            h->ins[i].entry = UINT32_MAX;
+        }
+    nclist = nclist_before;
+    h->origin = 0;
+    return why == UALDBG_PATCH_R_THREADS ? -why : why;
+}
+
+/* A refusal that may not last (threads could not be stopped, an overlapping patch) is tried again
+ * 64 traps later, 32 times, then at twice the traps each time. A small table of the sites waiting
+ * (a full table: tried at every trap, which only costs the attempt). */
+#define RETRY_SLOTS 1024
+static struct {
+    uint64_t pc, next;
+    uint32_t tries;
+} retry[RETRY_SLOTS];
+
+static uint32_t retry_slot(uint64_t pc)
+{
+    uint32_t h = (uint32_t)((pc * 0x9e3779b97f4a7c15ull) >> 54) & (RETRY_SLOTS - 1);
+    for (uint32_t k = 0; k < RETRY_SLOTS; k++) {
+        uint32_t i = (h + k) & (RETRY_SLOTS - 1);
+        if (retry[i].pc == pc || !retry[i].pc)
+            return i;
+    }
+    return UINT32_MAX;
+}
+
+static int retry_due(uint64_t pc, uint64_t count)
+{
+    uint32_t i = retry_slot(pc);
+    return i == UINT32_MAX || retry[i].pc != pc || count >= retry[i].next;
+}
+
+static void retry_later(uint64_t pc, uint64_t count)
+{
+    uint32_t i = retry_slot(pc);
+    if (i == UINT32_MAX)
+        return;
+    retry[i].pc = pc;
+    retry[i].tries++;
+    retry[i].next = count + (retry[i].tries < 32 ? 64 : count);
+}
+
+/* Which sites never get a patch attempt, and why (their refusal is written once). */
+static int never(uint32_t flags)
+{
+    if (flags & UALDBG_SITE_REP)
+        return UALDBG_PATCH_R_REP;
+    if (flags & UALDBG_SITE_SKIP)
+        return UALDBG_PATCH_R_SKIPPED;
+    if (flags & UALDBG_SITE_EMULATED)
+        return UALDBG_PATCH_R_TRANSFER;
+    if (flags & UALDBG_SITE_STEPPED)
+        return UALDBG_PATCH_R_STEPPED;
     return 0;
 }
 
-/* After a trap at a site that has trapped patch_after times: patch it if it can be. Returns
- * the address to resume the faulting thread at with AC clear (the trampoline's unchecked copy,
- * then the trampoline re-arms and jumps back), or 0 to resume as before. Never waits: another
- * thread patching means this one tries at its next trap. */
+/* After a trap at a site that has trapped patch_after times or more: patch it if it can be.
+ * Returns the address to resume the faulting thread at with AC clear (the trampoline's unchecked
+ * copy, then the trampoline re-arms and goes on), or 0 to resume as before. Never waits: another
+ * thread patching means this one tries at a later trap; so does a refusal that may not last
+ * (threads inside, an overlapping patch), at the site's trap counts that are powers of two. */
 uint64_t patch_consider(struct ualdbg_site *s, const struct x86_insn *d, uint64_t pc)
 {
     uint64_t resume = 0;
+    uint32_t flags = __atomic_load_n(&s->flags, __ATOMIC_ACQUIRE);
+    if (flags & (UALDBG_SITE_PATCHED | UALDBG_SITE_UNPATCHABLE | UALDBG_SITE_SHADOW))
+        return 0;
+    if (!retry_due(pc, s->count))
+        return 0;
     if (__atomic_exchange_n(&patch_lock, 1, __ATOMIC_ACQUIRE))
         return 0;
     if (!(s->flags & (UALDBG_SITE_PATCHED | UALDBG_SITE_UNPATCHABLE))) {
-        spin_lock(&maps_lock);
-        int why = try_patch(s, d, pc, &resume);
-        spin_unlock(&maps_lock);
-        if (why > 0)
-            refuse(s, pc, why);
+        int why = never(flags);
+        if (!why && !s->insn_len)
+            why = UALDBG_PATCH_R_STEPPED;
+        if (!why) {
+            spin_lock(&maps_lock);
+            why = try_patch(s, d, pc, &resume);
+            spin_unlock(&maps_lock);
+        }
+        if (why > 0) {
+            refuse(s, pc, why, 1);
+        } else if (why < 0) {
+            refuse(s, pc, -why, 0);
+            retry_later(pc, s->count);
+        }
     }
     __atomic_store_n(&patch_lock, 0, __ATOMIC_RELEASE);
     return resume;
 }
 
-/* A fork child with a buffer of its own (the parent's is about to be unmapped): its patched
- * sites, with their instruction and operand snapshots, and fresh counters. */
+/* ------------------------------------------------------------------------------------------ */
+/* Faults inside trampolines. */
+
+static int ins_at(const struct pslot *h, uint64_t off, int which)
+{
+    for (int i = 0; i < h->nins; i++) {
+        uint16_t at = which == 0 ? h->ins[i].copy_b : h->ins[i].copy_a;
+        if (at && at == off)
+            return i;
+    }
+    return -1;
+}
+
+/* An alignment fault at rip: 0 when rip is in no trampoline; 1 when it is the fault of the
+ * instruction the trampoline runs there with the thread's AC (*origin, its original bytes and
+ * length: count it there); 2 when it is a fault of the trampoline's own code (the stack pointer
+ * misaligned: not the program's, resume it and count nothing). */
+int patch_ac_fault(uint64_t rip, uint64_t *origin, uint8_t code[16], uint32_t *len)
+{
+    struct pslot *h = slot_of(rip);
+    if (!h)
+        return 0;
+    int i = ins_at(h, rip - (uint64_t)(uintptr_t)h, 0);
+    if (i < 0)
+        return 2;
+    *origin = h->origin + h->ins[i].from;
+    memset(code, 0, 16);
+    size_t n = (size_t)h->wlen - h->ins[i].from;
+    memcpy(code, h->orig + h->ins[i].from, n < 16 ? n : 16);
+    *len = h->ins[i].len;
+    return 1;
+}
+
+/* The instruction at rip's copy trapped, and was counted at its origin (whose site is
+ * `origin_site`): the test widens when it said "aligned" with a counter set up (the rule tested
+ * too few bits); an instruction that was not counting yet starts now that its site has trapped
+ * patch_after times (its sizes and direction known from its traps' snapshots). */
+void patch_trapped(uint64_t rip, uint64_t ea, const struct ualdbg_site *origin_site)
+{
+    struct pslot *h = slot_of(rip);
+    int i = h ? ins_at(h, rip - (uint64_t)(uintptr_t)h, 0) : -1;
+    if (i < 0 || !h->ins[i].mask_off)
+        return;
+    uint64_t **ptr = ptr_of(h, i);
+    if (ptr && *ptr) {
+        volatile uint8_t *imm = (volatile uint8_t *)h + h->ins[i].mask_off;
+        uint8_t m = *imm;
+        while (!(ea & m) && m < h->ins[i].size - 1 && m < 0x7f)
+            m = (uint8_t)(m << 1 | 1);
+        *imm = m;
+        struct ualdbg_patch *t = table();
+        if (t && h->ins[i].entry < G.hdr->patch_capacity)
+            t[h->ins[i].entry].mask = m;
+        return;
+    }
+    if (ptr && h->ins[i].entry == UINT32_MAX && origin_site && origin_site->count >= CFG.patch_after &&
+        !__atomic_exchange_n(&patch_lock, 1, __ATOMIC_ACQUIRE)) {
+        if (h->ins[i].entry == UINT32_MAX && start_counting(h, i, origin_site->count, origin_site->flags))
+            __atomic_or_fetch((uint32_t *)&origin_site->flags, UALDBG_SITE_PATCHED, __ATOMIC_RELEASE);
+        __atomic_store_n(&patch_lock, 0, __ATOMIC_RELEASE);
+    }
+}
+
+/* The registers (and flags) a counted block saved at f, in the shape it saved them. */
+static void saved_regs(greg_t *g, const uint64_t *f, int shape)
+{
+    int o = shape == FS_NONE ? 0 : 1;
+    g[REG_RDX] = (greg_t)f[o], g[REG_RCX] = (greg_t)f[o + 1], g[REG_RAX] = (greg_t)f[o + 2];
+    if (shape == FS_PUSHF) {
+        g[REG_EFL] = (greg_t)f[0];
+    } else if (shape == FS_LAHF) { /* lahf: SF ZF AF PF CF in bits 8-15; seto: OF in bit 0 */
+        uint64_t ah = (f[0] >> 8) & 0xd5, of = (f[0] & 0xff) ? 0x800 : 0;
+        g[REG_EFL] = (greg_t)(((uint64_t)g[REG_EFL] & ~0x8d5ull) | ah | of);
+    }
+}
+
+/* A synchronous signal raised inside a trampoline, for the program's handler: the context as it
+ * was at the original instruction (its PC, its registers, its stack pointer). *at_insn: 1 when it
+ * ran with AC cleared by the agent (the thread had AC set: shown set), 2 with the thread's own
+ * flags, 3 elsewhere in the trampoline; 0 and nothing changed when rip is in no trampoline. */
+int patch_fault_context(greg_t *g, int *at_insn)
+{
+    uint64_t rip = (uint64_t)g[REG_RIP];
+    struct pslot *h = slot_of(rip);
+    *at_insn = 0;
+    if (!h)
+        return 0;
+    uint64_t off = rip - (uint64_t)(uintptr_t)h;
+    int i;
+    if ((i = ins_at(h, off, 0)) >= 0) {
+        *at_insn = 2;
+    } else if ((i = ins_at(h, off, 1)) >= 0) {
+        *at_insn = 1;
+    } else {
+        *at_insn = 3;
+        const struct pctx *c = NULL;
+        for (int k = 0; k < h->nctx && h->ctx[k].lo <= off; k++)
+            c = &h->ctx[k];
+        if (!c)
+            return 0;
+        i = c->ins_kind >> 4;
+        int64_t adj = (int64_t)c->adj8 * 8;
+        int shape = c->adj8, depth = fs_depth(shape);
+        uint64_t rsp = (uint64_t)g[REG_RSP];
+        const uint64_t *f = (const uint64_t *)(uintptr_t)rsp;
+        switch (c->ins_kind & 15) {
+        case CX_PROG:
+            g[REG_RSP] = (greg_t)(rsp + (uint64_t)adj);
+            break;
+        case CX_SAVED:
+            saved_regs(g, f, shape);
+            g[REG_RSP] = (greg_t)(rsp + (uint64_t)depth + 128);
+            break;
+        case CX_FRAME: case CX_FRAME_REGS: {
+            uint64_t fr = f[4];
+            if ((c->ins_kind & 15) == CX_FRAME)
+                saved_regs(g, (const uint64_t *)(uintptr_t)fr, shape);
+            g[REG_RSP] = (greg_t)(fr + (uint64_t)depth + 128);
+            break;
+        }
+        case CX_SAVED16:
+            g[REG_RSI] = (greg_t)f[0];
+            saved_regs(g, f + 1, shape);
+            g[REG_RSP] = (greg_t)(rsp + 8 + (uint64_t)depth + 128);
+            break;
+        case CX_OUT:
+            g[REG_RCX] = (greg_t)f[0], g[REG_RAX] = (greg_t)f[1];
+            g[REG_RSP] = (greg_t)(rsp + 16 + 128);
+            break;
+        case CX_FRAME_OUT:
+            g[REG_RCX] = (greg_t)f[0], g[REG_RAX] = (greg_t)f[1];
+            g[REG_RSP] = (greg_t)(f[6] + (uint64_t)depth + 128);
+            break;
+        }
+    }
+    g[REG_RIP] = (greg_t)(h->origin + h->ins[i].from);
+    if (*at_insn == 1)
+        g[REG_EFL] |= (greg_t)AC_BIT;
+    return 1;
+}
+
+/* A context about to be resumed (a signal handler returning): at an instruction inside a window,
+ * where the code is the jump's now, it goes on at that instruction's block of the trampoline. */
+void patch_fix_resume(greg_t *g)
+{
+    uint64_t rip = (uint64_t)g[REG_RIP];
+    const struct win *w = win_holding(rip);
+    if (!w || rip == w->a)
+        return;
+    uint64_t to = win_block(w, rip);
+    if (to)
+        g[REG_RIP] = (greg_t)to;
+}
+
+/* The patched PC of a fault at one of a trampoline's copies, for trampolines.c. */
+uint64_t patch_origin(uint64_t rip, int *at_insn)
+{
+    struct pslot *h = slot_of(rip);
+    int k = 0, i = -1;
+    if (h) {
+        uint64_t off = rip - (uint64_t)(uintptr_t)h;
+        if ((i = ins_at(h, off, 1)) >= 0)
+            k = 1;
+        else if ((i = ins_at(h, off, 0)) >= 0)
+            k = 2;
+    }
+    if (at_insn)
+        *at_insn = k;
+    return k ? h->origin + h->ins[i].from : 0;
+}
+
+/* Whether the code at pc is this agent's jump to the trampoline of a window starting at pc (and
+ * not new code loaded at that address since, or code the program rewrote). */
+int patch_is_ours(uint64_t pc)
+{
+    const volatile uint8_t *c = (const volatile uint8_t *)(uintptr_t)pc;
+    if (c[0] != 0xe9)
+        return 0;
+    int32_t rel;
+    uint8_t b[4] = {c[1], c[2], c[3], c[4]};
+    memcpy(&rel, b, 4);
+    uint64_t to = pc + 5 + (uint64_t)(int64_t)rel;
+    struct pslot *s = slot_of(to);
+    return s && s->origin == pc && to == (uint64_t)(uintptr_t)s + HDR_SIZE;
+}
+
+/* A single step that ended at a trampoline's entry executed the patch's jump in place of the
+ * instruction it replaced (the thread trapped there, was counted, and was resumed in place):
+ * where to resume it, the first instruction's copy that runs with AC clear and sets it again; 0
+ * if rip is no trampoline's entry. */
+uint64_t patch_stepped_in(uint64_t rip)
+{
+    struct pslot *s = slot_of(rip);
+    return s && rip == (uint64_t)(uintptr_t)s + HDR_SIZE && s->ins[0].copy_a ? (uint64_t)(uintptr_t)s + s->ins[0].copy_a
+                                                                            : 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Fork, detach. */
+
+/* A fork child with a buffer of its own (the parent's is about to be unmapped): its counting
+ * instructions, with their sites' instruction and operand snapshots, and fresh counters. */
 void patch_after_fork(const struct ualdbg_site *old_sites, uint32_t old_mask)
 {
     patch_lock = 0;
+    patch_mt = 0; /* one thread: the pools' bytes were wiped with their page */
+    memset(retry, 0, sizeof retry);
+    world_after_fork();
     struct ualdbg_patch *tab = table();
-    for (uint32_t i = 0; i < nplist; i++) {
-        struct patch_priv *pv = &plist[i];
-        const struct ualdbg_site *old = NULL;
-        uint32_t h = (uint32_t)((pv->pc * 0x9e3779b97f4a7c15ull) >> 40) & old_mask;
-        for (uint32_t probe = 0; probe <= old_mask; probe++) {
-            const struct ualdbg_site *o = &old_sites[(h + probe) & old_mask];
-            if (o->pc == pv->pc) {
-                old = o;
-                break;
-            }
-            if (!o->pc)
-                break;
-        }
+    for (uint32_t i = 0; i < nclist; i++) {
+        struct counted *c = &clist[i];
+        const struct ualdbg_site *old = site_find(c->pc, old_sites, old_mask);
         int created;
-        struct ualdbg_site *s = site_slot(pv->pc, &created);
+        struct ualdbg_site *s = site_slot(c->pc, &created);
         if (s && created && old) {
             memcpy((char *)s + 16, (const char *)old + 16, sizeof *s - 16); /* all but pc and count */
             s->count = 0;
+            s->line_splits = s->page_splits = s->unclassed = 0; /* the parent's, as its count */
             __atomic_add_fetch(&G.hdr->sites_used, 1, __ATOMIC_RELAXED);
             __atomic_store_n(&s->state, UALDBG_SITE_READY, __ATOMIC_RELEASE);
         }
-        struct pslot *hs = (struct pslot *)(void *)pv->slot;
-        pv->e.traps = 0;
-        pv->e.count = 0;
+        c->e.traps = 0;
+        c->e.count = 0;
+        c->e.line_splits = c->e.page_splits = 0;
         uint32_t index = UINT32_MAX;
-        table_put(&pv->e, &index);
+        table_put(&c->e, &index);
         if (index != UINT32_MAX && tab) {
-            hs->entry = index;
-            __atomic_store_n(pv->ptr, &tab[index].count, __ATOMIC_RELEASE);
+            c->slot->ins[c->ins].entry = index;
+            __atomic_store_n(c->ptr, &tab[index].count, __ATOMIC_RELEASE);
         }
     }
 }
@@ -1029,11 +1747,12 @@ void patch_disarm(void)
 {
     static const uint8_t nop7[] = {0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00};
     for (int i = 0; i < nppools; i++)
-        for (uint32_t k = 0; k < ppools[i].used; k++) {
-            uint8_t *slot = ppools[i].base + 4096 + k * PSLOT;
-            for (uint32_t j = HDR_SIZE; j + sizeof OR_AC <= PSLOT; j++)
-                if (!memcmp(slot + j, OR_AC, sizeof OR_AC))
-                    memcpy(slot + j + 1, nop7, sizeof nop7);
+        for (int k = 0; k < ppools[i].nslots; k++) {
+            struct pslot *h = (struct pslot *)(void *)(ppools[i].base + (uint32_t)ppools[i].slot_off[k] * 64);
+            uint8_t *code = (uint8_t *)h;
+            for (uint32_t j = HDR_SIZE; j + sizeof OR_AC <= h->size; j++)
+                if (!memcmp(code + j, OR_AC, sizeof OR_AC))
+                    memcpy(code + j + 1, nop7, sizeof nop7);
         }
 }
 
@@ -1046,7 +1765,11 @@ void patch_release(void)
 {
     for (int i = 0; i < nppools; i++)
         memset(ppools[i].base, 0, 4096);
-    for (uint32_t i = 0; i < nplist; i++)
-        write_jump(plist[i].pc, plist[i].orig, 1); /* was writable once: mprotect cannot fail now */
-    nplist = 0;
+    while (nwritten > 0) {
+        nwritten--;
+        code_write(written[nwritten].a, written[nwritten].orig, W_ANYHOW, 0); /* (was writable once) */
+    }
+    nwins = 0;
+    nclist = 0;
+    codemap_forget_patches();
 }

@@ -24,6 +24,10 @@
 
 struct agent_config CFG;
 struct agent_state G;
+/* Threads inside the agent's SIGBUS/SIGTRAP handlers (agent.c): ualdbg detaching from an injected
+ * agent waits for none to be in one before it gives the program its signal actions back, and the
+ * patcher writes no jump while another thread is in one (it may resume into the code moved). */
+EXPORT volatile int ualdbg_in_handler;
 __thread struct thread_state TS __attribute__((tls_model("initial-exec")));
 
 /* ------------------------------------------------------------------------------------------ */
@@ -131,6 +135,7 @@ static void maps_parse(const char *text, size_t len)
                 q++;
                 m.end = hex(&q, eol);
                 if (q + 4 < eol) {
+                    m.read = q[1] == 'r';
                     m.write = q[2] == 'w';
                     m.exec = q[3] == 'x';
                     m.priv = q[4] == 'p';

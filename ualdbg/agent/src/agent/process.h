@@ -1,8 +1,8 @@
 /* process.h - what the agent's C files share: configuration, per-process and per-thread state,
  * EFLAGS.AC primitives, raw system calls that bypass the wrapped libc entry points, and
  * process.c's functions. The files are in one order, each calling only those before it:
- * process.c <- patch.c <- trampolines.c <- wrappers.c <- signals.c <- agent.c (insn.c and cfi.c
- * call none of them); each offers the ones after it its own header. */
+ * process.c <- codemap.c <- stopworld.c <- patch.c <- trampolines.c <- wrappers.c <- signals.c <- agent.c
+ * (insn.c, cfi.c and access.c call none of them); each offers the ones after it its own header. */
 #ifndef UALDBG_AGENT_INTERNAL_H
 #define UALDBG_AGENT_INTERNAL_H
 
@@ -76,6 +76,7 @@ struct thread_state {
 };
 
 extern struct agent_config CFG HIDDEN;
+extern volatile int ualdbg_in_handler EXPORT;
 extern struct agent_state G HIDDEN;
 extern __thread struct thread_state TS __attribute__((tls_model("initial-exec"))) HIDDEN;
 
@@ -133,6 +134,7 @@ struct mapping {
     uint64_t start, end;
     const char *path; /* in the snapshot text; NUL-free, length `plen` */
     uint16_t plen;
+    uint8_t read;
     uint8_t exec;
     uint8_t write;
     uint8_t priv;

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "patch.h"
 #include "trampolines.h"
 #include "wrappers.h"
 
@@ -76,7 +77,11 @@ void install_kernel_action(int sig)
             k.sa_mask = u->sa_mask;
             k.sa_flags = u->sa_flags & (SA_ONSTACK | SA_RESTART);
         } else {
+            /* No handler of the program's: a SIGBUS the agent does not take kills the program,
+             * so SA_RESTART changes nothing for it; and a system call that the patcher's own stop
+             * request (patch.c) interrupts is restarted instead of failing with EINTR. */
             sigemptyset(&k.sa_mask);
+            k.sa_flags = sig == SIGBUS ? SA_RESTART : 0;
         }
         k.sa_flags |= SA_SIGINFO;
     } else if (!is_handler(u)) {
@@ -172,14 +177,17 @@ void chain_signal(int sig, siginfo_t *si, ucontext_t *uc)
         user_act[sig].sa_handler = SIG_DFL;
         install_kernel_action(sig);
     }
-    /* A fault raised by an instruction the agent runs out of line: the program sees its PC. */
+    /* A fault raised by an instruction the agent runs out of line: the program sees its PC (and,
+     * inside a patch trampoline, its registers and stack pointer as they were there). */
     if (synchronous(sig, si)) {
         int at_insn = 0;
-        uint64_t origin = trampoline_origin((uint64_t)g[REG_RIP], &at_insn);
-        if (origin && at_insn) {
-            g[REG_RIP] = (greg_t)origin;
-            if (at_insn == 1) /* it ran with AC cleared by the agent; 2: with the thread's own */
-                g[REG_EFL] |= (greg_t)AC_BIT;
+        if (!patch_fault_context(g, &at_insn)) {
+            uint64_t origin = trampoline_origin((uint64_t)g[REG_RIP], &at_insn);
+            if (origin && at_insn) {
+                g[REG_RIP] = (greg_t)origin;
+                if (at_insn == 1) /* it ran with AC cleared by the agent; 2: with the thread's own */
+                    g[REG_EFL] |= (greg_t)AC_BIT;
+            }
         }
     }
     int blocked = sigismember(&uc->uc_sigmask, SIGBUS) || sigismember(&u.sa_mask, SIGBUS) ||
@@ -207,6 +215,9 @@ void chain_signal(int sig, siginfo_t *si, ucontext_t *uc)
     if (blind && G.hdr)
         __atomic_add_fetch(&G.hdr->handler_ns, now_ns() - since, __ATOMIC_RELAXED);
     ac_clear();
+    /* The context resumes where the handler left it: where the code was moved to a patch
+     * trampoline since (or is shown moved, above), it resumes at the trampoline's copy. */
+    patch_fix_resume(g);
 }
 
 void on_signal_c(int sig, siginfo_t *si, void *ctx)

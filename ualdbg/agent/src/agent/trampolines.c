@@ -48,7 +48,8 @@ uint8_t *tramp_alloc(uint64_t target)
     return slot;
 }
 
-uint64_t trampoline_origin(uint64_t rip, int *at_insn)
+/* The PC an out-of-line copy at rip stands for (0: rip is in none), *at_start: rip is its start. */
+uint64_t outofline_origin(uint64_t rip, int *at_start)
 {
     for (int i = 0; i < npools; i++) {
         uint64_t b = (uint64_t)(uintptr_t)pools[i].base;
@@ -56,10 +57,20 @@ uint64_t trampoline_origin(uint64_t rip, int *at_insn)
             uint64_t slot = b + ((rip - b) & ~(uint64_t)(TRAMP_SLOT - 1));
             uint64_t origin;
             memcpy(&origin, (const void *)(uintptr_t)slot, 8);
-            if (at_insn)
-                *at_insn = rip == slot + 8;
+            *at_start = rip == slot + 8;
             return origin;
         }
     }
-    return patch_origin(rip, at_insn);
+    return 0;
+}
+
+uint64_t trampoline_origin(uint64_t rip, int *at_insn)
+{
+    int at_start = 0;
+    uint64_t origin = outofline_origin(rip, &at_start);
+    if (!origin)
+        return patch_origin(rip, at_insn);
+    if (at_insn)
+        *at_insn = at_start;
+    return origin;
 }

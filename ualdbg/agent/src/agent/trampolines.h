@@ -18,5 +18,6 @@ extern volatile int pool_lock HIDDEN;
 
 HIDDEN uint8_t *tramp_alloc(uint64_t target);
 HIDDEN uint64_t trampoline_origin(uint64_t rip, int *at_insn);
+HIDDEN uint64_t outofline_origin(uint64_t rip, int *at_start);
 
 #endif

@@ -26,6 +26,9 @@
  *   site's exact count is its site entry's count (the traps before the patch, each with a ring
  *   record) plus the patch entry's count (the executions the trampoline found misaligned with
  *   AC set: the faults it would have taken, counted without a record).
+ * - cost classes (issue 33): each site and each patch entry also counts which of its faults
+ *   spanned two 64-byte lines and two 4 KiB pages (the handler and the trampoline know the
+ *   address and the size); site_size and patch_size in the header say whether they are there.
  */
 #ifndef UALDBG_AGENT_H
 #define UALDBG_AGENT_H
@@ -35,7 +38,7 @@
 #define UALDBG_MAGIC "UALDBGA1"
 #define UALDBG_VERSION 1
 #define UALDBG_HEADER_SIZE 4096
-#define UALDBG_SITE_SIZE 640
+#define UALDBG_SITE_SIZE 664 /* 640 before issue 33 (no cost-class counters): readers take both */
 #define UALDBG_RECORD_SIZE 176
 #define UALDBG_VARIANTS 4
 #define UALDBG_NREGS 16 /* rax rcx rdx rbx rsp rbp rsi rdi r8..r15: x86 encoding order */
@@ -70,17 +73,31 @@ enum { UALDBG_RUNNING = 1, UALDBG_EXITED = 2, UALDBG_EXECED = 3 };
 
 /* patch.state */
 enum { UALDBG_PATCH_EMPTY = 0, UALDBG_PATCH_ACTIVE = 1, UALDBG_PATCH_REFUSED = 2 };
-/* patch.reason (UALDBG_PATCH_REFUSED) */
+/* patch.reason (UALDBG_PATCH_REFUSED): why a site keeps trapping at every fault (the text ualdbg
+ * shows is in ualdbg/agent/buffer.py, PATCH_REASONS) */
 enum {
-    UALDBG_PATCH_R_KIND = 1,      /* not an access whose AC rule the patcher knows (or fs/gs, rep/string) */
-    UALDBG_PATCH_R_MAPPING = 2,   /* not in a private, read-only, file-backed executable mapping of an ELF */
-    UALDBG_PATCH_R_SHORT = 3,     /* shorter than a jump, and the instructions after it cannot be moved */
-    UALDBG_PATCH_R_THREADS = 4,   /* shorter than a jump, and other threads run (one may be inside) */
-    UALDBG_PATCH_R_TARGET = 5,    /* shorter than a jump, and a branch may land after it */
-    UALDBG_PATCH_R_STRADDLE = 6,  /* the jump's 5 bytes cross a 16-byte line: no single atomic store */
-    UALDBG_PATCH_R_REACH = 7,     /* no trampoline memory within a rel32 of it (and of its operand) */
-    UALDBG_PATCH_R_PROTECT = 8,   /* mprotect refused to make the code writable */
-    UALDBG_PATCH_R_FULL = 9,      /* the patch table is full */
+    UALDBG_PATCH_R_KIND = 1,       /* an access whose AC rule the patcher does not know */
+    UALDBG_PATCH_R_MAPPING = 2,    /* not in a private, read-only, file-backed executable mapping of an ELF */
+    UALDBG_PATCH_R_NEIGHBOUR = 3,  /* shorter than a jump, and an instruction next to it cannot be moved */
+    UALDBG_PATCH_R_THREADS = 4,    /* other threads could not be stopped outside the code a patch moves */
+    UALDBG_PATCH_R_TARGET = 5,     /* a branch, return or landing pad may land in the code a patch moves */
+    UALDBG_PATCH_R_STRADDLE = 6,   /* (not used since issue 34: such a jump is written with threads stopped) */
+    UALDBG_PATCH_R_REACH = 7,      /* no trampoline memory within a rel32 of it (and of its operand) */
+    UALDBG_PATCH_R_PROTECT = 8,    /* mprotect refused to make the code writable */
+    UALDBG_PATCH_R_FULL = 9,       /* the patch table is full */
+    UALDBG_PATCH_R_CODE = 10,      /* its module's code does not read whole as code: branch targets unknown */
+    UALDBG_PATCH_R_EXTENT = 11,    /* .eh_frame, the symbol table and decoding disagree on its function */
+    UALDBG_PATCH_R_INDIRECT = 12,  /* its function has an indirect jump (a jump table may land anywhere) */
+    UALDBG_PATCH_R_FILE = 13,      /* the module's file is not the code in memory */
+    UALDBG_PATCH_R_OVERLAP = 14,   /* the code a patch would move overlaps another patch */
+    UALDBG_PATCH_R_REP = 15,       /* a rep string instruction: one trap per element */
+    UALDBG_PATCH_R_TRANSFER = 16,  /* call, jmp or ret through memory or the stack: emulated at each trap */
+    UALDBG_PATCH_R_STEPPED = 17,   /* not decoded, or a far transfer: single-stepped at each trap */
+    UALDBG_PATCH_R_SKIPPED = 18,   /* in an out-of-scope string routine: one trap per call */
+    UALDBG_PATCH_R_SEGMENT = 19,   /* an fs/gs-relative or 32-bit address */
+    UALDBG_PATCH_R_STACK = 20,     /* push, pop, enter, leave: the stack pointer is the operand */
+    UALDBG_PATCH_R_BITSTRING = 21, /* bt* with a register bit offset: the address moves with it */
+    UALDBG_PATCH_R_MASKED = 22,    /* an AVX-512 masked access: the bytes it touches vary */
 };
 
 /* site.state */
@@ -109,6 +126,12 @@ struct ualdbg_site { /* UALDBG_SITE_SIZE bytes */
     int16_t cfa_off;      /*  60 */
     int16_t ra_off;       /*  62 */
     struct ualdbg_variant variants[UALDBG_VARIANTS]; /* 64 */
+    /* Of `count`, the traps whose access spanned two 64-byte lines, and of those, two 4 KiB
+     * pages (issue 33: their cost class, ualdbg/core/cost.py; whether the instruction is
+     * locked the reader decodes). Counted when the agent knows the operand's address and size. */
+    uint64_t line_splits; /* 640 */
+    uint64_t page_splits; /* 648 */
+    uint64_t unclassed;   /* 656: traps whose operand the agent could not size (their class unknown) */
 };
 
 struct ualdbg_record { /* UALDBG_RECORD_SIZE bytes */
@@ -178,7 +201,7 @@ struct ualdbg_header { /* UALDBG_HEADER_SIZE bytes */
     uint32_t blind_now;        /* 3644: threads blind right now */
 };
 
-#define UALDBG_PATCH_SIZE 64
+#define UALDBG_PATCH_SIZE 80 /* 64 before issue 33 (no cost-class counters): readers take both */
 struct ualdbg_patch { /* UALDBG_PATCH_SIZE bytes */
     uint64_t pc;         /*  0 */
     uint64_t count;      /*  8: faults counted by the trampoline in this process (no records) */
@@ -191,6 +214,8 @@ struct ualdbg_patch { /* UALDBG_PATCH_SIZE bytes */
     uint64_t trampoline; /* 48: process-local */
     uint32_t site_flags; /* 56: the site's flags when patched (UALDBG_SITE_IN_SCOPE: live progress) */
     uint32_t reserved;   /* 60 */
+    uint64_t line_splits; /* 64: of `count`, the accesses that spanned two 64-byte lines (issue 33) */
+    uint64_t page_splits; /* 72: of those, the ones that spanned two 4 KiB pages */
 };
 
 #endif

@@ -22,6 +22,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "patch.h"
+
 /* The libc functions behind the wrappers, resolved in the constructor (wrappers_init) and on
  * first use by a library constructor that runs before it. */
 #define REAL(name) (real_##name ? real_##name : (real_##name = (__typeof__(real_##name))real_fn(#name)))
@@ -203,6 +205,7 @@ EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(
     }
     struct start *s = malloc(sizeof *s);
     int r;
+    patch_threads_started(); /* the patch trampolines count with locked increments from now on */
     if (!s) {
         r = real_pthread_create(t, attr, fn, arg);
     } else {

@@ -1,0 +1,698 @@
+/* codemap.c - what the hot-site patcher must know of a module's code before it moves more than
+ * one instruction: where each function starts and ends, and every address control can enter the
+ * code at. A patch that moves the instructions after (or before) a short one overwrites the
+ * start of the next one with its jump: a branch that lands there, a return to there, an
+ * exception's landing pad there, would run the middle of the jump (issue 29: a program with one
+ * wrong byte in .eh_frame died under the patcher).
+ *
+ * Nothing here is taken on one source's word. A function's extent is what .eh_frame (its FDE)
+ * and the ELF symbol table (read from the module's file) agree on, and it must decode from its
+ * start to its end, through the site; the entry points are every direct branch and call target
+ * and return address of a linear sweep of every executable section of the file (restarted at
+ * every FDE and symbol start, which must each fall on an instruction boundary), every symbol,
+ * every FDE start and every landing pad of every LSDA. Every table is read within the memory it
+ * was found in (cfi.c's bounds); when anything does not hold, the module or the function is
+ * refused, and the site keeps trapping. It runs in the signal handler, under maps_lock: no
+ * allocation but the agent's own zone (process.c), no stdio.
+ *
+ * Calls process.c, insn.c and cfi.c (the order: process.h).
+ */
+#include "codemap.h"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cfi.h"
+#include "insn.h"
+
+#define MAX_CODEMAPS 128
+#define MAX_XSECS 32
+#define MAX_SHDRS 1024
+#define MAX_PATCHED 32768
+
+struct xsec {
+    uint64_t lo, hi; /* in memory */
+    uint64_t off;    /* in the file */
+};
+
+struct codemap {
+    uint64_t map_start;
+    int why;
+    char path[512];
+    struct xsec xs[MAX_XSECS];
+    int nxs;
+    struct code_fn *fdes; /* sorted by start */
+    size_t nfdes;
+    struct code_fn *funcs; /* FUNC symbols with a size, sorted by start */
+    size_t nfuncs;
+    struct code_fn *data; /* OBJECT symbols inside executable sections: not code */
+    size_t ndata;
+    uint64_t *entries; /* sorted, unique */
+    size_t nentries;
+};
+
+static struct codemap maps[MAX_CODEMAPS];
+static int nmaps;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Growable arrays in the agent's own zone (never where the program's mappings go). */
+
+struct vec {
+    void *p;
+    size_t n, cap, size;
+};
+
+static int vec_push(struct vec *v, const void *item)
+{
+    if (v->n == v->cap) {
+        size_t ncap = v->cap ? v->cap * 2 : 4096;
+        void *p = zone_map(ncap * v->size);
+        if (!p)
+            return 0;
+        if (v->p) {
+            memcpy(p, v->p, v->n * v->size);
+            zone_unmap(v->p, v->cap * v->size);
+        }
+        v->p = p;
+        v->cap = ncap;
+    }
+    memcpy((char *)v->p + v->n * v->size, item, v->size);
+    v->n++;
+    return 1;
+}
+
+static void sort_u64(uint64_t *a, size_t n)
+{
+    /* heapsort: no allocation, runs in a signal handler */
+    for (size_t start = n / 2; start-- > 0;) {
+        size_t root = start;
+        for (size_t c; (c = 2 * root + 1) < n; root = c) {
+            if (c + 1 < n && a[c] < a[c + 1])
+                c++;
+            if (a[root] >= a[c])
+                break;
+            uint64_t t = a[root]; a[root] = a[c]; a[c] = t;
+        }
+    }
+    for (size_t end = n; end-- > 1;) {
+        uint64_t t = a[0]; a[0] = a[end]; a[end] = t;
+        size_t root = 0;
+        for (size_t c; (c = 2 * root + 1) < end; root = c) {
+            if (c + 1 < end && a[c] < a[c + 1])
+                c++;
+            if (a[root] >= a[c])
+                break;
+            t = a[root]; a[root] = a[c]; a[c] = t;
+        }
+    }
+}
+
+/* Ranges sorted by start (insertion into a heap of starts would need pairs: a simple shell sort). */
+static void sort_fns(struct code_fn *a, size_t n)
+{
+    static const size_t gaps[] = {1750, 701, 301, 132, 57, 23, 10, 4, 1};
+    for (size_t g = 0; g < sizeof gaps / sizeof *gaps; g++)
+        for (size_t i = gaps[g]; i < n; i++) {
+            struct code_fn t = a[i];
+            size_t j = i;
+            for (; j >= gaps[g] && (a[j - gaps[g]].start > t.start ||
+                                    (a[j - gaps[g]].start == t.start && a[j - gaps[g]].end > t.end)); j -= gaps[g])
+                a[j] = a[j - gaps[g]];
+            a[j] = t;
+        }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The original code: memory, with the bytes under the patches' jumps put back. */
+
+static struct {
+    uint64_t addr;
+    uint8_t n;
+    uint8_t orig[15];
+} patched[MAX_PATCHED];
+static size_t npatched;
+
+void code_patched(uint64_t addr, const uint8_t *orig, size_t n)
+{
+    if (npatched >= MAX_PATCHED || n > sizeof patched[0].orig)
+        return; /* the caller checked there is room (patch.c: a full table refuses first) */
+    size_t i = npatched;
+    while (i > 0 && patched[i - 1].addr > addr) {
+        patched[i] = patched[i - 1];
+        i--;
+    }
+    patched[i].addr = addr;
+    patched[i].n = (uint8_t)n;
+    memcpy(patched[i].orig, orig, n);
+    npatched++;
+}
+
+void codemap_forget_patches(void) { npatched = 0; }
+
+void code_fetch(uint64_t addr, uint8_t *buf, size_t n)
+{
+    memcpy(buf, (const void *)(uintptr_t)addr, n);
+    size_t lo = 0, hi = npatched; /* the first patch that ends after addr */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (patched[mid].addr + patched[mid].n <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; i < npatched && patched[i].addr < addr + n; i++)
+        for (size_t k = 0; k < patched[i].n; k++) {
+            uint64_t a = patched[i].addr + k;
+            if (a >= addr && a < addr + n)
+                buf[a - addr] = patched[i].orig[k];
+        }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Decoding. */
+
+/* The target of a direct branch or call (jcc, jmp, call, loop, jrcxz, xbegin), or 0. */
+static uint64_t branch_target(const struct x86_insn *d, uint64_t pc, const uint8_t *code)
+{
+    int rel = 0;
+    if (!d->vex && d->map == 0 && ((d->opcode >= 0x70 && d->opcode <= 0x7f) || d->opcode == 0xeb ||
+                                   (d->opcode >= 0xe0 && d->opcode <= 0xe3)))
+        rel = 1;
+    else if (!d->vex && ((d->map == 0 && (d->opcode == 0xe8 || d->opcode == 0xe9)) ||
+                         (d->map == 1 && d->opcode >= 0x80 && d->opcode <= 0x8f) ||
+                         (d->map == 0 && d->opcode == 0xc7 && d->modrm == 0xf8)))
+        rel = d->imm_size == 2 ? 2 : 4;
+    if (!rel)
+        return 0;
+    int32_t v;
+    if (rel == 1) {
+        v = (int8_t)code[d->imm_off];
+    } else if (rel == 2) {
+        int16_t w;
+        memcpy(&w, code + d->imm_off, 2);
+        v = w;
+    } else {
+        memcpy(&v, code + d->imm_off, 4);
+    }
+    return pc + d->len + (uint64_t)(int64_t)v;
+}
+
+static int is_call(const struct x86_insn *d)
+{
+    return d->flow == X86_FLOW_CALL_REL || d->flow == X86_FLOW_CALL_RM ||
+           (!d->vex && d->map == 0 && d->opcode == 0xff && ((d->modrm >> 3) & 7) == 3);
+}
+
+/* jmp through a register or memory (a jump table, a computed goto), or a far jump. */
+static int is_indirect_jump(const struct x86_insn *d)
+{
+    return !d->vex && d->map == 0 && d->opcode == 0xff && (((d->modrm >> 3) & 7) == 4 || ((d->modrm >> 3) & 7) == 5);
+}
+
+static int decode_at(uint64_t a, uint64_t limit, struct x86_insn *d, uint8_t code[16])
+{
+    size_t avail = limit - a < 15 ? (size_t)(limit - a) : 15;
+    code_fetch(a, code, avail);
+    return ualdbg_x86_decode(code, avail, d);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The module's file: its executable sections and its symbols. */
+
+static int read_at(int fd, void *buf, size_t n, uint64_t off)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
+        if (r <= 0)
+            return 0;
+        done += (size_t)r;
+    }
+    return 1;
+}
+
+/* [lo, hi) lies in one readable, executable mapping of the module's file. */
+static int mapped_code(const struct codemap *cm, uint64_t lo, uint64_t hi)
+{
+    const struct mapping *m = maps_find(lo);
+    size_t pl = strlen(cm->path);
+    return m && hi <= m->end && m->read && m->exec && m->plen == pl && !memcmp(m->path, cm->path, pl);
+}
+
+static const struct xsec *xsec_of(const struct codemap *cm, uint64_t a)
+{
+    for (int i = 0; i < cm->nxs; i++)
+        if (a >= cm->xs[i].lo && a < cm->xs[i].hi)
+            return &cm->xs[i];
+    return NULL;
+}
+
+static int read_file(struct codemap *cm, uint64_t bias, struct vec *funcs, struct vec *data, struct vec *entries)
+{
+    static Elf64_Shdr sh[MAX_SHDRS];
+    static Elf64_Sym syms[2048];
+    int fd = open(cm->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return CODEMAP_FILE;
+    int why = CODEMAP_UNKNOWN;
+    struct stat st;
+    Elf64_Ehdr eh;
+    if (fstat(fd, &st) != 0 || !read_at(fd, &eh, sizeof eh, 0) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
+        eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_machine != EM_X86_64 || eh.e_shentsize != sizeof(Elf64_Shdr) ||
+        eh.e_shnum == 0 || eh.e_shnum > MAX_SHDRS || eh.e_shoff > (uint64_t)st.st_size ||
+        (uint64_t)st.st_size - eh.e_shoff < (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr) ||
+        !read_at(fd, sh, (size_t)eh.e_shnum * sizeof(Elf64_Shdr), eh.e_shoff))
+        goto out;
+    int symtab = -1, dynsym = -1;
+    for (int i = 0; i < eh.e_shnum; i++) {
+        if (sh[i].sh_type == SHT_PROGBITS && (sh[i].sh_flags & SHF_EXECINSTR) && sh[i].sh_size) {
+            uint64_t lo = sh[i].sh_addr + bias, hi = lo + sh[i].sh_size;
+            if (cm->nxs >= MAX_XSECS || hi < lo || sh[i].sh_offset > (uint64_t)st.st_size ||
+                sh[i].sh_size > (uint64_t)st.st_size - sh[i].sh_offset || !mapped_code(cm, lo, hi))
+                goto out; /* code the agent cannot read whole: its branches would be unknown */
+            cm->xs[cm->nxs++] = (struct xsec){lo, hi, sh[i].sh_offset};
+        }
+        if (sh[i].sh_type == SHT_SYMTAB)
+            symtab = i;
+        if (sh[i].sh_type == SHT_DYNSYM)
+            dynsym = i;
+    }
+    if (!cm->nxs)
+        goto out;
+    why = CODEMAP_OK;
+    for (int pass = 0; pass < 2; pass++) {
+        int s = pass == 0 ? symtab : dynsym;
+        if (s < 0 || sh[s].sh_entsize != sizeof(Elf64_Sym) || sh[s].sh_offset > (uint64_t)st.st_size ||
+            sh[s].sh_size > (uint64_t)st.st_size - sh[s].sh_offset)
+            continue;
+        uint64_t n = sh[s].sh_size / sizeof(Elf64_Sym);
+        for (uint64_t i = 0; i < n;) {
+            size_t chunk = n - i < 2048 ? (size_t)(n - i) : 2048;
+            if (!read_at(fd, syms, chunk * sizeof(Elf64_Sym), sh[s].sh_offset + i * sizeof(Elf64_Sym))) {
+                why = CODEMAP_UNKNOWN;
+                goto out;
+            }
+            for (size_t k = 0; k < chunk; k++) {
+                const Elf64_Sym *y = &syms[k];
+                int type = ELF64_ST_TYPE(y->st_info);
+                if (y->st_shndx == SHN_UNDEF || y->st_shndx >= SHN_LORESERVE || type == STT_SECTION ||
+                    type == STT_FILE || type == STT_TLS)
+                    continue;
+                uint64_t v = y->st_value + bias;
+                if (!xsec_of(cm, v))
+                    continue;
+                struct code_fn r = {v, v + y->st_size};
+                if (r.end < r.start)
+                    r.end = r.start;
+                if (type == STT_OBJECT && y->st_size) {
+                    if (!vec_push(data, &r))
+                        why = CODEMAP_UNKNOWN;
+                    continue;
+                }
+                if ((type == STT_FUNC || type == STT_GNU_IFUNC) && y->st_size && !vec_push(funcs, &r))
+                    why = CODEMAP_UNKNOWN;
+                if (!vec_push(entries, &v))
+                    why = CODEMAP_UNKNOWN;
+            }
+            i += chunk;
+        }
+        if (pass == 0 && symtab >= 0)
+            break; /* .symtab holds .dynsym's symbols too */
+    }
+out:
+    close(fd);
+    return why;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Landing pads (.gcc_except_table): the unwinder jumps there, in the middle of functions. */
+
+static uint64_t uleb(const uint8_t **p, const uint8_t *end, int *ok)
+{
+    uint64_t v = 0;
+    unsigned shift = 0;
+    for (;;) {
+        if (*p >= end) {
+            *ok = 0;
+            return 0;
+        }
+        uint8_t b = *(*p)++;
+        if (shift < 64)
+            v |= (uint64_t)(b & 0x7f) << shift;
+        shift += 7;
+        if (!(b & 0x80))
+            return v;
+    }
+}
+
+/* An encoded pointer of the LSDA (absolute or pc-relative, fixed size or leb128). */
+static int lsda_ptr(const uint8_t **p, const uint8_t *end, uint8_t enc, uint64_t *out)
+{
+    const uint8_t *start = *p;
+    int ok = 1;
+    uint64_t v;
+    switch (enc & 0x0f) {
+    case 0x00: case 0x04: case 0x0c:
+        if (end - *p < 8) return 0;
+        memcpy(&v, *p, 8); *p += 8; break;
+    case 0x03: { uint32_t t; if (end - *p < 4) return 0; memcpy(&t, *p, 4); *p += 4; v = t; break; }
+    case 0x0b: { int32_t t; if (end - *p < 4) return 0; memcpy(&t, *p, 4); *p += 4; v = (uint64_t)(int64_t)t; break; }
+    case 0x02: { uint16_t t; if (end - *p < 2) return 0; memcpy(&t, *p, 2); *p += 2; v = t; break; }
+    case 0x0a: { int16_t t; if (end - *p < 2) return 0; memcpy(&t, *p, 2); *p += 2; v = (uint64_t)(int64_t)t; break; }
+    case 0x01: v = uleb(p, end, &ok); break;
+    default: return 0;
+    }
+    if ((enc & 0x70) == 0x10)
+        v += (uint64_t)(uintptr_t)start;
+    else if (enc & 0x70)
+        return 0;
+    if (enc & 0x80)
+        return 0; /* indirect: not for call-site tables */
+    *out = v;
+    return ok;
+}
+
+/* Every landing pad of the LSDA at `at` for the function starting at fn_start. */
+static int landing_pads(uint64_t at, uint64_t fn_start, uint64_t fn_end, struct vec *entries)
+{
+    const struct mapping *m = maps_find(at);
+    if (!m || !m->read)
+        return 0;
+    const uint8_t *p = (const uint8_t *)(uintptr_t)at, *end = (const uint8_t *)(uintptr_t)m->end;
+    int ok = 1;
+    if (p >= end)
+        return 0;
+    uint8_t lpstart_enc = *p++;
+    uint64_t lpstart = fn_start;
+    if (lpstart_enc != 0xff && !lsda_ptr(&p, end, lpstart_enc, &lpstart))
+        return 0;
+    if (p >= end)
+        return 0;
+    uint8_t ttype_enc = *p++;
+    if (ttype_enc != 0xff)
+        (void)uleb(&p, end, &ok);
+    if (!ok || p >= end)
+        return 0;
+    uint8_t cs_enc = *p++;
+    uint64_t cs_len = uleb(&p, end, &ok);
+    if (!ok || cs_len > (uint64_t)(end - p))
+        return 0;
+    const uint8_t *cs_end = p + cs_len;
+    while (p < cs_end) {
+        uint64_t start, len, lp;
+        if (!lsda_ptr(&p, cs_end, cs_enc, &start) || !lsda_ptr(&p, cs_end, cs_enc, &len) ||
+            !lsda_ptr(&p, cs_end, cs_enc, &lp))
+            return 0;
+        (void)uleb(&p, cs_end, &ok);
+        if (!ok)
+            return 0;
+        if (lp) {
+            uint64_t pad = lpstart + lp;
+            if (pad < fn_start || pad >= fn_end)
+                return 0; /* not where a landing pad can be: the table is not this function's */
+            if (!vec_push(entries, &pad))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Building a module's map. */
+
+static int eh_frame(struct codemap *cm, const void *hdr, struct vec *fdes, struct vec *entries)
+{
+    if (!hdr)
+        return CODEMAP_OK; /* no FDE: every function is refused by codemap_function */
+    const struct mapping *m = maps_find((uint64_t)(uintptr_t)hdr);
+    size_t pl = strlen(cm->path);
+    if (!m || !m->read || m->plen != pl || memcmp(m->path, cm->path, pl))
+        return CODEMAP_OK;
+    struct cfi_bounds b = {m->start, m->end};
+    int64_t n = ualdbg_cfi_fde_count(hdr, &b);
+    for (int64_t i = 0; i < n; i++) {
+        struct cfi_fde f;
+        if (!ualdbg_cfi_fde_at(hdr, &b, (uint64_t)i, &f))
+            continue; /* a function without a readable FDE is refused: its extent is unknown */
+        const struct xsec *x = xsec_of(cm, f.start);
+        if (f.table_start != f.start || f.end <= f.start || !x || f.end > x->hi) {
+            /* the search table and the FDE disagree, or the FDE is not over code: both starts are
+             * entry points for all the agent knows, and neither extent is believed */
+            if (!vec_push(entries, &f.table_start) || !vec_push(entries, &f.start))
+                return CODEMAP_UNKNOWN;
+            continue;
+        }
+        struct code_fn r = {f.start, f.end};
+        if (!vec_push(fdes, &r) || !vec_push(entries, &f.start))
+            return CODEMAP_UNKNOWN;
+        if (f.lsda && !landing_pads(f.lsda, f.start, f.end, entries))
+            return CODEMAP_UNKNOWN; /* landing pads unknown */
+    }
+    return CODEMAP_OK;
+}
+
+/* Records a decoded instruction's entry points: its branch or call target, and the return address
+ * after a call. */
+static int note_entries(const struct x86_insn *d, uint64_t a, const uint8_t *code, struct vec *entries)
+{
+    uint64_t t = branch_target(d, a, code), ret = a + d->len;
+    return (!t || vec_push(entries, &t)) && (!is_call(d) || vec_push(entries, &ret));
+}
+
+/* A linear sweep of every executable section, restarted after data symbols. A known start (FDE,
+ * symbol) inside an instruction of the sweep (glibc's signal-return FDE starts a byte early, for
+ * unwinders that look up pc - 1) is read from too, up to the next known start: the entry points of
+ * both readings are kept. Anything that does not read as code makes every entry point unknown. */
+static int sweep(struct codemap *cm, struct vec *entries)
+{
+    size_t nk = entries->n;
+    uint64_t *known = zone_map((nk + 1) * 8);
+    if (!known)
+        return CODEMAP_UNKNOWN;
+    memcpy(known, entries->p, nk * 8);
+    sort_u64(known, nk);
+    int why = CODEMAP_OK;
+    for (int s = 0; s < cm->nxs && why == CODEMAP_OK; s++) {
+        uint64_t a = cm->xs[s].lo, hi = cm->xs[s].hi;
+        size_t k = 0, dk = 0;
+        while (k < nk && known[k] <= a)
+            k++;
+        while (a < hi && why == CODEMAP_OK) {
+            while (dk < cm->ndata && cm->data[dk].end <= a)
+                dk++;
+            if (dk < cm->ndata && cm->data[dk].start <= a) {
+                a = cm->data[dk].end; /* a data symbol: not code */
+                while (k < nk && known[k] <= a)
+                    k++;
+                continue;
+            }
+            struct x86_insn d;
+            uint8_t code[16];
+            if (decode_at(a, hi, &d, code) != 0 || !note_entries(&d, a, code, entries)) {
+                why = CODEMAP_UNKNOWN; /* code that does not read as code */
+                break;
+            }
+            a += d.len;
+            for (; k < nk && known[k] < a; k++) {
+                /* a start inside that instruction: read from there too, until a known start */
+                uint64_t b = known[k], stop = k + 1 < nk && known[k + 1] < hi ? known[k + 1] : hi;
+                for (int n = 0; b < stop && n < 64; n++) {
+                    struct x86_insn x;
+                    uint8_t c[16];
+                    if (decode_at(b, hi, &x, c) != 0)
+                        break; /* not code that way */
+                    if (!note_entries(&x, b, c, entries)) {
+                        why = CODEMAP_UNKNOWN;
+                        break;
+                    }
+                    b += x.len;
+                }
+            }
+            while (k < nk && known[k] <= a)
+                k++;
+        }
+    }
+    zone_unmap(known, (nk + 1) * 8);
+    return why;
+}
+
+static int build(struct codemap *cm, uint64_t pc)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+    struct dl_find_object dlfo;
+    if (_dl_find_object((void *)(uintptr_t)pc, &dlfo) != 0 || !dlfo.dlfo_link_map)
+        return CODEMAP_UNKNOWN;
+    cm->map_start = (uint64_t)(uintptr_t)dlfo.dlfo_map_start;
+    const struct mapping *m = maps_lookup_locked(pc);
+    if (!m || !m->plen || m->path[0] != '/' || m->plen >= sizeof cm->path)
+        return CODEMAP_UNKNOWN;
+    memcpy(cm->path, m->path, m->plen);
+    cm->path[m->plen] = 0;
+    struct vec funcs = {0, 0, 0, sizeof(struct code_fn)}, data = funcs, fdes = funcs;
+    struct vec entries = {0, 0, 0, 8};
+    int why = read_file(cm, (uint64_t)dlfo.dlfo_link_map->l_addr, &funcs, &data, &entries);
+    if (why == CODEMAP_OK)
+        why = eh_frame(cm, dlfo.dlfo_eh_frame, &fdes, &entries);
+    cm->funcs = funcs.p, cm->nfuncs = funcs.n;
+    cm->data = data.p, cm->ndata = data.n;
+    cm->fdes = fdes.p, cm->nfdes = fdes.n;
+    if (cm->funcs)
+        sort_fns(cm->funcs, cm->nfuncs);
+    if (cm->data)
+        sort_fns(cm->data, cm->ndata);
+    if (cm->fdes)
+        sort_fns(cm->fdes, cm->nfdes);
+    if (why == CODEMAP_OK)
+        why = sweep(cm, &entries);
+    if (why == CODEMAP_OK && entries.n) {
+        uint64_t *e = entries.p;
+        sort_u64(e, entries.n);
+        size_t u = 0;
+        for (size_t i = 0; i < entries.n; i++)
+            if (!u || e[u - 1] != e[i])
+                e[u++] = e[i];
+        cm->entries = e, cm->nentries = u;
+    }
+    return why;
+#else
+    (void)cm, (void)pc;
+    return CODEMAP_UNKNOWN;
+#endif
+}
+
+const struct codemap *codemap_of(uint64_t pc, int *why)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+    struct dl_find_object dlfo;
+    if (_dl_find_object((void *)(uintptr_t)pc, &dlfo) != 0) {
+        *why = CODEMAP_UNKNOWN;
+        return NULL;
+    }
+    uint64_t start = (uint64_t)(uintptr_t)dlfo.dlfo_map_start;
+    for (int i = 0; i < nmaps; i++)
+        if (maps[i].map_start == start) {
+            *why = maps[i].why;
+            return &maps[i];
+        }
+    if (nmaps >= MAX_CODEMAPS) {
+        *why = CODEMAP_UNKNOWN;
+        return NULL;
+    }
+    struct codemap *cm = &maps[nmaps++];
+    memset(cm, 0, sizeof *cm);
+    cm->why = build(cm, pc);
+    cm->map_start = start;
+    *why = cm->why;
+    return cm;
+#else
+    (void)pc;
+    *why = CODEMAP_UNKNOWN;
+    return NULL;
+#endif
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Questions. */
+
+/* The last range starting at or before pc (ranges sorted by start), or NULL. */
+static const struct code_fn *last_at_or_before(const struct code_fn *a, size_t n, uint64_t pc, size_t *index)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (a[mid].start <= pc)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (!lo)
+        return NULL;
+    *index = lo - 1;
+    return &a[lo - 1];
+}
+
+int codemap_function(const struct codemap *cm, uint64_t pc, struct code_fn *fn)
+{
+    if (!cm || cm->why != CODEMAP_OK)
+        return cm ? cm->why : CODEMAP_UNKNOWN;
+    size_t i, j;
+    const struct code_fn *f = last_at_or_before(cm->fdes, cm->nfdes, pc, &i);
+    if (!f || pc >= f->end || (i > 0 && cm->fdes[i - 1].end > f->start) ||
+        (i + 1 < cm->nfdes && cm->fdes[i + 1].start < f->end))
+        return CODEMAP_EXTENT; /* no FDE holds pc, or two do */
+    /* The symbol holding pc: the innermost FUNC symbol whose range holds it. */
+    const struct code_fn *s = last_at_or_before(cm->funcs, cm->nfuncs, pc, &j);
+    while (s && pc >= s->end) {
+        if (j == 0 || cm->funcs[j - 1].end <= pc) {
+            /* no enclosing symbol either (they are sorted by start; one may still enclose) */
+            size_t k = j;
+            s = NULL;
+            while (k-- > 0)
+                if (cm->funcs[k].end > pc) {
+                    s = &cm->funcs[k];
+                    break;
+                }
+            break;
+        }
+        s = &cm->funcs[--j];
+    }
+    if (s) {
+        if (s->start != f->start || s->end != f->end)
+            return CODEMAP_EXTENT;
+    } else {
+        /* No symbol (a stripped module): no symbol of a function may start inside the FDE. */
+        size_t k;
+        const struct code_fn *n = last_at_or_before(cm->funcs, cm->nfuncs, f->end - 1, &k);
+        if (n && n->start > f->start)
+            return CODEMAP_EXTENT;
+    }
+    /* It decodes from its start to its end, through pc, with no indirect jump. */
+    int hit = 0;
+    for (uint64_t a = f->start; a < f->end;) {
+        struct x86_insn d;
+        uint8_t code[16];
+        if (decode_at(a, f->end, &d, code) != 0)
+            return CODEMAP_EXTENT;
+        if (is_indirect_jump(&d))
+            return CODEMAP_INDIRECT;
+        if (a == pc)
+            hit = 1;
+        a += d.len;
+    }
+    if (!hit)
+        return CODEMAP_EXTENT;
+    *fn = *f;
+    return CODEMAP_OK;
+}
+
+int codemap_entry_between(const struct codemap *cm, uint64_t lo, uint64_t hi)
+{
+    if (!cm || cm->why != CODEMAP_OK)
+        return 1;
+    size_t l = 0, h = cm->nentries; /* the first entry > lo */
+    while (l < h) {
+        size_t mid = (l + h) / 2;
+        if (cm->entries[mid] <= lo)
+            l = mid + 1;
+        else
+            h = mid;
+    }
+    return l < cm->nentries && cm->entries[l] < hi;
+}
+
+int codemap_file_matches(const struct codemap *cm, uint64_t lo, const uint8_t *orig, size_t n)
+{
+    const struct xsec *x = cm ? xsec_of(cm, lo) : NULL;
+    uint8_t buf[64];
+    if (!x || n > sizeof buf || lo + n > x->hi)
+        return 0;
+    int fd = open(cm->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int ok = read_at(fd, buf, n, x->off + (lo - x->lo)) && !memcmp(buf, orig, n);
+    close(fd);
+    return ok;
+}
