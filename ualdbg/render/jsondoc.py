@@ -29,11 +29,14 @@ def site_entry(site: Site) -> dict[str, Any]:
         "function_offset": _hex(loc.function_offset),
         "file": loc.file,
         "line": loc.line,
-        "inlined_from": [{"function": f.function, "file": f.file, "line": f.line} for f in loc.inlined_from],
+        "inlined_from": [{"function": f.function, "file": f.file, "line": f.line, **({"path": f.path} if f.path else {})}
+                         for f in loc.inlined_from],
         "count": site.count,
         "sizes": sorted(site.sizes),
         "access": site.access.value if site.access else None,
     }
+    if loc.path:  # optional key: the source file as the DWARF names it, absolute (ci/fingerprint.py reads it)
+        entry["path"] = loc.path
     if site.data is not None:  # optional key (schema 1 stays compatible): what the first faulting VA is
         entry["data"] = site.data.to_json()
     if site.patched:  # the agent's hot-site patching (issue 21): optional keys too
