@@ -258,10 +258,26 @@ def shape_problem(doc: dict[str, Any]) -> str | None:
                 return f"records[{i}].class is not a cost class"
     if "records_dropped" in doc and not isinstance(doc["records_dropped"], int):
         return "records_dropped is not a count"
+    problem = _sites_add_up(doc)
+    if problem:
+        return problem
     for i, b in enumerate(doc.get("blind_spots", [])):
         if not isinstance(b, dict) or not isinstance(b.get("kind"), str) or not isinstance(b.get("text"), str) \
                 or not isinstance(b.get("count"), int) or isinstance(b.get("count"), bool):
             return f"blind_spots[{i}] is not a blind spot (kind, count, text)"
+    return None
+
+
+def _sites_add_up(doc: dict[str, Any]) -> str | None:
+    """The invariant of every document ualdbg writes (issue 31): each fault in scope is counted
+    at exactly one site, so the sites' counts add up to faults_total. Faults no site counts are
+    outside it (a blind spot's `uncounted-faults` were never in faults_total); faults without a
+    record are inside it (a patched site's count is exact, its records are not)."""
+    counts = [s["count"] for s in doc["sites"]]
+    if any(n < 0 for n in counts):
+        return "a site has a negative count"
+    if sum(counts) != doc["faults_total"]:
+        return f"its sites count {sum(counts):,} faults but faults_total is {doc['faults_total']:,}"
     return None
 
 
