@@ -534,13 +534,16 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                      allow_incomplete=args.allow_incomplete, fail_on=args.fail_on)
     if args.update_baseline and verdict.status == args.error_exitcode and not doc["program"].get("exit_signal") \
             and not doc["program"].get("exit_status"):
-        verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(baseline.keys_of(filtered(doc, args.fail_on)))} "
+        verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(filtered(doc, args.fail_on)['sites'])} "
                                       f"sites written to {args.baseline}")
     if args.sarif:  # after the verdict: its invocation carries the exit status (issue 29)
         write_json(build_sarif(doc, exit_code=verdict.status), args.sarif, "the SARIF output")
-    if args.update_baseline:
-        write_json(baseline.build(filtered(doc, args.fail_on)), args.baseline, "the baseline")
     report = _sink(args)
+    if args.update_baseline:
+        written = baseline.build(filtered(doc, args.fail_on))
+        write_json(written, args.baseline, "the baseline")
+        if written.get("note"):  # weaker keys than the source text's (ci/fingerprint.py): said, and in the file
+            report.print(f"note: baseline: {written['note']}")
     report.print(verdict.line)
     if not report.close():
         say(verdict.line)  # the log did not reach its path (the fallback is named above): the verdict stays
