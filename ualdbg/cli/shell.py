@@ -301,7 +301,7 @@ def _json_apart(args: argparse.Namespace) -> None:
     n = standard_stream(args.json or "")
     if n is None:
         return
-    if n == 1 and getattr(args, "pid", None) is not None and not same_file(f"/proc/{args.pid}/fd/1", 1):
+    if n == 1 and args.pid is not None and not same_file(f"/proc/{args.pid}/fd/1", 1):
         return
     raise ToolError(f"ualdbg {args.cmd}: --json {args.json} would mix the JSON document with the program's own "
                     f"{_STREAMS[n]}; give it a descriptor of its own: --json fd:3 3>FILE (or 3>&1 >&2 to pipe it on)")
