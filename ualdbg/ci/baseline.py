@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .costfilter import site_selected_count
 from .fingerprint import INSN, LINE, OFFSET, Keyed, keyed_sites, kinds_of
 
 FORMAT = "ualdbg-baseline"
@@ -23,12 +24,24 @@ def keys_of(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {k.key: k.site for k in keyed_sites(doc)}
 
 
-def build(doc: dict[str, Any]) -> dict[str, Any]:
+def _selected(doc: dict[str, Any], fail_on: str) -> list[tuple[Keyed, int]]:
+    """The sites that count under `fail_on` (ci/costfilter.py), each with the key it has in the
+    whole document (keyed before filtering: a sibling of another class that drops out must not
+    shift an occurrence index) and its count of accesses that count."""
+    out = []
+    for k in keyed_sites(doc):
+        n = site_selected_count(k.site, fail_on)
+        if n:
+            out.append((k, n))
+    return out
+
+
+def build(doc: dict[str, Any], fail_on: str = "any") -> dict[str, Any]:
     from .gate import baseline_where
 
-    keyed = sorted(keyed_sites(doc), key=lambda k: k.key)
-    sites = [{"key": k.key, "kind": k.kind, "where": baseline_where(k.site), "count": k.site.get("count", 0)}
-             for k in keyed]
+    chosen = sorted(_selected(doc, fail_on), key=lambda kn: kn[0].key)
+    keyed = [k for k, _n in chosen]
+    sites = [{"key": k.key, "kind": k.kind, "where": baseline_where(k.site), "count": n} for k, n in chosen]
     out = {"format": FORMAT, "version": VERSION, "program": (doc.get("program") or {}).get("path"),
            "keys": kinds_of(keyed), "sites": sites}
     weak = weak_note(keyed)
@@ -72,6 +85,7 @@ def load(path: str) -> set[str]:
     return {s["key"] for s in sites}
 
 
-def new_sites(doc: dict[str, Any], known: set[str]) -> list[dict[str, Any]]:
-    """The sites the baseline does not have, hottest first."""
-    return sorted((k.site for k in keyed_sites(doc) if k.key not in known), key=lambda s: -int(s.get("count") or 0))
+def new_sites(doc: dict[str, Any], known: set[str], fail_on: str = "any") -> list[dict[str, Any]]:
+    """The sites that count under `fail_on` and that the baseline does not have, hottest first."""
+    return [dict(k.site, count=n) for k, n in sorted(_selected(doc, fail_on), key=lambda kn: -kn[1])
+            if k.key not in known]

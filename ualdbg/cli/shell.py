@@ -410,7 +410,7 @@ def _print_trace(args: argparse.Namespace, result: Any, known: Any, last: str | 
     if last:
         out.print(last)
     if known is not None:
-        args.new_sites = baseline.new_sites(filtered(doc, getattr(args, "fail_on", "any")), known)
+        args.new_sites = baseline.new_sites(doc, known, getattr(args, "fail_on", "any"))
     return doc
 
 
@@ -564,7 +564,7 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         write_json(build_sarif(doc, exit_code=verdict.status), args.sarif, "the SARIF output")
     report = _sink(args)
     if args.update_baseline:
-        written = baseline.build(filtered(doc, args.fail_on))
+        written = baseline.build(doc, args.fail_on)
         write_json(written, args.baseline, "the baseline")
         if written.get("note"):  # weaker keys than the source text's (ci/fingerprint.py): said, and in the file
             report.print(f"note: baseline: {written['note']}")
