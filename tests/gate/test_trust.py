@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from support.build import build_program
 from support.cli import run_cli
+from support.env import require_tool
 from support.run import Result, run
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -68,6 +69,19 @@ def test_merging_a_trace_with_itself_doubles_every_site(trust: Path, tmp_path: P
     m3 = json.loads(again.read_text())
     assert m3["merged"] == 3 and sorted(p["run"] for p in m3["processes"]) == [0, 1, 2]
     assert _sites(m3) == {k: 3 * n for k, n in _sites(doc).items()}
+
+
+@pytest.mark.parametrize("engine", [["--engine", "agent"], ["--engine", "agent", "--no-patch"], ["--engine", "trap"],
+                                    ["--engine", "trap", "--debugger", "lldb"], ["--engine", "step", "--in", "bump"]],
+                         ids=["agent", "agent-no-patch", "trap-gdb", "trap-lldb", "step"])
+def test_every_engine_writes_sites_that_add_up(engine: list[str], trust: Path, tmp_path: Path) -> None:
+    if "lldb" in engine:
+        require_tool("lldb-19")
+    out = tmp_path / "t.json"
+    r = ualdbg("trace", *engine, "--json", str(out), "--", str(trust), "3")
+    doc = json.loads(out.read_text())
+    assert r.returncode == 0 and doc["faults_total"] == sum(s["count"] for s in doc["sites"]) > 0, r.explain()
+    assert ualdbg("report", "--summary", str(out)).returncode == 0  # the validator takes it
 
 
 def test_a_document_whose_sites_do_not_add_up_is_rejected(trust: Path, tmp_path: Path) -> None:
