@@ -73,3 +73,14 @@ def test_a_cost_filter_does_not_shift_an_occurrence_index(tmp_path: Path) -> Non
     (split,) = baseline.build(doc, "line-split")["sites"]
     assert split["key"] == every["a.c:1#1"] and split["count"] == 2
     assert [s["offset"] for s in baseline.new_sites(doc, set(), "line-split")] == ["0x18"]
+
+
+def test_a_hostile_path_is_not_read(tmp_path: Path) -> None:
+    """A JSON given to `report` may name a device or a FIFO as a source: a weaker key, no hang."""
+    import os
+
+    fifo = tmp_path / "fifo.c"
+    os.mkfifo(fifo)
+    for path in (Path("/dev/zero"), fifo):
+        (k,) = keyed_sites(_doc(_site(path, 1, "0x10")))
+        assert k.kind == LINE

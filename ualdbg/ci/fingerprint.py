@@ -4,6 +4,7 @@ through edits elsewhere (baselines, SARIF partialFingerprints): docs/CI.md, "Bas
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ LINE = "line"  # the source was not readable: each frame's function and file:lin
 INSN = "instruction"  # no line at all: the function and the instruction's bytes
 OFFSET = "offset"  # not even the bytes: function+offset or module+offset (moves with any change)
 KINDS = (TEXT, LINE, INSN, OFFSET)
+MAX_SOURCE = 64 << 20  # bytes of one source file read for its lines' text; a larger file is unreadable
 
 
 def instruction_key(site: dict[str, Any]) -> tuple[Any, ...]:
@@ -80,13 +82,27 @@ class SourceTexts:
         if not path or not os.path.isabs(path) or not line or line < 1:
             return None
         if path not in self._files:
-            try:
-                with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
-                    self._files[path] = f.read().split("\n")
-            except (OSError, ValueError):
-                self._files[path] = None
+            self._files[path] = self._read(path)
         lines = self._files[path]
         return lines[line - 1] if lines is not None and line <= len(lines) else None
+
+    @staticmethod
+    def _read(path: str) -> list[str] | None:
+        """A regular file of at most MAX_SOURCE bytes (a JSON given to `report` may name
+        /dev/zero or a FIFO: never a hang), opened without blocking on a FIFO swapped in."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SOURCE:
+                    return None
+                data = f.read(MAX_SOURCE + 1)
+            except OSError:
+                return None
+        return data.decode("utf-8", "surrogateescape").split("\n")
 
 
 def _digest(text: str, n: int) -> str:
