@@ -2,11 +2,16 @@
 blanks, the inline chain, and keys that a cost filter does not shift."""
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ualdbg.ci import baseline
 from ualdbg.ci.fingerprint import LINE, TEXT, instruction_key, keyed_sites
+from ualdbg.render.jsondoc import load_document
 
 
 def _site(path: Path, line: int, offset: str, function: str = "f", chain: list[dict[str, Any]] | None = None,
@@ -77,10 +82,26 @@ def test_a_cost_filter_does_not_shift_an_occurrence_index(tmp_path: Path) -> Non
 
 def test_a_hostile_path_is_not_read(tmp_path: Path) -> None:
     """A JSON given to `report` may name a device or a FIFO as a source: a weaker key, no hang."""
-    import os
-
     fifo = tmp_path / "fifo.c"
     os.mkfifo(fifo)
     for path in (Path("/dev/zero"), fifo):
         (k,) = keyed_sites(_doc(_site(path, 1, "0x10")))
         assert k.kind == LINE
+
+
+def test_the_loader_checks_what_a_key_reads(tmp_path: Path) -> None:
+    """A site's path and its inline frames' fields are typed before a fingerprint reads them."""
+    src = tmp_path / "a.c"
+    src.write_text("x;\n")
+    base = {"schema": 1, "tool": "ualdbg", "version": "0", "program": {"path": None, "args": []},
+            "faults_total": 2, "faults_ignored": 0, "records": [], "records_dropped": 0}
+    good = _site(src, 1, "0x10", "read32", [{"function": "sum", "file": "a.c", "path": str(src), "line": 1}])
+    for bad, needle in ((dict(good, path=5), "sites[0].path"),
+                        (dict(good, inlined_from=[{"function": "sum", "line": "1"}]), "inlined_from[0].line"),
+                        (dict(good, count=3), "faults_total")):
+        f = tmp_path / "t.json"
+        f.write_text(json.dumps(dict(base, sites=[bad])))
+        with pytest.raises(ValueError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+            load_document(str(f))
+    f.write_text(json.dumps(dict(base, sites=[good])))
+    assert load_document(str(f))["sites"][0]["path"] == str(src)

@@ -167,6 +167,10 @@ _SITE_TYPES: dict[str, tuple[type, ...]] = {
     "function_offset": (str, type(None)), "file": (str, type(None)), "line": (int, type(None)), "count": (int,),
     "sizes": (list,), "access": (str, type(None)), "inlined_from": (list,),
 }
+# The optional keys of an inline frame, and a site's `path` (ci/fingerprint.py reads them).
+_FRAME_TYPES: dict[str, tuple[type, ...]] = {
+    "function": (str, type(None)), "file": (str, type(None)), "line": (int, type(None)), "path": (str, type(None)),
+}
 _RECORD_TYPES: dict[str, tuple[type, ...]] = {
     "seq": (int,), "time": (int, float), "pc": (str,), "va": (str, type(None)), "size": (int, type(None)),
     "access": (str, type(None)), "tid": (int, type(None)), "pid": (int, type(None)), "cpu": (int, type(None)),
@@ -247,6 +251,11 @@ def shape_problem(doc: dict[str, Any]) -> str | None:
                     return f"sites[{i}].sizes are not sizes"
                 if not all(isinstance(f, dict) for f in item.get("inlined_from", [])):
                     return f"sites[{i}].inlined_from is not a list of frames"
+                for j, frame in enumerate([item, *item.get("inlined_from", [])]):
+                    where = f"sites[{i}]." + (f"inlined_from[{j - 1}]." if j else "")
+                    problem = _typed(where, frame, _FRAME_TYPES if j else {"path": _FRAME_TYPES["path"]})
+                    if problem:
+                        return problem
                 if "data" in item and not isinstance(item["data"], dict):
                     return f"sites[{i}].data is not an object"
                 classes = item.get("classes", {})
