@@ -108,7 +108,13 @@ def decide(doc: dict[str, Any], *, max_faults: int, error_exitcode: int = EXIT_F
 
 
 def baseline_where(site: dict[str, Any]) -> str:
+    """Where a site is, for a verdict line: file:line, and for an inlined helper the real
+    function's line that called it (a new call of a helper is a new site: issue 31)."""
     if site.get("file") and site.get("line"):
+        chain = [f for f in site.get("inlined_from") or [] if isinstance(f, dict)]
+        if chain and chain[-1].get("file") and chain[-1].get("line"):
+            return (f"{site['file']}:{site['line']} ({site.get('function')} inlined into {chain[-1].get('function')} "
+                    f"at {chain[-1]['file']}:{chain[-1]['line']})")
         return f"{site['file']}:{site['line']}"
     if site.get("function"):
         return f"{site['function']}+{site.get('function_offset')}"

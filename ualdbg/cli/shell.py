@@ -27,7 +27,7 @@ from ..render.console import make_console
 from ..render.jsondoc import GROUPS, load_document
 from ..render.sarif import build_sarif
 from ..render.tables import blind_lines, header, patch_note, records_table, summary_table
-from .outputs import Named, OutputError, Report, check_distinct, check_writable, say, write_json
+from .outputs import Named, OutputError, Report, check_distinct, check_writable, same_file, say, standard_stream, write_json
 
 REPORT_LIMIT = 1000  # records `report` shows unless told: a table of 1,000 takes under a second
 
@@ -62,9 +62,13 @@ class _Parser(argparse.ArgumentParser):
         return super().format_help()
 
 
+JSON_HELP = ("write the JSON document to FILE, or to descriptor N with fd:N (e.g. --json fd:3 3>&1 >&2 | jq: "
+             "the program's stdout stays its own); - (stdout) is refused where the program writes to it too")
+
+
 def _run_options(p: argparse.ArgumentParser) -> None:
     """trace's and check's options; those a debugger command has too come from commands/options."""
-    p.add_argument("--json", metavar="FILE", help="write the JSON document to FILE (- for stdout)")
+    p.add_argument("--json", metavar="FILE", help=JSON_HELP)
     add_scope_args(p)
     add_buffer_arg(p, 100_000)
     add_engine_arg(p, SHELL_ENGINES, None)
@@ -152,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--error-exitcode", type=nonnegative, default=EXIT_FOUND, metavar="N",
                    help="the status when the accesses exceed the limit or the baseline (default 1)")
     c.add_argument("--sarif", metavar="FILE", help="write SARIF 2.1.0 for code scanning")
-    c.add_argument("--baseline", metavar="FILE", help="fail only on sites not in FILE (module, function and line of each)")
+    c.add_argument("--baseline", metavar="FILE", help="fail only on sites not in FILE (keyed by module, inline chain "
+                   "and the text of each line: edits elsewhere keep them; docs/CI.md)")
     c.add_argument("--allow-incomplete", action="store_true",
                    help="pass a run part of which ualdbg could not see (SIGBUS blocked or taken over by the program, a "
                         "process the agent could not enter) instead of failing with status 3; the report, the JSON's "
@@ -180,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--interval", type=_seconds, default=1.0, metavar="S", help="seconds between refreshes (default 1)")
     w.add_argument("--top", type=positive, default=10, metavar="N", help="sites shown (default 10)")
     w.add_argument("--json-lines", action="store_true", help="one JSON object per interval (no table)")
-    w.add_argument("--json", metavar="FILE", help="write the final JSON document to FILE")
+    w.add_argument("--json", metavar="FILE", help="write the final JSON document to FILE (fd:N: to descriptor N, "
+                   "as for trace)")
     w.add_argument("--no-patch", action="store_true", help="-- PROG: the agent never patches: one trap and one "
                    "record per fault")
     add_scope_args(w)
@@ -222,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "ualdbg report --merge a.json b.json --json all.json --sarif all.sarif"))
     r.add_argument("file", nargs="*", help="the JSON trace (several with --merge)")
     r.add_argument("--merge", action="store_true", help="sum the documents: per-site counts added, each run's figures kept")
-    r.add_argument("--json", metavar="FILE", default=None, help="write the (merged) document to FILE (- for stdout)")
+    r.add_argument("--json", metavar="FILE", default=None, help="write the (merged) document to FILE (- for stdout, fd:N for descriptor N)")
     r.add_argument("--sarif", metavar="FILE", default=None, help="write SARIF 2.1.0 for the (merged) document")
     r.add_argument("--summary", action="store_true", help="counts per exception PC, hottest first, with the data "
                    "and the fix advice per site, instead of the records")
@@ -294,6 +300,22 @@ def _outputs(args: argparse.Namespace) -> list[Named]:
     return [n for n in out if n.path]
 
 
+_STREAMS = ("stdin", "stdout", "stderr")
+
+
+def _json_apart(args: argparse.Namespace) -> None:
+    """A JSON document that would share a standard stream with the program (`--json -` and the
+    program's stdout: issue 31) is refused before anything runs: the program's output cannot be
+    told from it. An attached process whose stdout is another file leaves ualdbg's stdout clean."""
+    n = standard_stream(args.json or "")
+    if n is None:
+        return
+    if n == 1 and args.pid is not None and not same_file(f"/proc/{args.pid}/fd/1", 1):
+        return
+    raise ToolError(f"ualdbg {args.cmd}: --json {args.json} would mix the JSON document with the program's own "
+                    f"{_STREAMS[n]}; give it a descriptor of its own: --json fd:3 3>FILE (or 3>&1 >&2 to pipe it on)")
+
+
 def _reads(args: argparse.Namespace) -> list[Named]:
     """The files the run reads or runs, which no output may overwrite: a baseline being read, the
     program, and the files its command line names (a script, its input)."""
@@ -350,6 +372,7 @@ def _trace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[d
             known = baseline.load(args.baseline)
         except baseline.BaselineError as exc:
             raise ToolError(str(exc)) from None
+    _json_apart(args)
     _check_outputs(_outputs(args), _reads(args))
     if args.pid is not None:
         return _trace_pid(args, known)
@@ -398,7 +421,7 @@ def _print_trace(args: argparse.Namespace, result: Any, known: Any, last: str | 
     if last:
         out.print(last)
     if known is not None:
-        args.new_sites = baseline.new_sites(filtered(doc, getattr(args, "fail_on", "any")), known)
+        args.new_sites = baseline.new_sites(doc, known, getattr(args, "fail_on", "any"))
     return doc
 
 
@@ -438,6 +461,7 @@ def _watch(args: argparse.Namespace) -> int:
 
     if (args.pid is None) == (not args.program or args.program == ["--"]):
         raise ToolError("ualdbg watch: give --pid PID or -- PROG ARGS (one of them)")
+    _json_apart(args)
     _check_outputs(_outputs(args), _reads(args))
     stream = sys.stdout
     live = stream.isatty() and not args.json_lines
@@ -557,13 +581,16 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                      allow_incomplete=args.allow_incomplete, fail_on=args.fail_on)
     if args.update_baseline and verdict.status == args.error_exitcode and not doc["program"].get("exit_signal") \
             and not doc["program"].get("exit_status"):
-        verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(baseline.keys_of(filtered(doc, args.fail_on)))} "
+        verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(filtered(doc, args.fail_on)['sites'])} "
                                       f"sites written to {args.baseline}")
     if args.sarif:  # after the verdict: its invocation carries the exit status (issue 29)
         write_json(build_sarif(doc, exit_code=verdict.status), args.sarif, "the SARIF output")
-    if args.update_baseline:
-        write_json(baseline.build(filtered(doc, args.fail_on)), args.baseline, "the baseline")
     report = _sink(args)
+    if args.update_baseline:
+        written = baseline.build(doc, args.fail_on)
+        write_json(written, args.baseline, "the baseline")
+        if written.get("note"):  # weaker keys than the source text's (ci/fingerprint.py): said, and in the file
+            report.print(f"note: baseline: {written['note']}")
     report.print(verdict.line)
     if not report.close():
         say(verdict.line)  # the log did not reach its path (the fallback is named above): the verdict stays
@@ -582,7 +609,7 @@ def _report(args: argparse.Namespace) -> int:
         write_json(doc, args.json, "the JSON output")
     if args.sarif:
         write_json(build_sarif(doc), args.sarif, "the SARIF output")
-    if args.json == "-":
+    if args.json and standard_stream(args.json) == 1:  # the document alone on stdout
         return EXIT_CLEAN
     out = make_console(sys.stdout)
     out.print(header(doc))

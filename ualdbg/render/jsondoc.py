@@ -29,11 +29,14 @@ def site_entry(site: Site) -> dict[str, Any]:
         "function_offset": _hex(loc.function_offset),
         "file": loc.file,
         "line": loc.line,
-        "inlined_from": [{"function": f.function, "file": f.file, "line": f.line} for f in loc.inlined_from],
+        "inlined_from": [{"function": f.function, "file": f.file, "line": f.line, **({"path": f.path} if f.path else {})}
+                         for f in loc.inlined_from],
         "count": site.count,
         "sizes": sorted(site.sizes),
         "access": site.access.value if site.access else None,
     }
+    if loc.path:  # optional key: the source file as the DWARF names it, absolute (ci/fingerprint.py reads it)
+        entry["path"] = loc.path
     if site.data is not None:  # optional key (schema 1 stays compatible): what the first faulting VA is
         entry["data"] = site.data.to_json()
     if site.patched:  # the agent's hot-site patching (issue 21): optional keys too
@@ -164,6 +167,10 @@ _SITE_TYPES: dict[str, tuple[type, ...]] = {
     "function_offset": (str, type(None)), "file": (str, type(None)), "line": (int, type(None)), "count": (int,),
     "sizes": (list,), "access": (str, type(None)), "inlined_from": (list,),
 }
+# The optional keys of an inline frame, and a site's `path` (ci/fingerprint.py reads them).
+_FRAME_TYPES: dict[str, tuple[type, ...]] = {
+    "function": (str, type(None)), "file": (str, type(None)), "line": (int, type(None)), "path": (str, type(None)),
+}
 _RECORD_TYPES: dict[str, tuple[type, ...]] = {
     "seq": (int,), "time": (int, float), "pc": (str,), "va": (str, type(None)), "size": (int, type(None)),
     "access": (str, type(None)), "tid": (int, type(None)), "pid": (int, type(None)), "cpu": (int, type(None)),
@@ -244,6 +251,11 @@ def shape_problem(doc: dict[str, Any]) -> str | None:
                     return f"sites[{i}].sizes are not sizes"
                 if not all(isinstance(f, dict) for f in item.get("inlined_from", [])):
                     return f"sites[{i}].inlined_from is not a list of frames"
+                for j, frame in enumerate([item, *item.get("inlined_from", [])]):
+                    where = f"sites[{i}]." + (f"inlined_from[{j - 1}]." if j else "")
+                    problem = _typed(where, frame, _FRAME_TYPES if j else {"path": _FRAME_TYPES["path"]})
+                    if problem:
+                        return problem
                 if "data" in item and not isinstance(item["data"], dict):
                     return f"sites[{i}].data is not an object"
                 classes = item.get("classes", {})
@@ -255,10 +267,26 @@ def shape_problem(doc: dict[str, Any]) -> str | None:
                 return f"records[{i}].class is not a cost class"
     if "records_dropped" in doc and not isinstance(doc["records_dropped"], int):
         return "records_dropped is not a count"
+    problem = _sites_add_up(doc)
+    if problem:
+        return problem
     for i, b in enumerate(doc.get("blind_spots", [])):
         if not isinstance(b, dict) or not isinstance(b.get("kind"), str) or not isinstance(b.get("text"), str) \
                 or not isinstance(b.get("count"), int) or isinstance(b.get("count"), bool):
             return f"blind_spots[{i}] is not a blind spot (kind, count, text)"
+    return None
+
+
+def _sites_add_up(doc: dict[str, Any]) -> str | None:
+    """The invariant of every document ualdbg writes (issue 31): each fault in scope is counted
+    at exactly one site, so the sites' counts add up to faults_total. Faults no site counts are
+    outside it (a blind spot's `uncounted-faults` were never in faults_total); faults without a
+    record are inside it (a patched site's count is exact, its records are not)."""
+    counts = [s["count"] for s in doc["sites"]]
+    if any(n < 0 for n in counts):
+        return "a site has a negative count"
+    if sum(counts) != doc["faults_total"]:
+        return f"its sites count {sum(counts):,} faults but faults_total is {doc['faults_total']:,}"
     return None
 
 

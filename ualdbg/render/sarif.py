@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..ci.baseline import fingerprint, module_paths, site_key
+from ..ci.fingerprint import fingerprint, keyed_sites
 from ..core.advice import advice_by_pc, vas_by_pc
 from ..core.cost import INSIDE, SPLIT_LOCK
 
@@ -63,7 +63,7 @@ def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None, exit_code: i
     root = os.path.abspath(srcroot or os.getcwd())
     results = []
     advice = advice_by_pc(doc)
-    paths, arch = module_paths(doc), str(doc.get("arch") or "x86_64")
+    keys = {id(k.site): k.key for k in keyed_sites(doc)}
     first_va = {pc: vas[0] for pc, vas in vas_by_pc(doc).items() if vas}
     for s in doc["sites"]:
         va = first_va.get(s["pc"])
@@ -84,9 +84,10 @@ def build_sarif(doc: dict[str, Any], *, srcroot: str | None = None, exit_code: i
             "ruleId": RULE_ID,
             "level": sarif_level(classes),
             "message": {"text": text},
-            # The baseline's key (module, function, line; or the instruction's bytes): stable across
-            # rebuilds and runs, so code scanning tracks one site as one alert.
-            "partialFingerprints": {"ualdbgSite/v1": fingerprint(site_key(s, paths, arch))},
+            # The baseline's key (ci/fingerprint.py: module, the inline chain's functions and line
+            # texts, an occurrence index): stable across rebuilds, runs and edits elsewhere, so
+            # code scanning tracks one site as one alert, and no two sites as one.
+            "partialFingerprints": {"ualdbgSite/v2": fingerprint(keys[id(s)])},
             "properties": {"count": s["count"], "pc": s["pc"], "module": s["module"], "offset": s["offset"],
                            **({"classes": classes, "vector": bool(s.get("vector"))} if classes else {}),
                            **({"data": s["data"]} if s.get("data") else {}), **({"advice": fix.to_json()} if fix else {})},
