@@ -347,14 +347,15 @@ def test_a_second_ualdbg_is_refused_and_a_killed_ones_agent_is_removed(test_prog
         assert "(agent injected)" in first.stderr.readline()
         second = run_cli("trace", "--pid", str(live.pid), "--duration", "0.5")
         _one_line_status_2(second, f"is already traced by ualdbg (process {first.pid}, the agent injected)")
-        first.kill()  # SIGKILL: it cannot disarm; the agent stays armed in the process
+        first.kill()  # SIGKILL: it cannot detach; the agent sees it gone and disarms itself
         first.wait()
         first.stderr.close()
         out = tmp_path / "t.json"
         p = run_cli("trace", "--pid", str(live.pid), "--duration", "1", "--json", str(out), timeout=120)
         end = live.finish()
     assert p.returncode == 0, p.explain()
-    assert f"removed the agent a killed ualdbg (process {first.pid}) left armed" in p.stderr, p.explain()
+    # (whether the agent had disarmed itself yet: tests/wrapper/test_signals.py)
+    assert f"removed the agent a killed ualdbg (process {first.pid}) left in process {live.pid}" in p.stderr, p.explain()
     assert json.loads(out.read_text())["attached"]["engine"] == "agent"
     assert healthy(end), end
 
