@@ -1474,7 +1474,9 @@ EXPORT void ualdbg_agent_disarm(void)
  * exits, and it wakes then whether or not the program still faults (a program whose unaligned
  * accesses are all at patched sites no longer traps at all). It blocks every signal but SIGTRAP
  * (a world stop, stopworld.c, leaves a thread asleep in a system call alone if it does not block
- * SIGTRAP), so that it is never armed and never takes the program's signals; a clean detach
+ * SIGTRAP) and SIGSEGV (watchdog_start), so that it is never armed and does not take the
+ * program's signals (the kernel gives a process's signal to a thread that does not block it, its
+ * main thread first); a clean detach
  * wakes it through an eventfd and it ends. Fork children have no such thread: there, and as a
  * second way in the process itself, an alignment fault polls the pidfd at most every
  * OWNER_CHECK_NS (non-blocking, ~1 us against the ~8 us of the fault). Either way orphan_disarm
@@ -1562,8 +1564,11 @@ static void watchdog_start(void)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 64 << 10);
-    /* Its signal mask is its creator's at the clone: every signal blocked but SIGTRAP. */
-    uint64_t all = ~(1ull << (SIGTRAP - 1)), old;
+    /* Its signal mask is its creator's at the clone: every signal blocked but SIGTRAP (below) and
+     * SIGSEGV: a later --pid may make its ptrace calls in this thread, and a call ends with a
+     * SIGSEGV, which the kernel forces through a blocked mask by resetting the program's SIGSEGV
+     * action to SIG_DFL (force_sig_info_to_task). */
+    uint64_t all = ~(1ull << (SIGTRAP - 1) | 1ull << (SIGSEGV - 1)), old;
     raw_sigprocmask(SIG_SETMASK, &all, &old);
     pthread_t t;
     W.wake_fd = (int)efd;
