@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.live import healthy, live_program
+from support.live import healthy, live_forker, live_program
 from wrapperrun import (
     ENGINES,
     build_wrapped,
@@ -191,45 +191,26 @@ def test_sigkill_of_ualdbg_disarms_the_agent_it_injected(test_programs: Path, tm
     assert healthy({**end, "own_sigbus": "0"}), end
 
 
-FORKER = re.compile(r"^live_forker: who=(\w+) pid=\d+ armed=\d+ ac_left=(\d) own_sigbus=(\d+) handlers=(\w+)", re.M)
-
-
 def test_sigkill_of_ualdbg_disarms_the_agent_in_a_child_forked_while_attached(test_programs: Path,
                                                                               tmp_path: Path) -> None:
     """A child the process forked while attached carries the agent, armed, but not its watchdog
     thread: its own alignment faults look at the pidfd of its ualdbg (every 50 ms at most), and
     the first after the SIGKILL disarms it (--no-patch: every one of its faults traps)."""
-    d = tmp_path / "forker"
-    d.mkdir()
-    out = d / "out"
-    with open(out, "w") as f:
-        prog = popen([str(test_programs / "live_forker"), str(d)], cwd=tmp_path, stdout=f)
-    try:
-        deadline = time.monotonic() + 10
-        while "ready" not in out.read_text() and time.monotonic() < deadline:
-            time.sleep(0.01)
+    with live_forker(test_programs, tmp_path) as prog:
         cli = popen(ualdbg_argv("trace", "--pid", str(prog.pid), "--no-patch"), cwd=tmp_path,
                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         assert cli.stderr is not None
         line = cli.stderr.readline()
         assert f"attached to process {prog.pid} (agent injected)" in line, line
         time.sleep(0.3)
-        (d / "go").touch()  # it forks now, while attached
+        prog.fork()  # now, while attached
         time.sleep(0.5)
         os.kill(cli.pid, signal.SIGKILL)
         cli.wait()
         cli.stderr.close()
         time.sleep(1.0)
-        (d / "stop").touch()  # both report whether AC is still set
-        assert prog.wait(timeout=30) == 0
-    finally:
-        (d / "stop").touch()
-        if prog.poll() is None:
-            prog.kill()
-            prog.wait()
-    got = {m[0]: m[1:] for m in FORKER.findall(out.read_text())}
-    assert got == {"parent": ("0", "0", "ok"), "child": ("0", "0", "ok")}, out.read_text()
-    assert "child_status=0" in out.read_text()
+        got = prog.finish()  # both report whether AC is still set
+    assert {who: v[2:] for who, v in got.items()} == {"parent": ("0", "0", "ok"), "child": ("0", "0", "ok")}, got
 
 
 # --- dispositions the program inherits ------------------------------------------------------------
