@@ -1477,9 +1477,9 @@ EXPORT void ualdbg_agent_disarm(void)
  * SIGTRAP) and SIGSEGV (watchdog_start), so that it is never armed and does not take the
  * program's signals (the kernel gives a process's signal to a thread that does not block it, its
  * main thread first); a clean detach
- * wakes it through an eventfd and it ends. Fork children have no such thread: there, and as a
- * second way in the process itself, an alignment fault polls the pidfd at most every
- * OWNER_CHECK_NS (non-blocking, ~1 us against the ~8 us of the fault). Either way orphan_disarm
+ * wakes it through an eventfd and it ends. Fork children have no such thread: there (and where
+ * it could not be started) an alignment fault polls the pidfd at most every OWNER_CHECK_NS
+ * (non-blocking, ~1 us against the ~8 us of the fault). Either way orphan_disarm
  * disarms the process as far as can be done while the other threads run. */
 
 #ifndef SYS_pidfd_open
@@ -1697,6 +1697,8 @@ static void orphan_disarm(int in_handler)
 
 static void owner_check(void)
 {
+    if (__atomic_load_n(&W.running, __ATOMIC_RELAXED) && W.in_pid == G.pid)
+        return; /* the watchdog looks */
     uint64_t now = now_ns(), due = __atomic_load_n(&G.owner_check_ns, __ATOMIC_RELAXED);
     if (now < due || !__atomic_compare_exchange_n(&G.owner_check_ns, &due, now + OWNER_CHECK_NS, 0,
                                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
