@@ -214,7 +214,8 @@ def traced_line(pid: int, tracer: int = 0, ualdbg: int = 0, injected: bool = Tru
 def _clear_agent_left(pid: int, say: Callable[[str], None] | None) -> None:
     """Refuse (ToolError) a process a live ualdbg traces through the agent; remove the agent a
     killed ualdbg injected, whether it disarmed itself already (it saw its ualdbg die) or is
-    still armed (it has not faulted since), with one line to `say`."""
+    still armed (one that could not watch: from another pid namespace, or before issue 29), with
+    one line to `say`."""
     from ..agent.presence import orphaned_agent, tracing_agent
     from .inject import Injected, InjectError, remove
 
