@@ -148,9 +148,12 @@ def test_bad_input_one_line(argv: list[str], needle: str, status: int) -> None:
 
 
 def test_json_to_stdout_is_only_results(tmp_path: Path) -> None:
-    p = ualdbg("trace", "--json", "-", "--", str(BUILD / "aligned"), "100")
-    program_out, _, rest = p.stdout.partition("{")
-    doc = json.loads("{" + rest)
+    """`report --json -` (no program shares stdout) writes the document alone; a traced program
+    would share it, so trace refuses `--json -` (tests/gate/test_trust.py: `--json fd:N`)."""
+    saved = tmp_path / "t.json"
+    assert ualdbg("trace", "--json", str(saved), "--", str(BUILD / "aligned"), "100").returncode == 0
+    p = ualdbg("report", "--json", "-", str(saved))
+    doc = json.loads(p.stdout)
     assert doc["faults_total"] == 0 and "Unaligned accesses" not in p.stdout, p.explain()
 
 

@@ -1,6 +1,7 @@
 """A multi-threaded program (tests/fixtures/programs/live_workers.c) running on its own, to
 attach to in the middle of its run; its final line says what it counted and whether its state
-(AC, signal handlers, masks, pending signals) is as it was."""
+(AC, signal handlers, masks, pending signals) is as it was. Also live_forker.c, which forks when
+told to (a child made while attached)."""
 from __future__ import annotations
 
 import os
@@ -18,7 +19,9 @@ WORKERS = 3
 
 
 @dataclass
-class Live:
+class Running:
+    """A test program started on its own: its process, its folder (its stop file) and its output."""
+
     proc: subprocess.Popen[bytes]
     dir: Path
     out: Path
@@ -27,6 +30,8 @@ class Live:
     def pid(self) -> int:
         return self.proc.pid
 
+
+class Live(Running):
     def tasks(self) -> set[int]:
         return {int(t) for t in os.listdir(f"/proc/{self.pid}/task")}
 
@@ -72,6 +77,48 @@ def live_program(programs: Path, tmp_path: Path, *, delay_us: int = 200, lifetim
     finally:
         if proc.poll() is None:
             (d / "stop").touch()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+FORKER = re.compile(r"^live_forker: who=(\w+) pid=(\d+) armed=(\d+) ac_left=(\d) own_sigbus=(\d+) handlers=(\w+)", re.M)
+
+
+class Forker(Running):
+    def fork(self) -> None:
+        (self.dir / "go").touch()
+
+    def finish(self, timeout: float = 30) -> dict[str, tuple[str, ...]]:
+        """Ask both to end, wait for the parent (exit 0, its child's 0): per `who` (parent, child),
+        its pid, armed iterations, ac_left, own_sigbus and handlers."""
+        (self.dir / "stop").touch()
+        assert self.proc.wait(timeout=timeout) == 0
+        text = self.out.read_text()
+        got = {m[0]: m[1:] for m in FORKER.findall(text)}
+        assert set(got) == {"parent", "child"} and "child_status=0" in text, text
+        return got
+
+
+@contextmanager
+def live_forker(programs: Path, tmp_path: Path) -> Iterator[Forker]:
+    """live_forker started and ready: one thread making one misaligned access per 200 us; it forks
+    a child doing the same at fork()."""
+    d = tmp_path / "forker"
+    d.mkdir()
+    out = d / "out"
+    with open(out, "w") as f:
+        proc = subprocess.Popen([str(programs / "live_forker"), str(d)], stdout=f, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while "ready" not in out.read_text() and time.time() < deadline:
+            time.sleep(0.01)
+        yield Forker(proc, d, out)
+    finally:
+        (d / "stop").touch()
+        if proc.poll() is None:
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:

@@ -2,7 +2,8 @@
 deadline after a SIGTERM holds whatever the program does (a CI timeout must end); a signal
 inherited ignored (nohup, a script's background job) stays ignored in the program; a Ctrl-C
 typed at a real terminal reaches the program once; and nothing ualdbg started outlives it when
-it is SIGKILLed (an attached process is detached with no AC left)."""
+it is SIGKILLed (an attached process is detached with no AC left, and an injected agent disarms
+itself)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.live import healthy, live_program
+from support.live import healthy, live_forker, live_program
 from wrapperrun import (
     ENGINES,
     build_wrapped,
@@ -135,6 +136,81 @@ def test_sigkill_of_ualdbg_detaches_gdb_from_an_attached_process(test_programs: 
         assert _tracer(live.pid) == 0, "still traced after ualdbg was SIGKILLed"
         end = live.finish()
     assert end["ac_left"] == "0" and healthy(end), end
+
+
+def _threads_with_ac(pid: int) -> list[int]:
+    """The threads of `pid` whose EFLAGS has AC set, read under a brief ptrace stop."""
+    from ualdbg.cli.inject import AC, Process
+
+    proc = Process(pid)
+    try:
+        proc.stop_all()
+        return sorted(tid for tid, stopped in proc.threads.items() if stopped and proc.regs(tid).eflags & AC)
+    finally:
+        proc.detach_all()
+        proc.close()
+
+
+def test_sigkill_of_ualdbg_disarms_the_agent_it_injected(test_programs: Path, tmp_path: Path) -> None:
+    """`--pid` with the agent: nothing outside the process is left to disarm it when ualdbg is
+    SIGKILLed (the OOM killer, a CI timeout), so the agent sees its ualdbg gone at a fault and
+    disarms itself. Within a second no thread has AC set, the agent says it is an orphan (no
+    tracer: a later --pid removes it and traces), a SIGBUS sent to the process reaches the
+    program's own handler, and the program ends normally with its state as it was."""
+    from ualdbg.agent.presence import loaded_agents
+
+    with live_program(test_programs, tmp_path) as live:
+        cli = popen(ualdbg_argv("trace", "--pid", str(live.pid)), cwd=tmp_path,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert cli.stderr is not None
+        line = cli.stderr.readline()
+        assert f"attached to process {live.pid} (agent injected)" in line, line
+        time.sleep(0.5)  # counting, AC set in every thread
+        assert _threads_with_ac(live.pid), "the agent armed no thread"
+        os.kill(cli.pid, signal.SIGKILL)
+        cli.wait()
+        cli.stderr.close()
+        time.sleep(1.0)
+        assert _threads_with_ac(live.pid) == [], "AC still set a second after ualdbg was SIGKILLed"
+        agents = loaded_agents(live.pid)
+        assert [(a.owner, a.orphan) for a in agents] == [(0, cli.pid)], agents
+        os.kill(live.pid, signal.SIGBUS)  # not an alignment fault: the program's own handler's
+        time.sleep(0.2)
+        # A later --pid removes the disarmed agent in one line and traces the process afresh.
+        out = tmp_path / "again.json"
+        again = subprocess.run(ualdbg_argv("trace", "--pid", str(live.pid), "--duration", "1", "--json", str(out)),
+                               cwd=tmp_path, env=env_with(), stdin=subprocess.DEVNULL, capture_output=True,
+                               text=True, timeout=120)
+        end = live.finish()
+    assert again.returncode == 0, again.stderr
+    assert (f"removed the agent a killed ualdbg (process {cli.pid}) left in process {live.pid}, "
+            "which had disarmed itself") in again.stderr, again.stderr
+    doc = json.loads(out.read_text())
+    assert doc["attached"]["engine"] == "agent" and doc["faults_total"] > 100, doc["attached"]
+    assert end["own_sigbus"] == "1", end  # the one sent; no alignment fault ever reached it
+    assert healthy({**end, "own_sigbus": "0"}), end
+
+
+def test_sigkill_of_ualdbg_disarms_the_agent_in_a_child_forked_while_attached(test_programs: Path,
+                                                                              tmp_path: Path) -> None:
+    """A child the process forked while attached carries the agent, armed, but not its watchdog
+    thread: its own alignment faults look at the pidfd of its ualdbg (every 50 ms at most), and
+    the first after the SIGKILL disarms it (--no-patch: every one of its faults traps)."""
+    with live_forker(test_programs, tmp_path) as prog:
+        cli = popen(ualdbg_argv("trace", "--pid", str(prog.pid), "--no-patch"), cwd=tmp_path,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert cli.stderr is not None
+        line = cli.stderr.readline()
+        assert f"attached to process {prog.pid} (agent injected)" in line, line
+        time.sleep(0.3)
+        prog.fork()  # now, while attached
+        time.sleep(0.5)
+        os.kill(cli.pid, signal.SIGKILL)
+        cli.wait()
+        cli.stderr.close()
+        time.sleep(1.0)
+        got = prog.finish()  # both report whether AC is still set
+    assert {who: v[2:] for who, v in got.items()} == {"parent": ("0", "0", "ok"), "child": ("0", "0", "ok")}, got
 
 
 # --- dispositions the program inherits ------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Whether a ualdbg traces a process through the agent, read from outside it: every mapping of a
 ualdbg_agent*.so in /proc/PID/maps (any user's build or copy, its file deleted or not) and the
 `ualdbg_agent_owner` it exports: the ualdbg tracing with it, > 0 injected (`--pid`), < 0 preloaded
-at launch, 0 inert (docs/SECURITY.md, "One tracer per process")."""
+at launch, 0 inert (docs/SECURITY.md, "One tracer per process"); and `ualdbg_agent_orphan`: the
+ualdbg that injected it and died, after which the agent disarmed itself (docs/AGENT.md)."""
 from __future__ import annotations
 
 import os
@@ -10,6 +11,7 @@ import struct
 from dataclasses import dataclass
 
 OWNER_SYMBOL = "ualdbg_agent_owner"
+ORPHAN_SYMBOL = "ualdbg_agent_orphan"
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,7 @@ class LoadedAgent:
     file: str  # where its ELF can be read (symbols), "" when nowhere
     bias: int
     owner: int  # the ualdbg tracing with it (> 0 injected, < 0 launched), 0 inert or unreadable
+    orphan: int = 0  # the killed ualdbg that injected it, which it saw die and disarmed itself for
 
     @property
     def injected(self) -> bool:
@@ -91,19 +94,31 @@ def loaded_agents(pid: int) -> list[LoadedAgent]:
             continue
         lo, hi = (int(x, 16) for x in parts[0].split("-"))
         file = mapped_file(pid, lo, hi, path)
-        owner = 0
+        owner = orphan = 0
         try:
-            value = elf_symbol(file, OWNER_SYMBOL) if file else None
-            if value is not None:
-                with open(f"/proc/{pid}/mem", "rb") as mem:
-                    mem.seek(lo + value)
-                    owner = struct.unpack("<q", mem.read(8))[0]
+            owner = _read_long(pid, file, lo, OWNER_SYMBOL)
+            orphan = _read_long(pid, file, lo, ORPHAN_SYMBOL)  # (0 from an agent older than issue 29's)
         except (OSError, struct.error):
-            owner = 0  # unknown here: the agent itself refuses a second tracer (ualdbg_agent_inject)
-        out.append(LoadedAgent(path, file, lo, owner))
+            pass  # unknown here: the agent itself refuses a second tracer (ualdbg_agent_inject)
+        out.append(LoadedAgent(path, file, lo, owner, orphan))
     return out
+
+
+def _read_long(pid: int, file: str, bias: int, symbol: str) -> int:
+    value = elf_symbol(file, symbol) if file else None
+    if value is None:
+        return 0
+    with open(f"/proc/{pid}/mem", "rb") as mem:
+        mem.seek(bias + value)
+        return int(struct.unpack("<q", mem.read(8))[0])
 
 
 def tracing_agent(pid: int) -> LoadedAgent | None:
     """The copy of the agent a ualdbg traces `pid` with (its owner's process may be gone: killed)."""
     return next((a for a in loaded_agents(pid) if a.owner), None)
+
+
+def orphaned_agent(pid: int) -> LoadedAgent | None:
+    """A copy of the agent that disarmed itself when the ualdbg that injected it died: no one traces
+    with it, and a new trace removes it first (its patched jumps, wrappers and buffer remain)."""
+    return next((a for a in loaded_agents(pid) if a.orphan and not a.owner), None)

@@ -1,113 +1,87 @@
 """Baselines: the sites a project has accepted, so that `check --baseline` fails only on new ones.
-A site's key survives a rebuild: module + function + source line, or, without a line, the
-instruction's bytes (addresses and offsets move with every change of code before them)."""
+A site's key is its fingerprint (ci/fingerprint.py): module, each inline frame's function and the
+text of its line, an occurrence index; it survives rebuilds and edits elsewhere in the file."""
 from __future__ import annotations
 
 import json
-import os
+from dataclasses import replace
 from typing import Any
 
 from ..core.errors import UaldbgError
 from ..core.result import Site, TraceResult
+from .costfilter import site_selected_count
+from .fingerprint import INSN, LINE, OFFSET, Keyed, keyed_sites, kinds_of
 
 FORMAT = "ualdbg-baseline"
-VERSION = 1
+# 2: keys by the text of each inline frame's line (issue 31); 1 keyed by file:line, which moved
+# with every edit above a site: read no more, the error says how to write a new one.
+VERSION = 2
 
 
 class BaselineError(UaldbgError):
     """A baseline file that cannot be read: one line."""
 
 
-def _insn_bytes(site: Site, module_paths: dict[str, str], arch: str) -> str | None:
-    """The bytes of the instruction at the site, read from its module's file (None if unknown)."""
-    path = module_paths.get(site.loc.module_name or "")
-    vaddr = site.loc.offset
-    if not path or vaddr is None:
-        return None
-    try:
-        from elftools.elf.elffile import ELFFile
-
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            for seg in elf.iter_segments():
-                if seg["p_type"] == "PT_LOAD" and seg["p_vaddr"] <= vaddr < seg["p_vaddr"] + seg["p_filesz"]:
-                    f.seek(seg["p_offset"] + vaddr - seg["p_vaddr"])
-                    code = f.read(16)
-                    break
-            else:
-                return None
-    except Exception:  # any unreadable or odd file: the key falls back to function+offset
-        return None
-    length = 4
-    if arch in ("x86_64", "i386", "i686"):
-        import capstone
-
-        md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64 if arch == "x86_64" else capstone.CS_MODE_32)
-        insn = next(md.disasm(code, vaddr), None)
-        if insn is None:
-            return None
-        length = insn.size
-    return code[:length].hex()
-
-
-def module_paths(result: TraceResult) -> dict[str, str]:
-    """Module name -> file, as far as the trace tells (the program itself, and processes')."""
-    out: dict[str, str] = {}
-    for path in [result.program.path, *(p.path for p in result.processes or [])]:
-        if path:
-            out.setdefault(os.path.basename(path), path)
-    return out
+def keys_of(result: TraceResult) -> dict[str, Site]:
+    """Every site of the trace by its key (ci/fingerprint.py): none shares one."""
+    return {k.key: k.site for k in keyed_sites(result)}
 
 
 def _hex(v: int | None) -> str | None:
     return None if v is None else f"{v:#x}"
 
 
-def site_key(site: Site, paths: dict[str, str] | None = None, arch: str = "x86_64") -> str:
-    loc = site.loc
-    module = loc.module_name or "?"
-    function = loc.function or ""
-    if loc.file and loc.line:
-        return f"{module}|{function}|{os.path.basename(loc.file)}:{loc.line}"
-    code = _insn_bytes(site, paths or {}, arch)
-    if code:
-        return f"{module}|{function}|insn:{code}"
-    if function:
-        return f"{module}|{function}+{_hex(loc.function_offset)}"
-    return f"{module}+{_hex(loc.offset)}"
-
-
-def fingerprint(key: str) -> str:
-    """A stable, short fingerprint of a site key (SARIF partialFingerprints)."""
-    import hashlib  # here, not at every start of the shell (issue 34)
-
-    # surrogatepass: a name that was not UTF-8 (DWARF read with surrogateescape, a JSON "\udcff")
-    # hashes too; for any other key the bytes, and so the fingerprint, are the same as before.
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-
-
-def keys_of(result: TraceResult) -> dict[str, Site]:
-    paths, arch = module_paths(result), str(result.arch or "x86_64")
-    out: dict[str, Site] = {}
-    for site in result.sites:
-        out.setdefault(site_key(site, paths, arch), site)
-    return out
-
-
 def where(site: Site) -> str:
-    """A site for a person, as a baseline and the gate's verdict name it: file:line, else
-    function+offset, else module+offset."""
+    """A site for a person, as a baseline and the gate's verdict name it: file:line, and for an
+    inlined helper the real function's line that called it (a new call of a helper is a new site:
+    issue 31); else function+offset, else module+offset."""
     loc = site.loc
     if loc.file and loc.line:
+        chain = loc.inlined_from
+        if chain and chain[-1].file and chain[-1].line:
+            return f"{loc.file}:{loc.line} ({loc.function} inlined into {chain[-1].function} at {chain[-1].file}:{chain[-1].line})"
         return f"{loc.file}:{loc.line}"
     if loc.function:
         return f"{loc.function}+{_hex(loc.function_offset)}"
     return f"{loc.module_name}+{_hex(loc.offset)}"
 
 
-def build(result: TraceResult) -> dict[str, Any]:
-    sites = [{"key": k, "where": where(s), "count": s.count} for k, s in sorted(keys_of(result).items())]
-    return {"format": FORMAT, "version": VERSION, "program": result.program.path, "sites": sites}
+def _selected(result: TraceResult, fail_on: str) -> list[tuple[Keyed, int]]:
+    """The sites that count under `fail_on` (ci/costfilter.py), each with the key it has in the
+    whole document (keyed before filtering: a sibling of another class that drops out must not
+    shift an occurrence index) and its count of accesses that count."""
+    out = []
+    for k in keyed_sites(result):
+        n = site_selected_count(k.site, fail_on)
+        if n:
+            out.append((k, n))
+    return out
+
+
+def build(result: TraceResult, fail_on: str = "any") -> dict[str, Any]:
+    chosen = sorted(_selected(result, fail_on), key=lambda kn: kn[0].key)
+    keyed = [k for k, _n in chosen]
+    sites = [{"key": k.key, "kind": k.kind, "where": where(k.site), "count": n} for k, n in chosen]
+    out: dict[str, Any] = {"format": FORMAT, "version": VERSION, "program": result.program.path,
+           "keys": kinds_of(keyed), "sites": sites}
+    weak = weak_note(keyed)
+    if weak:
+        out["note"] = weak
+    return out
+
+
+def weak_note(keyed: list[Keyed]) -> str | None:
+    """What a baseline's weaker keys do not survive (None: every key is a source key)."""
+    kinds = kinds_of(keyed)
+    lines, code = kinds.get(LINE, 0), kinds.get(INSN, 0) + kinds.get(OFFSET, 0)
+    parts = []
+    if lines:
+        parts.append(f"{lines} site{'s' if lines != 1 else ''} keyed by file:line (their source was not "
+                     "readable where the baseline was made): an edit above them changes their keys")
+    if code:
+        parts.append(f"{code} site{'s' if code != 1 else ''} without a source line keyed by their instruction "
+                     "(bytes, or function+offset): a change of the instruction changes their keys")
+    return "; ".join(parts) or None
 
 
 def load(path: str) -> set[str]:
@@ -120,6 +94,9 @@ def load(path: str) -> set[str]:
         raise BaselineError(f"{path} is not a ualdbg baseline ({type(exc).__name__})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise BaselineError(f"{path} is not a ualdbg baseline (write one with --update-baseline)")
+    if data.get("version") == 1:
+        raise BaselineError(f"{path} is a baseline of version 1 (keys by file:line, which move with every edit); "
+                            f"write it again: ualdbg check --update-baseline --baseline {path} -- PROG ARGS")
     if data.get("version") != VERSION:
         raise BaselineError(f"{path} is a baseline of version {data.get('version')!r}; this ualdbg reads version {VERSION}")
     sites = data.get("sites")
@@ -128,5 +105,7 @@ def load(path: str) -> set[str]:
     return {s["key"] for s in sites}
 
 
-def new_sites(result: TraceResult, known: set[str]) -> list[Site]:
-    return [s for k, s in keys_of(result).items() if k not in known]
+def new_sites(result: TraceResult, known: set[str], fail_on: str = "any") -> list[Site]:
+    """The sites that count under `fail_on` and that the baseline does not have, hottest first."""
+    return [replace(k.site, count=n) for k, n in sorted(_selected(result, fail_on), key=lambda kn: -kn[1])
+            if k.key not in known]

@@ -216,25 +216,41 @@ def traced_line(pid: int, tracer: int = 0, ualdbg: int = 0, injected: bool = Tru
 
 def _clear_agent_left(pid: int, say: Callable[[str], None] | None) -> None:
     """Refuse (ToolError) a process a live ualdbg traces through the agent; remove the agent a
-    killed ualdbg injected and left armed (one line to `say`)."""
-    from ..agent.presence import tracing_agent
+    killed ualdbg injected, whether it disarmed itself already (it saw its ualdbg die) or is
+    still armed (one that could not watch: from another pid namespace, or before issue 29), with
+    one line to `say`."""
+    from ..agent.presence import orphaned_agent, tracing_agent
     from .inject import Injected, InjectError, remove
 
     left = tracing_agent(pid)
     if left is None:
-        return
-    if not _gone(left.ualdbg) or not left.file:
-        raise ToolError(traced_line(pid, ualdbg=left.ualdbg, injected=left.injected))
-    if not left.injected:  # preloaded: its wrappers are bound into the program, not removable from outside
-        raise ToolError(f"process {pid} ({_comm(pid)}) runs with the agent of a killed ualdbg (process {left.ualdbg}) "
-                        "armed since its start: restart it to trace it")
+        left = orphaned_agent(pid)
+        if left is None or not left.file:
+            return  # (an orphan whose file cannot be read: the agent refuses nothing for it, and it stays inert)
+        how, killed = "which had disarmed itself", left.orphan
+    else:
+        if not _gone(left.ualdbg) or not left.file:
+            raise ToolError(traced_line(pid, ualdbg=left.ualdbg, injected=left.injected))
+        if not left.injected:  # preloaded: its wrappers are bound into the program, not removable from outside
+            raise ToolError(f"process {pid} ({_comm(pid)}) runs with the agent of a killed ualdbg "
+                            f"(process {left.ualdbg}) armed since its start: restart it to trace it")
+        how, killed = "left armed", left.ualdbg
     try:
         remove(Injected(pid, left.file, left.bias, 0, 0.0))
     except InjectError as exc:
-        raise ToolError(f"process {pid}: cannot remove the agent a killed ualdbg (process {left.ualdbg}) "
-                        f"left armed: {exc}") from None
+        raise ToolError(f"process {pid}: cannot remove the agent a killed ualdbg (process {killed}) "
+                        f"left: {exc}") from None
     if say is not None:
-        say(f"ualdbg: --pid: removed the agent a killed ualdbg (process {left.ualdbg}) left armed in process {pid}")
+        say(f"ualdbg: --pid: removed the agent a killed ualdbg (process {killed}) left in process {pid}, {how}")
+
+
+def _same_pid_namespace(pid: int) -> bool:
+    """Whether `pid` sees this process under the pid it has here (the injected agent opens a pidfd
+    of it from inside: in another namespace that number is another process, or none)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return False
 
 
 def _gone(pid: int) -> bool:
@@ -282,6 +298,8 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
     directory = run_dir.buffers
     try:
         config = agent_environment(run, lib, directory, {})[ENV_CONFIG]
+        if _same_pid_namespace(pid):  # the agent watches this process's pid and disarms itself if it dies
+            config += ";watch=1"
         ender = _Ender()  # from here a Ctrl-C ends the trace; it never interrupts a ptrace sequence
         try:
             injected = inject(pid, lib, config)

@@ -38,7 +38,8 @@ class Check(ShellCommand):
         c.add_argument("--error-exitcode", type=nonnegative, default=EXIT_FOUND, metavar="N",
                        help="the status when the accesses exceed the limit or the baseline (default 1)")
         c.add_argument("--sarif", metavar="FILE", help="write SARIF 2.1.0 for code scanning")
-        c.add_argument("--baseline", metavar="FILE", help="fail only on sites not in FILE (module, function and line of each)")
+        c.add_argument("--baseline", metavar="FILE", help="fail only on sites not in FILE (keyed by module, inline "
+                       "chain and the text of each line: edits elsewhere keep them; docs/CI.md)")
         c.add_argument("--allow-incomplete", action="store_true",
                        help="pass a run part of which ualdbg could not see (SIGBUS blocked or taken over by the program, a "
                             "process the agent could not enter) instead of failing with status 3; the report, the JSON's "
@@ -55,14 +56,17 @@ class Check(ShellCommand):
                          allow_incomplete=args.allow_incomplete, fail_on=args.fail_on)
         if args.update_baseline and verdict.status == args.error_exitcode and not result.program.exit_signal \
                 and not result.program.exit_status:
-            verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(baseline.keys_of(filtered(result, args.fail_on)))} "
+            verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(filtered(result, args.fail_on).sites)} "
                                           f"sites written to {args.baseline}")
         if args.sarif:  # after the verdict: its invocation carries the exit status (issue 29)
             write_trace(result, args.sarif, FORMATS["sarif"], "the SARIF output", Context(exit_code=verdict.status))
         write_formats(args, result, Context(exit_code=verdict.status))
-        if args.update_baseline:
-            write_json(baseline.build(filtered(result, args.fail_on)), args.baseline, "the baseline")
         report = sink(args)
+        if args.update_baseline:
+            written = baseline.build(result, args.fail_on)
+            write_json(written, args.baseline, "the baseline")
+            if written.get("note"):  # weaker keys than the source text's (ci/fingerprint.py): said, and in the file
+                report.print(f"note: baseline: {written['note']}")
         report.print(verdict.line)
         if not report.close():
             say(verdict.line)  # the log did not reach its path (the fallback is named above): the verdict stays

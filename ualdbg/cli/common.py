@@ -12,7 +12,11 @@ from ..commands.registry import examples_text
 from ..core.errors import EXIT_ERROR, ToolError
 from ..core.result import TraceResult
 from ..render.formats import Context
-from .outputs import Named, OutputError, Report, check_distinct, check_writable, write_trace
+from .outputs import Named, OutputError, Report, check_distinct, check_writable, same_file, standard_stream, write_trace
+
+JSON_HELP = ("write the JSON document to FILE, or to descriptor N with fd:N (e.g. --json fd:3 3>&1 >&2 | jq: "
+             "the program's stdout stays its own); - (stdout) is refused where the program writes to it too")
+_STREAMS = ("stdin", "stdout", "stderr")
 
 
 class ShellParser(argparse.ArgumentParser):
@@ -97,6 +101,19 @@ def write_formats(args: argparse.Namespace, result: TraceResult, context: Contex
     """Each --format NAME[:PATH] the command was given, in the order given."""
     for fmt, path in args.format:
         write_trace(result, path, fmt, f"the {fmt.name} output", context)
+
+
+def json_apart(args: argparse.Namespace) -> None:
+    """A JSON document that would share a standard stream with the program (`--json -` and the
+    program's stdout: issue 31) is refused before anything runs: the program's output cannot be
+    told from it. An attached process whose stdout is another file leaves ualdbg's stdout clean."""
+    n = standard_stream(args.json or "")
+    if n is None:
+        return
+    if n == 1 and args.pid is not None and not same_file(f"/proc/{args.pid}/fd/1", 1):
+        return
+    raise ToolError(f"ualdbg {args.cmd}: --json {args.json} would mix the JSON document with the program's own "
+                    f"{_STREAMS[n]}; give it a descriptor of its own: --json fd:3 3>FILE (or 3>&1 >&2 to pipe it on)")
 
 
 def reads(args: argparse.Namespace) -> list[Named]:

@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 
 from ..agent.presence import elf_symbol, tracing_agent
 from ..core.errors import UaldbgError
-from ..engines.procfs import sigbus_blocked
+from ..engines.procfs import blocked_signals, sigbus_blocked
 
 PTRACE_CONT, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 7, 12, 13, 17
 PTRACE_GETSIGINFO, PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_EVENT_STOP = 0x4202, 0x4206, 0x4207, 128
 BUS_ADRALN = 1
+SEGV_BIT = 1 << (signal.SIGSEGV - 1)
 WALL = 0x40000000
 AC, TF = 0x40000, 0x100
 RTLD_NOW = 2
@@ -249,7 +250,9 @@ class Process:
         call (it holds no lock of libc's), the main thread first; else one running code outside
         libc and the loader; else (not safe) the main thread."""
         tids = sorted(self.threads, key=lambda t: (t != self.pid, t))
-        calm = [t for t in tids if not _pending(self.pid, t)]
+        # Not one that blocks SIGSEGV: the call ends with one, which the kernel forces through a
+        # blocked mask by resetting the program's SIGSEGV action to SIG_DFL.
+        calm = [t for t in tids if not _pending(self.pid, t) and not blocked_signals(self.pid, t) & SEGV_BIT]
         for tid in calm:
             if _syscall_of(self.pid, tid) in QUIET_SYSCALLS:
                 return tid, True

@@ -27,10 +27,52 @@ class OutputError(UaldbgError):
     anything runs."""
 
 
+def descriptor(path: str) -> int | None:
+    """`fd:N` or `/dev/fd/N`: an output written to descriptor N, which ualdbg's caller opened for
+    it (valgrind's --xml-fd: a stream of its own beside the program's stdout); None otherwise."""
+    for prefix in ("fd:", "/dev/fd/"):
+        if path.startswith(prefix) and path[len(prefix):].isdigit():
+            return int(path[len(prefix):])
+    return None
+
+
+def standard_stream(path: str) -> int | None:
+    """The standard descriptor (0, 1, 2) an output names: `-` is stdout; None for a file or
+    another descriptor."""
+    n = 1 if path in ("-", "/dev/stdout") else 2 if path == "/dev/stderr" else descriptor(path)
+    return n if n is not None and n <= 2 else None
+
+
+def same_file(path: str, fd: int) -> bool:
+    """Whether `path` (a /proc/PID/fd link) is the file open on our descriptor `fd`; True when
+    either cannot be looked at (the caller then assumes the worst)."""
+    try:
+        a, b = os.stat(path), os.fstat(fd)
+    except OSError:
+        return True
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _check_descriptor(n: int, path: str, what: str) -> None:
+    import fcntl
+
+    try:
+        mode = fcntl.fcntl(n, fcntl.F_GETFL) & os.O_ACCMODE
+    except OSError:
+        raise OutputError(f"{what} {path}: descriptor {n} is not open (open it for ualdbg: {n}>FILE)") from None
+    if mode == os.O_RDONLY:
+        raise OutputError(f"{what} {path}: descriptor {n} is open for reading only")
+
+
 def check_writable(path: str | None, what: str) -> None:
     """Raise OutputError when `path` cannot be written as write_output writes it (nothing is left
-    behind): its folder must take a new file, and an existing file must be one ualdbg may replace."""
+    behind): its folder must take a new file, and an existing file must be one ualdbg may replace;
+    a descriptor (`fd:N`) must be open for writing."""
     if path is None or path == "-":
+        return
+    n = descriptor(path)
+    if n is not None:
+        _check_descriptor(n, path, what)
         return
     if os.path.isdir(path):
         raise OutputError(f"{what} {path}: is a directory")
@@ -77,10 +119,17 @@ def _identity(path: str) -> tuple[Any, ...] | None:
     for a device or pipe (/dev/null twice loses nothing)."""
     if path == "-":
         return ("stdout",)
+    n = descriptor(path)
     try:
-        st = os.stat(path)
+        st = os.stat(path) if n is None else os.fstat(n)
     except OSError:
+        if n is not None:
+            return ("fd", n)
         return ("path", os.path.realpath(path))
+    if n == 1:
+        return ("stdout",)
+    if n is not None and not stat.S_ISCHR(st.st_mode):  # two outputs on one pipe would be one stream
+        return ("inode", st.st_dev, st.st_ino)
     if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
         return None
     return ("inode", st.st_dev, st.st_ino)
@@ -121,15 +170,20 @@ def say(line: str) -> None:
 
 
 def write_output(path: str, what: str, write: Callable[[IO[str]], object], suffix: str = ".json") -> str | None:
-    """Write to `path` (- for stdout) with `write`, atomically. If that fails now, write a fallback
-    file (the current directory, else the temporary one) and say so on stderr; returns the path
-    written, or None when even the fallback failed."""
+    """Write to `path` (- for stdout, fd:N for descriptor N) with `write`, atomically. If that
+    fails now, write a fallback file (the current directory, else the temporary one) and say so on
+    stderr; returns the path written, or None when even the fallback failed."""
     if path == "-":
         write(sys.stdout)
         sys.stdout.flush()
         return path
+    n = descriptor(path)
     try:
-        write_atomic(path, write)
+        if n is None:
+            write_atomic(path, write)
+        else:  # the caller's stream: written in order, left open (a pipe's reader sees the end at ualdbg's)
+            with os.fdopen(os.dup(n), "w") as f:
+                write(f)
         return path
     except UnsafePath as exc:
         reason = str(exc)

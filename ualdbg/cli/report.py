@@ -19,7 +19,7 @@ from ..render.console import make_console
 from ..render.formats import FORMATS
 from ..render.tables import GROUPS, blind_lines, header, patch_note, records_table, summary_table
 from .common import check_outputs, examples, format_outputs, write_formats
-from .outputs import Named, write_trace
+from .outputs import Named, standard_stream, write_trace
 
 REPORT_LIMIT = 1000  # records `report` shows unless told: a table of 1,000 takes under a second
 
@@ -38,7 +38,8 @@ class Report(ShellCommand):
     def prepare_parser(self, r: argparse.ArgumentParser) -> None:
         r.add_argument("file", nargs="*", help="the JSON trace (several with --merge)")
         r.add_argument("--merge", action="store_true", help="sum the documents: per-site counts added, each run's figures kept")
-        r.add_argument("--json", metavar="FILE", default=None, help="write the (merged) document to FILE (- for stdout)")
+        r.add_argument("--json", metavar="FILE", default=None, help="write the (merged) document to FILE (- for stdout, fd:N for "
+                       "descriptor N)")
         r.add_argument("--sarif", metavar="FILE", default=None, help="write SARIF 2.1.0 for the (merged) document")
         add_format_arg(r, to_path=True)
         r.add_argument("--summary", action="store_true", help="counts per exception PC, hottest first, with the data "
@@ -65,7 +66,7 @@ class Report(ShellCommand):
         if args.sarif:
             write_trace(result, args.sarif, FORMATS["sarif"], "the SARIF output")
         write_formats(args, result)
-        if args.json == "-" or any(path == "-" for _fmt, path in args.format):
+        if (args.json and standard_stream(args.json) == 1) or any(path == "-" for _fmt, path in args.format):
             return EXIT_CLEAN  # stdout holds the document: no table after it
         out = make_console(sys.stdout)
         out.print(header(result))

@@ -19,7 +19,7 @@ from ..isa.costclass import costs_for
 from ..render.console import make_console
 from ..render.formats import FORMATS
 from ..render.tables import GROUPS
-from .common import check_outputs, count, outputs, program_of, reads, seconds, sink, write_formats
+from .common import JSON_HELP, check_outputs, count, json_apart, outputs, program_of, reads, seconds, sink, write_formats
 from .outputs import write_trace
 
 TRACE_STATUSES = f"""exit status:
@@ -29,7 +29,7 @@ TRACE_STATUSES = f"""exit status:
 
 def run_options(p: argparse.ArgumentParser) -> None:
     """trace's and check's options; those a debugger command has too come from commands/options."""
-    p.add_argument("--json", metavar="FILE", help="write the JSON document to FILE (- for stdout)")
+    p.add_argument("--json", metavar="FILE", help=JSON_HELP)
     add_format_arg(p, to_path=True)
     add_scope_args(p)
     add_buffer_arg(p, 100_000)
@@ -100,6 +100,7 @@ def trace(args: argparse.Namespace) -> tuple[TraceResult, Any]:
             known = baseline.load(args.baseline)
         except baseline.BaselineError as exc:
             raise ToolError(str(exc)) from None
+    json_apart(args)
     check_outputs(outputs(args), reads(args))
     if args.pid is not None:
         return _trace_pid(args, known)
@@ -141,9 +142,7 @@ def _print_trace(args: argparse.Namespace, run: Any, known: Any, last: str | Non
     if last:
         out.print(last)
     if known is not None:
-        from ..ci.costfilter import filtered
-
-        args.new_sites = baseline.new_sites(filtered(result, getattr(args, "fail_on", "any")), known)
+        args.new_sites = baseline.new_sites(result, known, getattr(args, "fail_on", "any"))
     return result
 
 

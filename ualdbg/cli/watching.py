@@ -14,7 +14,7 @@ from ..core.errors import ToolError
 from ..engines.runner import ProgramUntraced, RunRequest, pass_exit_status
 from ..isa.costclass import costs_for
 from ..render.formats import FORMATS
-from .common import check_outputs, examples, outputs, program_of, reads, seconds, sink, write_formats
+from .common import check_outputs, examples, json_apart, outputs, program_of, reads, seconds, sink, write_formats
 from .outputs import write_trace
 
 
@@ -43,7 +43,8 @@ class Watch(ShellCommand):
         w.add_argument("--interval", type=seconds, default=1.0, metavar="S", help="seconds between refreshes (default 1)")
         w.add_argument("--top", type=positive, default=10, metavar="N", help="sites shown (default 10)")
         w.add_argument("--json-lines", action="store_true", help="one JSON object per interval (no table)")
-        w.add_argument("--json", metavar="FILE", help="write the final JSON document to FILE")
+        w.add_argument("--json", metavar="FILE", help="write the final JSON document to FILE (fd:N: to descriptor N, "
+                       "as for trace)")
         add_format_arg(w, to_path=True)
         w.add_argument("--no-patch", action="store_true", help="-- PROG: the agent never patches: one trap and one "
                        "record per fault")
@@ -60,6 +61,7 @@ class Watch(ShellCommand):
 
         if (args.pid is None) == (not args.program or args.program == ["--"]):
             raise ToolError("ualdbg watch: give --pid PID or -- PROG ARGS (one of them)")
+        json_apart(args)
         check_outputs(outputs(args), reads(args))
         stream = sys.stdout
         live = stream.isatty() and not args.json_lines

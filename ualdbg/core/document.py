@@ -122,11 +122,14 @@ def site_json(site: Site) -> dict[str, Any]:
         "function_offset": _hex(loc.function_offset),
         "file": loc.file,
         "line": loc.line,
-        "inlined_from": [{"function": f.function, "file": f.file, "line": f.line} for f in loc.inlined_from],
+        "inlined_from": [{"function": f.function, "file": f.file, "line": f.line, **({"path": f.path} if f.path else {})}
+                         for f in loc.inlined_from],
         "count": site.count,
         "sizes": sorted(site.sizes),
         "access": site.access.value if site.access else None,
     }
+    if loc.path:  # optional key: the source file as the DWARF names it, absolute (ci/fingerprint.py reads it)
+        entry["path"] = loc.path
     if site.data is not None:  # optional key (schema 1 stays compatible): what the first faulting VA is
         entry["data"] = data_json(site.data)
     if site.patched:  # the agent's hot-site patching (issue 21): optional keys too
@@ -334,7 +337,15 @@ def load_document(doc: Document, name: str = "the document") -> TraceResult:
 
 def invariant_problem(result: TraceResult) -> str | None:
     """What does not add up in a trace whose shape is right (None: nothing). The place for
-    what must hold between its figures (issue 31: the sites add up to faults_total)."""
+    what must hold between its figures. Each fault in scope is counted at exactly one site (issue
+    31), so the sites' counts add up to faults_total. Faults no site counts are outside it (a blind
+    spot's `uncounted-faults` were never in faults_total); faults without a record are inside it
+    (a patched site's count is exact, its records are not)."""
+    counts = [s.count for s in result.sites]
+    if any(n < 0 for n in counts):
+        return "a site has a negative count"
+    if sum(counts) != result.faults_total:
+        return f"its sites count {sum(counts):,} faults but faults_total is {result.faults_total:,}"
     return None
 
 
@@ -343,9 +354,11 @@ def _program(p: dict[str, Any]) -> ProgramInfo:
 
 
 def _site(s: dict[str, Any]) -> Site:
-    frames = tuple(InlineFrame(f.get("function") or "?", f.get("file"), f.get("line")) for f in s["inlined_from"])
+    frames = tuple(InlineFrame(f.get("function") or "?", f.get("file"), f.get("line"), f.get("path"))
+                   for f in s["inlined_from"])
     loc = SourceLoc(pc=int(s["pc"], 16), module=s["module"], offset=_int(s["offset"]), function=s["function"],
-                    function_offset=_int(s["function_offset"]), file=s["file"], line=s["line"], inlined_from=frames)
+                    function_offset=_int(s["function_offset"]), file=s["file"], line=s["line"], inlined_from=frames,
+                    path=s.get("path"))
     return Site(loc, s["count"], set(s["sizes"]), None if s["access"] is None else AccessKind(s["access"]),
                 None if s.get("data") is None else _data(s["data"]), bool(s.get("patched", False)), s.get("trapped"),
                 s.get("unpatchable"), dict(s.get("classes", {})), bool(s.get("vector", False)))
@@ -431,6 +444,10 @@ _SITE_TYPES: dict[str, tuple[type, ...]] = {
     "pc": (str,), "module": (str, type(None)), "offset": (str, type(None)), "function": (str, type(None)),
     "function_offset": (str, type(None)), "file": (str, type(None)), "line": (int, type(None)), "count": (int,),
     "sizes": (list,), "access": (str, type(None)), "inlined_from": (list,),
+}
+# The optional keys of an inline frame, and a site's `path` (ci/fingerprint.py reads them).
+_FRAME_TYPES: dict[str, tuple[type, ...]] = {
+    "function": (str, type(None)), "file": (str, type(None)), "line": (int, type(None)), "path": (str, type(None)),
 }
 _RECORD_TYPES: dict[str, tuple[type, ...]] = {
     "seq": (int,), "time": _N, "pc": (str,), "va": (str, type(None)), "size": (int, type(None)),
@@ -585,14 +602,17 @@ def _record_class_problem(i: int, item: dict[str, Any]) -> str | None:
 def _site_problem(i: int, item: dict[str, Any]) -> str | None:
     if not all(isinstance(x, int) and not isinstance(x, bool) for x in item.get("sizes", [])):
         return f"sites[{i}].sizes are not sizes"
-    for f in item.get("inlined_from", []):
-        if not isinstance(f, dict) or _typed("", f, {"function": (str, type(None)), "file": (str, type(None)),
-                                                     "line": (int, type(None))}):
-            return f"sites[{i}].inlined_from is not a list of frames"
+    if not all(isinstance(f, dict) for f in item.get("inlined_from", [])):
+        return f"sites[{i}].inlined_from is not a list of frames"
     problem = _typed(f"sites[{i}].", item, {"patched": (bool,), "trapped": (int, type(None)),
                                              "unpatchable": (str, type(None)), "vector": (bool,)})
     if problem:
         return problem
+    for j, frame in enumerate([item, *item.get("inlined_from", [])]):
+        where = f"sites[{i}]." + (f"inlined_from[{j - 1}]." if j else "")
+        problem = _typed(where, frame, _FRAME_TYPES if j else {"path": _FRAME_TYPES["path"]})
+        if problem:
+            return problem
     classes = item.get("classes", {})
     if not isinstance(classes, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
                                                 and v >= 0 for k, v in classes.items()):

@@ -2,7 +2,7 @@
 in the program. No behaviour beyond formatting."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 
@@ -44,6 +44,9 @@ class InlineFrame:
     function: str
     file: str | None
     line: int | None
+    # The file the DWARF names, absolute (file is as a user reads it: relative to the unit's
+    # compilation directory): where a fingerprint reads the line's text (ci/fingerprint.py).
+    path: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class SourceLoc:
     file: str | None = None
     line: int | None = None
     inlined_from: tuple[InlineFrame, ...] = ()
+    path: str | None = field(default=None, compare=False)  # `file`, absolute (InlineFrame.path)
 
     @property
     def module_name(self) -> str | None:

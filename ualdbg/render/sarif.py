@@ -7,7 +7,7 @@ import json
 import os
 from typing import IO, Any
 
-from ..ci.baseline import fingerprint, module_paths, site_key
+from ..ci.fingerprint import fingerprint, keyed_sites
 from ..core.advice import advice_by_pc, vas_by_pc
 from ..core.cost import INSIDE, SPLIT_LOCK, classes_json
 from ..core.document import blind_json, data_json
@@ -72,7 +72,7 @@ def build_sarif(trace: TraceResult, *, srcroot: str | None = None, exit_code: in
     root = os.path.abspath(srcroot or os.getcwd())
     results = []
     advice = advice_by_pc(trace)
-    paths, arch = module_paths(trace), str(trace.arch or "x86_64")
+    keys = {id(k.site): k.key for k in keyed_sites(trace)}
     first_va = {pc: vas[0] for pc, vas in vas_by_pc(trace).items() if vas}
     for s in trace.sites:
         loc = s.loc
@@ -95,9 +95,10 @@ def build_sarif(trace: TraceResult, *, srcroot: str | None = None, exit_code: in
             "ruleId": RULE_ID,
             "level": sarif_level(classes),
             "message": {"text": text},
-            # The baseline's key (module, function, line; or the instruction's bytes): stable across
-            # rebuilds and runs, so code scanning tracks one site as one alert.
-            "partialFingerprints": {"ualdbgSite/v1": fingerprint(site_key(s, paths, arch))},
+            # The baseline's key (ci/fingerprint.py: module, the inline chain's functions and line
+            # texts, an occurrence index): stable across rebuilds, runs and edits elsewhere, so
+            # code scanning tracks one site as one alert, and no two sites as one.
+            "partialFingerprints": {"ualdbgSite/v2": fingerprint(keys[id(s)])},
             "properties": {"count": s.count, "pc": pc, "module": loc.module_name, "offset": _hex(loc.offset),
                            **({"classes": classes, "vector": s.vector} if classes else {}),
                            **({"data": data_json(data)} if data is not None else {}),

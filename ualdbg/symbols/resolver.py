@@ -77,11 +77,13 @@ class Symbolizer:
             function_offset=None if info.function_start is None else offset - info.function_start,
             file=None if info.pos is None else info.pos.file,
             line=None if info.pos is None else info.pos.line,
+            path=None if info.pos is None else info.pos.path,
             inlined_from=tuple(
                 InlineFrame(
                     function=caller.function,
                     file=None if caller.pos is None else caller.pos.file,
                     line=None if caller.pos is None else caller.pos.line,
+                    path=None if caller.pos is None else caller.pos.path,
                 )
                 for caller in info.inlined_from
             ),

@@ -21,14 +21,17 @@
 #include <limits.h>
 #include <stddef.h>
 #include <link.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -705,12 +708,19 @@ static int patch_trampoline_fault(greg_t *g, uint64_t pc, uint64_t origin, const
     return 1;
 }
 
+static void owner_check(void);
+static void orphan_recheck(void);
+
 static int handle_alignment_fault(ucontext_t *uc)
 {
     greg_t *g = uc->uc_mcontext.gregs;
     uint64_t pc = (uint64_t)g[REG_RIP];
+    if (G.watching && !G.detaching)
+        owner_check();
     if (G.detaching) { /* an AC left over from before ualdbg_agent_disarm: clear it, run on */
         g[REG_EFL] &= ~(greg_t)AC_BIT;
+        if (G.orphaned)
+            orphan_recheck();
         return 1;
     }
     if (!G.active || !G.hdr || !G.armed)
@@ -1069,6 +1079,8 @@ static int parse_config(const char *s)
             CFG.records = (uint32_t)strtoul(val, NULL, 10);
         else if (kl == 6 && !memcmp(p, "ualdbg", 6))
             CFG.ualdbg_pid = strtol(val, NULL, 10);
+        else if (kl == 5 && !memcmp(p, "watch", 5))
+            CFG.watch = val[0] == '1';
         else if (kl == 7 && !memcmp(p, "preload", 7)) {
             CFG.had_preload = strcmp(val, "-") != 0;
             if (CFG.had_preload)
@@ -1144,6 +1156,12 @@ static void agent_init(void);
  * it (`--pid`), < 0 preloaded it at launch. Read from outside (agent/presence.py) and by another
  * copy of the agent (other_agent_owner): one tracer per process. */
 EXPORT volatile long ualdbg_agent_owner;
+/* The ualdbg that injected this agent and died without detaching (killed): the agent saw it go
+ * and disarmed itself (below, "Orphaned"); 0 otherwise. A later `--pid` removes such an agent
+ * and traces afresh (cli/attach.py); presence.py reads it. */
+EXPORT volatile long ualdbg_agent_orphan;
+static void owner_watch_start(void);
+static void owner_watch_stop(void);
 
 __attribute__((constructor(101))) static void agent_init(void)
 {
@@ -1270,11 +1288,14 @@ EXPORT int ualdbg_agent_inject(const char *config)
     G.hdr = NULL;
     G.injected = 1;
     G.detaching = 0;
+    G.orphaned = 0;
+    ualdbg_agent_orphan = 0;
     G.armed = 0;
     if (!parse_config(config) || agent_start() != 0) {
         ac_restore(was);
         return -1;
     }
+    owner_watch_start();
     got_patch_all();
     uint64_t mask = block_all();
     G.armed = 1;
@@ -1443,6 +1464,256 @@ EXPORT void ualdbg_agent_disarm(void)
     }
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Orphaned (issue 29): the ualdbg that injected the agent is gone without detaching (SIGKILL, the
+ * OOM killer, a CI timeout). Nobody reads the buffer any more and nobody will clear AC from
+ * outside, so the agent disarms itself. At the injection it takes a pidfd of its ualdbg
+ * (pidfd_open from inside the process: no pid-reuse race; not across pid namespaces, where
+ * ualdbg's pid names another process: ualdbg asks for it with `watch=1` only in its own) and
+ * starts one thread, "ualdbg-watch", asleep in poll(2) on it: it costs nothing until ualdbg
+ * exits, and it wakes then whether or not the program still faults (a program whose unaligned
+ * accesses are all at patched sites no longer traps at all). It blocks every signal but SIGTRAP
+ * (a world stop, stopworld.c, leaves a thread asleep in a system call alone if it does not block
+ * SIGTRAP) and SIGSEGV (watchdog_start), so that it is never armed and does not take the
+ * program's signals (the kernel gives a process's signal to a thread that does not block it, its
+ * main thread first); a clean detach
+ * wakes it through an eventfd and it ends. Fork children have no such thread: there (and where
+ * it could not be started) an alignment fault polls the pidfd at most every OWNER_CHECK_NS
+ * (non-blocking, ~1 us against the ~8 us of the fault). Either way orphan_disarm
+ * disarms the process as far as can be done while the other threads run. */
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#define OWNER_CHECK_NS 50000000ull
+
+static struct {
+    int wake_fd;     /* eventfd: the watchdog ends when it reads 1 (release, or disarmed at a fault) */
+    pid_t in_pid;    /* the process the watchdog runs in (a fork child shares the eventfd: never written there) */
+    uint32_t gen;    /* the watch the watchdog serves (a re-injection starts a new one) */
+    volatile uint32_t running; /* generation of the watchdog that runs, 0: none */
+} W = {-1, 0, 0, 0};
+
+static int fd_is(int fd, uint64_t dev, uint64_t ino)
+{
+    struct stat st;
+    /* The program may have closed the descriptor, or dup2'ed another file onto its number: on
+     * pidfs (Linux 6.9) a pidfd's inode names its process, so dev and inode say it is ours. */
+    return raw_syscall4(SYS_fstat, fd, (long)&st, 0, 0) == 0 && (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino;
+}
+
+static int owner_fd_is_ours(void) { return fd_is(G.owner_fd, G.owner_dev, G.owner_ino); }
+
+/* A close-on-exec descriptor moved out of the way of the numbers the program hands out next (it
+ * gets the lowest free one): high up, below the soft limit. */
+static long fd_high(long fd)
+{
+    struct rlimit rl;
+    if (fd < 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur <= 64)
+        return fd;
+    long base = rl.rlim_cur > 1024 ? 1000 : (long)rl.rlim_cur - 24;
+    long hi = raw_syscall4(SYS_fcntl, fd, F_DUPFD_CLOEXEC, base, 0);
+    if (hi < 0)
+        return fd;
+    raw_syscall4(SYS_close, fd, 0, 0, 0);
+    return hi;
+}
+
+static void orphan_disarm(int in_handler);
+
+struct watchdog_arg {
+    int pidfd, wake_fd;
+    uint64_t dev, ino;
+    uint32_t gen;
+};
+
+static void *owner_watchdog(void *p)
+{
+    struct watchdog_arg a = *(struct watchdog_arg *)p;
+    free(p);
+    ac_clear();
+    prctl(PR_SET_NAME, "ualdbg-watch", 0, 0, 0);
+    struct pollfd fds[2] = {{a.pidfd, POLLIN, 0}, {a.wake_fd, POLLIN, 0}};
+    long n;
+    do
+        n = raw_syscall4(SYS_poll, (long)fds, 2, -1, 0);
+    while (n == -EINTR);
+    /* The owner gone, and this watch still the process's: not ended by a release first. */
+    if (n > 0 && !(fds[1].revents & POLLIN) && (fds[0].revents & POLLIN) && G.watching &&
+        __atomic_load_n(&W.gen, __ATOMIC_ACQUIRE) == a.gen && fd_is(a.pidfd, a.dev, a.ino))
+        orphan_disarm(0);
+    __atomic_compare_exchange_n(&W.running, &a.gen, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    raw_syscall4(SYS_close, a.wake_fd, 0, 0, 0);
+    return NULL;
+}
+
+static void watchdog_start(void)
+{
+    typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+    create_fn create = (create_fn)real_fn("pthread_create"); /* not the wrapper: no arming, no count */
+    struct watchdog_arg *arg = malloc(sizeof *arg);
+    long efd = fd_high(raw_syscall4(SYS_eventfd2, 0, EFD_CLOEXEC, 0, 0));
+    if (!create || !arg || efd < 0) {
+        free(arg);
+        if (efd >= 0)
+            raw_syscall4(SYS_close, efd, 0, 0, 0);
+        return;
+    }
+    *arg = (struct watchdog_arg){G.owner_fd, (int)efd, G.owner_dev, G.owner_ino, W.gen};
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 << 10);
+    /* Its signal mask is its creator's at the clone: every signal blocked but SIGTRAP (below) and
+     * SIGSEGV: a later --pid may make its ptrace calls in this thread, and a call ends with a
+     * SIGSEGV, which the kernel forces through a blocked mask by resetting the program's SIGSEGV
+     * action to SIG_DFL (force_sig_info_to_task). */
+    uint64_t all = ~(1ull << (SIGTRAP - 1) | 1ull << (SIGSEGV - 1)), old;
+    raw_sigprocmask(SIG_SETMASK, &all, &old);
+    pthread_t t;
+    W.wake_fd = (int)efd;
+    W.in_pid = G.pid;
+    W.running = W.gen;
+    if (create(&t, &attr, owner_watchdog, arg) != 0) {
+        W.running = 0;
+        W.wake_fd = -1;
+        free(arg);
+        raw_syscall4(SYS_close, efd, 0, 0, 0);
+    }
+    raw_sigprocmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+}
+
+static void owner_watch_start(void)
+{
+    G.watching = 0;
+    if (!CFG.watch || CFG.ualdbg_pid <= 0)
+        return;
+    long fd = fd_high(raw_syscall4(SYS_pidfd_open, CFG.ualdbg_pid, 0, 0, 0)); /* close-on-exec by itself */
+    if (fd < 0)
+        return;
+    struct stat st;
+    if (raw_syscall4(SYS_fstat, fd, (long)&st, 0, 0) != 0) {
+        raw_syscall4(SYS_close, fd, 0, 0, 0);
+        return;
+    }
+    G.owner_fd = (int)fd;
+    G.owner_dev = (uint64_t)st.st_dev;
+    G.owner_ino = (uint64_t)st.st_ino;
+    G.owner_check_ns = now_ns() + OWNER_CHECK_NS;
+    __atomic_add_fetch(&W.gen, 1, __ATOMIC_ACQ_REL);
+    G.watching = 1;
+    watchdog_start();
+}
+
+/* The watch ends (a release, or the agent disarmed): the watchdog of this process woken to end,
+ * and the pidfd closed while it is still ours (a number the program reused is the program's). */
+static void owner_watch_stop(void)
+{
+    if (!G.watching)
+        return;
+    G.watching = 0;
+    __atomic_add_fetch(&W.gen, 1, __ATOMIC_ACQ_REL);
+    if (W.running && W.in_pid == G.pid && W.wake_fd >= 0) {
+        uint64_t one = 1;
+        raw_syscall4(SYS_write, W.wake_fd, (long)&one, 8, 0);
+    }
+    if (owner_fd_is_ours())
+        raw_syscall4(SYS_close, G.owner_fd, 0, 0, 0);
+}
+
+/* Whether the owner has exited (a zombie counts: it will never detach). */
+static int owner_gone(void)
+{
+    struct pollfd p = {G.owner_fd, POLLIN, 0};
+    long n = raw_syscall4(SYS_poll, (long)&p, 1, 0, 0);
+    if (n == 1 && !(p.revents & POLLNVAL) && owner_fd_is_ours())
+        return (p.revents & POLLIN) != 0;
+    if (n == 1) /* not a pidfd of the owner any more: the agent cannot tell now, and never says gone */
+        G.watching = 0;
+    return 0;
+}
+
+/* The AC-setting `orl $AC,(%rsp)` between pushfq and popfq in `n` bytes of trampoline code
+ * becomes `orl $0,(%rsp)`: one byte of its immediate, stored at once, so that a thread running
+ * the code meanwhile executes the old instruction or the new one, each whole, of the same length
+ * (as a patch's jump is stored while threads run, patch.c); the old one at worst sets AC once
+ * more, and that thread's next fault clears it. */
+static void ac_or_off(uint8_t *code, size_t n)
+{
+    static const uint8_t or_ac[] = {0x9c, 0x81, 0x0c, 0x24, 0x00, 0x00, 0x04, 0x00, 0x9d};
+    for (size_t j = 0; j + sizeof or_ac <= n; j++)
+        if (!memcmp(code + j, or_ac, sizeof or_ac))
+            __atomic_store_n(code + j + 6, (uint8_t)0, __ATOMIC_RELEASE);
+}
+
+/* Nothing sets AC again: the trampolines of sites and of patched windows (whose counters are
+ * unhooked too: patch_orphan). Idempotent; run again by later faults (orphan_recheck) since a
+ * thread that was building a trampoline when the agent disarmed may have finished it after. */
+static void orphan_unhook(void)
+{
+    int n = __atomic_load_n(&npools, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        ac_or_off(pools[i].base, __atomic_load_n(&pools[i].used, __ATOMIC_ACQUIRE));
+    patch_orphan(ac_or_off);
+}
+
+static volatile int orphan_rechecks;
+
+/* `in_handler`: called from the agent's SIGBUS handler (1), or from the watchdog (0). */
+static void orphan_disarm(int in_handler)
+{
+    if (__atomic_exchange_n(&G.orphaned, 1, __ATOMIC_SEQ_CST))
+        return;
+    orphan_rechecks = 0;
+    ualdbg_agent_orphan = CFG.ualdbg_pid;
+    /* As ualdbg_agent_disarm: from here every thread's next AC fault is cleared and run on (the
+     * G.detaching path of handle_alignment_fault), nothing re-arms (a skipped routine's return, a
+     * single-step, a new thread, the wrappers: ac_restore), and nothing more is counted. */
+    G.detaching = 1;
+    G.armed = 0;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    ualdbg_agent_owner = 0; /* no tracer: a later --pid may have the process (one tracer per process) */
+    /* Threads inside the handler may be building a trampoline: let them finish it first (bounded:
+     * each finishes, or a patcher waiting on a world stop gives up, stopworld.c). */
+    uint64_t until = now_ns() + 200000000ull;
+    while (__atomic_load_n(&ualdbg_in_handler, __ATOMIC_ACQUIRE) > in_handler && now_ns() < until)
+        sched_yield();
+    orphan_unhook();
+    /* The program's own actions back in the kernel for the signals the agent only dispatched;
+     * SIGBUS and SIGTRAP stay the agent's (a thread may still have AC set, or a single-step or a
+     * patch's int3 in flight), and pass everything that is not the agent's to the program's. */
+    signals_unhook();
+    if (G.hdr && !(G.hdr->flags & UALDBG_F_DETACHED)) {
+        G.hdr->end_ns = now_ns();
+        __atomic_or_fetch(&G.hdr->flags, UALDBG_F_DETACHED, __ATOMIC_RELEASE);
+    }
+    owner_watch_stop();
+    /* What stays: the SIGBUS and SIGTRAP actions, the GOT slots of the wrappers (which pass
+     * through now), the patched jumps (a trampoline runs each instruction as it is, with the
+     * thread's own AC), and the buffer's mapping (a trampoline may still be reading a counter's
+     * address): a later --pid removes them all (ualdbg_agent_release). */
+}
+
+static void owner_check(void)
+{
+    if (__atomic_load_n(&W.running, __ATOMIC_RELAXED) && W.in_pid == G.pid)
+        return; /* the watchdog looks */
+    uint64_t now = now_ns(), due = __atomic_load_n(&G.owner_check_ns, __ATOMIC_RELAXED);
+    if (now < due || !__atomic_compare_exchange_n(&G.owner_check_ns, &due, now + OWNER_CHECK_NS, 0,
+                                                  __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return; /* one thread looks, at most every OWNER_CHECK_NS */
+    if (owner_gone())
+        orphan_disarm(1);
+}
+
+/* A fault after the agent disarmed itself: a trampoline finished since may have set AC. */
+static void orphan_recheck(void)
+{
+    if (__atomic_add_fetch(&orphan_rechecks, 1, __ATOMIC_RELAXED) <= 1024)
+        orphan_unhook();
+}
+
 /* Detaching, step 2 (no thread in the agent's handlers, every thread stopped): the program's own
  * signal actions back in the kernel, the buffer unmapped. The library stays loaded and inert:
  * return addresses it swapped may still be on stacks, and its trampolines' code may be running. */
@@ -1451,8 +1722,10 @@ EXPORT void ualdbg_agent_release(void)
     patch_release(); /* before the buffer goes: the trampolines stop counting into it */
     got_restore_all();
     signals_release();
+    owner_watch_stop();
     G.active = 0;
     ualdbg_agent_owner = 0;
+    ualdbg_agent_orphan = 0;
     if (G.hdr) {
         void *m = G.hdr;
         G.hdr = NULL;

@@ -1756,6 +1756,25 @@ void patch_disarm(void)
         }
 }
 
+/* Orphaned (agent.c: its ualdbg died; the other threads run): no counter any more (each cell's
+ * address cleared with one store: a trampoline then runs the instruction with the thread's own
+ * AC, and a thread that still has AC traps there once and has it cleared), and `or_off` takes the
+ * AC-setting instruction out of each trampoline's code. The jumps stay until a later release. */
+void patch_orphan(void (*or_off)(uint8_t *code, size_t n))
+{
+    int n = __atomic_load_n(&nppools, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++) {
+        uint64_t *cells = (uint64_t *)(void *)ppools[i].base;
+        for (uint32_t k = 1; k < ppools[i].nptrs && k < PPTRS; k++) /* (word 0: the threads byte) */
+            __atomic_store_n(&cells[k], 0, __ATOMIC_RELEASE);
+        for (int k = 0; k < ppools[i].nslots; k++) {
+            struct pslot *h = (struct pslot *)(void *)(ppools[i].base + (uint32_t)ppools[i].slot_off[k] * 64);
+            if (h->size > HDR_SIZE)
+                or_off((uint8_t *)h + HDR_SIZE, h->size - HDR_SIZE);
+        }
+    }
+}
+
 /* Released (an injected agent leaving a process that goes on; every thread stopped; the buffer
  * is about to be unmapped): the program's code as it was, each jump replaced by the bytes it
  * replaced; the trampolines stay, inert (a thread may be inside one, or a signal frame return

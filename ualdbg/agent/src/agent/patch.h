@@ -13,6 +13,7 @@ HIDDEN uint64_t patch_stepped_in(uint64_t rip);
 HIDDEN void patch_after_fork(const struct ualdbg_site *old_sites, uint32_t old_mask);
 HIDDEN void patch_disarm(void);
 HIDDEN void patch_release(void);
+HIDDEN void patch_orphan(void (*or_off)(uint8_t *code, size_t n));
 HIDDEN int patch_int3_hit(greg_t *g);
 /* wrappers.c: a thread is about to start. */
 HIDDEN void patch_threads_started(void);

@@ -32,6 +32,7 @@ struct agent_config {
     uint32_t patch_after; /* traps at a site before the patcher rewrites it (patch.c); 0: never */
     uint32_t records;
     long ualdbg_pid;     /* the ualdbg process: an image whose parent it is runs the program */
+    int watch;           /* injected: watch ualdbg_pid, disarm when it is gone (agent.c, "Orphaned") */
     char dir[512];
     char preload_orig[2048]; /* the user's own LD_PRELOAD, restored for children when not following */
     int had_preload;
@@ -59,6 +60,11 @@ struct agent_state {
     int shadow_stack; /* CET user shadow stack enabled: no emulated call/ret, no return-address swap */
     int injected;         /* loaded into a running process (ualdbg trace --pid): every thread counts as armed */
     volatile int detaching; /* ualdbg_agent_disarm ran: AC faults are swallowed, nothing sets AC again */
+    volatile int orphaned;  /* the ualdbg that injected the agent died first: disarmed by the agent itself */
+    int watching;           /* owner_fd is a pidfd of CFG.ualdbg_pid (owner_dev, owner_ino: which one) */
+    int owner_fd;
+    uint64_t owner_dev, owner_ino;
+    uint64_t owner_check_ns; /* when the owner is looked at next (at most every OWNER_CHECK_NS) */
 };
 
 struct thread_state {
@@ -103,9 +109,11 @@ static inline uint64_t ac_save_clear(void)
         ac_clear();
     return was;
 }
+/* Detaching (or disarmed because ualdbg died), AC is not given back: a thread that runs into any
+ * of the agent's entry points leaves it unarmed. */
 static inline void ac_restore(uint64_t was)
 {
-    if (was)
+    if (was && !G.detaching)
         ac_set();
 }
 

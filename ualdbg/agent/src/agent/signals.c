@@ -84,7 +84,7 @@ void install_kernel_action(int sig)
             k.sa_flags = sig == SIGBUS ? SA_RESTART : 0;
         }
         k.sa_flags |= SA_SIGINFO;
-    } else if (!is_handler(u)) {
+    } else if (!is_handler(u) || G.orphaned) {
         k = *u;
     } else {
         k.sa_sigaction = ualdbg_signal_entry;
@@ -128,6 +128,28 @@ void signals_release(void)
         user_known[sig] = 0;
     }
     sigtrap_ours = 0;
+    unlock();
+}
+
+/* The agent disarmed itself while the program runs (its ualdbg died, agent.c): the kernel gets
+ * back the program's own action for each signal the agent only dispatched; from now on the
+ * program's sigaction sets its own directly (install_kernel_action). SIGBUS and SIGTRAP stay the
+ * agent's: a thread may still have AC set, a single-step or a patch's int3 may be in flight, and
+ * the agent passes every one of them that is not its own to the program's action. */
+void signals_unhook(void)
+{
+    /* Another thread in sigaction holds the lock for a few instructions, with every signal blocked. */
+    long spins = 0;
+    while (__atomic_exchange_n(&sig_lock, 1, __ATOMIC_ACQUIRE))
+        if (++spins > 10000000)
+            return;
+    for (int sig = 1; sig < NSIGS; sig++) {
+        struct sigaction cur;
+        if (sig == SIGBUS || sig == SIGTRAP || !user_known[sig])
+            continue;
+        if (real_sigaction(sig, NULL, &cur) == 0 && cur.sa_sigaction == ualdbg_signal_entry)
+            real_sigaction(sig, &user_act[sig], NULL);
+    }
     unlock();
 }
 

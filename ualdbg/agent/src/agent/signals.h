@@ -5,6 +5,7 @@
 #include "process.h"
 
 HIDDEN void signals_release(void);
+HIDDEN void signals_unhook(void);
 HIDDEN void signals_init(void);
 HIDDEN void signals_after_fork(void);
 HIDDEN void signals_adopt_existing(void);
