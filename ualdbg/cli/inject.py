@@ -25,7 +25,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from ..agent.presence import elf_symbol, tracing_agent
+from ..agent.presence import elf_symbol, libc_symbol, module_bias, tracing_agent
 from ..engines.procfs import sigbus_blocked
 
 PTRACE_CONT, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 7, 12, 13, 17
@@ -347,34 +347,18 @@ def _system_ranges(pid: int) -> list[tuple[int, int]]:
     return out
 
 
-def _module_bias(pid: int, pred: object) -> tuple[str, int] | None:
-    """(path, load address) of the first module of `pid` whose path satisfies pred."""
-    with open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            parts = line.split(None, 5)
-            if len(parts) == 6 and int(parts[2], 16) == 0:
-                path = parts[5].strip()
-                if pred(path):  # type: ignore[operator]
-                    return path, int(parts[0].split("-")[0], 16)
-    return None
-
-
 def libc_function(pid: int, name: str) -> int:
-    found = _module_bias(pid, lambda p: os.path.basename(p).startswith("libc.so") or os.path.basename(p).startswith("libc-"))
-    if found is None:
-        raise InjectError(f"process {pid} has no libc mapped (static, or not glibc)")
-    path, base = found
-    value = elf_symbol(f"/proc/{pid}/root{path}", name)
-    if value is None:
-        raise InjectError(f"{path} of process {pid} has no {name} (glibc before 2.34?)")
-    return base + value
+    try:
+        return libc_symbol(pid, name)
+    except LookupError as exc:
+        raise InjectError(str(exc)) from None
 
 
 def agent_mapped(pid: int, lib: str, bias: int | None = None) -> bool:
     """Whether `pid` has the agent mapped (at `bias`): not after an exec, nor in another program."""
     real = os.path.realpath(lib)
     try:
-        found = _module_bias(pid, lambda p: p == real)
+        found = module_bias(pid, lambda p: p == real)
     except OSError:
         return False
     return found is not None and (bias is None or found[1] == bias)

@@ -153,6 +153,35 @@ def preflight(path: str) -> None:
         pass
 
 
+def injection_problem(pid: int) -> str | None:
+    """Why the agent cannot be injected into the running process `pid` (`trace --pid`, or a
+    debugger's `trace start` once the program runs), in a few words; None when it can be tried."""
+    import platform
+
+    from ..agent.presence import libc_symbol
+    from .procfs import comm, status_field
+
+    if platform.machine() not in ("x86_64", "amd64"):
+        return f"the agent is injected on x86-64 hosts, not {platform.machine()}"
+    name = f"process {pid} ({comm(pid)})"
+    try:
+        cls, machine, interp = elf_facts(f"/proc/{pid}/exe")
+    except AgentUnavailable as exc:
+        return f"{name}: {exc}"
+    if cls != 2 or machine != 62:
+        return f"{name} is not a 64-bit x86 program"
+    if not interp:
+        return f"{name} is statically linked: there is no dlopen in it to load the agent with"
+    mode = status_field(pid, "Seccomp")
+    if mode not in (None, "0"):
+        return f"{name} runs under seccomp (mode {mode}): the system calls of an injection could be refused or kill it"
+    try:
+        libc_symbol(pid, "dlopen")
+    except (LookupError, OSError) as exc:
+        return f"{name}: {exc}"
+    return None
+
+
 def agent_library() -> str:
     try:
         return str(build())

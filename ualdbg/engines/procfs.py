@@ -1,4 +1,5 @@
-"""What /proc tells about a traced thread: its signal mask and the CPU it last ran on."""
+"""What /proc tells about a traced process and its threads: its status fields and name, a
+thread's signal mask and the CPU it last ran on."""
 from __future__ import annotations
 
 import os
@@ -16,6 +17,27 @@ def blocked_signals(pid: int, tid: int) -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def status_field(pid: int, name: str) -> str | None:
+    """A field of /proc/PID/status (`PPid`, `Seccomp`...), None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(name + ":"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def comm(pid: int) -> str:
+    """The process's name as the kernel keeps it, "?" when unreadable."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
 
 
 def sigbus_blocked(pid: int, tid: int) -> bool:
