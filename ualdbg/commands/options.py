@@ -23,6 +23,7 @@ def add_buffer_arg(p: argparse.ArgumentParser, default: int | None) -> None:
 
 
 DEBUGGER_ENGINES = ("trap", "step")
+TRACE_ENGINES = ("agent", "trap", "step")  # `trace start` in a debugger: the agent where it works
 SHELL_ENGINES = ("agent", "trap", "step")
 ENGINE_HELP = {
     "agent": "agent (default where it works): in-process, one signal per fault",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # annotations only: the shell builds its parsers without the engines (issue 34)
     from ..core.target import Target
+    from ..engines.agentlink import AgentHost
     from ..engines.session import Session
     from ..engines.step import StepControl
 
@@ -62,6 +63,17 @@ class Host(Protocol):
 
     def step_control(self) -> StepControl:
         """The step engine's debugger primitives (engines/step.py)."""
+        ...
+
+    def agent_host(self) -> AgentHost:
+        """What the in-process agent needs of the debugger (engines/agentlink.py)."""
+        ...
+
+    def settle_faults(self) -> frozenset[int]:
+        """Before arming again after `off`: threads still stopped at an alignment fault ualdbg
+        reported run that instruction unchecked, as `off` promised (gdb: a `stepi` now). The
+        ones that will run it only when the program resumes (lldb's step plans) are returned:
+        armed once they have (Session.arm_late)."""
         ...
 
 

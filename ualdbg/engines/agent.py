@@ -596,7 +596,7 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     shared: dict[Any, Any] = {}
     results = [image_result(run, image, started, lib, is_root=image.header.pid == root_pid and not driver, shared=shared)
                for image in images]
-    one = results[0] if len(results) == 1 else _merge(results, run.buffer)
+    one = results[0] if len(results) == 1 else merge_results(results, run.buffer)
     one.program = ProgramInfo(path=run.program[0], args=list(run.program[1:]), pid=root_pid,
                               exit_status=exit_status, exit_signal=exit_signal)
     one.buffer.started_at, one.buffer.stopped_at = started, max(started, ended)
@@ -742,7 +742,7 @@ def _patching_summary(run: AgentRun, images: list[Image]) -> dict[str, Any]:
             "unpatchable": dict(sorted(refused.items()))}
 
 
-def _merge(results: list[TraceResult], capacity: int) -> TraceResult:
+def merge_results(results: list[TraceResult], capacity: int) -> TraceResult:
     """Several images: sites of the same code (module, offset, PC) add up; records interleave by
     time in one ring of the same capacity."""
     from .records import RecordTable, merged

@@ -15,6 +15,8 @@ import gdb  # type: ignore[import-not-found]
 
 from ...engines.lifecycle import Kind
 from ...engines.session import Session
+from ...isa.arch import BUS_ADRALN, SIGBUS
+from .agenthost import GdbAgentHost
 from .catchpoints import Catchpoints, define_detach_hook, target_non_stop
 from .conditions import Conditions
 from .console import warn
@@ -38,6 +40,7 @@ class GdbHooks:
         self.catchpoints = Catchpoints(self.on_arm_point)
         self.conditions = Conditions(session, self.target_, self.catchpoints, self.signals, self.holding)
         self.step_control = GdbStepControl(session.stops, self.target_)  # the step engine's primitives
+        self.agent_host = GdbAgentHost(self.signals, lambda: bool(self.catchpoints.numbers))
         self.env_fixed = False
         self.seen_pid: int | None = None
         self.loader_armed = False
@@ -132,6 +135,30 @@ class GdbHooks:
                 self.session.lifecycle.before_detach(self.target() or (self.target_ if self.target_.held else None))
         except Exception as exc:
             warn(f"disarming before detach: {exc}")
+        try:
+            said = self.session.agent.release(self.agent_host, self.target())
+            if said:
+                gdb.write(said + "\n")
+        except Exception as exc:
+            warn(f"releasing the agent before detach: {exc}")
+
+    def settle_faults(self) -> frozenset[int]:
+        """Host.settle_faults: the selected thread, stopped at a fault ualdbg reported before
+        `off` (its AC clear, no step-over of the trap engine pending), runs it now: one `stepi`
+        (gdb drops the SIGBUS it stopped with: `off` left SIGBUS nopass until the resume)."""
+        target = self.target()
+        if target is None:
+            return frozenset()
+        tid = target.current_tid()
+        if tid in self.session.engine.pending:
+            return frozenset()
+        info = target.siginfo()
+        if info is None or info.signo != SIGBUS or info.code != BUS_ADRALN:
+            return frozenset()
+        if target.read_register("eflags") & 0x40000:
+            return frozenset()  # AC still set: not a fault ualdbg stopped at
+        gdb.execute("stepi", to_string=True)
+        return frozenset()
 
     def on_resume(self, event: Any) -> None:
         self.signals.resumed(self.installed)

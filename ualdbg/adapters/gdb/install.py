@@ -11,6 +11,7 @@ import gdb  # type: ignore[import-not-found]
 
 from ...commands.all import COMMANDS, GROUPS, CommandSpec, HelpShown, UsageError
 from ...core.settings import SETTINGS
+from ...engines.agentlink import AgentHost
 from ...engines.session import Session
 from ...engines.step import StepControl
 from ...render.console import to_text
@@ -54,6 +55,12 @@ class _Host:
 
     def step_control(self) -> StepControl:
         return self.hooks.step_control
+
+    def agent_host(self) -> AgentHost:
+        return self.hooks.agent_host
+
+    def settle_faults(self) -> frozenset[int]:
+        return self.hooks.settle_faults()
 
     def launch_info(self) -> tuple[str, list[str], tuple[str, ...], str]:
         """For `ualdbg stackcheck`: the loaded program, `show args`, and the environment `run`

@@ -15,6 +15,7 @@ from ...core.target import (
     MemoryWriter,
     RegisterBatch,
     SigInfo,
+    StringCalls,
     SymbolLookup,
     Target,
 )
@@ -26,7 +27,8 @@ from .threadhold import ThreadHolder
 MASK64 = (1 << 64) - 1
 
 
-class GdbTarget(Target, MemoryWriter, RegisterBatch, FloatMover, FloatBits, InferiorCalls, SymbolLookup, LiveThreads):
+class GdbTarget(Target, MemoryWriter, RegisterBatch, FloatMover, FloatBits, InferiorCalls, StringCalls, SymbolLookup,
+                LiveThreads):
     """A stopped process seen through gdb, with every optional capability of core/target.py
     but FaultStepper (named among the bases, so that mypy checks each signature)."""
 
@@ -242,6 +244,23 @@ class GdbTarget(Target, MemoryWriter, RegisterBatch, FloatMover, FloatBits, Infe
         text = ", ".join(f"(long){a:#x}" for a in args)
         proto = ", ".join("long" for _ in args)
         return int(gdb.parse_and_eval(f"((long (*)({proto})){addr:#x})({text})")) & MASK64
+
+    def call_with_strings(self, addr: int, args: list[int | bytes]) -> int:
+        """Call the function at `addr`; gdb places each string literal in the program's memory
+        (value_coerce_to_target) before the call."""
+        texts, protos = [], []
+        for a in args:
+            if isinstance(a, bytes):
+                texts.append('"' + "".join(chr(b) if b < 128 and chr(b).isalnum() or chr(b) in "/._-" else f"\\{b:03o}" for b in a) + '"')
+                protos.append("const char *")
+            else:
+                texts.append(f"(long){a:#x}")
+                protos.append("long")
+        try:
+            value = gdb.parse_and_eval(f"((long (*)({', '.join(protos) or 'void'})){addr:#x})({', '.join(texts)})")
+        except gdb.error as exc:
+            raise RuntimeError(str(exc)) from None
+        return int(value) & MASK64
 
     def move_float(self, reg: str, addr: int, size: int, store: bool, tid: int | None = None) -> None:
         """Copy a floating-point register to or from memory as one C float/double: gdb moves
