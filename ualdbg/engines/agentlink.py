@@ -295,11 +295,18 @@ def _release_in(target: Target, c: Arming) -> str | None:
 
     flags = archmod.trap_flags("x86_64")
     assert flags is not None
+
+    def clear_ac() -> None:
+        for tid in target.threads():
+            value = target.read_register(flags.register, tid)
+            if value & flags.ac_bit:
+                target.write_register(flags.register, value & ~flags.ac_bit, tid)
+
+    # The calls run with the thread's registers: AC set, the agent's own code would fault in
+    # them. Cleared first, and again after the disarm (threads the debugger ran meanwhile).
+    clear_ac()
     target.call_with_strings(sym("ualdbg_agent_disarm"), [])
-    for tid in target.threads():
-        value = target.read_register(flags.register, tid)
-        if value & flags.ac_bit:
-            target.write_register(flags.register, value & ~flags.ac_bit, tid)
+    clear_ac()
     busy = struct.unpack("<i", target.read_memory(sym("ualdbg_in_handler"), 4))[0]
     if busy > 0:
         # A thread stopped inside the agent's handler: it leaves it with AC clear (disarmed),

@@ -1,0 +1,89 @@
+"""One test body for gdb and lldb (issue 32; pwndbg runs one suite under both): `ualdbg trace
+start` through the in-process agent, exact on one thread and on four, and the break, off, trace
+start, continue sequences, each run in both debuggers with the same commands. A difference
+between the adapters is a failure of the one test."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.build import build_source
+from support.debuggers import DEBUGGERS, run_debugger
+from support.env import BUILD, ROOT
+
+FIXTURES = ROOT / "tests" / "fixtures" / "programs"
+# The thread test runs 20 times in a row in CI's full run (an lldb run once missed a thread).
+REPEATS = 20 if os.environ.get("CI") == "true" else 3
+
+
+def trace_doc(debugger: str, program: list[str], commands: list[str], out: Path) -> tuple[dict[str, Any], str]:
+    run = run_debugger(debugger, program, [*commands, f"ualdbg trace save {out}"])
+    assert out.exists(), run.explain()
+    return json.loads(out.read_text()), run.explain()
+
+
+@pytest.fixture(scope="module")
+def four_threads(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_source(FIXTURES / "four_threads.c", tmp_path_factory.mktemp("prog"), libs=["-pthread"])
+
+
+@pytest.mark.parametrize("debugger", DEBUGGERS)
+def test_trace_start_counts_through_the_agent(debugger: str, tmp_path: Path) -> None:
+    """`trace start` + `run`: the agent counts every fault (patched after 2 traps), exactly."""
+    doc, log = trace_doc(debugger, [str(BUILD / "not_aligned"), "100000"],
+                         ["ualdbg trace start", "ualdbg status", "run"], tmp_path / "t.json")
+    assert doc["engine"] == "agent", log
+    assert doc["faults_total"] == 100000, log
+    assert doc["sites"][0]["count"] == 100000 and doc["sites"][0]["line"] == 38, log
+    assert doc["sites"][0].get("patched") is True, log
+    assert doc["program"]["exit_status"] == 0, log
+    assert "engine: agent: the in-process agent, loaded at the next run" in log, log
+
+
+@pytest.mark.parametrize("debugger", DEBUGGERS)
+@pytest.mark.parametrize("attempt", range(REPEATS))
+def test_four_threads_exact_every_run(debugger: str, attempt: int, four_threads: Path, tmp_path: Path) -> None:
+    doc, log = trace_doc(debugger, [str(four_threads), "5000"], ["ualdbg trace start", "run"], tmp_path / "t.json")
+    assert doc["engine"] == "agent", log
+    # Each thread's load and store at its counter, and main's read of the four counters.
+    assert doc["faults_total"] == 8 * 5000 + 4, log
+    assert sorted(s["count"] for s in doc["sites"]) == [4, 20000, 20000], log
+    assert "four_threads: sum=20000" in log, log
+
+
+# The stop at the first fault counts it; after `off` its instruction runs unchecked; a later
+# `trace start` counts every fault after it (the agent, injected into the stopped program).
+SEQUENCES = {
+    "break-off-trace": (["ualdbg break", "run", "ualdbg off", "ualdbg trace start", "continue"], 999, "agent"),
+    "break-trace": (["ualdbg break", "run", "ualdbg trace start", "continue"], 1000, "agent+trap"),
+    "break-off-trap": (["ualdbg break", "run", "ualdbg off", "ualdbg trace start --engine trap", "continue"], 999, "trap"),
+    "trace-break": (["ualdbg trace start", "run", "ualdbg break", "continue"] + ["continue"] * 3, None, None),
+}
+
+
+@pytest.mark.parametrize("debugger", DEBUGGERS)
+@pytest.mark.parametrize("name", SEQUENCES)
+def test_break_and_trace_combine(debugger: str, name: str, tmp_path: Path) -> None:
+    commands, total, engine = SEQUENCES[name]
+    if name == "trace-break":
+        return _trace_then_break(debugger, tmp_path)
+    doc, log = trace_doc(debugger, [str(BUILD / "not_aligned"), "1000"], commands, tmp_path / "t.json")
+    assert doc["faults_total"] == total, log
+    assert doc["engine"] == engine, log
+    assert doc["program"]["exit_status"] == 0, log
+    assert "iterations=1000 sum=1000" in log, log
+
+
+def _trace_then_break(debugger: str, tmp_path: Path) -> None:
+    """`break` while the agent traces (stopped at a breakpoint in the loop): the agent is taken
+    out, the next fault stops with its report, counting goes on in the debugger."""
+    out = tmp_path / "t.json"
+    doc, log = trace_doc(debugger, [str(BUILD / "not_aligned"), "1000"],
+                         ["b not_aligned.c:38", "ualdbg trace start", "run", "delete" if debugger == "gdb" else
+                          "breakpoint delete --force", "ualdbg break", "continue", "ualdbg off", "continue"], out)
+    assert "Unaligned data access: virtual address" in log, log
+    assert doc["faults_total"] == 1, log  # the stop's fault, then off: no more counting
+    assert doc["program"]["exit_status"] == 0, log
