@@ -74,7 +74,7 @@ def program_path(host: Host) -> str | None:
     return None
 
 
-def start_agent(host: Host) -> list[str]:
+def start_agent(host: Host, patch_after: int = 2) -> list[str]:
     """`trace start` through the in-process agent (engines/agentlink.py): loaded at the next run,
     or injected now. After `break`, the debugger's engine is disarmed first (no more stops; the
     faults it recorded stay, the thread stopped at one runs it unchecked)."""
@@ -91,7 +91,7 @@ def start_agent(host: Host) -> list[str]:
         s.lifecycle.disarm(target)
         host.uninstall()
     run = AgentRun([program_path(host) or ""], at=s.mode.at, all_modules=s.scope.all_modules,
-                   modules=list(s.scope.modules), buffer=s.buffer.capacity)
+                   modules=list(s.scope.modules), buffer=s.buffer.capacity, patch_after=patch_after)
     try:
         if target is None:
             s.agent.prepare_launch(host.agent_host(), run)

@@ -7,7 +7,7 @@ from ..render.jsondoc import GROUPS, build_document, dump
 from ..render.tables import header, records_table, summary_table
 from .argtypes import positive
 from .arming import apply_scope, arm, arm_step, check_engine_args, program_path, release_agent, start_agent
-from .options import TRACE_ENGINES, add_buffer_arg, add_engine_arg, add_scope_args, add_step_args
+from .options import TRACE_ENGINES, add_buffer_arg, add_engine_arg, add_patch_args, add_scope_args, add_step_args
 from .registry import Host, Output, Parser, Runner, UsageError, command
 
 
@@ -29,6 +29,7 @@ examples:
 def _start(p: Parser) -> Runner:
     add_buffer_arg(p, None)
     add_engine_arg(p, TRACE_ENGINES, "agent")
+    add_patch_args(p)
     add_scope_args(p)
     add_step_args(p, until_return=True)
 
@@ -47,7 +48,7 @@ def _start(p: Parser) -> Runner:
         if args.engine == "agent":
             why = s.agent.problem(program_path(host), host.target())
             if why is None:
-                return start_agent(host)
+                return start_agent(host, 0 if args.no_patch else args.patch_after)
             note = [f"ualdbg: the agent cannot trace here ({why}): the trap engine records in the debugger"]
             args.engine = "trap"
         was, before = s.mode.tracing, s.mode.armed
