@@ -162,6 +162,10 @@ class GdbHooks:
 
     def on_resume(self, event: Any) -> None:
         self.signals.resumed(self.installed)
+        try:
+            self.restore_catchpoints()  # a batch run has no prompt between `delete` and `continue`
+        except Exception as exc:
+            warn(f"resume: {exc}")
 
     def fix_environment(self) -> None:
         """gdb puts LINES and COLUMNS into the program's environment; take out what the user
@@ -235,8 +239,21 @@ class GdbHooks:
         try:
             if not self.installed and self.catchpoints.numbers and self.drained():
                 self.finish_drain()
+            self.restore_catchpoints()
         except Exception as exc:
             warn(f"prompt: {exc}")
+
+    def restore_catchpoints(self) -> None:
+        """A `delete` took ualdbg's catchpoints (or its arm point) with the user's breakpoints:
+        ualdbg is still armed, so they are made again, and the user told once per `delete`."""
+        gone = self.catchpoints.missing()
+        if not gone:
+            return
+        self.catchpoints.create()
+        self.catchpoints.arm_point = None
+        self.catchpoints.place_arm_point(self.session.mode.at)
+        gdb.write(f"ualdbg: `delete` removed ualdbg's catchpoints ({', '.join(map(str, gone))}); made again as "
+                  f"{', '.join(map(str, self.catchpoints.numbers))} (ualdbg stays armed: `ualdbg off` disarms)\n")
 
     def on_exit(self, event: Any) -> None:
         if not self.installed and self.catchpoints.numbers:
