@@ -60,6 +60,9 @@ SEQUENCES = {
     "break-off-trace": (["ualdbg break", "run", "ualdbg off", "ualdbg trace start", "continue"], 999, "agent"),
     "break-trace": (["ualdbg break", "run", "ualdbg trace start", "continue"], 1000, "agent+trap"),
     "break-off-trap": (["ualdbg break", "run", "ualdbg off", "ualdbg trace start --engine trap", "continue"], 999, "trap"),
+    # `off` after the run releases the agent: its document stays the agent's (it said
+    # "agent+trap" with an empty trap part, and lost the exit status in lldb).
+    "trace-off": (["ualdbg trace start", "run", "ualdbg off"], 1000, "agent"),
     "trace-break": (["ualdbg trace start", "run", "ualdbg break", "continue"] + ["continue"] * 3, None, None),
 }
 

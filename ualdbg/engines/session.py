@@ -81,7 +81,7 @@ class Session:
         agent = self.agent.results()
         if not agent:
             return own
-        trap = own if (own.buffer.total or own.buffer.ignored or not self.mode.agent) else None
+        trap = own if (own.buffer.total or own.buffer.ignored) else None
         one = combine(trap, agent, self.buffer.capacity)
         assert one is not None
         program = self.program
