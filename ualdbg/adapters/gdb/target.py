@@ -27,6 +27,21 @@ from .threadhold import ThreadHolder
 MASK64 = (1 << 64) - 1
 
 
+@contextmanager
+def scheduler_locked(on: bool = True) -> Iterator[None]:
+    """Only the selected thread runs in what the block resumes (a `stepi`, a call): gdb's
+    default (`replay`) resumes every thread for both. The user's setting back afterwards."""
+    if not on:
+        yield
+        return
+    m = re.search(r'"(\w+)"', str(gdb.execute("show scheduler-locking", to_string=True)))
+    gdb.execute("set scheduler-locking on", to_string=True)
+    try:
+        yield
+    finally:
+        gdb.execute(f"set scheduler-locking {m.group(1) if m else 'replay'}", to_string=True)
+
+
 class GdbTarget(Target, MemoryWriter, RegisterBatch, FloatMover, FloatBits, InferiorCalls, StringCalls, SymbolLookup,
                 LiveThreads):
     """A stopped process seen through gdb, with every optional capability of core/target.py
@@ -245,9 +260,10 @@ class GdbTarget(Target, MemoryWriter, RegisterBatch, FloatMover, FloatBits, Infe
         proto = ", ".join("long" for _ in args)
         return int(gdb.parse_and_eval(f"((long (*)({proto})){addr:#x})({text})")) & MASK64
 
-    def call_with_strings(self, addr: int, args: list[int | bytes]) -> int:
+    def call_with_strings(self, addr: int, args: list[int | bytes], alone: bool = False) -> int:
         """Call the function at `addr`; gdb places each string literal in the program's memory
-        (value_coerce_to_target) before the call."""
+        (value_coerce_to_target) before the call. gdb runs every thread during a call unless the
+        scheduler is locked (`alone`)."""
         texts, protos = [], []
         for a in args:
             if isinstance(a, bytes):
@@ -257,7 +273,8 @@ class GdbTarget(Target, MemoryWriter, RegisterBatch, FloatMover, FloatBits, Infe
                 texts.append(f"(long){a:#x}")
                 protos.append("long")
         try:
-            value = gdb.parse_and_eval(f"((long (*)({', '.join(protos) or 'void'})){addr:#x})({', '.join(texts)})")
+            with scheduler_locked(alone):
+                value = gdb.parse_and_eval(f"((long (*)({', '.join(protos) or 'void'})){addr:#x})({', '.join(texts)})")
         except gdb.error as exc:
             raise RuntimeError(str(exc)) from None
         return int(value) & MASK64

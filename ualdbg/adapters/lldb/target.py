@@ -106,9 +106,11 @@ class LldbTarget(Target, StringCalls):
         addr = int(addr_v.GetValueAsUnsigned()) & MASK64 if addr_v.IsValid() else None
         return SigInfo(int(signo.GetValueAsSigned()), int(code.GetValueAsSigned()), addr)
 
-    def call_with_strings(self, addr: int, args: list[int | bytes]) -> int:
+    def call_with_strings(self, addr: int, args: list[int | bytes], alone: bool = False) -> int:
         """Call the function at `addr` in this thread (lldb's expression evaluator places each
-        string literal in the program's memory), breakpoints ignored, unwound on error."""
+        string literal in the program's memory), breakpoints ignored, unwound on error. lldb
+        runs the thread alone first and every thread after its one-thread timeout (250 ms)
+        unless `alone`."""
         texts, protos = [], []
         for a in args:
             if isinstance(a, bytes):
@@ -121,7 +123,8 @@ class LldbTarget(Target, StringCalls):
         options = lldb.SBExpressionOptions()
         options.SetIgnoreBreakpoints(True)
         options.SetUnwindOnError(True)
-        options.SetTryAllThreads(True)  # a lock another thread holds (dlopen's) cannot deadlock it
+        options.SetTryAllThreads(not alone)  # a lock another thread holds (dlopen's) cannot deadlock it
+        options.SetStopOthers(True)
         options.SetTimeoutInMicroSeconds(10_000_000)
         frame = self.thread.GetFrameAtIndex(0)
         value = frame.EvaluateExpression(f"(long)((long (*)({', '.join(protos) or 'void'})){addr:#x})({', '.join(texts)})",
