@@ -98,8 +98,9 @@ def start_agent(host: Host, patch_after: int = 2) -> list[str]:
             how = "loaded at the next run"
         else:
             later = host.settle_faults()
-            armed = s.agent.inject(host.agent_host(), target, run, later)
-            how = f"injected now, {armed} thread(s) armed" + (f", {len(later)} once past their fault" if later else "")
+            done = s.agent.inject(host.agent_host(), target, run, later)
+            how = f"injected now, {len(done.armed)} thread(s) armed" + (f", {len(later)} once past their fault" if later else "")
+            said += done.notes()
     except (AgentUnavailable, RuntimeError, OSError) as exc:
         raise UsageError(f"ualdbg: the agent could not start: {exc}; `ualdbg trace start --engine trap` records "
                          "in the debugger") from None

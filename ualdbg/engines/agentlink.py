@@ -33,9 +33,10 @@ from .agent import (
     preflight,
     run_directory,
 )
-from .procfs import sigbus_blocked
+from .procfs import QUIET_SYSCALLS, sigbus_blocked, syscall_of, system_ranges
 
 RTLD_NOW = 2
+FUTEX = 202  # x86-64
 ENV_NAMES = ("LD_PRELOAD", ENV_CONFIG)
 
 
@@ -68,6 +69,29 @@ class Arming:
     started: float = field(default_factory=time.monotonic)
     pid: int | None = None
     released: bool = False
+
+
+@dataclass(frozen=True)
+class Injected:
+    """What an injection armed, and what it could not watch (said, never silent): threads that
+    blocked SIGBUS (armed when they unblock it through a wrapped call, `sigprocmask`; not when
+    libc unblocks it itself, as pthread_create does), and the other threads the debugger let run
+    during dlopen (their faults meanwhile went uncounted)."""
+
+    armed: tuple[int, ...]
+    blocked: tuple[int, ...]
+    ran: tuple[int, ...]
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.ran:
+            out.append(f"ualdbg: {len(self.ran)} other thread(s) ran while the agent was loaded (one may hold a lock "
+                       "of libc's or the loader's that dlopen takes): faults they made meanwhile were not counted")
+        if self.blocked:
+            out.append(f"ualdbg: thread(s) {', '.join(map(str, self.blocked))} block SIGBUS now, not armed: armed when "
+                       "they unblock it through sigprocmask or pthread_sigmask; their faults, and those of threads "
+                       "they start, go uncounted until then (and if libc unblocks it itself, as pthread_create does)")
+        return out
 
 
 class AgentLink:
@@ -153,11 +177,11 @@ class AgentLink:
             c.pid = pid
             c.started = time.monotonic()
 
-    def inject(self, host: AgentHost, target: Target, run: AgentRun, later: frozenset[int] = frozenset()) -> int:
+    def inject(self, host: AgentHost, target: Target, run: AgentRun, later: frozenset[int] = frozenset()) -> Injected:
         """Load the agent into the stopped process and arm every thread that does not block
         SIGBUS (except `later`: threads to arm once they ran their instruction, `arm_thread`).
-        Returns how many were armed; AgentUnavailable (nothing left in the process but an inert
-        library) when it could not start."""
+        AgentUnavailable (nothing left in the process but an inert library) when it could not
+        start."""
         pid = target.pid()
         assert pid is not None and offers(target, StringCalls)
         lib = agent_library()
@@ -171,11 +195,14 @@ class AgentLink:
         directory = run_directory()
         try:
             config = agent_environment(run, lib, directory.buffers, {})[ENV_CONFIG]
-            handle = target.call_with_strings(dlopen, [os.fsencode(lib), RTLD_NOW])
+            # The others stay stopped (not armed yet, they would fault unseen) unless one may
+            # hold a lock dlopen takes: then they run during it, as `trace --pid` lets them.
+            busy = lock_holders(target, pid)
+            handle = target.call_with_strings(dlopen, [os.fsencode(lib), RTLD_NOW], alone=not busy)
             if not handle:
                 raise AgentUnavailable(f"dlopen of the agent failed in process {pid}")
             bias = struct.unpack("<Q", target.read_memory(handle, 8))[0]  # struct link_map's l_addr
-            rc = target.call_with_strings(bias + value, [config.encode()]) & 0xFFFFFFFF
+            rc = target.call_with_strings(bias + value, [config.encode()], alone=True) & 0xFFFFFFFF
             if rc == 0xFFFFFFFE:
                 raise AgentUnavailable(f"process {pid} is already traced by another ualdbg's agent")
             if rc != 0:
@@ -186,11 +213,12 @@ class AgentLink:
         self.current = Arming(run, lib, directory, "injected", pid=pid)
         self.armings.append(self.current)
         host.pass_sigbus(True)
-        armed = 0
+        armed, blocked = [], []
         for tid in target.threads():
-            if tid not in later and self.arm_thread(target, tid):
-                armed += 1
-        return armed
+            if tid not in later:
+                (armed if self.arm_thread(target, tid) else blocked).append(tid)
+        ran = [t for t in target.threads() if t != target.current_tid()] if busy else []
+        return Injected(tuple(armed), tuple(blocked), tuple(ran))
 
     def arm_thread(self, target: Target, tid: int) -> bool:
         """Set AC in one thread of the process the agent traces, unless it blocks SIGBUS (the
@@ -274,6 +302,30 @@ class AgentLink:
                 started = (h.start_ns / 1e9) if a.how == "loaded at launch" and h.start_ns else a.started
                 out.append(image_result(a.run, image, started, a.lib, is_root=True, shared=shared))
         return out
+
+
+def lock_holders(target: Target, pid: int) -> list[int]:
+    """The threads, other than the selected one, that may hold a lock of libc's or the loader's
+    (procfs.system_ranges): stopped in their code, or in a system call other than a blocking
+    wait (procfs.QUIET_SYSCALLS, or futex: a thread waits there for a lock, holding none of
+    libc's but in another dlopen's constructors)."""
+    try:
+        system = system_ranges(pid)
+    except OSError:
+        return [t for t in target.threads() if t != target.current_tid()]
+    out = []
+    for tid in target.threads():
+        if tid == target.current_tid():
+            continue
+        call = syscall_of(pid, tid)
+        if call in QUIET_SYSCALLS or call == FUTEX:
+            continue
+        if call is None:
+            pc = target.read_register("rip", tid)
+            if not any(lo <= pc < hi for lo, hi in system):
+                continue
+        out.append(tid)
+    return out
 
 
 def _release_in(target: Target, c: Arming) -> str | None:
