@@ -213,7 +213,8 @@ class AgentLink:
         self.current = Arming(run, lib, directory, "injected", pid=pid)
         self.armings.append(self.current)
         host.pass_sigbus(True)
-        armed, blocked = [], []
+        armed: list[int] = []
+        blocked: list[int] = []
         for tid in target.threads():
             if tid not in later:
                 (armed if self.arm_thread(target, tid) else blocked).append(tid)
