@@ -742,6 +742,22 @@ def _patching_summary(run: AgentRun, images: list[Image]) -> dict[str, Any]:
             "unpatchable": dict(sorted(refused.items()))}
 
 
+def add_up(buf: TraceBuffer, sites: dict[tuple[str | None, int | None, int], Site], r: TraceResult) -> None:
+    """One result's counts into `buf` and its sites into `sites`: the same code (module, offset,
+    PC) is one site (merge_results, and agentlink.combine for the debugger's and the agent's)."""
+    buf.total += r.buffer.total
+    buf.ignored += r.buffer.ignored
+    for k, v in r.buffer.ignored_by_module.items():
+        buf.ignored_by_module[k] = buf.ignored_by_module.get(k, 0) + v
+    for s in r.sites:
+        key = (s.loc.module_name, s.loc.offset, s.loc.pc)
+        have = sites.get(key)
+        if have is None:
+            sites[key] = replace(s)
+        else:
+            have.absorb(s)
+
+
 def merge_results(results: list[TraceResult], capacity: int) -> TraceResult:
     """Several images: sites of the same code (module, offset, PC) add up; records interleave by
     time in one ring of the same capacity."""
@@ -751,17 +767,7 @@ def merge_results(results: list[TraceResult], capacity: int) -> TraceResult:
     buf = TraceBuffer(capacity)
     tables: list[RecordTable] = []
     for r in results:
-        buf.total += r.buffer.total
-        buf.ignored += r.buffer.ignored
-        for k, v in r.buffer.ignored_by_module.items():
-            buf.ignored_by_module[k] = buf.ignored_by_module.get(k, 0) + v
-        for s in r.sites:
-            key = (s.loc.module_name, s.loc.offset, s.loc.pc)
-            have = sites.get(key)
-            if have is None:
-                sites[key] = replace(s)
-            else:
-                have.absorb(s)
+        add_up(buf, sites, r)
         assert isinstance(r.buffer.table, RecordTable)  # image_result's, all with the same start
         tables.append(r.buffer.table)
     # Records are numbered by trap: the faults patched sites counted without a record (issue 21)

@@ -24,6 +24,7 @@ from .agent import (
     ENV_CONFIG,
     AgentRun,
     AgentUnavailable,
+    add_up,
     agent_environment,
     agent_library,
     image_result,
@@ -405,15 +406,6 @@ def combine(trap: TraceResult | None, agent: list[TraceResult], capacity: int) -
     buf.stopped_at = max(ends) if ends else None
     sites: dict[tuple[str | None, int | None, int], Any] = {}
     for part in (trap, merged):
-        buf.total += part.buffer.total
-        buf.ignored += part.buffer.ignored
-        for k, v in part.buffer.ignored_by_module.items():
-            buf.ignored_by_module[k] = buf.ignored_by_module.get(k, 0) + v
-        for s in part.sites:
-            key = (s.loc.module_name, s.loc.offset, s.loc.pc)
-            if key in sites:
-                sites[key].absorb(s)
-            else:
-                sites[key] = replace(s)
+        add_up(buf, sites, part)
     return replace(trap, engine="agent+trap", buffer=buf, sites=sorted(sites.values(), key=lambda s: (-s.count, s.loc.pc)),
                    unrecorded=merged.unrecorded, blind_spots=trap.blind_spots + merged.blind_spots)
