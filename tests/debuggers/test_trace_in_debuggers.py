@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 from support.build import build_source
+from support.cli import run_cli
 from support.debuggers import DEBUGGERS, run_debugger
 from support.env import BUILD, ROOT
+from support.run import run
 
 FIXTURES = ROOT / "tests" / "fixtures" / "programs"
 # The thread test runs 20 times in a row in CI's full run (an lldb run once missed a thread).
@@ -116,3 +118,18 @@ def test_break_off_trace_with_threads(debugger: str, attempt: int, tmp_path: Pat
     assert doc["engine"] == "agent", log
     said = "ran while the agent was loaded" in log or "block SIGBUS now, not armed" in log
     assert doc["faults_total"] == 59 or (said and 0 < doc["faults_total"] < 59), log
+
+
+@pytest.mark.parametrize("debugger", DEBUGGERS)
+def test_code_that_looks_like_a_syscall_site(debugger: str, tmp_path: Path) -> None:
+    """`trace --debugger D` on an -O2 C++ program whose movabs immediate reads as `mov eax, 14;
+    syscall`: no breakpoint inside it (lldb's site breakpoints put one there: the program printed
+    magic=0xcc050f0000000eb8), the output as without ualdbg, every fault counted."""
+    prog = build_source(FIXTURES / "syscall_bytes.cpp", tmp_path, flags=("-g", "-O2"))
+    direct = run([str(prog), "12"], timeout=30)
+    assert "magic=0x50f0000000eb8" in direct.stdout, direct.explain()
+    out = tmp_path / "t.json"
+    traced = run_cli("trace", "--debugger", debugger, "--json", str(out), "--", str(prog), "12", json_path=out)
+    assert direct.stdout in traced.stdout, traced.explain()
+    assert traced.doc is not None and traced.doc["faults_total"] == 12, traced.explain()
+    assert traced.doc["program"]["exit_status"] == 0, traced.explain()
