@@ -19,7 +19,7 @@ from ..ci.costfilter import HELP as FAIL_ON_HELP
 from ..ci.gate import CONTRACT, EXIT_CLEAN, EXIT_ERROR, EXIT_FOUND, EXIT_TOOL, STATUSES, Verdict, decide
 from ..ci.merge import merge
 from ..commands.argtypes import nonnegative, positive
-from ..commands.options import SHELL_ENGINES, add_buffer_arg, add_engine_arg, add_scope_args, add_step_args
+from ..commands.options import SHELL_ENGINES, add_buffer_arg, add_engine_arg, add_patch_args, add_scope_args, add_step_args
 from ..commands.registry import examples_text
 from ..engines.runner import ProgramUntraced, RunRequest, ToolError, pass_exit_status, run_traced
 from ..isa.costclass import costs_for
@@ -75,10 +75,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     add_step_args(p, until_return=False)
     p.add_argument("--debugger", choices=("gdb", "lldb"), default=None, help="which debugger drives the trap engine (implies --engine trap; default gdb)")
     p.add_argument("--no-follow", action="store_true", help="agent: trace only the program, not the processes it starts")
-    p.add_argument("--patch-after", type=_count, default=2, metavar="K",
-                   help="agent: after K traps at an instruction, patch it to count its faults without trapping "
-                        "(exact counts; records for the first K only; default 2)")
-    p.add_argument("--no-patch", action="store_true", help="agent: never patch: one trap and one record per fault")
+    add_patch_args(p, _count)
     p.add_argument("--arch", default=None, metavar="ARCH",
                    help="the program's architecture (default: its ELF header); sparc64, alpha... run under qemu-user and gdb-multiarch")
     p.add_argument("--log-file", metavar="FILE", default=None,

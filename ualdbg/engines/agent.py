@@ -160,6 +160,35 @@ def preflight(path: str) -> None:
         pass
 
 
+def injection_problem(pid: int) -> str | None:
+    """Why the agent cannot be injected into the running process `pid` (`trace --pid`, or a
+    debugger's `trace start` once the program runs), in a few words; None when it can be tried."""
+    import platform
+
+    from ..agent.presence import libc_symbol
+    from .procfs import comm, status_field
+
+    if platform.machine() not in ("x86_64", "amd64"):
+        return f"the agent is injected on x86-64 hosts, not {platform.machine()}"
+    name = f"process {pid} ({comm(pid)})"
+    try:
+        cls, machine, interp = elf_facts(f"/proc/{pid}/exe")
+    except AgentUnavailable as exc:
+        return f"{name}: {exc}"
+    if cls != 2 or machine != 62:
+        return f"{name} is not a 64-bit x86 program"
+    if not interp:
+        return f"{name} is statically linked: there is no dlopen in it to load the agent with"
+    mode = status_field(pid, "Seccomp")
+    if mode not in (None, "0"):
+        return f"{name} runs under seccomp (mode {mode}): the system calls of an injection could be refused or kill it"
+    try:
+        libc_symbol(pid, "dlopen")
+    except (LookupError, OSError) as exc:
+        return f"{name}: {exc}"
+    return None
+
+
 def agent_library() -> str:
     try:
         return str(build())
@@ -621,7 +650,7 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     shared: dict[Any, Any] = {}
     results = [image_result(run, image, started, lib, is_root=image.header.pid == root_pid and not driver, shared=shared)
                for image in images]
-    one = results[0] if len(results) == 1 else _merge(results, run.buffer)
+    one = results[0] if len(results) == 1 else merge_results(results, run.buffer)
     one.program = ProgramInfo(path=run.program[0], args=list(run.program[1:]), pid=root_pid,
                               exit_status=exit_status, exit_signal=exit_signal)
     one.buffer.started_at, one.buffer.stopped_at = started, max(started, ended)
@@ -774,7 +803,23 @@ def _patching_summary(run: AgentRun, images: list[Image]) -> dict[str, Any]:
             "unpatchable": dict(sorted(refused.items()))}
 
 
-def _merge(results: list[TraceResult], capacity: int) -> TraceResult:
+def add_up(buf: TraceBuffer, sites: dict[tuple[str | None, int | None, int], Site], r: TraceResult) -> None:
+    """One result's counts into `buf` and its sites into `sites`: the same code (module, offset,
+    PC) is one site (merge_results, and agentlink.combine for the debugger's and the agent's)."""
+    buf.total += r.buffer.total
+    buf.ignored += r.buffer.ignored
+    for k, v in r.buffer.ignored_by_module.items():
+        buf.ignored_by_module[k] = buf.ignored_by_module.get(k, 0) + v
+    for s in r.sites:
+        key = (s.loc.module_name, s.loc.offset, s.loc.pc)
+        have = sites.get(key)
+        if have is None:
+            sites[key] = replace(s)
+        else:
+            have.absorb(s)
+
+
+def merge_results(results: list[TraceResult], capacity: int) -> TraceResult:
     """Several images: sites of the same code (module, offset, PC) add up; records interleave by
     time in one ring of the same capacity."""
     from .records import RecordTable, merged
@@ -783,17 +828,7 @@ def _merge(results: list[TraceResult], capacity: int) -> TraceResult:
     buf = TraceBuffer(capacity)
     tables: list[RecordTable] = []
     for r in results:
-        buf.total += r.buffer.total
-        buf.ignored += r.buffer.ignored
-        for k, v in r.buffer.ignored_by_module.items():
-            buf.ignored_by_module[k] = buf.ignored_by_module.get(k, 0) + v
-        for s in r.sites:
-            key = (s.loc.module_name, s.loc.offset, s.loc.pc)
-            have = sites.get(key)
-            if have is None:
-                sites[key] = replace(s)
-            else:
-                have.absorb(s)
+        add_up(buf, sites, r)
         assert isinstance(r.buffer.table, RecordTable)  # image_result's, all with the same start
         tables.append(r.buffer.table)
     # Records are numbered by trap: the faults patched sites counted without a record (issue 21)

@@ -15,9 +15,10 @@ from ..core.target import Target
 from ..core.trace import TraceBuffer
 from ..isa import arch as archmod
 from ..render.report import fault_report
+from .agentlink import AgentLink, combine
 from .faultpath import FaultPath, Mode
 from .image import ProcessImage
-from .lifecycle import Events, Lifecycle
+from .lifecycle import Events, Kind, Lifecycle
 from .modulescope import Scope
 from .recorder import FaultRecorder
 from .rules import FaultRules
@@ -42,6 +43,8 @@ class Session:
         self.events = Events()
         self.lifecycle = Lifecycle(self.mode, self.program, self.faults, self.engine, self.step, self.events)
         self.stops = Stops(self.lifecycle, self.break_report)
+        self.agent = AgentLink()  # `trace start`'s in-process agent (engines/agentlink.py)
+        self.events.subscribe(Kind.NEW_PROCESS, self.agent.launched)
 
     @property
     def buffer(self) -> TraceBuffer:
@@ -53,17 +56,49 @@ class Session:
 
     @property
     def engine_name(self) -> str:
+        """The engine that traces now: the agent while it does, else the debugger's own."""
+        if self.mode.agent:
+            return "agent"
         return self.step.name if self.step.enabled else self.engine.name
 
     def arch_of(self, target: Target) -> archmod.ArchInfo:
         """The target's architecture (Lifecycle.arch_of: learnt once)."""
         return self.lifecycle.arch_of(target)
 
+    def arm_late(self, target: Target, tid: int) -> None:
+        """A thread that was stopped at a fault when ualdbg went off has run that instruction
+        (Host.settle_faults): armed now for whichever engine is armed."""
+        if self.agent.live and not self.agent.waiting:
+            self.agent.arm_thread(target, tid)
+        elif self.engine.active and self.engine.fixup is None and tid not in self.engine.armed:
+            self.lifecycle.arch_of(target)
+            self.engine.arm_thread(target, tid)
+
     def result(self) -> TraceResult:
-        """What this session has recorded, for the JSON document (render/jsondoc.py)."""
+        """What this session has recorded, for the JSON document (render/jsondoc.py): the
+        debugger's own engine's faults and the agent's, one trace."""
+        own = self._own_result()
+        agent = self.agent.results()
+        if not agent:
+            return own
+        trap = own if (own.buffer.total or own.buffer.ignored) else None
+        one = combine(trap, agent, self.buffer.capacity)
+        assert one is not None
+        program = self.program
+        exit_status = program.exit_status if program.exit_status is not None else one.program.exit_status
+        one.program = ProgramInfo(path=program.path or one.program.path, args=list(program.args or one.program.args),
+                                  pid=program.pid or one.program.pid, exit_status=exit_status,
+                                  exit_signal=program.exit_signal)
+        one.debugger, one.recording = self.debugger, self.mode.armed
+        if trap is None:
+            one.engine = "agent"
+        return one
+
+    def _own_result(self) -> TraceResult:
         arch = self.lifecycle.arch
         return TraceResult(
-            engine=self.engine_name, debugger=self.debugger, version=self.version,
+            engine=self.step.name if self.step.enabled else self.engine.name, debugger=self.debugger,
+            version=self.version,
             arch=platform.machine() if arch is None else arch.name,
             program=self.program, scope=self.scope.describe(), buffer=self.buffer,
             sites=sites_of(self.buffer, self.image.resolve, self.recorder.data_at), recording=self.mode.armed,
