@@ -30,6 +30,7 @@ bench: setup
 	.venv/bin/python bench/run.py; status=$$?; \
 	.venv/bin/python bench/patching.py || status=1; \
 	.venv/bin/python bench/startup.py || status=1; \
+	.venv/bin/python bench/debugger_trace.py || status=1; \
 	.venv/bin/python bench/realworld.py || status=1; exit $$status
 
 clean:

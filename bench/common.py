@@ -49,3 +49,11 @@ def write_section(begin: str, end: str, section: str, doc: Path = DOC) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section
     doc.write_text(text)
+
+
+def build_c(src: Path, exe: Path, flags: Sequence[str] = ("-O2",)) -> Path:
+    """`gcc FLAGS -o EXE SRC` unless EXE is newer than SRC."""
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
+        subprocess.run(["gcc", *flags, "-o", str(exe), str(src)], check=True)
+    return exe

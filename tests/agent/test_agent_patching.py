@@ -211,6 +211,37 @@ def test_evex_compressed_displacement(agent_programs: Path, tmp_path: Path) -> N
     assert site["count"] == 500 and site.get("patched") and site["sizes"] == [32], patched.explain()
 
 
+NEIGHBOURS = ("nb_sbb_before", "nb_adc_after", "nb_setcc_after", "nb_cmov_after", "nb_jcc_after", "nb_rmw_before",
+              "nb_rmw_pair", "nb_store_after", "nb_cmp_rip_after", "counted")
+
+
+def test_moved_neighbours_behave_as_the_original(agent_programs: Path, tmp_path: Path) -> None:
+    """A 3-byte misaligned load moved to a trampoline with its neighbours (tests/fixtures/agent/
+    neighbours.c): ones that read flags set before the window (sbb, adc, setcc, cmovcc, jcc), ones
+    addressed relative to RIP with an immediate after the displacement (sbbl $-1,x(%rip): the
+    -O1 counting idiom of scope_names.cpp; adcl $imm32, movl $imm32, cmpl $imm8), read-modify-writes
+    of memory, aligned and misaligned. The program prints what each did (and canaries after each
+    RIP-relative global): patched, it prints what it prints natively and with --no-patch, every
+    load site is patched and counts exactly the misaligned loads, and no aligned neighbour shows
+    as a site. Before, a moved RIP-relative instruction with an immediate addressed its operand
+    that immediate's size too far: `counted` counted 191,490 of 750, the canaries changed, and
+    the aligned sbbl was shown as a site of 997 faults."""
+    n = 1000
+    argv = [str(agent_programs / "neighbours"), str(n)]
+    direct = subprocess.run(argv, capture_output=True, text=True, env=scrubbed_env(), cwd=ROOT, timeout=60)
+    assert direct.returncode == 0 and "canaries 0 0 0 0" in direct.stdout, direct
+    assert f"misaligned {n * 3 // 4}" in direct.stdout and f" counted {n * 3 // 4}" in direct.stdout, direct
+    patched, plain = both(argv, tmp_path)
+    assert patched.stdout == plain.stdout == direct.stdout, patched.explain() + plain.explain()
+    assert patched.returncode == plain.returncode == 0, patched.explain()
+    assert_same_counts(patched, plain)
+    assert patched.doc is not None
+    got = {(s["function"], s["access"]): (s["count"], s.get("patched")) for s in patched.doc["sites"]}
+    want = {(f, "read"): (n * 3 // 4, True) for f in NEIGHBOURS}
+    want[("nb_rmw_pair", "read-write")] = (n * 3 // 4, True)  # the misaligned addl next to the load
+    assert got == want, patched.explain()
+
+
 @pytest.mark.parametrize("run", range(20))
 def test_eight_threads_hammer_a_short_site_while_it_is_patched(agent_programs: Path, tmp_path: Path, run: int) -> None:
     """Eight threads released at once on a 3-byte misaligned load and the 4-byte misaligned store

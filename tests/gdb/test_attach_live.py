@@ -23,7 +23,8 @@ def test_attach_trace_start_stop_show_off_detach(test_programs: Path, tmp_path: 
     with live_program(test_programs, tmp_path) as live:
         before = live.tasks()
         run = run_gdb([str(test_programs / "live_workers")], [
-            f"attach {live.pid}", "ualdbg trace start", "break heartbeat", "continue", "continue", "continue",
+            # The trap engine's attach (`armed now`); the agent's: tests/debuggers.
+            f"attach {live.pid}", "ualdbg trace start --engine trap", "break heartbeat", "continue", "continue", "continue",
             "ualdbg trace stop", f"ualdbg trace save {saved}", "ualdbg trace show --summary --by function",
             "delete", "ualdbg off", "detach"], timeout=120)
         end = live.finish()

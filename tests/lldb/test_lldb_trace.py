@@ -24,8 +24,10 @@ def rows(text: str) -> list[list[str]]:
     return [line.split() for line in text.splitlines() if re.match(r"^\s*\d+\s+\d+\.\d%", line)]
 
 
+# These two check the trap engine's summary and ring (`trace start` records through the agent
+# by default since issue 32: tests/debuggers/test_trace_in_debuggers.py).
 def test_summary_per_pc_and_by_function() -> None:
-    run = run_lldb([str(BUILD / "threads"), "10"], ["ualdbg trace start", "process launch -o /dev/null",
+    run = run_lldb([str(BUILD / "threads"), "10"], ["ualdbg trace start --engine trap", "process launch -o /dev/null",
                                                     "ualdbg trace show --summary", "script print('==BY-' + 'FUNCTION==')",
                                                     "ualdbg trace show --by function"])
     summary, by_function = run.stdout.split("==BY-FUNCTION==")
@@ -39,7 +41,7 @@ def test_summary_per_pc_and_by_function() -> None:
 def test_wrapped_ring_and_config(tmp_path: Path) -> None:
     save = tmp_path / "t.json"
     run = run_lldb([str(BUILD / "threads"), "10"], [
-        "ualdbg config buffer 25", "ualdbg trace start", "process launch -o /dev/null", f"ualdbg trace save {save}",
+        "ualdbg config buffer 25", "ualdbg trace start --engine trap", "process launch -o /dev/null", f"ualdbg trace save {save}",
         "ualdbg trace show --limit 4"])
     doc = json.loads(save.read_text())
     assert doc["faults_total"] == 60 and len(doc["records"]) == 25 and doc["records_dropped"] == 35, run.explain()

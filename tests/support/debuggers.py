@@ -136,3 +136,18 @@ def run_gdb_multiarch(arch: str, program: list[str], commands: list[str], timeou
                 target.stop()
         result.stdout = out_path.read_text(errors="replace")  # with what qemu wrote after gdb ended
     return result.fail_on_timeout()
+
+
+# --- one test body for both debuggers (tests/debuggers/) ----------------------------------------
+
+DEBUGGERS = ("gdb", "lldb")
+
+
+def run_debugger(debugger: str, program: list[str], commands: list[str], *, timeout: float = 120,
+                 env: dict[str, str] | None = None) -> Result:
+    """The same ualdbg and debugger commands (`run`, `continue` and `ualdbg ...` are spelled alike
+    in both) under gdb -batch or lldb; lldb reads them as `-o` without --batch (module
+    docstring: its --batch skips the rest after a SIGBUS stop) and quits at the end of stdin."""
+    if debugger == "gdb":
+        return run_gdb(program, commands, timeout=timeout, env=env)
+    return run_lldb(program, commands, batch=False, timeout=timeout, env=env)

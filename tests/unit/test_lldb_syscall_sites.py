@@ -43,3 +43,14 @@ def test_pthread_sigmask_wrapper_takes_how_from_its_caller() -> None:
 
 def test_zero_overwritten_before_the_syscall_is_not_a_block() -> None:
     assert not _site("31ff bf01000000 b80e000000 0f05").zero_arg
+
+
+def test_site_inside_another_instruction_is_left_out() -> None:
+    # movabs rcx, 0x00050f0000000eb8 (tests/fixtures/programs/syscall_bytes.cpp): from its third
+    # byte it reads `mov eax, 14; syscall`; decoded from the function's start it is one movabs.
+    code = bytes.fromhex("48b9b80e0000000f0500 c3".replace(" ", ""))
+    assert [s.addr for s in find_sites(code, BASE, WANTED)] == [BASE + 7]  # the byte pattern alone
+    assert find_sites(code, BASE, WANTED, function_start=lambda addr: BASE) == []
+    # A real site decoded from its function's start stays.
+    real = bytes.fromhex("31ff b80e000000 0f05 c3".replace(" ", ""))
+    assert [s.addr for s in find_sites(real, BASE, WANTED, function_start=lambda addr: BASE)] == [BASE + 7]

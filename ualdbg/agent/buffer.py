@@ -42,6 +42,7 @@ PATCH_REASONS = {  # ualdbg_agent.h, UALDBG_PATCH_R_*: why a site keeps trapping
     14: "overlaps a patch", 15: "rep string (one trap per element)", 16: "call, jmp or ret (emulated)",
     17: "single-stepped", 18: "out-of-scope string routine (one trap per call)", 19: "fs/gs or 32-bit address",
     20: "stack operation", 21: "bit string (bt with a register offset)", 22: "masked AVX-512 access",
+    23: "a moved neighbour's copy not proved the same",
 }
 
 _HEADER = struct.Struct("<8sIIIIII QQQQ qq IIII QQQ QQQ QQQ Q q QQQ 512s 1024s 512s")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 OWNER_SYMBOL = "ualdbg_agent_owner"
@@ -122,3 +123,28 @@ def orphaned_agent(pid: int) -> LoadedAgent | None:
     """A copy of the agent that disarmed itself when the ualdbg that injected it died: no one traces
     with it, and a new trace removes it first (its patched jumps, wrappers and buffer remain)."""
     return next((a for a in loaded_agents(pid) if a.orphan and not a.owner), None)
+
+
+def module_bias(pid: int, pred: Callable[[str], bool]) -> tuple[str, int] | None:
+    """(path, load address) of the first module of `pid` whose path satisfies `pred`."""
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and int(parts[2], 16) == 0:
+                path = parts[5].strip()
+                if pred(path):
+                    return path, int(parts[0].split("-")[0], 16)
+    return None
+
+
+def libc_symbol(pid: int, name: str) -> int:
+    """The address of libc's `name` in `pid` (dlopen, for an injection: `trace --pid`, or a
+    debugger's `trace start` on a running process); LookupError saying why there is none."""
+    found = module_bias(pid, lambda p: os.path.basename(p).startswith(("libc.so", "libc-")))
+    if found is None:
+        raise LookupError(f"process {pid} has no libc mapped (static, or not glibc)")
+    path, base = found
+    value = elf_symbol(f"/proc/{pid}/root{path}", name)
+    if value is None:
+        raise LookupError(f"{path} of process {pid} has no {name} (glibc before 2.34?)")
+    return base + value

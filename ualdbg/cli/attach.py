@@ -22,34 +22,16 @@ from ..core.document import read_document
 from ..core.external import find_tool
 from ..core.progress import poll
 from ..core.sections import AttachState
+from ..engines.procfs import comm, status_field
 from ..engines.runner import RunRequest, RunResult, ToolError, finished_status, gdb_batch
 from .watch import Sample
 
 YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"  # absent without the Yama LSM: attach as ptrace allows
 
 
-def _status_field(pid: int, name: str) -> str | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(name + ":"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        return None
-    return None
-
-
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return "?"
-
-
 def _is_ancestor(ancestor: int, pid: int) -> bool:
     while pid > 1:
-        ppid = _status_field(pid, "PPid")
+        ppid = status_field(pid, "PPid")
         if ppid is None:
             return False
         pid = int(ppid)
@@ -67,11 +49,11 @@ def attach_problem(pid: int) -> str | None:
     except ProcessLookupError:
         return f"no process {pid}"
     except PermissionError:
-        return f"process {pid} ({_comm(pid)}) belongs to another user: only root may trace it"
-    state = _status_field(pid, "State") or ""
+        return f"process {pid} ({comm(pid)}) belongs to another user: only root may trace it"
+    state = status_field(pid, "State") or ""
     if state.startswith("Z"):
-        return f"process {pid} ({_comm(pid)}) has exited (a zombie): nothing to trace"
-    tracer = int(_status_field(pid, "TracerPid") or 0)
+        return f"process {pid} ({comm(pid)}) has exited (a zombie): nothing to trace"
+    tracer = int(status_field(pid, "TracerPid") or 0)
     if tracer:
         return traced_line(pid, tracer)
     try:
@@ -93,7 +75,7 @@ def _program_of(pid: int) -> tuple[str, list[str]]:
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:
-        exe = _comm(pid)
+        exe = comm(pid)
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
@@ -141,34 +123,6 @@ def read_sites(path: str) -> tuple[dict[int, int], int] | None:
         return None
 
 
-def injection_problem(pid: int) -> str | None:
-    """Why the agent cannot be injected into `pid`, in a few words; None when it can be tried."""
-    import platform
-
-    from ..engines.agent import AgentUnavailable, elf_facts
-    from .inject import InjectError, libc_function
-
-    if platform.machine() not in ("x86_64", "amd64"):
-        return f"the agent is injected on x86-64 hosts, not {platform.machine()}"
-    name = f"process {pid} ({_comm(pid)})"
-    try:
-        cls, machine, interp = elf_facts(f"/proc/{pid}/exe")
-    except AgentUnavailable as exc:
-        return f"{name}: {exc}"
-    if cls != 2 or machine != 62:
-        return f"{name} is not a 64-bit x86 program"
-    if not interp:
-        return f"{name} is statically linked: there is no dlopen in it to load the agent with"
-    mode = _status_field(pid, "Seccomp")
-    if mode not in (None, "0"):
-        return f"{name} runs under seccomp (mode {mode}): the system calls of an injection could be refused or kill it"
-    try:
-        libc_function(pid, "dlopen")
-    except (InjectError, OSError) as exc:
-        return f"{name}: {exc}"
-    return None
-
-
 def run_attached(req: RunRequest, on_progress: Callable[[int, int, float], None] | None = None,
                  ready: Callable[[str], None] | None = None, *, on_sample: Callable[[Sample], None] | None = None,
                  interval: float = 1.0, quit: threading.Event | None = None,
@@ -182,7 +136,7 @@ def run_attached(req: RunRequest, on_progress: Callable[[int, int, float], None]
         raise ToolError(problem)
     _clear_agent_left(req.pid, say)
     if req.engine != "trap":
-        from ..engines.agent import AgentUnavailable, agent_library
+        from ..engines.agent import AgentUnavailable, agent_library, injection_problem
         from .inject import InjectError, Traced
 
         why = injection_problem(req.pid)
@@ -208,10 +162,10 @@ def traced_line(pid: int, tracer: int = 0, ualdbg: int = 0, injected: bool = Tru
     """The one line for a process someone else traces: a ptrace tracer, or a ualdbg through its
     agent (0: which one is not known)."""
     if tracer:
-        return f"process {pid} ({_comm(pid)}) is already traced by process {tracer} ({_comm(tracer)}): detach that first"
+        return f"process {pid} ({comm(pid)}) is already traced by process {tracer} ({comm(tracer)}): detach that first"
     how = "the agent injected" if injected else "which started it"
     who = f" (process {ualdbg}, {how})" if ualdbg else " (its agent is armed in it)"
-    return f"process {pid} ({_comm(pid)}) is already traced by ualdbg{who}: end that trace first"
+    return f"process {pid} ({comm(pid)}) is already traced by ualdbg{who}: end that trace first"
 
 
 def _clear_agent_left(pid: int, say: Callable[[str], None] | None) -> None:
@@ -232,7 +186,7 @@ def _clear_agent_left(pid: int, say: Callable[[str], None] | None) -> None:
         if not _gone(left.ualdbg) or not left.file:
             raise ToolError(traced_line(pid, ualdbg=left.ualdbg, injected=left.injected))
         if not left.injected:  # preloaded: its wrappers are bound into the program, not removable from outside
-            raise ToolError(f"process {pid} ({_comm(pid)}) runs with the agent of a killed ualdbg "
+            raise ToolError(f"process {pid} ({comm(pid)}) runs with the agent of a killed ualdbg "
                             f"(process {left.ualdbg}) armed since its start: restart it to trace it")
         how, killed = "left armed", left.ualdbg
     try:
@@ -254,7 +208,7 @@ def _same_pid_namespace(pid: int) -> bool:
 
 
 def _gone(pid: int) -> bool:
-    state = _status_field(pid, "State")
+    state = status_field(pid, "State")
     return state is None or state.startswith(("Z", "X"))
 
 
@@ -385,7 +339,7 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
         threads_armed=injected.threads_armed, agent_left="loaded, inert" if not exited else None,
         stopped_s={"attach": round(injected.stopped_s, 6), "detach": round(removed_s, 6)})
     if execed:
-        result.note(f"process {pid} exec'd {_comm(pid)} during the trace: the new program "
+        result.note(f"process {pid} exec'd {comm(pid)} during the trace: the new program "
                     "was not traced (an exec clears AC and drops the agent)")
     if not injected.threads_armed:
         result.note(f"no thread of process {pid} could be armed at the attach (each blocked "

@@ -25,9 +25,9 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from ..agent.presence import elf_symbol, tracing_agent
+from ..agent.presence import elf_symbol, libc_symbol, module_bias, tracing_agent
 from ..core.errors import UaldbgError
-from ..engines.procfs import blocked_signals, sigbus_blocked
+from ..engines.procfs import QUIET_SYSCALLS, blocked_signals, sigbus_blocked, syscall_of, system_ranges
 
 PTRACE_CONT, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 7, 12, 13, 17
 PTRACE_GETSIGINFO, PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_EVENT_STOP = 0x4202, 0x4206, 0x4207, 128
@@ -38,8 +38,6 @@ AC, TF = 0x40000, 0x100
 RTLD_NOW = 2
 REG_NAMES = ("r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx", "rdx", "rsi",
              "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base", "gs_base", "ds", "es", "fs", "gs")
-# Blocking system calls a thread waits in holding no lock of libc's: the thread a call is made in.
-QUIET_SYSCALLS = {0, 7, 23, 34, 35, 43, 45, 47, 61, 230, 232, 270, 271, 281, 288}
 DATA = object()  # an argument of Process.call: the address its data was written at
 
 
@@ -93,15 +91,6 @@ def _pending(pid: int, tid: int, mask: int = ~0) -> bool:
             return any(line.startswith("SigPnd:") and int(line.split()[1], 16) & mask != 0 for line in f)
     except (OSError, ValueError):
         return False
-
-
-def _syscall_of(pid: int, tid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
-            word = f.read().split()[0]
-        return int(word) if word.lstrip("-").isdigit() and int(word) >= 0 else None
-    except (OSError, IndexError):
-        return None
 
 
 @dataclass
@@ -254,11 +243,11 @@ class Process:
         # blocked mask by resetting the program's SIGSEGV action to SIG_DFL.
         calm = [t for t in tids if not _pending(self.pid, t) and not blocked_signals(self.pid, t) & SEGV_BIT]
         for tid in calm:
-            if _syscall_of(self.pid, tid) in QUIET_SYSCALLS:
+            if syscall_of(self.pid, tid) in QUIET_SYSCALLS:
                 return tid, True
-        system = _system_ranges(self.pid)
+        system = system_ranges(self.pid)
         for tid in calm:
-            if _syscall_of(self.pid, tid) is None:
+            if syscall_of(self.pid, tid) is None:
                 rip = self.regs(tid).rip
                 if not any(lo <= rip < hi for lo, hi in system):
                     return tid, True
@@ -336,49 +325,18 @@ class Process:
 # ---- symbols
 
 
-def _system_ranges(pid: int) -> list[tuple[int, int]]:
-    """The executable mappings of libc and the dynamic loader: a thread stopped there may hold
-    one of their locks (malloc's, the loader's)."""
-    out = []
-    with open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            parts = line.split(None, 5)
-            if len(parts) == 6 and "x" in parts[1]:
-                base = os.path.basename(parts[5].strip())
-                if base.startswith(("libc.so", "libc-", "ld-linux", "ld-")):
-                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                    out.append((lo, hi))
-    return out
-
-
-def _module_bias(pid: int, pred: object) -> tuple[str, int] | None:
-    """(path, load address) of the first module of `pid` whose path satisfies pred."""
-    with open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            parts = line.split(None, 5)
-            if len(parts) == 6 and int(parts[2], 16) == 0:
-                path = parts[5].strip()
-                if pred(path):  # type: ignore[operator]
-                    return path, int(parts[0].split("-")[0], 16)
-    return None
-
-
 def libc_function(pid: int, name: str) -> int:
-    found = _module_bias(pid, lambda p: os.path.basename(p).startswith("libc.so") or os.path.basename(p).startswith("libc-"))
-    if found is None:
-        raise InjectError(f"process {pid} has no libc mapped (static, or not glibc)")
-    path, base = found
-    value = elf_symbol(f"/proc/{pid}/root{path}", name)
-    if value is None:
-        raise InjectError(f"{path} of process {pid} has no {name} (glibc before 2.34?)")
-    return base + value
+    try:
+        return libc_symbol(pid, name)
+    except LookupError as exc:
+        raise InjectError(str(exc)) from None
 
 
 def agent_mapped(pid: int, lib: str, bias: int | None = None) -> bool:
     """Whether `pid` has the agent mapped (at `bias`): not after an exec, nor in another program."""
     real = os.path.realpath(lib)
     try:
-        found = _module_bias(pid, lambda p: p == real)
+        found = module_bias(pid, lambda p: p == real)
     except OSError:
         return False
     return found is not None and (bias is None or found[1] == bias)

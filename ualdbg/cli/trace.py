@@ -10,7 +10,15 @@ from typing import Any
 from ..ci import baseline
 from ..ci.gate import EXIT_CLEAN, STATUSES
 from ..commands.argtypes import positive
-from ..commands.options import SHELL_ENGINES, add_buffer_arg, add_engine_arg, add_format_arg, add_scope_args, add_step_args
+from ..commands.options import (
+    SHELL_ENGINES,
+    add_buffer_arg,
+    add_engine_arg,
+    add_format_arg,
+    add_patch_args,
+    add_scope_args,
+    add_step_args,
+)
 from ..commands.registry import ShellCommand, examples_text, shell_command
 from ..core.errors import ToolError
 from ..core.result import TraceResult
@@ -37,10 +45,7 @@ def run_options(p: argparse.ArgumentParser) -> None:
     add_step_args(p, until_return=False)
     p.add_argument("--debugger", choices=("gdb", "lldb"), default=None, help="which debugger drives the trap engine (implies --engine trap; default gdb)")
     p.add_argument("--no-follow", action="store_true", help="agent: trace only the program, not the processes it starts")
-    p.add_argument("--patch-after", type=count, default=2, metavar="K",
-                   help="agent: after K traps at an instruction, patch it to count its faults without trapping "
-                        "(exact counts; records for the first K only; default 2)")
-    p.add_argument("--no-patch", action="store_true", help="agent: never patch: one trap and one record per fault")
+    add_patch_args(p, count)
     p.add_argument("--arch", default=None, metavar="ARCH",
                    help="the program's architecture (default: its ELF header); sparc64, alpha... run under qemu-user and gdb-multiarch")
     p.add_argument("--log-file", metavar="FILE", default=None,

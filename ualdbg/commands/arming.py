@@ -15,7 +15,7 @@ from ..engines.step import ScopeRequest
 from ..isa.alignment import ac_rules
 from ..isa.arch import trap_flags
 from .options import DEBUGGER_ENGINES, add_engine_arg, add_scope_args, add_step_args, step_wanted
-from .registry import Host, Output, Parser, Runner, UsageError, command
+from .registry import Host, LaunchSource, Output, Parser, Runner, UsageError, command
 
 
 def apply_scope(host: Host, args: argparse.Namespace) -> None:
@@ -62,13 +62,71 @@ def arm_step(host: Host, args: argparse.Namespace, armed_before: bool) -> list[s
     return [f"step engine armed now: {s.step.describe()}; {len(s.step.threads)} thread(s) stepping"]
 
 
+def program_path(host: Host) -> str | None:
+    """The program the next `run` starts (or that runs), as far as the debugger knows it."""
+    if host.session.program.path:
+        return host.session.program.path
+    if isinstance(host, LaunchSource):
+        try:
+            return host.launch_info()[0]
+        except UsageError:
+            return None
+    return None
+
+
+def start_agent(host: Host, patch_after: int = 2) -> list[str]:
+    """`trace start` through the in-process agent (engines/agentlink.py): loaded at the next run,
+    or injected now. After `break`, the debugger's engine is disarmed first (no more stops; the
+    faults it recorded stay, the thread stopped at one runs it unchecked)."""
+    from ..engines.agent import AgentRun, AgentUnavailable
+
+    s = host.session
+    target = host.target()
+    if s.agent.live:
+        return [f"ualdbg: tracing already, through {s.agent.describe()}"]
+    said = []
+    if s.mode.breaking or s.engine.active or s.step.enabled:
+        said.append("ualdbg: no longer breaking: faults are recorded without stopping from now on")
+        s.mode.breaking = False
+        s.lifecycle.disarm(target)
+        host.uninstall()
+    run = AgentRun([program_path(host) or ""], at=s.mode.at, all_modules=s.scope.all_modules,
+                   modules=list(s.scope.modules), buffer=s.buffer.capacity, patch_after=patch_after)
+    try:
+        if target is None:
+            s.agent.prepare_launch(host.agent_host(), run)
+            how = "loaded at the next run"
+        else:
+            later = host.settle_faults()
+            done = s.agent.inject(host.agent_host(), target, run, later)
+            how = f"injected now, {len(done.armed)} thread(s) armed" + (f", {len(later)} once past their fault" if later else "")
+            said += done.notes()
+    except (AgentUnavailable, RuntimeError, OSError) as exc:
+        raise UsageError(f"ualdbg: the agent could not start: {exc}; `ualdbg trace start --engine trap` records "
+                         "in the debugger") from None
+    s.mode.tracing = s.mode.agent = True
+    return said + [f"ualdbg: tracing unaligned accesses in {s.scope.describe()} through the in-process agent "
+                   f"({how}; the debugger passes SIGBUS to it without stopping)"]
+
+
+def release_agent(host: Host) -> list[str]:
+    """The agent out of the program (`off`, `trace stop`, `break`): its buffers stay readable."""
+    s = host.session
+    if not s.agent.live:
+        return []
+    said = s.agent.release(host.agent_host(), host.target())
+    s.mode.agent = False
+    return [said] if said else []
+
+
 def arm(host: Host) -> list[str]:
     """Install the hooks and, when a process is stopped, arm its threads right now."""
     host.install()
     target = host.target()
     if target is None:
         return [f"armed at {host.session.mode.at} of the next run"]
-    host.session.lifecycle.arm_now(target)
+    later = host.settle_faults()
+    host.session.lifecycle.arm_now(target, later=later)
     e = host.session.engine
     deferred = e.fixup.arming_deferred() if e.fixup is not None else None
     if deferred:
@@ -97,6 +155,8 @@ def _break(p: Parser) -> Runner:
     def run(host: Host, args: argparse.Namespace) -> Output:
         check_engine_args(host, args, "break")
         apply_scope(host, args)
+        # Tracing through the agent: it goes, the debugger's engine traces on and stops.
+        said = release_agent(host)
         mode = host.session.mode
         was, before = mode.breaking, mode.armed
         mode.breaking = True
@@ -105,7 +165,7 @@ def _break(p: Parser) -> Runner:
         except Exception:
             mode.breaking = was
             raise
-        return [f"ualdbg: breaking at unaligned accesses in {host.session.scope.describe()}; " + out[0]]
+        return said + [f"ualdbg: breaking at unaligned accesses in {host.session.scope.describe()}; " + out[0]]
 
     return run
 
@@ -115,13 +175,14 @@ def _break(p: Parser) -> Runner:
 def _off(p: Parser) -> Runner:
     def run(host: Host, args: argparse.Namespace) -> Output:
         s = host.session
+        said = release_agent(host)
         s.mode.breaking = s.mode.tracing = False
         s.buffer.stopped_at = s.buffer.stopped_at or None
         s.lifecycle.disarm(host.target())
         host.uninstall()
         if s.engine.fixup is not None:
-            return [f"ualdbg: off; {s.engine.fixup.off_summary()}, signal settings restored"]
-        return ["ualdbg: off; no thread has AC set, signal settings restored"]
+            return said + [f"ualdbg: off; {s.engine.fixup.off_summary()}, signal settings restored"]
+        return said + ["ualdbg: off; no thread has AC set, signal settings restored"]
 
     return run
 
@@ -135,13 +196,21 @@ def _status(p: Parser) -> Runner:
         lines = [f"ualdbg {s.version} in {s.debugger}: {mode}"]
         if e.fixup is None:  # x86: which accesses raise #AC here (a strict CPU has its own trap)
             lines.append(f"  #AC rule: {ac_rules().describe()}")
-        if s.mode.armed and s.step.enabled:
+        if s.agent.live:
+            lines.append(f"  engine: agent: {s.agent.describe()}")
+            lines.append(f"  arm point: {s.mode.at}; scope: {s.scope.describe()}")
+        if s.agent.note:
+            lines.append(f"  {s.agent.note}")
+        if s.mode.agent:
+            pass
+        elif s.mode.armed and s.step.enabled:
             lines.append(f"  engine: step; scope: {s.step.describe()}")
             lines.append(f"  steps: {s.step.stats.line()}" + (f"; {s.step.ended}" if s.step.ended else ""))
         elif s.mode.armed and e.fixup is not None:
             lines.append(f"  mechanism: {e.mechanism}")
             lines.append(f"  arm point: {s.mode.at}; scope: {s.scope.describe()}")
         elif s.mode.armed:
+            lines.append("  engine: trap (in the debugger: one stop per fault)")
             lines.append(f"  mechanism: {e.mechanism} (x86-64: prctl(PR_SET_UNALIGN) returns EINVAL, so the alignment-check flag is used)")
             lines.append(f"  arm point: {s.mode.at}; scope: {s.scope.describe()}")
         target = host.target()
@@ -154,7 +223,8 @@ def _status(p: Parser) -> Runner:
             t = trap_flags(s.arch_of(target).name)
             for tid in target.threads():
                 ac = t is not None and bool(target.read_register(t.register, tid) & t.ac_bit)
-                state = ("single-stepped by the step engine (in scope)" if tid in s.step.threads else
+                state = ("armed by the agent" if s.mode.agent and ac else
+                         "single-stepped by the step engine (in scope)" if tid in s.step.threads else
                          "stepping over a fault: AC returns after this instruction" if tid in e.pending else
                          "armed" if tid in e.armed else
                          "disarmed: SIGBUS blocked" if tid in e.sigbus_blocked else
@@ -168,8 +238,12 @@ def _status(p: Parser) -> Runner:
         else:
             out = ["\n".join(lines + ["  no process"])]
         b = s.buffer
-        out.append(f"  trace buffer: {b.total} faults in scope, {b.ignored} ignored, "
-                   f"{len(b.records)}/{b.capacity} records kept, {b.dropped} dropped")
+        if s.agent.armings:
+            total, ignored = s.agent.totals()
+            out.append(f"  agent's buffers: {total} faults in scope, {ignored} traps out of scope (live counters)")
+        if not s.agent.armings or b.total or b.ignored:
+            out.append(f"  trace buffer{' (in the debugger)' if s.agent.armings else ''}: {b.total} faults in scope, "
+                       f"{b.ignored} ignored, {len(b.records)}/{b.capacity} records kept, {b.dropped} dropped")
         return out
 
     return run

@@ -4,10 +4,11 @@ the output formats."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from ..isa.alignment import POLICY_NAMES
 from ..render.formats import Format, FormatError, format_named, names, parse_spec
-from .argtypes import positive
+from .argtypes import nonnegative, positive
 
 
 def add_scope_args(p: argparse.ArgumentParser) -> None:
@@ -25,6 +26,7 @@ def add_buffer_arg(p: argparse.ArgumentParser, default: int | None) -> None:
 
 
 DEBUGGER_ENGINES = ("trap", "step")
+TRACE_ENGINES = ("agent", "trap", "step")  # `trace start` in a debugger: the agent where it works
 SHELL_ENGINES = ("agent", "trap", "step")
 ENGINE_HELP = {
     "agent": "agent (default where it works): in-process, one signal per fault",
@@ -36,6 +38,15 @@ ENGINE_HELP = {
 def add_engine_arg(p: argparse.ArgumentParser, engines: tuple[str, ...], default: str | None) -> None:
     p.add_argument("--engine", choices=engines, default=default,
                    help="; ".join(ENGINE_HELP[e] + (" (default)" if e == default else "") for e in engines))
+
+
+def add_patch_args(p: argparse.ArgumentParser, count: Callable[[str], int] = nonnegative) -> None:
+    """The agent's hot-site patching (docs/AGENT.md): the shell's `trace`/`check` and a
+    debugger's `trace start`."""
+    p.add_argument("--patch-after", type=count, default=2, metavar="K",
+                   help="agent: after K traps at an instruction, patch it to count its faults without trapping "
+                        "(exact counts; records for the first K only; default 2)")
+    p.add_argument("--no-patch", action="store_true", help="agent: never patch: one trap and one record per fault")
 
 
 def add_step_args(p: argparse.ArgumentParser, *, until_return: bool) -> None:

@@ -13,6 +13,7 @@ from ..core.errors import UaldbgError
 
 if TYPE_CHECKING:  # annotations only: the shell builds its parsers without the engines (issue 34)
     from ..core.target import Target
+    from ..engines.agentlink import AgentHost
     from ..engines.session import Session
     from ..engines.step import StepControl
 
@@ -34,7 +35,39 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("add_help", True)
         kwargs.setdefault("allow_abbrev", False)
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        self.completions: dict[str, tuple[str, ...]] = {}  # option string -> its choices (completion)
         super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        self.note_option(action)
+        return action
+
+    def add_argument_group(self, *args: Any, **kwargs: Any) -> Any:
+        """A group whose options are noted for completion too (argparse adds them to the group)."""
+        group = super().add_argument_group(*args, **kwargs)
+        add = group.add_argument
+
+        def noted(*a: Any, **kw: Any) -> argparse.Action:
+            action = add(*a, **kw)
+            self.note_option(action)
+            return action
+
+        group.add_argument = noted  # type: ignore[method-assign]
+        return group
+
+    def note_option(self, action: argparse.Action) -> None:
+        for option in action.option_strings:
+            self.completions[option] = tuple(str(c) for c in action.choices) if action.choices else ()
+
+    def complete(self, before: Sequence[str], word: str) -> list[str]:
+        """What completes `word` after the words `before` it: an option's choices after that
+        option, else the options that start with it."""
+        if before and before[-1] in self.completions and self.completions[before[-1]]:
+            return [c for c in self.completions[before[-1]] if c.startswith(word)]
+        if word.startswith("-") or not word:
+            return sorted(o for o in self.completions if o.startswith(word) and o.startswith("--"))
+        return []
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}")
@@ -65,6 +98,17 @@ class Host(Protocol):
 
     def step_control(self) -> StepControl:
         """The step engine's debugger primitives (engines/step.py)."""
+        ...
+
+    def agent_host(self) -> AgentHost:
+        """What the in-process agent needs of the debugger (engines/agentlink.py)."""
+        ...
+
+    def settle_faults(self) -> frozenset[int]:
+        """Before arming again after `off`: threads still stopped at an alignment fault ualdbg
+        reported run that instruction unchecked, as `off` promised (gdb: a `stepi` now). The
+        ones that will run it only when the program resumes (lldb's step plans) are returned:
+        armed once they have (Session.arm_late)."""
         ...
 
 

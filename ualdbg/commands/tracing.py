@@ -7,17 +7,38 @@ from ..isa.costclass import costs_for
 from ..render.formats import FORMATS, format_for, save
 from ..render.tables import GROUPS, header, records_table, summary_table
 from .argtypes import positive
-from .arming import apply_scope, arm, arm_step, check_engine_args
-from .options import DEBUGGER_ENGINES, add_buffer_arg, add_engine_arg, add_format_arg, add_scope_args, add_step_args
+from .arming import apply_scope, arm, arm_step, check_engine_args, program_path, release_agent, start_agent
+from .options import (
+    TRACE_ENGINES,
+    add_buffer_arg,
+    add_engine_arg,
+    add_format_arg,
+    add_patch_args,
+    add_scope_args,
+    add_step_args,
+)
 from .registry import Host, Output, Parser, Runner, UsageError, command
 
 
 @command("trace", "start", description="Record every unaligned access without stopping.",
-         epilog="examples:\n  ualdbg trace start\n  ualdbg trace start --buffer 1000 --all-modules\n"
-                "  ualdbg trace start --engine step --in main --policy cacheline")
+         epilog="""By default the in-process agent records (the one `ualdbg trace` runs from the shell):
+loaded at the next `run`, or injected now into a stopped program; the debugger passes SIGBUS to
+it without stopping, so a fault costs one signal and a hot site, once patched, nothing. Where it
+cannot run (a static or 32-bit program, qemu, seccomp) the trap engine records in the debugger,
+and `ualdbg status` says which. After `ualdbg break`, `trace start` stops breaking (the faults
+already recorded stay); `ualdbg break` while tracing stops at the next fault and goes on counting
+(in the debugger). `ualdbg off` takes the agent out again: no thread keeps AC, the program's
+own SIGBUS handling is as it was.
+
+examples:
+  ualdbg trace start
+  ualdbg trace start --buffer 1000 --all-modules
+  ualdbg trace start --engine trap                 record in the debugger (one stop per fault)
+  ualdbg trace start --engine step --in main --policy cacheline""")
 def _start(p: Parser) -> Runner:
     add_buffer_arg(p, None)
-    add_engine_arg(p, DEBUGGER_ENGINES, "trap")
+    add_engine_arg(p, TRACE_ENGINES, "agent")
+    add_patch_args(p)
     add_scope_args(p)
     add_step_args(p, until_return=True)
 
@@ -30,7 +51,15 @@ def _start(p: Parser) -> Runner:
             s.buffer.resize(args.buffer)
         if not s.mode.armed:
             s.buffer.clear()
+            s.agent.clear()
         s.buffer.stopped_at = None
+        note: list[str] = []
+        if args.engine == "agent":
+            why = s.agent.problem(program_path(host), host.target())
+            if why is None:
+                return start_agent(host, 0 if args.no_patch else args.patch_after)
+            note = [f"ualdbg: the agent cannot trace here ({why}): the trap engine records in the debugger"]
+            args.engine = "trap"
         was, before = s.mode.tracing, s.mode.armed
         s.mode.tracing = True
         try:
@@ -38,7 +67,8 @@ def _start(p: Parser) -> Runner:
         except Exception:
             s.mode.tracing = was
             raise
-        return [f"ualdbg: tracing unaligned accesses in {s.scope.describe()} (ring of {s.buffer.capacity}); " + out[0]]
+        return note + [f"ualdbg: tracing unaligned accesses in {s.scope.describe()} (ring of {s.buffer.capacity}); "
+                       + out[0]]
 
     return run
 
@@ -48,12 +78,13 @@ def _start(p: Parser) -> Runner:
 def _stop(p: Parser) -> Runner:
     def run(host: Host, args: argparse.Namespace) -> Output:
         s = host.session
+        said = release_agent(host)
         s.mode.tracing = False
         s.buffer.stopped_at = s.buffer.started_at + s.buffer.now()
         if not s.mode.breaking:
             s.lifecycle.disarm(host.target())
             host.uninstall()
-        return [f"ualdbg: trace stopped; {s.buffer.total} faults recorded"]
+        return said + [f"ualdbg: trace stopped; {s.result().faults_total} faults recorded"]
 
     return run
 
@@ -62,7 +93,11 @@ def _stop(p: Parser) -> Runner:
          examples=["ualdbg trace clear               start counting afresh (tracing goes on if it was on)"])
 def _clear(p: Parser) -> Runner:
     def run(host: Host, args: argparse.Namespace) -> Output:
+        if host.session.agent.live:
+            raise UsageError("ualdbg: the agent's counters cannot be zeroed while it traces: "
+                             "`ualdbg off`, then `ualdbg trace start` starts afresh")
         host.session.buffer.clear()
+        host.session.agent.clear()
         return ["ualdbg: trace buffer cleared"]
 
     return run
@@ -102,10 +137,11 @@ def _save(p: Parser) -> Runner:
     add_format_arg(p, to_path=False)
 
     def run(host: Host, args: argparse.Namespace) -> Output:
+        result = host.session.result()
         try:
-            save(host.session.result(), args.file, args.format or format_for(args.file))
+            save(result, args.file, args.format or format_for(args.file))
         except OSError as exc:
             raise UsageError(f"cannot write {args.file}: {exc.strerror}") from None
-        return [f"ualdbg: {host.session.buffer.total} faults saved to {args.file}"]
+        return [f"ualdbg: {result.faults_total} faults saved to {args.file}"]
 
     return run

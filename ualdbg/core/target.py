@@ -17,6 +17,7 @@ What each adapter offers:
     FloatMover         x
     FloatBits          x
     InferiorCalls      x
+    StringCalls        x     x     (the agent's injection: dlopen of its path)
     SymbolLookup       x
     LiveThreads        x
     FaultStepper             x     (the hooks' targets, which can queue lldb's own single-step)
@@ -131,6 +132,20 @@ class InferiorCalls(Protocol):
 
     def call_function(self, addr: int, args: list[int]) -> int:
         """Call the function at `addr` with integer arguments; its return value."""
+        ...
+
+
+@runtime_checkable
+class StringCalls(Protocol):
+    """Runs a function of the program with integer and string arguments, each string placed in
+    the program's memory by the debugger (as its expression evaluator places a literal): the
+    agent's injection, `dlopen(path, RTLD_NOW)` then `ualdbg_agent_inject(config)`
+    (engines/agentlink.py). gdb and lldb."""
+
+    def call_with_strings(self, addr: int, args: list[int | bytes], alone: bool = False) -> int:
+        """Call the function at `addr`; bytes arguments are passed as pointers to a NUL-terminated
+        copy. Its return value (64 bits); RuntimeError when the call did not complete. `alone`:
+        the other threads stay stopped during the call (else the debugger may run them)."""
         ...
 
 

@@ -161,6 +161,35 @@ def preflight(path: str) -> None:
         pass
 
 
+def injection_problem(pid: int) -> str | None:
+    """Why the agent cannot be injected into the running process `pid` (`trace --pid`, or a
+    debugger's `trace start` once the program runs), in a few words; None when it can be tried."""
+    import platform
+
+    from ..agent.presence import libc_symbol
+    from .procfs import comm, status_field
+
+    if platform.machine() not in ("x86_64", "amd64"):
+        return f"the agent is injected on x86-64 hosts, not {platform.machine()}"
+    name = f"process {pid} ({comm(pid)})"
+    try:
+        cls, machine, interp = elf_facts(f"/proc/{pid}/exe")
+    except AgentUnavailable as exc:
+        return f"{name}: {exc}"
+    if cls != 2 or machine != 62:
+        return f"{name} is not a 64-bit x86 program"
+    if not interp:
+        return f"{name} is statically linked: there is no dlopen in it to load the agent with"
+    mode = status_field(pid, "Seccomp")
+    if mode not in (None, "0"):
+        return f"{name} runs under seccomp (mode {mode}): the system calls of an injection could be refused or kill it"
+    try:
+        libc_symbol(pid, "dlopen")
+    except (LookupError, OSError) as exc:
+        return f"{name}: {exc}"
+    return None
+
+
 def agent_library() -> str:
     try:
         return str(build())
@@ -499,6 +528,7 @@ class ImageTrace:
     table: RecordTable
     unrecorded: int
     scope: str
+    program: ProgramInfo = field(default_factory=ProgramInfo)  # the image's (a merge: the first's)
 
 
 def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_root: bool = True,
@@ -573,7 +603,8 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
     end = h.end_ns / 1e9 if h.end_ns else time.monotonic()
     buf.stopped_at = max(started, end)
     sites = sites_of(buf, symbolizer.resolve, data_at)
-    return ImageTrace(buf, sites, table, _mark_patched(sites, image, image.patch_after), scope.describe())
+    program = ProgramInfo(path=h.exe, args=list(h.argv[1:]), pid=h.pid, exit_status=h.exit_status)
+    return ImageTrace(buf, sites, table, _mark_patched(sites, image, image.patch_after), scope.describe(), program)
 
 
 def _name_ranges(data_at: dict[int, DataRef], regs_at: Mapping[int, Mapping[str, int]], vas: Mapping[int, list[int]],
@@ -632,7 +663,7 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     shared: dict[Any, Any] = {}
     results = [image_result(run, image, started, lib, is_root=image.header.pid == root_pid and not driver, shared=shared)
                for image in images]
-    one = results[0] if len(results) == 1 else _merge(results, run.buffer)
+    one = results[0] if len(results) == 1 else merge_results(results, run.buffer)
     one.buffer.started_at, one.buffer.stopped_at = started, max(started, ended)
     result = TraceResult.of_buffer(
         one.buffer, engine=NAME, debugger="none", arch=os.uname().machine, version=__version__,
@@ -784,7 +815,24 @@ def _patching_summary(run: AgentRun, images: list[Image], unrecorded: int) -> Pa
                     unpatchable=dict(sorted(refused.items())), faults_in_scope_without_record=unrecorded)
 
 
-def _merge(results: list[ImageTrace], capacity: int) -> ImageTrace:
+def add_up(buf: TraceBuffer, sites: dict[tuple[str | None, int | None, int], Site], counted: TraceBuffer,
+           more: list[Site]) -> None:
+    """One part's counts (`counted`) into `buf` and its sites into `sites`: the same code (module,
+    offset, PC) is one site (merge_results, and agentlink.combine for the debugger's and the agent's)."""
+    buf.total += counted.total
+    buf.ignored += counted.ignored
+    for k, v in counted.ignored_by_module.items():
+        buf.ignored_by_module[k] = buf.ignored_by_module.get(k, 0) + v
+    for s in more:
+        key = (s.loc.module_name, s.loc.offset, s.loc.pc)
+        have = sites.get(key)
+        if have is None:
+            sites[key] = replace(s)
+        else:
+            have.absorb(s)
+
+
+def merge_results(results: list[ImageTrace], capacity: int) -> ImageTrace:
     """Several images: sites of the same code (module, offset, PC) add up; records interleave by
     time in one ring of the same capacity."""
     from .records import merged
@@ -792,21 +840,11 @@ def _merge(results: list[ImageTrace], capacity: int) -> ImageTrace:
     sites: dict[tuple[str | None, int | None, int], Site] = {}
     buf = TraceBuffer(capacity)
     for r in results:
-        buf.total += r.buffer.total
-        buf.ignored += r.buffer.ignored
-        for k, v in r.buffer.ignored_by_module.items():
-            buf.ignored_by_module[k] = buf.ignored_by_module.get(k, 0) + v
-        for s in r.sites:
-            key = (s.loc.module_name, s.loc.offset, s.loc.pc)
-            have = sites.get(key)
-            if have is None:
-                sites[key] = replace(s)
-            else:
-                have.absorb(s)
+        add_up(buf, sites, r.buffer, r.sites)
     # Records are numbered by trap: the faults patched sites counted without a record (issue 21)
     # are not among them. Ordered by (time, pid, seq), the last `capacity` kept (engines/records.py).
     unrecorded = sum(r.unrecorded for r in results)
     tables = [r.table for r in results]  # image_result's, all with the same start
     table = merged(tables, tables[0].started, capacity, buf.total - unrecorded)
     return ImageTrace(buf, sorted(sites.values(), key=lambda s: (-s.count, s.loc.pc)), table, unrecorded,
-                      results[0].scope)
+                      results[0].scope, results[0].program)

@@ -37,10 +37,17 @@ class Mode:
     breaking: bool = False
     tracing: bool = False
     at: str = "main"
+    agent: bool = False  # tracing goes through the in-process agent (engines/agentlink.py)
 
     @property
     def armed(self) -> bool:
         return self.breaking or self.tracing
+
+    @property
+    def trap_armed(self) -> bool:
+        """Whether the debugger's own engine (trap or step) is wanted: to break, or to trace
+        without the agent."""
+        return self.breaking or (self.tracing and not self.agent)
 
 
 class Reruns:

@@ -117,7 +117,7 @@ class Lifecycle:
     def arm_point(self, target: Target, control: StepControl) -> bool:
         """`main` (or the entry, `--at start`) is reached: arm the engine the user chose, if
         ualdbg is armed at all. True when an engine was armed."""
-        if not self.mode.armed:
+        if not self.mode.trap_armed:
             return False
         self.program.pid = target.pid()
         if self.step.enabled:
@@ -129,7 +129,7 @@ class Lifecycle:
     def arm_at_start(self, target: Target) -> bool:
         """A new image (run or exec) is loaded: with `--at start` this is the first moment it can
         be armed (the trap engine; its arm point is the loader's entry). True when armed."""
-        if not (self.mode.armed and self.mode.at == "start"):
+        if not (self.mode.trap_armed and self.mode.at == "start"):
             return False
         self._arm_trap(target)
         return True
@@ -138,7 +138,7 @@ class Lifecycle:
         """The first stop of a process ualdbg was armed for before `attach`: its arm point is
         long past, arm where the process is. Returns the line for the user, or None when there
         was nothing to arm (not armed, or armed already)."""
-        if not self.mode.armed:
+        if not self.mode.trap_armed:
             return None
         if self.step.enabled:
             if self.step.armed:
@@ -152,15 +152,16 @@ class Lifecycle:
         self._arm_trap(target)
         return f"ualdbg: attached: armed {len(self.engine.armed)} thread(s)"
 
-    def arm_now(self, target: Target, control: StepControl | None = None) -> None:
+    def arm_now(self, target: Target, control: StepControl | None = None, later: frozenset[int] = frozenset()) -> None:
         """`break` or `trace start` typed while the program is stopped: arm the trap engine, or
         with a step control the step engine, where the program is (nothing is told: the command
-        says what it armed)."""
+        says what it armed). `later`: threads still to run the instruction they stopped at
+        before `off` (Host.settle_faults), armed once they have (Session.arm_late)."""
         if control is not None:
             self.step.arm(target, control, self.arch_of(target))
         else:
             self.arch_of(target)
-            self.engine.arm(target)
+            self.engine.arm(target, later)
 
     # -- processes and threads -------------------------------------------------------------------
     def new_process(self, pid: int) -> None:

@@ -1,4 +1,5 @@
-"""What /proc tells about a traced thread: its signal mask and the CPU it last ran on."""
+"""What /proc tells about a traced process and its threads: its status fields and name, a
+thread's signal mask, the system call it waits in and the CPU it last ran on."""
 from __future__ import annotations
 
 import os
@@ -18,8 +19,58 @@ def blocked_signals(pid: int, tid: int) -> int:
     return 0
 
 
+def status_field(pid: int, name: str) -> str | None:
+    """A field of /proc/PID/status (`PPid`, `Seccomp`...), None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(name + ":"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def comm(pid: int) -> str:
+    """The process's name as the kernel keeps it, "?" when unreadable."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
 def sigbus_blocked(pid: int, tid: int) -> bool:
     return bool(blocked_signals(pid, tid) & (1 << (SIGBUS - 1)))
+
+
+# Blocking system calls a thread waits in holding no lock of libc's: the thread a call is made in.
+QUIET_SYSCALLS = {0, 7, 23, 34, 35, 43, 45, 47, 61, 230, 232, 270, 271, 281, 288}
+
+
+def syscall_of(pid: int, tid: int) -> int | None:
+    """The system call a stopped thread waits in (/proc/PID/task/TID/syscall), None if none."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+            word = f.read().split()[0]
+        return int(word) if word.lstrip("-").isdigit() and int(word) >= 0 else None
+    except (OSError, IndexError):
+        return None
+
+
+def system_ranges(pid: int) -> list[tuple[int, int]]:
+    """The executable mappings of libc and the dynamic loader: a thread stopped there may hold
+    one of their locks (malloc's, the loader's)."""
+    out = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and "x" in parts[1]:
+                base = os.path.basename(parts[5].strip())
+                if base.startswith(("libc.so", "libc-", "ld-linux", "ld-")):
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    out.append((lo, hi))
+    return out
 
 
 class CpuReader:

@@ -16,9 +16,10 @@ from ..core.settings import Config
 from ..core.target import Target
 from ..core.trace import TraceBuffer
 from ..isa import arch as archmod
+from .agentlink import AgentLink, combine
 from .faultpath import FaultPath, Mode
 from .image import ProcessImage
-from .lifecycle import Events, Lifecycle
+from .lifecycle import Events, Kind, Lifecycle
 from .modulescope import Scope
 from .recorder import FaultRecorder
 from .rules import FaultRules
@@ -43,6 +44,8 @@ class Session:
         self.events = Events()
         self.lifecycle = Lifecycle(self.mode, self.program, self.faults, self.engine, self.step, self.events)
         self.stops = Stops(self.lifecycle, self.break_report)
+        self.agent = AgentLink()  # `trace start`'s in-process agent (engines/agentlink.py)
+        self.events.subscribe(Kind.NEW_PROCESS, self.agent.launched)
 
     @property
     def buffer(self) -> TraceBuffer:
@@ -54,17 +57,45 @@ class Session:
 
     @property
     def engine_name(self) -> str:
+        """The engine that traces now: the agent while it does, else the debugger's own."""
+        if self.mode.agent:
+            return "agent"
         return self.step.name if self.step.enabled else self.engine.name
 
     def arch_of(self, target: Target) -> archmod.ArchInfo:
         """The target's architecture (Lifecycle.arch_of: learnt once)."""
         return self.lifecycle.arch_of(target)
 
+    def arm_late(self, target: Target, tid: int) -> None:
+        """A thread that was stopped at a fault when ualdbg went off has run that instruction
+        (Host.settle_faults): armed now for whichever engine is armed."""
+        if self.agent.live and not self.agent.waiting:
+            self.agent.arm_thread(target, tid)
+        elif self.engine.active and self.engine.fixup is None and tid not in self.engine.armed:
+            self.lifecycle.arch_of(target)
+            self.engine.arm_thread(target, tid)
+
     def result(self) -> TraceResult:
-        """What this session has recorded, for the JSON document (render/jsondoc.py)."""
+        """What this session has recorded, for the JSON document (render/jsondoc.py): the
+        debugger's own engine's faults and the agent's, one trace."""
+        own = self._own_result()
+        agent = self.agent.results()
+        if not agent:
+            return own
+        trapped = bool(self.buffer.total or self.buffer.ignored)
+        one = combine(own, self.buffer if trapped else None, agent, self.buffer.capacity)
+        program, image = self.program, agent[0].program
+        exit_status = program.exit_status if program.exit_status is not None else image.exit_status
+        one.program = ProgramInfo(path=program.path or image.path, args=list(program.args or image.args),
+                                  pid=program.pid or image.pid, exit_status=exit_status,
+                                  exit_signal=program.exit_signal)
+        return one
+
+    def _own_result(self) -> TraceResult:
         arch = self.lifecycle.arch
         result = TraceResult.of_buffer(
-            self.buffer, engine=self.engine_name, debugger=self.debugger, version=self.version,
+            self.buffer, engine=self.step.name if self.step.enabled else self.engine.name, debugger=self.debugger,
+            version=self.version,
             arch=platform.machine() if arch is None else arch.name,
             program=replace(self.program, args=list(self.program.args)), scope=self.scope.describe(),
             sites=sites_of(self.buffer, self.image.resolve, self.recorder.data_at), recording=self.mode.armed)

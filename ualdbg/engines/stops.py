@@ -93,7 +93,7 @@ class Stops:
     def stopped(self, target: Target) -> None:
         """A stop the user sees: the trap engine finishes what the debugger's own steps hid
         from it and arms the threads no hook saw being born."""
-        if self.lifecycle.mode.armed or self.engine.pending:
+        if self.lifecycle.mode.trap_armed or self.engine.pending:
             self.lifecycle.arch_of(target)
             self.engine.reconcile(target)
 

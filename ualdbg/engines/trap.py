@@ -186,8 +186,9 @@ class TrapEngine:
         self.armed.add(tid)
         return True
 
-    def arm(self, target: Target) -> None:
-        """Arm every thread now (at main, at start, after attach, or when asked while stopped)."""
+    def arm(self, target: Target, later: frozenset[int] = frozenset()) -> None:
+        """Arm every thread now (at main, at start, after attach, or when asked while stopped);
+        `later` ones are armed by the lifecycle when they ran their instruction (arm_thread)."""
         self.active = True
         fixup = self.fixup
         if fixup is not None:
@@ -195,7 +196,7 @@ class TrapEngine:
             self.armed.update(target.threads())
             return
         for tid in target.threads():
-            if tid not in self.pending:
+            if tid not in self.pending and tid not in later:
                 self.arm_thread(target, tid)
 
     def disarm(self, target: Target | None) -> None:

@@ -127,7 +127,7 @@ def main(config_json: str) -> None:
         status.update(error=traced_line(pid, ualdbg=agent.ualdbg, injected=agent.injected), traced=True)
         _write(cfg["status"], status)
         return
-    args = ["--buffer", str(cfg["buffer"])]
+    args = ["--buffer", str(cfg["buffer"]), "--engine", "trap"]  # the shell's --pid injects the agent itself
     if cfg.get("all_modules"):
         args.append("--all-modules")
     for m in cfg.get("modules", []):

@@ -112,6 +112,14 @@ class Catchpoints:
             self.arm_point.delete()
         self.arm_point = None
 
+    def missing(self) -> list[int]:
+        """Installed catchpoints gdb no longer has: a user's `delete` (without numbers) deletes
+        every breakpoint, ualdbg's too."""
+        if not self.installed:
+            return []
+        have = {bp.number for bp in gdb.breakpoints()}
+        return [num for num in self.numbers if num not in have]
+
     def keep_only(self, keep: list[int]) -> None:
         """At `off`: the catchpoints that stay until the stops still due are collected."""
         for num in self.numbers:

@@ -46,6 +46,8 @@ def _run(cfg: dict[str, Any], status: dict[str, Any]) -> None:
         args += ["--module", m]
     if cfg.get("step"):
         args += cfg["step"]  # the step engine for a program under qemu (runner._step_args)
+    else:
+        args += ["--engine", "trap"]  # the shell's --engine trap / --debugger gdb: the agent is its own
     from ...commands.all import COMMANDS
 
     # Run as it would alone: the program's own signals go to it without a stop (`all` leaves

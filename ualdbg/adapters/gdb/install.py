@@ -11,6 +11,7 @@ import gdb  # type: ignore[import-not-found]
 
 from ...commands.all import COMMANDS, GROUPS, CommandSpec, HelpShown, UsageError
 from ...core.settings import SETTINGS
+from ...engines.agentlink import AgentHost
 from ...engines.session import Session
 from ...engines.step import StepControl
 from ...render.console import to_text
@@ -54,6 +55,12 @@ class _Host:
 
     def step_control(self) -> StepControl:
         return self.hooks.step_control
+
+    def agent_host(self) -> AgentHost:
+        return self.hooks.agent_host
+
+    def settle_faults(self) -> frozenset[int]:
+        return self.hooks.settle_faults()
 
     def launch_info(self) -> tuple[str, list[str], tuple[str, ...], str]:
         """For `ualdbg stackcheck`: the loaded program, `show args`, and the environment `run`
@@ -99,6 +106,7 @@ def launch_info() -> tuple[str, list[str], tuple[str, ...], str]:
 def _run(spec: CommandSpec, argv: str) -> None:
     host = _STATE["host"]
     try:
+        host.hooks.restore_catchpoints()  # a `delete` since the last prompt (a batch run has none)
         if spec.path in _HOLDING:
             disarming = spec.path in (("off",), ("trace", "stop"))
             with host.hooks.holding.hold_running(host.hooks.touched_threads() if disarming else None):
@@ -131,15 +139,42 @@ def _make_command(name: str, spec: CommandSpec) -> None:
             self.dont_repeat()
             _run(spec, argument)
 
+        def complete(self, text: str, word: str | None) -> Any:
+            """Options, and an option's choices after it (`ualdbg trace start --engine <TAB>`);
+            a file name where the command takes one (`trace save`, `--json`)."""
+            before = text.split()
+            token = before.pop() if before and not text[-1:].isspace() else ""
+            # gdb breaks words at '-' too: `word` is the end of `token`, and what it gets back
+            # replaces `word` alone.
+            cut = len(token) - len(word or "")
+            found = [c[cut:] for c in spec.parser.complete(before, token)]
+            if found or token.startswith("-"):
+                return found
+            return gdb.COMPLETE_FILENAME if spec.path == ("trace", "save") or before[-1:] == ["--json"] else found
+
     _Cmd()
 
 
 def _make_prefix(name: str, doc: str) -> None:
+    path = tuple(name.split()[1:])
+    subs = sorted(" ".join(p[len(path):len(path) + 1]) for p in COMMANDS if p[:len(path)] == path and len(p) > len(path))
+
     class _Prefix(gdb.Command):
         __doc__ = doc + "\n\nSubcommands are listed below."
 
         def __init__(self) -> None:
             super().__init__(name, gdb.COMMAND_USER, prefix=True)
+
+        def invoke(self, argument: str, from_tty: bool) -> None:
+            """`ualdbg trace --help` (a prefix with an invoke takes unknown words: gdb's py-cmd.c)."""
+            self.dont_repeat()
+            words = argument.split()
+            if not words or words[0] in ("--help", "-h", "help"):
+                lines = [doc, "", "commands: " + ", ".join(f"{name} {w}" for w in dict.fromkeys(subs)),
+                         f"each has --help (also `help {name} COMMAND`)"]
+                gdb.write("\n".join(lines) + "\n")
+                return
+            raise gdb.GdbError(f"ualdbg: no command `{name} {words[0]}`; {name} --help lists them")
 
     _Prefix()
 

@@ -34,6 +34,9 @@ class SignalHandles:
         # thread's stop signal goes to the program, so each condition sets it for its signal.
         self.passing: dict[int, bool] = {SIGBUS: False, SIGTRAP: False}
         self.pass_on_resume = False
+        # The in-process agent traces (engines/agentlink.py): SIGBUS goes to the program without
+        # a stop; the user's own SIGBUS settings, to give back when it no longer does.
+        self.through: tuple[bool, bool, bool] | None = None
 
     def take_over(self) -> None:
         """At install: save the user's settings and stop at both signals without passing them."""
@@ -55,10 +58,26 @@ class SignalHandles:
             set_handle(SIGNAL_NAMES[signo], True, True, pas)
             self.passing[signo] = pas
 
+    def pass_through(self, on: bool, installed: bool) -> None:
+        """The agent traces (on) or no longer does: SIGBUS `nostop noprint pass` (PLATFORM.md:
+        noprint implies nostop; linux-nat then passes it at the ptrace stop without a word to
+        gdb's core), or the user's settings back. While ualdbg's catchpoints are installed they
+        own the setting; `give_back` applies this one then."""
+        if on and self.through is None:
+            self.through = self.saved.get("SIGBUS") or read_handle("SIGBUS")
+            if not installed:
+                set_handle("SIGBUS", False, False, True)
+        elif not on and self.through is not None:
+            user, self.through = self.through, None
+            if not installed:
+                set_handle("SIGBUS", *user)
+
     def give_back(self, stopped_at_fault: bool) -> None:
         """The user's settings again (`off`, once nothing of ualdbg's is pending). With a thread
         still stopped (`stopped_at_fault`), SIGBUS stays nopass until the program resumes."""
         for sig, (stop, prnt, pas) in self.saved.items():
+            if sig == "SIGBUS" and self.through is not None:
+                stop, prnt, pas = False, False, True  # the agent's; the user's kept in `through`
             if sig == "SIGBUS" and pas and stopped_at_fault:
                 # A thread stopped at an #AC still holds SIGBUS as its stop signal; gdb drops it
                 # at the next `continue` only while SIGBUS is nopass (clear_proceed_status), so
@@ -72,5 +91,5 @@ class SignalHandles:
         """The program resumed: the user's SIGBUS `pass` that give_back held back."""
         if self.pass_on_resume and not installed:
             self.pass_on_resume = False
-            stop, prnt, pas = self.saved["SIGBUS"]
+            stop, prnt, pas = self.saved["SIGBUS"] if self.through is None else (False, False, True)
             set_handle("SIGBUS", stop, prnt, pas)

@@ -15,6 +15,7 @@ from ...core.target import (
     MemoryWriter,
     RegisterBatch,
     SigInfo,
+    StringCalls,
     SymbolLookup,
     Target,
 )
@@ -26,7 +27,23 @@ from .threadhold import ThreadHolder
 MASK64 = (1 << 64) - 1
 
 
-class GdbTarget(Target, MemoryWriter, RegisterBatch, FloatMover, FloatBits, InferiorCalls, SymbolLookup, LiveThreads):
+@contextmanager
+def scheduler_locked(on: bool = True) -> Iterator[None]:
+    """Only the selected thread runs in what the block resumes (a `stepi`, a call): gdb's
+    default (`replay`) resumes every thread for both. The user's setting back afterwards."""
+    if not on:
+        yield
+        return
+    m = re.search(r'"(\w+)"', str(gdb.execute("show scheduler-locking", to_string=True)))
+    gdb.execute("set scheduler-locking on", to_string=True)
+    try:
+        yield
+    finally:
+        gdb.execute(f"set scheduler-locking {m.group(1) if m else 'replay'}", to_string=True)
+
+
+class GdbTarget(Target, MemoryWriter, RegisterBatch, FloatMover, FloatBits, InferiorCalls, StringCalls, SymbolLookup,
+                LiveThreads):
     """A stopped process seen through gdb, with every optional capability of core/target.py
     but FaultStepper (named among the bases, so that mypy checks each signature)."""
 
@@ -242,6 +259,25 @@ class GdbTarget(Target, MemoryWriter, RegisterBatch, FloatMover, FloatBits, Infe
         text = ", ".join(f"(long){a:#x}" for a in args)
         proto = ", ".join("long" for _ in args)
         return int(gdb.parse_and_eval(f"((long (*)({proto})){addr:#x})({text})")) & MASK64
+
+    def call_with_strings(self, addr: int, args: list[int | bytes], alone: bool = False) -> int:
+        """Call the function at `addr`; gdb places each string literal in the program's memory
+        (value_coerce_to_target) before the call. gdb runs every thread during a call unless the
+        scheduler is locked (`alone`)."""
+        texts, protos = [], []
+        for a in args:
+            if isinstance(a, bytes):
+                texts.append('"' + "".join(chr(b) if b < 128 and chr(b).isalnum() or chr(b) in "/._-" else f"\\{b:03o}" for b in a) + '"')
+                protos.append("const char *")
+            else:
+                texts.append(f"(long){a:#x}")
+                protos.append("long")
+        try:
+            with scheduler_locked(alone):
+                value = gdb.parse_and_eval(f"((long (*)({', '.join(protos) or 'void'})){addr:#x})({', '.join(texts)})")
+        except gdb.error as exc:
+            raise RuntimeError(str(exc)) from None
+        return int(value) & MASK64
 
     def move_float(self, reg: str, addr: int, size: int, store: bool, tid: int | None = None) -> None:
         """Copy a floating-point register to or from memory as one C float/double: gdb moves

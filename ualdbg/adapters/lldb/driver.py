@@ -44,7 +44,8 @@ def main(debugger: lldb.SBDebugger, config_json: str) -> None:
         # held fork's executable after the attach, and the program's again after its exec.
         target = debugger.CreateTarget(cfg["program"])
         debugger.SetSelectedTarget(target)
-        args = ["--buffer", str(cfg["buffer"]), "--at", cfg["at"]]
+        # The shell's `--debugger lldb` is the trap engine in lldb (the agent is the shell's own).
+        args = ["--buffer", str(cfg["buffer"]), "--at", cfg["at"], "--engine", "trap"]
         if cfg.get("all_modules"):
             args.append("--all-modules")
         for m in cfg.get("modules", []):

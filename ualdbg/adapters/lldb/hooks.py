@@ -17,6 +17,7 @@ import lldb  # type: ignore[import-not-found]
 from ...engines.lifecycle import Kind
 from ...engines.session import Session
 from ...engines.step import StepDecision
+from .agenthost import LldbAgentHost
 from .breakpoints import Breakpoints
 from .faultstep import FaultSteps, is_alignment_sigbus
 from .interp import command, warn
@@ -74,6 +75,7 @@ class LldbHooks:
         self.faultsteps = FaultSteps()
         self.swaps = SigtrapSwaps()
         self.step_control = LldbStepControl(session, self.sbtarget, self.breakpoints)  # the step engine's primitives
+        self.agent_host = LldbAgentHost(debugger, self.sigbus, lambda: self.sbtarget().GetProcess(), lambda: self.installed)
         self.rules = StopRules(session, debugger, self.breakpoints, self.sigbus, self.faultsteps, self.step_control,
                                self.fault_target)
         session.events.subscribe(Kind.STEP_ARMED, self.step_control.warn_split)
@@ -182,9 +184,12 @@ class LldbHooks:
             self.faultsteps.leave(thread)
 
     def left(self, thread: lldb.SBThread) -> None:
-        """A thread stopped at a fault when ualdbg was turned off has stepped over it."""
-        if self.session.stops.paid(int(thread.GetThreadID())):
+        """A thread stopped at a fault when ualdbg was turned off has stepped over it: armed now
+        if ualdbg was armed again meanwhile (Host.settle_faults)."""
+        tid = int(thread.GetThreadID())
+        if self.session.stops.paid(tid):
             self.sigbus.owed_paid(thread.GetProcess())
+        self.session.arm_late(LldbTarget(thread.GetProcess(), thread), tid)
 
     def on_detach_command(self, *argv: Any) -> bool:
         self.before_detach()
@@ -196,6 +201,12 @@ class LldbHooks:
             self.session.lifecycle.before_detach(self.target())
         except Exception as exc:
             warn(None, f"disarming before detach: {exc}")
+        try:
+            said = self.session.agent.release(self.agent_host, self.target())
+            if said:
+                warn(None, said.removeprefix("ualdbg: "))
+        except Exception as exc:
+            warn(None, f"releasing the agent before detach: {exc}")
         self.swaps.settle_safely(self.sbtarget().GetProcess())
 
     def note_program(self, target: lldb.SBTarget) -> None:
@@ -219,7 +230,7 @@ class LldbHooks:
         self.exit_time = self.exit_code = None
         p = self.session.program
         p.exit_status, p.exit_signal = None, None
-        if self.arm_on_attach and self.session.mode.armed and _attached(pid):
+        if self.arm_on_attach and self.session.mode.trap_armed and _attached(pid):
             # Armed before `process attach`: main is long past; the site breakpoints get their
             # locations, and the lifecycle arms where the process is.
             self.ensure_sites(process.GetTarget())

@@ -12,6 +12,7 @@ from typing import Any
 import lldb  # type: ignore[import-not-found]
 
 from ...commands.all import COMMANDS, GROUPS, CommandSpec, HelpShown, UsageError
+from ...engines.agentlink import AgentHost
 from ...engines.session import Session
 from ...engines.step import StepControl
 from ...render.console import to_text
@@ -43,6 +44,14 @@ class _Host:
 
     def step_control(self) -> StepControl:
         return self.hooks.step_control
+
+    def agent_host(self) -> AgentHost:
+        return self.hooks.agent_host
+
+    def settle_faults(self) -> frozenset[int]:
+        """lldb's threads stopped at a fault when ualdbg went off step past it when the process
+        resumes (faultstep.py's leave): armed then (LldbHooks.left)."""
+        return frozenset(self.session.stops.owed)
 
     def launch_info(self) -> tuple[str, list[str], tuple[str, ...], str]:
         """For `ualdbg stackcheck`: the loaded program, its `process launch` arguments and the

@@ -65,6 +65,9 @@ class SigbusHandling:
         self.saved: SignalSettings | None = None
         self.deferred: SignalSettings | None = None  # the user's settings, for when they have
         self.suppressing = True  # current `process handle SIGBUS -p` is false
+        # The in-process agent traces (engines/agentlink.py): SIGBUS passed without a stop. The
+        # user's settings meanwhile, to give back when it no longer does.
+        self.through: SignalSettings | None = None
 
     def take_over(self, process: lldb.SBProcess) -> None:
         self.saved = SignalSettings.read(self.debugger, process)
@@ -92,16 +95,42 @@ class SigbusHandling:
         still `owed` their fault step over it, SIGBUS stays dropped for the process."""
         if self.saved is not None:
             self.saved.restore(self.debugger, process)
+            if self.through is not None:  # the agent traces: SIGBUS is its, passed without a stop
+                command(self.debugger, "process handle -s false -n false -p true SIGBUS")
+                if process is not None and process.IsValid():
+                    sigs = process.GetUnixSignals()
+                    sigs.SetShouldStop(SIGBUS, False)
+                    sigs.SetShouldNotify(SIGBUS, False)
+                    sigs.SetShouldSuppress(SIGBUS, False)
             if owed:
                 self.deferred = self.saved
                 process.GetUnixSignals().SetShouldSuppress(SIGBUS, True)
         self.saved = None
+
+    def pass_through(self, process: lldb.SBProcess | None, on: bool, installed: bool) -> None:
+        """The agent traces (on): `process handle -s false -n false -p true SIGBUS` (lldb then
+        lists SIGBUS in QPassSignals: lldb-server passes it at the ptrace stop without telling
+        lldb); or the user's settings back. While a thread still owes its fault step (`off`
+        just now), SIGBUS stays dropped for the process until it has (`owed_paid`)."""
+        if on and self.through is None:
+            self.through = self.saved if self.saved is not None else SignalSettings.read(self.debugger, process)
+            if not installed:
+                command(self.debugger, "process handle -s false -n false -p true SIGBUS")
+                if process is not None and process.IsValid():
+                    sigs = process.GetUnixSignals()
+                    sigs.SetShouldStop(SIGBUS, False)
+                    sigs.SetShouldNotify(SIGBUS, False)
+                    sigs.SetShouldSuppress(SIGBUS, self.deferred is not None)
+        elif not on and self.through is not None:
+            user, self.through = self.through, None
+            if not installed:
+                user.restore(self.debugger, process)
 
     def owed_paid(self, process: lldb.SBProcess) -> None:
         """The last thread owed a fault at `off` stepped over it: the user's pass setting for
         the process, unless ualdbg was armed again meanwhile."""
         if self.deferred is not None:
             if self.saved is None:  # not re-armed meanwhile
-                pas = self.deferred.effective()[0]
+                pas = self.deferred.effective()[0] if self.through is None else True
                 process.GetUnixSignals().SetShouldSuppress(SIGBUS, not pas)
             self.deferred = None

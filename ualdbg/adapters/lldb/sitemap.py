@@ -51,9 +51,19 @@ def module_sites(module: lldb.SBModule) -> ModuleSites:
         err = lldb.SBError()
         raw = data.ReadRawData(err, 0, data.GetByteSize()) if data.GetByteSize() else b""
         if err.Success() and raw:
-            sites.extend(find_sites(bytes(raw), sec.GetFileAddress(), _WANTED, TASK_SYSCALLS))
+            sites.extend(find_sites(bytes(raw), sec.GetFileAddress(), _WANTED, TASK_SYSCALLS,
+                                    lambda addr: _function_start(module, addr)))
     found = _SITE_CACHE[key] = ModuleSites(sites)
     return found
+
+
+def _function_start(module: lldb.SBModule, addr: int) -> int | None:
+    """The file address of the code symbol holding `addr`, None when lldb knows none."""
+    symbol = module.ResolveFileAddress(addr).GetSymbol()
+    if not symbol.IsValid():
+        return None
+    start = symbol.GetStartAddress()
+    return int(start.GetFileAddress()) if start.IsValid() else None
 
 
 def site_addresses(module: lldb.SBModule, kind: str) -> list[int]:

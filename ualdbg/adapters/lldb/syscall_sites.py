@@ -4,6 +4,7 @@ module's code so that breakpoints on them and on the next instruction act as ent
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import capstone
@@ -57,7 +58,8 @@ def _writes_rax(mnemonic: str, op_str: str) -> bool:
 
 def _site_at(md: capstone.Cs, code: bytes, off: int) -> int | None:
     """The constant syscall number of the `syscall` at `off`, when straight-line code from a
-    `mov eax, imm` lands exactly on it (which also proves `off` is an instruction boundary)."""
+    `mov eax, imm` lands exactly on it (an instruction boundary only if the `mov` is one:
+    on_boundary)."""
     lo = max(0, off - _WINDOW)
     best: int | None = None
     for m in _MOV_EAX.finditer(code, lo, off):
@@ -117,13 +119,38 @@ def _next(md: capstone.Cs, code: bytes, off: int) -> int:
     return off
 
 
-def find_sites(code: bytes, base: int, wanted: frozenset[int], task: frozenset[int] = frozenset()) -> list[SyscallSite]:
+def on_boundary(md: capstone.Cs, code: bytes, start: int, off: int) -> bool:
+    """Whether decoding the code from `start` (its function's first instruction) reaches an
+    instruction at `off`. `_site_at` alone proves only that straight-line code from *a* `b8`
+    byte lands on `0f 05`: both can be bytes inside other instructions (a movabs immediate held
+    `b8 0e 00 00 00 0f 05 00`; lldb's exit breakpoint then wrote 0xcc into it, and an int3 in a
+    `jg`'s displacement sends it 0x34000000 below its target)."""
+    pos = start
+    while pos < off:
+        step = pos
+        for address, size, _mnemonic, _ops in md.disasm_lite(code[pos:off + 16], pos):
+            step = address + size
+            if step >= off:
+                break
+        if step == pos:
+            return False  # undecodable: not proven
+        pos = step
+    return pos == off
+
+
+def find_sites(code: bytes, base: int, wanted: frozenset[int], task: frozenset[int] = frozenset(),
+               function_start: Callable[[int], int | None] = lambda addr: None) -> list[SyscallSite]:
     """Sites in `code` (an executable section loaded at `base`) making a syscall in `wanted`;
-    those in `task` (task-creating) get their exit one instruction later (see exit_after)."""
+    those in `task` (task-creating) get their exit one instruction later (see exit_after).
+    `function_start(addr)`: the address of the function holding `addr` (None when unknown): a
+    site its decoding does not reach is inside another instruction and left out."""
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     sites = []
     for m in _SYSCALL.finditer(code):
         nr = _site_at(md, code, m.start())
+        start = function_start(base + m.start()) if nr is not None and nr in wanted else None
+        if start is not None and base <= start <= base + m.start() and not on_boundary(md, code, start - base, m.start()):
+            continue
         if nr is not None and nr in wanted:
             exit_addr = exit_after(md, code, m.start(), base, nr in task)
             sites.append(SyscallSite(base + m.start(), nr, exit_addr, _next(md, code, exit_addr - base) + base,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import lldb  # type: ignore[import-not-found]
 
-from ...core.target import FaultStepper, SigInfo, Target
+from ...core.target import FaultStepper, SigInfo, StringCalls, Target
 from ...isa.arch import BUS_ADRALN, SIGBUS
 from ...symbols.maps import read_maps
 
@@ -16,10 +16,10 @@ _ALIASES = {"eflags": "rflags"}
 _LIVE = (lldb.eStateStopped, lldb.eStateCrashed, lldb.eStateSuspended)
 
 
-class LldbTarget(Target):
+class LldbTarget(Target, StringCalls):
     """A stopped process seen through lldb. `thread` is the thread an event is about (the one
-    that stopped); without it, the process's selected thread. No optional capability of
-    core/target.py (FaultSteppingLldbTarget adds one)."""
+    that stopped); without it, the process's selected thread. StringCalls (the agent's
+    injection) through lldb's expression evaluator; FaultSteppingLldbTarget adds FaultStepper."""
 
     debugger = "lldb"
 
@@ -105,6 +105,34 @@ class LldbTarget(Target):
         addr_v = si.GetValueForExpressionPath("._sifields._sigfault.si_addr")
         addr = int(addr_v.GetValueAsUnsigned()) & MASK64 if addr_v.IsValid() else None
         return SigInfo(int(signo.GetValueAsSigned()), int(code.GetValueAsSigned()), addr)
+
+    def call_with_strings(self, addr: int, args: list[int | bytes], alone: bool = False) -> int:
+        """Call the function at `addr` in this thread (lldb's expression evaluator places each
+        string literal in the program's memory), breakpoints ignored, unwound on error. lldb
+        runs the thread alone first and every thread after its one-thread timeout (250 ms)
+        unless `alone`."""
+        texts, protos = [], []
+        for a in args:
+            if isinstance(a, bytes):
+                texts.append('"' + "".join(chr(b) if b < 128 and (chr(b).isalnum() or chr(b) in "/._-") else f"\\{b:03o}"
+                                           for b in a) + '"')
+                protos.append("const char *")
+            else:
+                texts.append(f"(long){a:#x}")
+                protos.append("long")
+        options = lldb.SBExpressionOptions()
+        options.SetIgnoreBreakpoints(True)
+        options.SetUnwindOnError(True)
+        options.SetTryAllThreads(not alone)  # a lock another thread holds (dlopen's) cannot deadlock it
+        options.SetStopOthers(True)
+        options.SetTimeoutInMicroSeconds(10_000_000)
+        frame = self.thread.GetFrameAtIndex(0)
+        value = frame.EvaluateExpression(f"(long)((long (*)({', '.join(protos) or 'void'})){addr:#x})({', '.join(texts)})",
+                                         options)
+        error = value.GetError()
+        if not error.Success():
+            raise RuntimeError(error.GetCString() or "the call did not complete")
+        return int(value.GetValueAsUnsigned()) & MASK64
 
     def maps_text(self) -> str | None:
         pid = self.pid()

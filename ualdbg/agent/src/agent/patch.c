@@ -329,6 +329,7 @@ struct em {
     int ok;
     int ins;           /* the instruction whose code is being written, for the context table */
     const uint8_t *mt; /* the pool's "more than one thread" byte */
+    int why;           /* when !ok: the refusal's reason if not UALDBG_PATCH_R_REACH */
 };
 
 static void put(struct em *e, const void *b, size_t n)
@@ -399,13 +400,32 @@ static void ctx(struct em *e, int kind, int adj)
     h->ctx[h->nctx++] = (struct pctx){off, (uint8_t)(e->ins << 4 | kind), (int8_t)(kind == CX_PROG ? adj / 8 : adj)};
 }
 
-/* The instruction at `from` copied, a RIP-relative displacement relocated. */
+/* The instruction at `from` copied, a RIP-relative displacement relocated. RIP is the copy's end,
+ * past an immediate that follows the displacement (`sbbl $-1,x(%rip)`, `movl $imm32,x(%rip)`):
+ * fix32's "rel32 ends the instruction" would address the operand the immediate's size too far.
+ * The copy is decoded again and must be the same instruction on the same memory, else the window
+ * is refused (UALDBG_PATCH_R_RELOCATE). */
 static void put_copy(struct em *e, uint64_t from, const uint8_t *code, const struct x86_insn *d)
 {
     uint8_t *at = e->p;
     put(e, code, d->len);
-    if (e->ok && d->rip_rel)
-        fix32(e, at + d->disp_off, from + d->len + (uint64_t)(int64_t)d->disp);
+    if (!e->ok || !d->rip_rel)
+        return;
+    uint64_t target = from + d->len + (uint64_t)(int64_t)d->disp;
+    int64_t rel = (int64_t)target - (int64_t)(uintptr_t)(at + d->len);
+    if (rel != (int32_t)rel) {
+        e->ok = 0;
+        return;
+    }
+    int32_t v = (int32_t)rel;
+    memcpy(at + d->disp_off, &v, 4);
+    struct x86_insn c;
+    if (ualdbg_x86_decode(at, d->len, &c) != 0 || c.len != d->len || !c.rip_rel || c.imm_size != d->imm_size ||
+        memcmp(at + c.imm_off, code + d->imm_off, d->imm_size) != 0 ||
+        (uint64_t)(uintptr_t)at + c.len + (uint64_t)(int64_t)c.disp != target) {
+        e->ok = 0;
+        e->why = UALDBG_PATCH_R_RELOCATE;
+    }
 }
 
 /* lea EA, %reg (rax 0, rcx 1) for the instruction's memory operand, run with rsp lowered by `adj`. */
@@ -1333,7 +1353,7 @@ static int try_patch(struct ualdbg_site *s, const struct x86_insn *d, uint64_t p
     emit_window(&e, &w, ptrs, masks);
     int64_t jd = (int64_t)(uintptr_t)(slot + HDR_SIZE) - (int64_t)(w.a + 5);
     if (!e.ok || jd != (int32_t)jd)
-        return UALDBG_PATCH_R_REACH; /* the slot is not committed: the next one reuses it */
+        return e.why ? e.why : UALDBG_PATCH_R_REACH; /* the slot is not committed: the next one reuses it */
     h->size = (uint16_t)(e.p - slot);
     slot_commit(pp, slot, h->size);
     uint8_t jmp[5] = {0xe9};

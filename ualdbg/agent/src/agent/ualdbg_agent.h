@@ -98,6 +98,7 @@ enum {
     UALDBG_PATCH_R_STACK = 20,     /* push, pop, enter, leave: the stack pointer is the operand */
     UALDBG_PATCH_R_BITSTRING = 21, /* bt* with a register bit offset: the address moves with it */
     UALDBG_PATCH_R_MASKED = 22,    /* an AVX-512 masked access: the bytes it touches vary */
+    UALDBG_PATCH_R_RELOCATE = 23,  /* a moved instruction's copy did not decode to the same one on the same memory */
 };
 
 /* site.state */

@@ -1,0 +1,136 @@
+"""One test body for gdb and lldb (issue 32; pwndbg runs one suite under both): `ualdbg trace
+start` through the in-process agent, exact on one thread and on four, and the break, off, trace
+start, continue sequences, each run in both debuggers with the same commands. A difference
+between the adapters is a failure of the one test."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.build import build_source
+from support.cli import run_cli
+from support.debuggers import DEBUGGERS, run_debugger
+from support.env import BUILD, ROOT
+from support.run import run
+
+FIXTURES = ROOT / "tests" / "fixtures" / "programs"
+# The thread test runs 20 times in a row in CI's full run (an lldb run once missed a thread).
+REPEATS = 20 if os.environ.get("CI") == "true" else 3
+
+
+def trace_doc(debugger: str, program: list[str], commands: list[str], out: Path) -> tuple[dict[str, Any], str]:
+    run = run_debugger(debugger, program, [*commands, f"ualdbg trace save {out}"])
+    assert out.exists(), run.explain()
+    return json.loads(out.read_text()), run.explain()
+
+
+@pytest.fixture(scope="module")
+def four_threads(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_source(FIXTURES / "four_threads.c", tmp_path_factory.mktemp("prog"), libs=["-pthread"])
+
+
+@pytest.mark.parametrize("debugger", DEBUGGERS)
+def test_trace_start_counts_through_the_agent(debugger: str, tmp_path: Path) -> None:
+    """`trace start` + `run`: the agent counts every fault (patched after 2 traps), exactly."""
+    doc, log = trace_doc(debugger, [str(BUILD / "not_aligned"), "100000"],
+                         ["ualdbg trace start", "ualdbg status", "run"], tmp_path / "t.json")
+    assert doc["engine"] == "agent", log
+    assert doc["faults_total"] == 100000, log
+    assert doc["sites"][0]["count"] == 100000 and doc["sites"][0]["line"] == 38, log
+    assert doc["sites"][0].get("patched") is True, log
+    assert doc["program"]["exit_status"] == 0, log
+    assert "engine: agent: the in-process agent, loaded at the next run" in log, log
+
+
+@pytest.mark.parametrize("debugger", DEBUGGERS)
+@pytest.mark.parametrize("attempt", range(REPEATS))
+def test_four_threads_exact_every_run(debugger: str, attempt: int, four_threads: Path, tmp_path: Path) -> None:
+    doc, log = trace_doc(debugger, [str(four_threads), "5000"], ["ualdbg trace start", "run"], tmp_path / "t.json")
+    assert doc["engine"] == "agent", log
+    # Each thread's load and store at its counter, and main's read of the four counters.
+    assert doc["faults_total"] == 8 * 5000 + 4, log
+    assert sorted(s["count"] for s in doc["sites"]) == [4, 20000, 20000], log
+    assert "four_threads: sum=20000" in log, log
+
+
+# The stop at the first fault counts it; after `off` its instruction runs unchecked; a later
+# `trace start` counts every fault after it (the agent, injected into the stopped program).
+SEQUENCES = {
+    "break-off-trace": (["ualdbg break", "run", "ualdbg off", "ualdbg trace start", "continue"], 999, "agent"),
+    "break-trace": (["ualdbg break", "run", "ualdbg trace start", "continue"], 1000, "agent+trap"),
+    "break-off-trap": (["ualdbg break", "run", "ualdbg off", "ualdbg trace start --engine trap", "continue"], 999, "trap"),
+    # `off` after the run releases the agent: its document stays the agent's (it said
+    # "agent+trap" with an empty trap part, and lost the exit status in lldb).
+    "trace-off": (["ualdbg trace start", "run", "ualdbg off"], 1000, "agent"),
+    "trace-break": (["ualdbg trace start", "run", "ualdbg break", "continue"] + ["continue"] * 3, None, None),
+}
+
+
+@pytest.mark.parametrize("debugger", DEBUGGERS)
+@pytest.mark.parametrize("name", SEQUENCES)
+def test_break_and_trace_combine(debugger: str, name: str, tmp_path: Path) -> None:
+    commands, total, engine = SEQUENCES[name]
+    if name == "trace-break":
+        return _trace_then_break(debugger, tmp_path)
+    doc, log = trace_doc(debugger, [str(BUILD / "not_aligned"), "1000"], commands, tmp_path / "t.json")
+    assert doc["faults_total"] == total, log
+    assert doc["engine"] == engine, log
+    assert doc["program"]["exit_status"] == 0, log
+    assert "iterations=1000 sum=1000" in log, log
+
+
+def _trace_then_break(debugger: str, tmp_path: Path) -> None:
+    """`break` while the agent traces (stopped at a breakpoint in the loop): the agent is taken
+    out, the next fault stops with its report, counting goes on in the debugger."""
+    out = tmp_path / "t.json"
+    doc, log = trace_doc(debugger, [str(BUILD / "not_aligned"), "1000"],
+                         ["b not_aligned.c:38", "ualdbg trace start", "run", "delete" if debugger == "gdb" else
+                          "breakpoint delete --force", "ualdbg break", "continue", "ualdbg off", "continue"], out)
+    assert "Unaligned data access: virtual address" in log, log
+    assert doc["faults_total"] == 1, log  # the stop's fault, then off: no more counting
+    assert doc["program"]["exit_status"] == 0, log
+
+
+# lldb: open (issue 32). In about half the runs the program dies of SIGBUS (lldb: "exited with
+# status = 7") or lldb spins; the likeliest cause, not yet proven: a thread being cloned at the
+# break stop inherits AC before `off` clears it, faults in start_thread with every signal
+# blocked (the kernel then resets SIGBUS to its default action), and lldb-server passes that
+# SIGBUS on, as QPassSignals tells it to while the agent traces.
+LLDB_THREADS_OPEN = pytest.mark.xfail(reason="lldb: break, off, trace start on threads kills the program in about "
+                                      "half the runs (issue 32, open)", strict=False)
+
+
+# Repeated in gdb; lldb's open case once (a spinning lldb costs the whole timeout).
+@pytest.mark.parametrize("debugger,attempt", [("gdb", n) for n in range(REPEATS)] +
+                         [pytest.param("lldb", 0, marks=LLDB_THREADS_OPEN)])
+def test_break_off_trace_with_threads(debugger: str, attempt: int, tmp_path: Path) -> None:
+    """break, off, trace start, continue in a program whose threads come and go around the stop
+    (examples/threads: 10 + 20 + 30 faults): the program runs as without ualdbg, and the faults
+    after the stop are all counted, or the threads the debugger had to let run during the
+    agent's load are said (gdb once lost 50 of 59 silently, and 2 runs in 5 stopped again at a
+    catchpoint `off` had kept, recording none)."""
+    doc, log = trace_doc(debugger, [str(BUILD / "threads")],
+                         ["ualdbg break", "run", "ualdbg off", "ualdbg trace start", "continue"], tmp_path / "t.json")
+    assert doc["program"]["exit_status"] == 0, log
+    assert "threads: thread 3 worker_c" in log, log
+    assert doc["engine"] == "agent", log
+    said = "ran while the agent was loaded" in log or "block SIGBUS now, not armed" in log
+    assert doc["faults_total"] == 59 or (said and 0 < doc["faults_total"] < 59), log
+
+
+@pytest.mark.parametrize("debugger", DEBUGGERS)
+def test_code_that_looks_like_a_syscall_site(debugger: str, tmp_path: Path) -> None:
+    """`trace --debugger D` on an -O2 C++ program whose movabs immediate reads as `mov eax, 14;
+    syscall`: no breakpoint inside it (lldb's site breakpoints put one there: the program printed
+    magic=0xcc050f0000000eb8), the output as without ualdbg, every fault counted."""
+    prog = build_source(FIXTURES / "syscall_bytes.cpp", tmp_path, flags=("-g", "-O2"))
+    direct = run([str(prog), "12"], timeout=30)
+    assert "magic=0x50f0000000eb8" in direct.stdout, direct.explain()
+    out = tmp_path / "t.json"
+    traced = run_cli("trace", "--debugger", debugger, "--json", str(out), "--", str(prog), "12", json_path=out)
+    assert direct.stdout in traced.stdout, traced.explain()
+    assert traced.doc is not None and traced.doc["faults_total"] == 12, traced.explain()
+    assert traced.doc["program"]["exit_status"] == 0, traced.explain()

@@ -1,0 +1,404 @@
+"""The in-process agent inside a debugger (issue 32): `ualdbg trace start` loads it at launch
+through the program's environment, or injects it into the stopped process with the debugger's
+own inferior calls (dlopen, then `ualdbg_agent_inject`, as `trace --pid` does with ptrace:
+cli/inject.py), and has the debugger pass SIGBUS to the program without stopping: a fault then
+costs the agent's one signal, a patched hot site nothing. Its buffers are read into TraceResults
+(engines/agent.py) whenever a command asks; `off` and a detach release it as `--pid`'s detach
+does (disarm, AC cleared in every thread, release: the program's signal actions and code back)."""
+from __future__ import annotations
+
+import os
+import struct
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from ..agent import rundir
+from ..agent.presence import elf_symbol, libc_symbol, loaded_agents
+from ..core.result import Record, Site, TraceResult
+from ..core.target import StringCalls, Target, offers
+from ..core.trace import TraceBuffer
+from ..isa import arch as archmod
+from .agent import (
+    ENV_CONFIG,
+    AgentRun,
+    AgentUnavailable,
+    ImageTrace,
+    add_up,
+    agent_environment,
+    agent_library,
+    image_result,
+    injection_problem,
+    load_images,
+    merge_results,
+    preflight,
+    run_directory,
+)
+from .procfs import QUIET_SYSCALLS, sigbus_blocked, syscall_of, system_ranges
+
+RTLD_NOW = 2
+FUTEX = 202  # x86-64
+ENV_NAMES = ("LD_PRELOAD", ENV_CONFIG)
+
+
+class AgentHost(Protocol):
+    """What the agent asks of the debugger it runs under (each adapter offers one)."""
+
+    def launch_environment(self) -> dict[str, str]:
+        """The variables `run` would add to or change in the program's environment that the
+        agent's own touch (LD_PRELOAD): NAME -> VALUE, as the user set them in the debugger."""
+        ...
+
+    def set_launch_environment(self, values: Mapping[str, str | None]) -> None:
+        """Set these variables for the next `run` (None: unset)."""
+        ...
+
+    def pass_sigbus(self, on: bool) -> None:
+        """True: SIGBUS goes to the program without stopping the debugger (the agent handles
+        it); False: the user's own settings again."""
+        ...
+
+
+@dataclass
+class Arming:
+    """One `trace start` through the agent: its configuration, library and run directory."""
+
+    run: AgentRun
+    lib: str
+    directory: rundir.RunDir
+    how: str  # "loaded at launch" | "injected"
+    started: float = field(default_factory=time.monotonic)
+    pid: int | None = None
+    released: bool = False
+
+
+@dataclass(frozen=True)
+class Injected:
+    """What an injection armed, and what it could not watch (said, never silent): threads that
+    blocked SIGBUS (armed when they unblock it through a wrapped call, `sigprocmask`; not when
+    libc unblocks it itself, as pthread_create does), and the other threads the debugger let run
+    during dlopen (their faults meanwhile went uncounted)."""
+
+    armed: tuple[int, ...]
+    blocked: tuple[int, ...]
+    ran: tuple[int, ...]
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.ran:
+            out.append(f"ualdbg: {len(self.ran)} other thread(s) ran while the agent was loaded (one may hold a lock "
+                       "of libc's or the loader's that dlopen takes): faults they made meanwhile were not counted")
+        if self.blocked:
+            out.append(f"ualdbg: thread(s) {', '.join(map(str, self.blocked))} block SIGBUS now, not armed: armed when "
+                       "they unblock it through sigprocmask or pthread_sigmask; their faults, and those of threads "
+                       "they start, go uncounted until then (and if libc unblocks it itself, as pthread_create does)")
+        return out
+
+
+class AgentLink:
+    """The agent of one debugger session: armed (waiting for `run`, or in the process), or the
+    buffers of earlier armings kept until the trace is cleared."""
+
+    def __init__(self) -> None:
+        self.armings: list[Arming] = []
+        self.current: Arming | None = None
+        self.user_env: dict[str, str | None] = {}  # the user's own values of the variables set
+        self.note: str | None = None  # why the last release was incomplete, for `status`
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def live(self) -> bool:
+        """Whether the agent traces (or will trace, at launch) now."""
+        return self.current is not None
+
+    @property
+    def waiting(self) -> bool:
+        """Armed for the next `run`, no process yet."""
+        return self.current is not None and self.current.pid is None
+
+    def describe(self) -> str:
+        c = self.current
+        if c is None:
+            return "off"
+        if c.pid is None:
+            return "the in-process agent, loaded at the next run"
+        if not os.path.exists(f"/proc/{c.pid}") and c.how == "loaded at launch":
+            return f"the in-process agent (process {c.pid} has ended; loaded again at the next run)"
+        return f"the in-process agent ({c.how} into process {c.pid}; SIGBUS passed to it without stopping)"
+
+    def problem(self, program: str | None, target: Target | None) -> str | None:
+        """Why the agent cannot trace here (then the trap engine does), or None."""
+        if target is not None and target.pid() is not None:
+            if target.maps_text() is None:
+                return "the program runs under a remote stub (qemu): the agent is loaded only into local processes"
+            if archmod.arch_info(target.arch()).name != "x86_64":
+                return f"the agent runs in x86-64 programs, not {target.arch()}"
+            pid = target.pid()
+            assert pid is not None
+            why = injection_problem(pid)
+            if why is None and not offers(target, StringCalls):
+                why = "this debugger cannot call functions in the program"
+            if why is not None:
+                return why
+        elif program:
+            try:
+                preflight(program)
+            except AgentUnavailable as exc:
+                return str(exc)
+            except OSError as exc:
+                return f"{program}: {exc.strerror}"
+        else:
+            return "no program is loaded"
+        try:
+            agent_library()
+        except AgentUnavailable as exc:
+            return str(exc)
+        return None
+
+    # -- arming --------------------------------------------------------------------------------
+    def prepare_launch(self, host: AgentHost, run: AgentRun) -> None:
+        """Load the agent at the next `run`: LD_PRELOAD and its configuration in the program's
+        environment (follow=0: it takes them out again at start-up, so the program sees its
+        environment as given and its children run without it), SIGBUS passed without a stop."""
+        lib = agent_library()
+        directory = run_directory()
+        user = host.launch_environment()
+        self.user_env = {name: user.get(name) for name in ENV_NAMES}
+        added = agent_environment(replace(run, follow=False), lib, directory.buffers, user)
+        host.set_launch_environment(added)
+        host.pass_sigbus(True)
+        self.current = Arming(replace(run, follow=False), lib, directory, "loaded at launch")
+        self.armings.append(self.current)
+
+    def launched(self, pid: int) -> None:
+        """A process of a run the agent was loaded at launch for exists (each `run` again):
+        its clock starts, and the trace is this process's."""
+        c = self.current
+        if c is not None and c.how == "loaded at launch" and c.pid != pid:
+            c.pid = pid
+            c.started = time.monotonic()
+
+    def inject(self, host: AgentHost, target: Target, run: AgentRun, later: frozenset[int] = frozenset()) -> Injected:
+        """Load the agent into the stopped process and arm every thread that does not block
+        SIGBUS (except `later`: threads to arm once they ran their instruction, `arm_thread`).
+        AgentUnavailable (nothing left in the process but an inert library) when it could not
+        start."""
+        pid = target.pid()
+        assert pid is not None and offers(target, StringCalls)
+        lib = agent_library()
+        value = elf_symbol(lib, "ualdbg_agent_inject")
+        if value is None:
+            raise AgentUnavailable(f"{lib} has no ualdbg_agent_inject")
+        try:
+            dlopen = libc_symbol(pid, "dlopen")
+        except (LookupError, OSError) as exc:
+            raise AgentUnavailable(str(exc)) from None
+        directory = run_directory()
+        try:
+            config = agent_environment(run, lib, directory.buffers, {})[ENV_CONFIG]
+            # The others stay stopped (not armed yet, they would fault unseen) unless one may
+            # hold a lock dlopen takes: then they run during it, as `trace --pid` lets them.
+            busy = lock_holders(target, pid)
+            handle = target.call_with_strings(dlopen, [os.fsencode(lib), RTLD_NOW], alone=not busy)
+            if not handle:
+                raise AgentUnavailable(f"dlopen of the agent failed in process {pid}")
+            bias = struct.unpack("<Q", target.read_memory(handle, 8))[0]  # struct link_map's l_addr
+            rc = target.call_with_strings(bias + value, [config.encode()], alone=True) & 0xFFFFFFFF
+            if rc == 0xFFFFFFFE:
+                raise AgentUnavailable(f"process {pid} is already traced by another ualdbg's agent")
+            if rc != 0:
+                raise AgentUnavailable(f"the agent could not start in process {pid} (no buffer)")
+        except BaseException:
+            directory.close()
+            raise
+        self.current = Arming(run, lib, directory, "injected", pid=pid)
+        self.armings.append(self.current)
+        host.pass_sigbus(True)
+        armed: list[int] = []
+        blocked: list[int] = []
+        for tid in target.threads():
+            if tid not in later:
+                (armed if self.arm_thread(target, tid) else blocked).append(tid)
+        ran = [t for t in target.threads() if t != target.current_tid()] if busy else []
+        return Injected(tuple(armed), tuple(blocked), tuple(ran))
+
+    def arm_thread(self, target: Target, tid: int) -> bool:
+        """Set AC in one thread of the process the agent traces, unless it blocks SIGBUS (the
+        agent arms it when it unblocks it, through its wrappers)."""
+        pid = target.pid()
+        if self.current is None or pid is None or sigbus_blocked(pid, tid):
+            return False
+        flags = archmod.trap_flags("x86_64")
+        assert flags is not None
+        value = target.read_register(flags.register, tid)
+        if not value & flags.ac_bit:
+            target.write_register(flags.register, value | flags.ac_bit, tid)
+        return True
+
+    def release(self, host: AgentHost, target: Target | None) -> str | None:
+        """`off`, `trace stop`, `break` (the debugger stops at faults again) or a detach: the
+        agent disarmed and made inert in the process, as `--pid`'s detach does; the environment
+        and SIGBUS settings the user had. Returns a line when something could not be done."""
+        c = self.current
+        if c is None:
+            return None
+        self.current = None
+        c.released = True
+        said = None
+        host.set_launch_environment(self.user_env)
+        host.pass_sigbus(False)
+        if c.pid is None or target is None or target.pid() != c.pid:
+            return None
+        try:
+            said = _release_in(target, c)
+        except Exception as exc:  # a call that did not complete: the process keeps running
+            said = f"ualdbg: the agent could not be released in process {c.pid}: {exc}"
+        self.note = said
+        return said
+
+    def clear(self) -> None:
+        """Forget the buffers of released armings (a new trace starts)."""
+        keep = [a for a in self.armings if a is self.current]
+        for a in self.armings:
+            if a not in keep:
+                a.directory.close()
+        self.armings = keep
+
+    def close(self) -> None:
+        for a in self.armings:
+            a.directory.close()
+        self.armings = []
+        self.current = None
+
+    # -- reading -----------------------------------------------------------------------------
+    def totals(self) -> tuple[int, int]:
+        """(faults in scope, faults ignored) over every arming's buffers, read live."""
+        from ..agent import buffer as ab
+
+        total = ignored = 0
+        for a in self.armings:
+            for _pid, _gen, path in ab.buffer_files(a.directory.buffers):
+                try:
+                    with ab.AgentBuffer(path) as buf:
+                        t, i = buf.progress()
+                except ab.BufferError:
+                    continue
+                total, ignored = total + t, ignored + i
+        return total, ignored
+
+    def results(self) -> list[ImageTrace]:
+        """What every arming recorded, one ImageTrace per process image (engines/agent.py)."""
+        shared: dict[Any, Any] = {}
+        out = []
+        for a in self.armings:
+            images = load_images(a.directory.buffers)
+            # Loaded at launch and `run` again: the trace is the last process's (the debugger
+            # told its pid, else the newest buffer's).
+            pid = a.pid if a.pid is not None else (images[-1].header.pid if images else None)
+            for image in images:
+                if image.header.pid != pid:
+                    continue
+                # Loaded at launch: the trace starts when the process started the agent (its
+                # clock, CLOCK_MONOTONIC as Python's), not at `trace start`.
+                h = image.header
+                started = (h.start_ns / 1e9) if a.how == "loaded at launch" and h.start_ns else a.started
+                out.append(image_result(a.run, image, started, a.lib, is_root=True, shared=shared))
+        return out
+
+
+def lock_holders(target: Target, pid: int) -> list[int]:
+    """The threads, other than the selected one, that may hold a lock of libc's or the loader's
+    (procfs.system_ranges): stopped in their code, or in a system call other than a blocking
+    wait (procfs.QUIET_SYSCALLS, or futex: a thread waits there for a lock, holding none of
+    libc's but in another dlopen's constructors)."""
+    try:
+        system = system_ranges(pid)
+    except OSError:
+        return [t for t in target.threads() if t != target.current_tid()]
+    out = []
+    for tid in target.threads():
+        if tid == target.current_tid():
+            continue
+        call = syscall_of(pid, tid)
+        if call in QUIET_SYSCALLS or call == FUTEX:
+            continue
+        if call is None:
+            pc = target.read_register("rip", tid)
+            if not any(lo <= pc < hi for lo, hi in system):
+                continue
+        out.append(tid)
+    return out
+
+
+def _release_in(target: Target, c: Arming) -> str | None:
+    """Disarm, clear AC in every thread, release (engines' side of cli/inject.remove, with the
+    debugger's calls: every thread is stopped by the debugger)."""
+    pid = c.pid
+    assert pid is not None and offers(target, StringCalls)
+    real = os.path.realpath(c.lib)
+    found = [a for a in loaded_agents(pid) if os.path.realpath(a.path) == real]
+    if not found:
+        return None  # exec'd since, or never loaded (the program stripped LD_PRELOAD)
+    bias = found[0].bias
+
+    def sym(name: str) -> int:
+        value = elf_symbol(c.lib, name)
+        if value is None:
+            raise RuntimeError(f"{c.lib} has no {name}")
+        return bias + value
+
+    flags = archmod.trap_flags("x86_64")
+    assert flags is not None
+
+    def clear_ac() -> None:
+        for tid in target.threads():
+            value = target.read_register(flags.register, tid)
+            if value & flags.ac_bit:
+                target.write_register(flags.register, value & ~flags.ac_bit, tid)
+
+    # The calls run with the thread's registers: AC set, the agent's own code would fault in
+    # them. Cleared first, and again after the disarm (threads the debugger ran meanwhile).
+    clear_ac()
+    target.call_with_strings(sym("ualdbg_agent_disarm"), [])
+    clear_ac()
+    busy = struct.unpack("<i", target.read_memory(sym("ualdbg_in_handler"), 4))[0]
+    if busy > 0:
+        # A thread stopped inside the agent's handler: it leaves it with AC clear (disarmed),
+        # but the buffer it writes must stay mapped until it has.
+        return (f"ualdbg: the agent is disarmed in process {pid}, not released: {busy} thread(s) stopped inside its "
+                "signal handler; `continue` and `ualdbg off` again give the program its SIGBUS action back")
+    target.call_with_strings(sym("ualdbg_agent_release"), [])
+    return None
+
+
+def combine(own: TraceResult, trapped: TraceBuffer | None, agent: list[ImageTrace], capacity: int) -> TraceResult:
+    """One TraceResult of a session whose faults went partly to the debugger (the trap engine:
+    `break`; `own` is its trace, `trapped` its buffer, None when it counted nothing) and partly to
+    the agent: counts add up per site, records interleave by time."""
+    merged = agent[0] if len(agent) == 1 else merge_results(agent, capacity)
+    if trapped is None:
+        return TraceResult.of_buffer(merged.buffer, engine="agent", debugger=own.debugger or "", arch=own.arch or "",
+                                     version=own.version, program=merged.program, scope=merged.scope,
+                                     sites=merged.sites, recording=own.recording, records=merged.table,
+                                     unrecorded=merged.unrecorded)
+    buf = TraceBuffer(capacity)
+    t0 = min(trapped.started_at, merged.buffer.started_at)
+    rows: list[Record] = []
+    for started, records in ((trapped.started_at, own.records), (merged.buffer.started_at, merged.table)):
+        shift = started - t0
+        rows += [replace(r, time=round(r.time + shift, 6)) for r in records]
+    rows.sort(key=lambda r: r.time)
+    rows = [replace(r, seq=i) for i, r in enumerate(rows[-capacity:], 1)]
+    buf.started_at = t0
+    ends = [b.stopped_at for b in (trapped, merged.buffer) if b.stopped_at is not None]
+    buf.stopped_at = max(ends) if ends else None
+    sites: dict[tuple[str | None, int | None, int], Site] = {}
+    add_up(buf, sites, trapped, own.sites)
+    add_up(buf, sites, merged.buffer, merged.sites)
+    one = TraceResult.of_buffer(buf, engine="agent+trap", debugger=own.debugger or "", arch=own.arch or "",
+                                version=own.version, program=own.program, scope=own.scope or "",
+                                sites=sorted(sites.values(), key=lambda s: (-s.count, s.loc.pc)),
+                                recording=own.recording, records=rows, unrecorded=merged.unrecorded)
+    one.step, one.blind_spots = own.step, list(own.blind_spots)
+    return one
