@@ -5,6 +5,7 @@ in a format is the same whichever front end wrote it."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,12 @@ def _looks_like(name: str, text: str) -> None:
         assert json.loads(text)["version"] == "2.1.0"
     elif name == "text":
         assert text.startswith("Unaligned accesses in ") and "not_aligned.c:38" in text
+    elif name == "junit":
+        assert text.startswith('<?xml version="1.0" encoding="UTF-8"?>\n<testsuites name="ualdbg"'), text[:200]
+    elif name == "gitlab":
+        assert json.loads(text)[0]["check_name"] == "ualdbg/unaligned-access"
+    elif name == "github":
+        assert re.match(r"::(error|warning|notice) file=examples/not_aligned.c,line=38,", text), text[:200]
     else:
         pytest.fail(f"a format with no check here: {name} (add one)")
 

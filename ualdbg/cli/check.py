@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from ..ci import baseline
 from ..ci.costfilter import FAIL_ON, filtered
@@ -58,9 +59,13 @@ class Check(ShellCommand):
                 and not result.program.exit_status:
             verdict = Verdict(EXIT_CLEAN, f"ualdbg check: ok: baseline of {len(filtered(result, args.fail_on).sites)} "
                                           f"sites written to {args.baseline}")
+        context = Context(exit_code=verdict.status, new_sites=getattr(args, "new_sites", None))
         if args.sarif:  # after the verdict: its invocation carries the exit status (issue 29)
-            write_trace(result, args.sarif, FORMATS["sarif"], "the SARIF output", Context(exit_code=verdict.status))
-        write_formats(args, result, Context(exit_code=verdict.status))
+            write_trace(result, args.sarif, FORMATS["sarif"], "the SARIF output", context)
+        write_formats(args, result, context)
+        if os.environ.get("GITHUB_ACTIONS") == "true" and not any(fmt.name == "github" for fmt, _ in args.format):
+            # Under GitHub Actions the runner reads annotations from stdout (docs/CI.md)
+            write_trace(result, "-", FORMATS["github"], "the GitHub annotations", context)
         report = sink(args)
         if args.update_baseline:
             written = baseline.build(result, args.fail_on)

@@ -7,7 +7,6 @@ Adding a format is one module, one entry in FORMATS, and its tests (docs/ARCHITE
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Protocol
@@ -50,6 +49,9 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("json", ".json", "jsondoc", True, "the versioned JSON document (`ualdbg report` reads it back)"),
     Format("sarif", ".sarif", "sarif", True, "SARIF 2.1.0, for code scanning"),
     Format("text", ".txt", "textreport", True, "the report ualdbg prints (header, sites, data and advice, notes)"),
+    Format("junit", ".junit.xml", "junit", True, "JUnit XML: a test case per site, failing when it is new"),
+    Format("gitlab", ".codequality.json", "codequality", True, "GitLab Code Quality (artifacts:reports:codequality)"),
+    Format("github", ".github.txt", "ghannotations", True, "GitHub Actions annotations (workflow commands, for stdout)"),
 )}
 DEFAULT = "json"
 
@@ -71,8 +73,8 @@ def format_named(name: str) -> Format:
 
 def format_for(path: str) -> Format:
     """The format a file name says by its suffix (`run.sarif`), the JSON document otherwise."""
-    suffix = os.path.splitext(path)[1]
-    return next((f for f in FORMATS.values() if f.suffix == suffix), FORMATS[DEFAULT])
+    by_length = sorted(FORMATS.values(), key=lambda f: -len(f.suffix))  # r.codequality.json: not json
+    return next((f for f in by_length if path.endswith(f.suffix)), FORMATS[DEFAULT])
 
 
 def parse_spec(spec: str) -> tuple[Format, str]:
