@@ -210,7 +210,7 @@ def test_live_progress_reads_the_shared_buffer() -> None:
 
     seen: list[tuple[int, int, float]] = []
     result = run_agent(AgentRun([str(BUILD / "not_aligned"), "60000"]), lambda t, i, s: seen.append((t, i, s)))
-    assert result.doc["faults_total"] == 60000
+    assert result.result.faults_total == 60000
     assert seen, "no progress reported"
     totals = [t for t, _i, _s in seen]
     assert totals == sorted(totals) and totals[-1] == 60000  # the last report has the final figures
@@ -223,12 +223,13 @@ def test_exact_out_of_scope_counts_without_routine_skipping() -> None:
     from ualdbg.engines.agent import AgentRun, run_agent
 
     prog = [str(BUILD / "sigbus_handler"), "3"]
-    skipping = run_agent(AgentRun(list(prog))).doc
-    every = run_agent(AgentRun(list(prog), skip_out_of_scope=False)).doc
-    assert skipping["faults_total"] == every["faults_total"] == 3
-    assert every["agent"]["out_of_scope"]["routine_calls_run_unarmed"] == 0
-    assert skipping["agent"]["out_of_scope"]["routine_calls_run_unarmed"] > 0
-    assert skipping["faults_ignored"] < every["faults_ignored"]
+    skipping = run_agent(AgentRun(list(prog))).result
+    every = run_agent(AgentRun(list(prog), skip_out_of_scope=False)).result
+    assert skipping.agent is not None and every.agent is not None
+    assert skipping.faults_total == every.faults_total == 3
+    assert every.agent.out_of_scope.routine_calls_run_unarmed == 0
+    assert skipping.agent.out_of_scope.routine_calls_run_unarmed > 0
+    assert skipping.faults_ignored < every.faults_ignored
 
 
 def test_many_threads_at_the_same_new_pcs(agent_programs: Path, tmp_path: Path) -> None:

@@ -32,11 +32,11 @@ def test_many_processes_of_one_program_parse_their_maps_once(tmp_path: Path, mon
 
     monkeypatch.setattr(maps.ModuleMap, "from_text", classmethod(counting))
     res = engine.run_agent(engine.AgentRun([str(script)], exclude=(os.path.realpath("/bin/sh"),)))
-    doc = res.doc
-    images = [p for p in doc["processes"] if p["path"].endswith("not_aligned")]
-    assert res.exit_status == 0 and len(images) == RUNS, doc["processes"]
-    assert doc["faults_total"] == RUNS * FAULTS
-    assert all(p["faults_total"] == FAULTS for p in images)
+    result = res.result
+    images = [p for p in result.processes or [] if (p.path or "").endswith("not_aligned")]
+    assert res.exit_status == 0 and len(images) == RUNS, result.processes
+    assert result.faults_total == RUNS * FAULTS
+    assert all(p.faults_total == FAULTS for p in images)
     # Before: at least one parse per process (a light one and a full one each since issue 34's
     # scope split); now one per distinct snapshot text of the program.
     assert len(parsed) < RUNS, f"{len(parsed)} maps parsed for {RUNS} processes of one program"

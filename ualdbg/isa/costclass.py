@@ -177,6 +177,6 @@ def costs_for(result: TraceResult) -> CostTable | None:
     misaligned access past the inside of a line (nothing else to rank), None otherwise."""
     if result.arch not in ("x86_64", "i386", "i686"):
         return None
-    if not any(set(s.classes) - {INSIDE} for s in result.sites):
+    if not any({c for c, n in s.classes.items() if n} - {INSIDE} for s in result.sites):  # (engines count zeros too)
         return None
     return cost_table()
