@@ -279,13 +279,3 @@ def test_ctrl_c_typed_at_a_terminal_reaches_the_program_once(engine: str, wrappe
     assert status is not None, shown
     assert "sigint 1\r\n" in shown, shown
     assert status == 42, shown
-
-
-def test_q_in_watch_on_a_terminal_reaches_the_program(wrapped: tuple[Path, Path], tmp_path: Path) -> None:
-    """`ualdbg watch -- PROG` on a terminal: q passes the program a SIGINT, as a Ctrl-C would. The
-    SIGINT ualdbg sends itself for it is not a Ctrl-C typed at the terminal (which the program
-    would have already), so it is passed on, once."""
-    shown, status = on_terminal(ualdbg_argv("watch", "--", str(wrapped[0]), "sigint"), cwd=tmp_path,
-                                env=env_with({"TERM": "xterm", "COLUMNS": "120", "LINES": "40"}), key=b"q", wait=1.5,
-                                timeout=120)
-    assert status is not None and "sigint 1\r\n" in shown, shown
