@@ -1400,6 +1400,9 @@ static int try_patch(struct ualdbg_site *s, const struct x86_insn *d, uint64_t p
         how = all_parked ? W_ANYHOW : int3 ? W_INT3 : W_ATOMIC;
     }
     why = code_write(w.a, jmp, how, (uint64_t)(uintptr_t)slot + HDR_SIZE);
+    for (int k = 0; !why && k < w.n; k++)
+        if (w.ins[k].pc > w.a && w.ins[k].pc < w.a + 5) /* under the jump: copies that return there */
+            world_redirect_outofline(w.ins[k].pc, (uint64_t)(uintptr_t)slot + h->ins[k].block);
     for (int i = 0; stopped && !why && i < world_parked(); i++) {
         /* a parked thread inside the jump's bytes, or at the start of an out-of-line copy of one
          * of the window's instructions, goes on at the same instruction in the trampoline */
