@@ -1123,6 +1123,14 @@ int patch_int3_hit(greg_t *g)
     uint64_t to = world_int3_target(at);
     if (!to && patch_is_ours(at))
         to = at + 5 + (uint64_t)(int64_t)*(const int32_t *)(uintptr_t)(at + 1);
+    if (!to) {
+        /* the int3 of a window a later window has taken in since (its trap handled late: the
+         * thread was parked on its way into this handler): the same instruction in the new
+         * trampoline. Returned to at + 1 it ran the new jump's bytes (SIGSEGV, the hammer test). */
+        const struct win *w = win_holding(at);
+        if (w && at != w->a)
+            to = win_block(w, at);
+    }
     if (!to)
         return 0;
     g[REG_RIP] = (greg_t)to;
