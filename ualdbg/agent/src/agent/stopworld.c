@@ -32,7 +32,7 @@
 /* One thread asked to stop. Its word is gen << 2 | state (sent, claimed by the thread, ready: it
  * has said where it stands); the request carries gen and the slot's index, so that a request
  * that arrives late (after its generation was given up, the slot reused) changes nothing. */
-enum { SL_SENT = 0, SL_CLAIMED = 1, SL_READY = 2, SL_LEFT = 3 /* released, its new PC taken */ };
+enum { SL_SENT = 0, SL_CLAIMED = 1, SL_READY = 2 };
 
 struct stop_slot {
     pid_t tid;
@@ -92,12 +92,8 @@ int patch_stop_request(const siginfo_t *si, ucontext_t *uc, uint64_t ool_origin,
             break;
         futex(&stop.release, FUTEX_WAIT, (int)r, NULL); /* (r read once: a release in between is seen) */
     }
-    uint64_t ready = (uint64_t)g << 2 | SL_READY;
-    if (sl->new_rip && __atomic_load_n(&sl->word, __ATOMIC_ACQUIRE) == ready)
+    if (sl->new_rip && __atomic_load_n(&sl->word, __ATOMIC_ACQUIRE) == ((uint64_t)g << 2 | SL_READY))
         gr[REG_RIP] = (greg_t)sl->new_rip;
-    /* Gone: the next world_stop may reuse the slot (it waits for this: until then the move the
-     * patcher wrote here is this thread's, however long the thread waits for a CPU) */
-    __atomic_compare_exchange_n(&sl->word, &ready, (uint64_t)g << 2 | SL_LEFT, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     raw_sigprocmask(SIG_SETMASK, &mask, NULL);
     return 1;
 }
@@ -243,27 +239,10 @@ int world_stop(uint64_t a, int *all_parked)
 {
     static pid_t tids[STOP_THREADS];
     pid_t self = raw_gettid(), pid = G.pid;
-    /* The threads of the last generation still parked or writing where they stand, or released
-     * and not yet run (2 CPUs, 9 threads: a woken thread may wait long for one): they leave
-     * first. Reusing their slots sooner lost a move (its word no longer theirs): a thread parked
-     * inside the jump's bytes went on there and ran them (SIGSEGV, issue of the hammer test). */
-    for (int round = 0;; round++) {
-        int busy = 0;
-        for (int i = 0; i < stop.n && !busy; i++) {
-            uint64_t st = __atomic_load_n(&stop.slots[i].word, __ATOMIC_ACQUIRE) & 3;
-            busy = st == SL_CLAIMED || st == SL_READY;
-        }
-        if (!busy)
-            break;
-        if (round >= 2000)
-            return UALDBG_PATCH_R_THREADS; /* (tried again later) */
-        if (round < 100) {
+    /* A thread still writing where it stands for a generation given up: let it finish first. */
+    for (int i = 0; i < stop.n; i++)
+        while ((__atomic_load_n(&stop.slots[i].word, __ATOMIC_ACQUIRE) & 3) == SL_CLAIMED)
             sched_yield();
-        } else {
-            struct timespec ts = {0, 100000};
-            raw_syscall4(SYS_nanosleep, (long)&ts, 0, 0, 0);
-        }
-    }
     int n = list_threads(tids, STOP_THREADS);
     if (n < 0)
         return UALDBG_PATCH_R_THREADS;
