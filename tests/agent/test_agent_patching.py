@@ -264,6 +264,24 @@ def test_eight_threads_hammer_a_short_site_while_it_is_patched(agent_programs: P
         assert plain.doc is not None and sites(plain.doc) == sites(doc), patched.explain() + plain.explain()
 
 
+def test_a_thread_asleep_in_an_out_of_line_copy_while_its_window_is_patched(agent_programs: Path, tmp_path: Path) -> None:
+    """A thread asleep in the kernel half-way through the out-of-line copy of a 3-byte misaligned
+    incq (tests/fixtures/agent/oolstall.c: its pushfq waits for a userfaultfd page) while another
+    thread's traps patch the incq's window: the copy's jump back (after the incq, into the jump's
+    bytes) goes on at the same instruction in the trampoline, and every fault counts. Before, the
+    thread ran the jump's last bytes as code and the program died of SIGSEGV, as a thread stopped
+    by a second ualdbg's ptrace did in test_two_concurrent_pid_traces_one_wins (1 run in 3)."""
+    argv = [str(agent_programs / "oolstall")]
+    direct = subprocess.run(argv, capture_output=True, text=True, env=scrubbed_env(), cwd=ROOT, timeout=60)
+    assert direct.returncode == 0 and direct.stdout == "counter 1201\n", direct
+    patched = trace(argv, tmp_path)
+    assert patched.returncode == 0 and patched.stdout == direct.stdout, patched.explain()
+    assert patched.doc is not None, patched.explain()
+    bump = [s for s in patched.doc["sites"] if s["function"] == "bump"]
+    assert [(s["access"], s["count"]) for s in bump] == [("read-write", 1201)], patched.explain()
+    assert bump[0].get("patched"), patched.explain()
+
+
 def test_every_site_left_trapping_says_why(agent_programs: Path, tmp_path: Path) -> None:
     """Each site that trapped more than patch_after times and was not patched names its reason."""
     patched = trace([str(agent_programs / "hotpatch"), "rip", "1000"], tmp_path, "--all-modules")

@@ -1212,6 +1212,7 @@ static int agent_start(void)
     G.active = 1;
     install_kernel_action(SIGBUS);
     patch_set_sigtrap_hook(ensure_sigtrap); /* the patcher asks for SIGTRAP before it writes an int3 */
+    world_set_outofline_hooks(outofline_origin, outofline_redirect); /* copies that jump back under a jump */
     signals_adopt_existing();
     if (!registered) { /* once: an injected agent may be started again by a later attach */
         registered = 1;

@@ -1123,6 +1123,14 @@ int patch_int3_hit(greg_t *g)
     uint64_t to = world_int3_target(at);
     if (!to && patch_is_ours(at))
         to = at + 5 + (uint64_t)(int64_t)*(const int32_t *)(uintptr_t)(at + 1);
+    if (!to) {
+        /* the int3 of a window a later window has taken in since (its trap handled late: the
+         * thread was parked on its way into this handler): the same instruction in the new
+         * trampoline. Returned to at + 1 it ran the new jump's bytes (SIGSEGV, the hammer test). */
+        const struct win *w = win_holding(at);
+        if (w && at != w->a)
+            to = win_block(w, at);
+    }
     if (!to)
         return 0;
     g[REG_RIP] = (greg_t)to;
@@ -1400,6 +1408,9 @@ static int try_patch(struct ualdbg_site *s, const struct x86_insn *d, uint64_t p
         how = all_parked ? W_ANYHOW : int3 ? W_INT3 : W_ATOMIC;
     }
     why = code_write(w.a, jmp, how, (uint64_t)(uintptr_t)slot + HDR_SIZE);
+    for (int k = 0; !why && k < w.n; k++)
+        if (w.ins[k].pc > w.a && w.ins[k].pc < w.a + 5) /* under the jump: copies that return there */
+            world_redirect_outofline(w.ins[k].pc, (uint64_t)(uintptr_t)slot + h->ins[k].block);
     for (int i = 0; stopped && !why && i < world_parked(); i++) {
         /* a parked thread inside the jump's bytes, or at the start of an out-of-line copy of one
          * of the window's instructions, goes on at the same instruction in the trampoline */

@@ -210,6 +210,23 @@ void world_release(void) { wake_all(stop.gen); }
 
 void world_after_fork(void) { memset((void *)&stop, 0, sizeof stop); }
 
+/* trampolines.c's outofline_origin and outofline_redirect (a later file: handed over by agent.c
+ * at start). */
+static uint64_t (*outofline_hook)(uint64_t rip, int *at_start);
+static void (*redirect_hook)(uint64_t from, uint64_t to);
+
+void world_set_outofline_hooks(uint64_t (*origin)(uint64_t rip, int *at_start), void (*redirect)(uint64_t from, uint64_t to))
+{
+    outofline_hook = origin;
+    redirect_hook = redirect;
+}
+
+void world_redirect_outofline(uint64_t from, uint64_t to)
+{
+    if (redirect_hook)
+        redirect_hook(from, to);
+}
+
 /* Stops every other thread (parked in the handler, or asleep at a known PC outside the jump's
  * bytes (a, a + 5), the jump then written atomically), and says where the parked ones stand. Returns 0, or a
  * refusal reason (the world is running again). *all_parked: no thread left asleep. */
@@ -241,9 +258,15 @@ int world_stop(uint64_t a, int *all_parked)
             continue; /* exiting: runs no user code */
         uint64_t pc = st == 'R' ? 0 : blocked_pc(tids[i]);
         if (pc) {
-            /* asleep in the kernel: it can only come back at pc (a system call's return); should it
-             * wake and run to a while the jump is written, the int3 written first stops it there */
-            if ((pc > a && pc < a + 5) || blocks_sigtrap(tids[i]))
+            /* asleep in the kernel: it comes back at pc; should it wake and run to a while the jump
+             * is written, the int3 written first stops it there. Not only a system call's return:
+             * a thread stopped by a tracer (another ualdbg attaching, gdb) or waiting for a page is
+             * asleep at any user PC, perhaps half-way through an out-of-line copy of an instruction
+             * under the jump, which jumps back after that instruction, into the jump's bytes. Not
+             * parked, it cannot be moved: refused (tried again later). */
+            int at_start = 0;
+            uint64_t ool = outofline_hook ? outofline_hook(pc, &at_start) : 0;
+            if ((pc > a && pc < a + 5) || (ool >= a && ool < a + 5) || blocks_sigtrap(tids[i]))
                 goto fail;
             *all_parked = 0;
             continue;

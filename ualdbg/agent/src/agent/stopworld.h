@@ -23,8 +23,10 @@ HIDDEN void world_release(void);
 HIDDEN void world_after_fork(void);
 HIDDEN int code_write(uint64_t pc, const uint8_t jmp[5], int how, uint64_t to);
 HIDDEN uint64_t world_int3_target(uint64_t at);
+HIDDEN void world_redirect_outofline(uint64_t from, uint64_t to);
 /* agent.c */
 HIDDEN int patch_stop_request(const siginfo_t *si, ucontext_t *uc, uint64_t ool_origin, int ool_at_start);
 HIDDEN void patch_set_sigtrap_hook(void (*ensure)(void));
+HIDDEN void world_set_outofline_hooks(uint64_t (*origin)(uint64_t rip, int *at_start), void (*redirect)(uint64_t from, uint64_t to));
 
 #endif

@@ -74,3 +74,23 @@ uint64_t trampoline_origin(uint64_t rip, int *at_insn)
         *at_insn = at_start;
     return origin;
 }
+
+/* A patch's jump now covers `from`, an instruction it moved (patch.c, through stopworld.c): an
+ * out-of-line copy that jumps back there (that of the instruction before it, a thread still
+ * inside it: asleep, stopped by a tracer, or resumed there by a handler that decided before the
+ * jump was written) would land in the jump's bytes. Its literal (emit_jmp_abs: read when the
+ * jump back runs) now says `to`, the same instruction in the patch's trampoline. */
+void outofline_redirect(uint64_t from, uint64_t to)
+{
+    int n = __atomic_load_n(&npools, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++) {
+        uint8_t *b = pools[i].base;
+        size_t used = __atomic_load_n(&pools[i].used, __ATOMIC_ACQUIRE);
+        for (size_t off = 0; off + TRAMP_SLOT <= used; off += TRAMP_SLOT) {
+            uint64_t *lit = (uint64_t *)(uintptr_t)(b + off + TRAMP_SLOT - 16);
+            for (int k = 0; k < 2; k++)
+                if (__atomic_load_n(&lit[k], __ATOMIC_ACQUIRE) == from)
+                    __atomic_store_n(&lit[k], to, __ATOMIC_SEQ_CST);
+        }
+    }
+}

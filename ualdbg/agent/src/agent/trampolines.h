@@ -19,5 +19,6 @@ extern volatile int pool_lock HIDDEN;
 HIDDEN uint8_t *tramp_alloc(uint64_t target);
 HIDDEN uint64_t trampoline_origin(uint64_t rip, int *at_insn);
 HIDDEN uint64_t outofline_origin(uint64_t rip, int *at_start);
+HIDDEN void outofline_redirect(uint64_t from, uint64_t to);
 
 #endif
