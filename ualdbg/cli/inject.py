@@ -21,8 +21,11 @@ import ctypes
 import errno
 import os
 import signal
+import socket
 import struct
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..agent.presence import elf_symbol, libc_symbol, module_bias, tracing_agent
@@ -359,12 +362,50 @@ class Injected:
         return self.bias + value
 
 
+
+@contextmanager
+def _one_at_a_time(pid: int, wait: float = 10.0) -> Iterator[None]:
+    """While ualdbg stops `pid`'s threads to inject or remove the agent, no other ualdbg does:
+    two of them seizing at once could each hold some of its threads, and a thread one of them
+    holds is one the other's agent cannot see while it patches code (the program then resumed
+    inside a patch's jump). An abstract Unix socket named after the process (and its start
+    time: a reused pid is another name) is the lock: bound atomically, released by the kernel
+    when its ualdbg ends however it ends, no file anyone could plant."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            start = f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        start = "0"
+    lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline = time.monotonic() + wait
+    try:
+        while True:
+            try:
+                lock.bind(f"\0ualdbg-inject-{pid}-{start}")
+                break
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    raise InjectError(f"another ualdbg is injecting into or detaching from process {pid}") from None
+                time.sleep(0.01)
+        yield
+    finally:
+        lock.close()
+
 def inject(pid: int, lib: str, config: str) -> Injected:
     """Load the agent into `pid` and arm every thread; the process runs on alone."""
+    with _one_at_a_time(pid):
+        return _inject(pid, lib, config)
+
+
+def _inject(pid: int, lib: str, config: str) -> Injected:
     dlopen = libc_function(pid, "dlopen")
     value = elf_symbol(lib, "ualdbg_agent_inject")  # before anything stops: parsing ELF takes ms
     if value is None:
         raise InjectError(f"{lib} has no ualdbg_agent_inject")
+    # Refused before any thread is stopped, too: a thread this ualdbg holds stopped is one another
+    # ualdbg's agent cannot see, and may patch the code under (the program then resumed inside a
+    # patch's jump: tests/security/test_one_tracer.py). Checked again once every thread is ours.
+    _refuse_if_traced(pid)
     try:
         proc = Process(pid)
     except OSError as exc:
@@ -409,6 +450,11 @@ def remove(inj: Injected, pid: int | None = None, settle: float = 2.0) -> float:
     the process goes on with no thread armed and its own signal actions. The seconds it was
     stopped, in all."""
     pid = inj.pid if pid is None else pid
+    with _one_at_a_time(pid):
+        return _remove(inj, pid, settle)
+
+
+def _remove(inj: Injected, pid: int, settle: float) -> float:
     disarm, release = inj.symbol("ualdbg_agent_disarm"), inj.symbol("ualdbg_agent_release")
     busy = inj.symbol("ualdbg_in_handler")
     try:
