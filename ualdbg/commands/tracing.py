@@ -63,12 +63,15 @@ def _start(p: Parser) -> Runner:
                 return start_agent(host, 0 if args.no_patch else args.patch_after)
             note = [f"ualdbg: the agent cannot trace here ({why}): the trap engine records in the debugger"]
             args.engine = "trap"
-        was, before = s.mode.tracing, s.mode.armed
+        was, before, breaking = s.mode.tracing, s.mode.armed, s.mode.breaking
+        if breaking:  # as through the agent: after `break`, `trace start` records without stopping
+            s.mode.breaking = False
+            note.append("ualdbg: no longer breaking: faults are recorded without stopping from now on")
         s.mode.tracing = True
         try:
             out = arm_step(host, args, before) if args.engine == "step" else arm(host)
         except Exception:
-            s.mode.tracing = was
+            s.mode.tracing, s.mode.breaking = was, breaking
             raise
         return note + [f"ualdbg: tracing unaligned accesses in {s.scope.describe()} (ring of {s.buffer.capacity}); "
                        + out[0]]
