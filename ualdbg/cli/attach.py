@@ -350,12 +350,22 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
     return RunResult(result, exit_status, None, "")
 
 
+def _refuse_if_agent(pid: int) -> None:
+    from ..agent.presence import tracing_agent
+
+    agent = tracing_agent(pid)
+    if agent is not None:
+        raise ToolError(traced_line(pid, ualdbg=agent.ualdbg, injected=agent.injected))
+
+
 def run_gdb(req: RunRequest, on_progress: Callable[[int, int, float], None] | None = None,
             ready: Callable[[str], None] | None = None, *, on_sample: Callable[[Sample], None] | None = None,
             interval: float = 1.0, quit: threading.Event | None = None) -> RunResult:
     """gdb's trap engine attached to req.pid (adapters/gdb/attach_driver.py)."""
     assert req.pid is not None
     pid = req.pid
+    from .inject import one_at_a_time
+
     exe, args = _program_of(pid)
     with rundir.make() as run_dir:  # locked: a killed run's directory is reaped by the next
         tmp = run_dir.top
@@ -374,10 +384,14 @@ def run_gdb(req: RunRequest, on_progress: Callable[[int, int, float], None] | No
         try:
             # A session of its own: a Ctrl-C at the terminal reaches ualdbg, which ends the trace;
             # gdb would turn it into a SIGINT to the traced process's whole process group.
-            proc = subprocess.Popen(gdb_attach_command(cfg, log), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, start_new_session=True)
-            while proc.poll() is None and not os.path.exists(cfg["attached"]):
-                time.sleep(0.02)
+            # gdb stops every thread to attach: not while another ualdbg injects the agent, and not
+            # once one has (its agent could patch code under a thread gdb holds): cli/inject.py
+            with one_at_a_time(pid):
+                _refuse_if_agent(pid)
+                proc = subprocess.Popen(gdb_attach_command(cfg, log), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+                while proc.poll() is None and not os.path.exists(cfg["attached"]):
+                    time.sleep(0.02)
             attached_at = time.monotonic()
             if proc.poll() is None:
                 if ready is not None:

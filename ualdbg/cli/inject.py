@@ -364,7 +364,7 @@ class Injected:
 
 
 @contextmanager
-def _one_at_a_time(pid: int, wait: float = 10.0) -> Iterator[None]:
+def one_at_a_time(pid: int, wait: float = 60.0) -> Iterator[None]:
     """While ualdbg stops `pid`'s threads to inject or remove the agent, no other ualdbg does:
     two of them seizing at once could each hold some of its threads, and a thread one of them
     holds is one the other's agent cannot see while it patches code (the program then resumed
@@ -393,7 +393,7 @@ def _one_at_a_time(pid: int, wait: float = 10.0) -> Iterator[None]:
 
 def inject(pid: int, lib: str, config: str) -> Injected:
     """Load the agent into `pid` and arm every thread; the process runs on alone."""
-    with _one_at_a_time(pid):
+    with one_at_a_time(pid):
         return _inject(pid, lib, config)
 
 
@@ -450,7 +450,7 @@ def remove(inj: Injected, pid: int | None = None, settle: float = 2.0) -> float:
     the process goes on with no thread armed and its own signal actions. The seconds it was
     stopped, in all."""
     pid = inj.pid if pid is None else pid
-    with _one_at_a_time(pid):
+    with one_at_a_time(pid):
         return _remove(inj, pid, settle)
 
 
