@@ -574,6 +574,14 @@ EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
         va_end(ap);                            \
     } while (0)
 
+/* argv[0..n] of an execl-style call: `first`, then the n strings after it (the NULL included). */
+#define FILL_ARGV(argv, first, ap, n)              \
+    do {                                           \
+        (argv)[0] = (char *)(first);               \
+        for (int i_ = 1; i_ <= (n); i_++)          \
+            (argv)[i_] = va_arg(ap, char *);       \
+    } while (0)
+
 EXPORT int execl(const char *path, const char *arg, ...)
 {
     int n = 1;
@@ -581,9 +589,7 @@ EXPORT int execl(const char *path, const char *arg, ...)
     char *argv[n + 1];
     va_list ap;
     va_start(ap, arg);
-    argv[0] = (char *)arg;
-    for (int i = 1; i <= n; i++)
-        argv[i] = va_arg(ap, char *);
+    FILL_ARGV(argv, arg, ap, n);
     va_end(ap);
     return execve(path, argv, environ);
 }
@@ -595,9 +601,7 @@ EXPORT int execlp(const char *file, const char *arg, ...)
     char *argv[n + 1];
     va_list ap;
     va_start(ap, arg);
-    argv[0] = (char *)arg;
-    for (int i = 1; i <= n; i++)
-        argv[i] = va_arg(ap, char *);
+    FILL_ARGV(argv, arg, ap, n);
     va_end(ap);
     return execvpe(file, argv, environ);
 }
@@ -609,9 +613,7 @@ EXPORT int execle(const char *path, const char *arg, ...)
     char *argv[n + 1];
     va_list ap;
     va_start(ap, arg);
-    argv[0] = (char *)arg;
-    for (int i = 1; i <= n; i++)
-        argv[i] = va_arg(ap, char *);
+    FILL_ARGV(argv, arg, ap, n);
     char *const *envp = va_arg(ap, char *const *);
     va_end(ap);
     return execve(path, argv, envp);
