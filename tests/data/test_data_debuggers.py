@@ -97,10 +97,19 @@ def test_gdb_names_the_malloc_block(tmp_path: Path) -> None:
 
 def test_gdb_names_argument_strings_and_their_advice() -> None:
     """Issue 31, problem 4: argv/environment strings are a data class of their own (named from
-    /proc/PID/stat's arg_start..env_end of the live process), with the advice that fits them."""
-    run = run_gdb([str(BUILD / "argv_fields"), "ABCDEFGHIJKLMNOPQ", "2"],
-                  ["ualdbg break", "run", "continue", "continue", "ualdbg trace start", "continue",
-                   "ualdbg trace show --summary"])
+    /proc/PID/stat's arg_start..env_end of the live process), with the advice that fits them.
+    Where argv[1] falls depends on every string above it (the checkout's path included): an unused
+    trailing argument of 0 to 3 bytes moves it until the 4-byte read at argv[1] is misaligned too."""
+    for pad in ("", "p", "pp", "ppp"):
+        run = run_gdb([str(BUILD / "argv_fields"), "ABCDEFGHIJKLMNOPQ", "2", *([pad] if pad else [])],
+                      ["ualdbg break", "run", "continue", "continue", "ualdbg trace start", "continue",
+                       "ualdbg trace show --summary"])
+        placed = re.search(r"argv\[1\] = 0x[0-9a-f]+ mod 4 = (\d)", run.stdout)
+        assert placed, run.explain()
+        if placed.group(1) != "0":
+            break
+    else:
+        raise AssertionError("no padding misaligned argv[1]")
     lines = data_lines(run.stdout)
     assert lines[0] == "data: argv[1]+0 (argument strings: the kernel places them at no alignment)", run.explain()
     assert lines[2] == "data: argv[1]+4 (argument strings: the kernel places them at no alignment)", run.explain()
