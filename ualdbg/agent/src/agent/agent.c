@@ -809,6 +809,18 @@ static int handle_alignment_fault(ucontext_t *uc)
 }
 
 
+/* A context an agent handler that other threads' patching can interleave with (a stop request's,
+ * a step's SIGTRAP: neither blocks the other) is about to resume. With every signal blocked until
+ * the sigreturn (which restores the context's own mask), no jump can be written between this look
+ * and the resume; one written before it (while this thread sat in a frame under a parked one) is
+ * known here, and a resume inside its bytes goes on at the same instruction in its trampoline. */
+static void resume_checked(ucontext_t *uc)
+{
+    uint64_t all = ~0ull;
+    raw_sigprocmask(SIG_SETMASK, &all, NULL);
+    patch_fix_resume(uc->uc_mcontext.gregs);
+}
+
 void on_sigbus_c(int sig, siginfo_t *si, void *ctx)
 {
     ucontext_t *uc = ctx;
@@ -820,6 +832,7 @@ void on_sigbus_c(int sig, siginfo_t *si, void *ctx)
         int at_start = 0;
         uint64_t ool = outofline_origin((uint64_t)uc->uc_mcontext.gregs[REG_RIP], &at_start);
         if (patch_stop_request(si, uc, ool, at_start)) {
+            resume_checked(uc);
             errno = saved;
             __atomic_sub_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
             return;
@@ -867,6 +880,7 @@ void on_sigtrap_c(int sig, siginfo_t *si, void *ctx)
             /* Re-arm the interrupted context: it was armed when it faulted. */
             g[REG_EFL] |= (greg_t)AC_BIT;
         }
+        resume_checked(uc);
         __atomic_sub_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
         return;
     }
@@ -1178,6 +1192,35 @@ __attribute__((constructor(101))) static void agent_init(void)
 
 /* Tracing starts in this process image: the buffer, the program's signal actions adopted, the
  * SIGBUS handler installed. 0 on success. */
+/* The agent's executable segments, from its program headers (at start: dl_iterate_phdr is no
+ * handler's business). */
+static int self_text_segment(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    const Dl_info *self = data;
+    if ((uint64_t)(uintptr_t)self->dli_fbase != info->dlpi_addr)
+        return 0;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;
+        uint64_t a = info->dlpi_addr + ph->p_vaddr;
+        lo = a < lo ? a : lo;
+        hi = a + ph->p_memsz > hi ? a + ph->p_memsz : hi;
+    }
+    if (hi)
+        world_set_self_text(lo, hi);
+    return 1;
+}
+
+static void self_text(void)
+{
+    Dl_info self;
+    if (dladdr((void *)self_text, &self))
+        dl_iterate_phdr(self_text_segment, &self);
+}
+
 static int agent_start(void)
 {
     static int registered;
@@ -1213,6 +1256,7 @@ static int agent_start(void)
     install_kernel_action(SIGBUS);
     patch_set_sigtrap_hook(ensure_sigtrap); /* the patcher asks for SIGTRAP before it writes an int3 */
     world_set_outofline_hooks(outofline_origin, outofline_redirect); /* copies that jump back under a jump */
+    self_text(); /* a thread asleep in the agent's code stops no patch from waiting for it */
     signals_adopt_existing();
     if (!registered) { /* once: an injected agent may be started again by a later attach */
         registered = 1;
@@ -1534,11 +1578,14 @@ static void *owner_watchdog(void *p)
     free(p);
     ac_clear();
     prctl(PR_SET_NAME, "ualdbg-watch", 0, 0, 0);
+    pid_t me = raw_gettid();
+    world_own_thread(me, 0); /* asleep in the agent's code, and no handler's: no patch waits for it */
     struct pollfd fds[2] = {{a.pidfd, POLLIN, 0}, {a.wake_fd, POLLIN, 0}};
     long n;
     do
         n = raw_syscall4(SYS_poll, (long)fds, 2, -1, 0);
     while (n == -EINTR);
+    world_own_thread(0, me);
     /* The owner gone, and this watch still the process's: not ended by a release first. */
     if (n > 0 && !(fds[1].revents & POLLIN) && (fds[0].revents & POLLIN) && G.watching &&
         __atomic_load_n(&W.gen, __ATOMIC_ACQUIRE) == a.gen && fd_is(a.pidfd, a.dev, a.ino))

@@ -286,12 +286,19 @@ static struct {
 } written[2 * MAX_WINDOWS];
 static uint32_t nwritten;
 
+/* Odd while wins[] changes (patch_fix_resume reads it from other threads' handlers). */
+static volatile uint32_t win_seq;
+
+static void win_change(void) { __atomic_add_fetch(&win_seq, 1, __ATOMIC_SEQ_CST); }
+
 static void win_remove(uint64_t a)
 {
     uint32_t i = win_index(a);
     if (i < nwins && wins[i].a == a) {
+        win_change();
         memmove(&wins[i], &wins[i + 1], (nwins - i - 1) * sizeof wins[0]);
         nwins--;
+        win_change();
     }
 }
 
@@ -302,12 +309,14 @@ static void win_add(uint64_t a, uint64_t b, struct pslot *slot, const uint8_t or
         memcpy(written[nwritten++].orig, orig, 5);
     }
     uint32_t i = win_index(a);
+    win_change();
     memmove(&wins[i + 1], &wins[i], (nwins - i) * sizeof wins[0]);
     wins[i].a = a;
     wins[i].b = b;
     wins[i].slot = slot;
     memcpy(wins[i].orig, orig, 5);
     nwins++;
+    win_change();
 }
 
 /* The trampoline address standing for the original instruction at pc inside a window (0: pc is
@@ -1407,10 +1416,18 @@ static int try_patch(struct ualdbg_site *s, const struct x86_insn *d, uint64_t p
         stopped = 1;
         how = all_parked ? W_ANYHOW : int3 ? W_INT3 : W_ATOMIC;
     }
-    why = code_write(w.a, jmp, how, (uint64_t)(uintptr_t)slot + HDR_SIZE);
-    for (int k = 0; !why && k < w.n; k++)
-        if (w.ins[k].pc > w.a && w.ins[k].pc < w.a + 5) /* under the jump: copies that return there */
+    /* Copies out of line that jump back to an instruction under the jump go to its block of the
+     * trampoline from now on, before the jump is written: a thread not parked (asleep at a PC
+     * outside the window when the world stopped, awake since) that finishes such a copy while the
+     * bytes change lands in the trampoline, never in the jump's bytes. (The trampoline is whole
+     * and its counters set: the block is the same instruction.) Undone if the write fails. */
+    for (int k = 0; k < w.n; k++)
+        if (w.ins[k].pc > w.a && w.ins[k].pc < w.a + 5)
             world_redirect_outofline(w.ins[k].pc, (uint64_t)(uintptr_t)slot + h->ins[k].block);
+    why = code_write(w.a, jmp, how, (uint64_t)(uintptr_t)slot + HDR_SIZE);
+    for (int k = 0; why && k < w.n; k++)
+        if (w.ins[k].pc > w.a && w.ins[k].pc < w.a + 5)
+            world_redirect_outofline((uint64_t)(uintptr_t)slot + h->ins[k].block, w.ins[k].pc);
     for (int i = 0; stopped && !why && i < world_parked(); i++) {
         /* a parked thread inside the jump's bytes, or at the start of an out-of-line copy of one
          * of the window's instructions, goes on at the same instruction in the trampoline */
@@ -1422,19 +1439,26 @@ static int try_patch(struct ualdbg_site *s, const struct x86_insn *d, uint64_t p
             else if (ool >= w.a && ool < w.b && w.ins[k].pc == ool && h->ins[k].copy_a)
                 world_move(i, (uint64_t)(uintptr_t)slot + h->ins[k].copy_a);
     }
+    if (!why) {
+        /* Known as a window before any thread runs again: a thread whose handler resumes it inside
+         * the jump's bytes (patch_fix_resume: a step's SIGTRAP frame under a parked thread's stop
+         * request, decided before the jump was written) is sent to the trampoline from its first
+         * instruction on. Registered after the release, such a thread ran the jump's bytes
+         * (SIGSEGV, SIGBUS: the hammer test under load). */
+        code_patched(w.a, orig5, 5);
+        for (int i = 0; i < w.n; i++)
+            if (w.ins[i].was) {
+                win_remove(w.ins[i].was->origin); /* taken in */
+                for (uint32_t c = 0; c < nclist; c++)
+                    if (clist[c].slot == w.ins[i].was && clist[c].ins == w.ins[i].was_i)
+                        clist[c].slot = h, clist[c].ins = i;
+            }
+        win_add(w.a, w.b, h, orig5);
+    }
     if (stopped)
         world_release();
     if (why)
         goto undo;
-    code_patched(w.a, orig5, 5);
-    for (int i = 0; i < w.n; i++)
-        if (w.ins[i].was) {
-            win_remove(w.ins[i].was->origin); /* taken in */
-            for (uint32_t c = 0; c < nclist; c++)
-                if (clist[c].slot == w.ins[i].was && clist[c].ins == w.ins[i].was_i)
-                    clist[c].slot = h, clist[c].ins = i;
-        }
-    win_add(w.a, w.b, h, orig5);
     for (int i = 0; i < w.n; i++)
         if (h->ins[i].entry != UINT32_MAX) {
             struct ualdbg_site *o = i == w.k ? s : site_find(w.a + h->ins[i].from, G.sites, G.site_mask);
@@ -1683,15 +1707,24 @@ int patch_fault_context(greg_t *g, int *at_insn)
 
 /* A context about to be resumed (a signal handler returning): at an instruction inside a window,
  * where the code is the jump's now, it goes on at that instruction's block of the trampoline. */
-void patch_fix_resume(greg_t *g)
+int patch_fix_resume(greg_t *g)
 {
-    uint64_t rip = (uint64_t)g[REG_RIP];
-    const struct win *w = win_holding(rip);
-    if (!w || rip == w->a)
-        return;
-    uint64_t to = win_block(w, rip);
-    if (to)
-        g[REG_RIP] = (greg_t)to;
+    uint64_t rip = (uint64_t)g[REG_RIP], to;
+    for (;;) {
+        uint32_t seq = __atomic_load_n(&win_seq, __ATOMIC_ACQUIRE);
+        if (seq & 1) {
+            sched_yield();
+            continue;
+        }
+        const struct win *w = win_holding(rip);
+        to = w && rip != w->a ? win_block(w, rip) : 0;
+        if (__atomic_load_n(&win_seq, __ATOMIC_ACQUIRE) == seq)
+            break;
+    }
+    if (!to)
+        return 0;
+    g[REG_RIP] = (greg_t)to;
+    return 1;
 }
 
 /* The patched PC of a fault at one of a trampoline's copies, for trampolines.c. */
@@ -1819,7 +1852,9 @@ void patch_release(void)
         nwritten--;
         code_write(written[nwritten].a, written[nwritten].orig, W_ANYHOW, 0); /* (was writable once) */
     }
+    win_change();
     nwins = 0;
+    win_change();
     nclist = 0;
     codemap_forget_patches();
 }

@@ -19,7 +19,7 @@ HIDDEN int patch_int3_hit(greg_t *g);
 HIDDEN void patch_threads_started(void);
 /* signals.c: the program's own handlers. */
 HIDDEN int patch_fault_context(greg_t *g, int *at_insn);
-HIDDEN void patch_fix_resume(greg_t *g);
+HIDDEN int patch_fix_resume(greg_t *g);
 /* trampolines.c */
 HIDDEN uint64_t patch_origin(uint64_t rip, int *at_insn);
 

@@ -30,9 +30,10 @@
 #define STOP_THREADS 512
 
 /* One thread asked to stop. Its word is gen << 2 | state (sent, claimed by the thread, ready: it
- * has said where it stands); the request carries gen and the slot's index, so that a request
- * that arrives late (after its generation was given up, the slot reused) changes nothing. */
-enum { SL_SENT = 0, SL_CLAIMED = 1, SL_READY = 2 };
+ * has said where it stands, done: released, it has taken where it goes on); the request carries
+ * gen and the slot's index, so that a request that arrives late (after its generation was given
+ * up, the slot reused) changes nothing. */
+enum { SL_SENT = 0, SL_CLAIMED = 1, SL_READY = 2, SL_DONE = 3 };
 
 struct stop_slot {
     pid_t tid;
@@ -43,13 +44,22 @@ struct stop_slot {
     uint64_t new_rip;
 };
 
+/* Generation g uses bank g % BANKS of slots: a stop reuses a bank only once each thread parked
+ * there BANKS stops before has taken where it goes on (its slot's new_rip). Reused before, a slot
+ * lost a move: a thread parked inside the jump's bytes, released but not yet scheduled, went on
+ * there (SIGSEGV, the hammer test under load: another thread patched the next window first). The
+ * banks keep the next stop from waiting for threads that have not run since their release. */
+#define BANKS 4
 static struct {
     volatile uint32_t gen;
     volatile uint32_t release; /* the last generation released (the threads go on when >= theirs) */
     volatile int acks;         /* (a futex word: a thread that is ready adds 1) */
-    int n;
-    struct stop_slot slots[STOP_THREADS];
+    int bank;                  /* the last stop's */
+    int n[BANKS];
+    struct stop_slot slots[BANKS][STOP_THREADS];
 } stop;
+#define NOW stop.slots[stop.bank]
+#define NNOW stop.n[stop.bank]
 
 static long futex(volatile void *addr, int op, int val, const struct timespec *ts)
 {
@@ -68,7 +78,7 @@ int patch_stop_request(const siginfo_t *si, ucontext_t *uc, uint64_t ool_origin,
     uint32_t g = (uint32_t)(v >> 16), i = (uint32_t)(v & 0xffff);
     if (i >= STOP_THREADS)
         return 1;
-    struct stop_slot *sl = &stop.slots[i];
+    struct stop_slot *sl = &stop.slots[g % BANKS][i];
     uint64_t all = ~0ull, mask;
     raw_sigprocmask(SIG_SETMASK, &all, &mask); /* nothing runs here until released */
     uint64_t expect = (uint64_t)g << 2 | SL_SENT;
@@ -92,8 +102,11 @@ int patch_stop_request(const siginfo_t *si, ucontext_t *uc, uint64_t ool_origin,
             break;
         futex(&stop.release, FUTEX_WAIT, (int)r, NULL); /* (r read once: a release in between is seen) */
     }
-    if (sl->new_rip && __atomic_load_n(&sl->word, __ATOMIC_ACQUIRE) == ((uint64_t)g << 2 | SL_READY))
+    uint64_t ready = (uint64_t)g << 2 | SL_READY;
+    if (sl->new_rip && __atomic_load_n(&sl->word, __ATOMIC_ACQUIRE) == ready)
         gr[REG_RIP] = (greg_t)sl->new_rip;
+    /* (the slot may be reused from now on: a world_stop on this bank waits for this) */
+    __atomic_compare_exchange_n(&sl->word, &ready, (uint64_t)g << 2 | SL_DONE, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     raw_sigprocmask(SIG_SETMASK, &mask, NULL);
     return 1;
 }
@@ -196,15 +209,15 @@ static void wake_all(uint32_t g)
     futex(&stop.release, FUTEX_WAKE, 1 << 30, NULL);
 }
 
-int world_parked(void) { return stop.n; }
+int world_parked(void) { return NNOW; }
 
 void world_where(int i, uint64_t *rip, uint64_t *ool_origin)
 {
-    *rip = stop.slots[i].rip;
-    *ool_origin = stop.slots[i].ool_origin;
+    *rip = NOW[i].rip;
+    *ool_origin = NOW[i].ool_origin;
 }
 
-void world_move(int i, uint64_t to) { stop.slots[i].new_rip = to; }
+void world_move(int i, uint64_t to) { NOW[i].new_rip = to; }
 
 void world_release(void) { wake_all(stop.gen); }
 
@@ -214,6 +227,28 @@ void world_after_fork(void) { memset((void *)&stop, 0, sizeof stop); }
  * at start). */
 static uint64_t (*outofline_hook)(uint64_t rip, int *at_start);
 static void (*redirect_hook)(uint64_t from, uint64_t to);
+
+/* The agent's own executable code (agent.c, at start): a thread asleep there is inside one of its
+ * handlers, about to decide where its context resumes. */
+static uint64_t self_lo, self_hi;
+
+void world_set_self_text(uint64_t lo, uint64_t hi)
+{
+    self_lo = lo;
+    self_hi = hi;
+}
+
+/* The agent's own thread (its watchdog, asleep in poll in the agent's code for as long as ualdbg
+ * lives): never the program's, never inside a handler. tid 0: none; `was` is cleared only. */
+static volatile pid_t own_tid;
+
+void world_own_thread(pid_t tid, pid_t was)
+{
+    if (tid)
+        __atomic_store_n(&own_tid, tid, __ATOMIC_RELEASE);
+    else
+        __atomic_compare_exchange_n(&own_tid, &was, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
 
 void world_set_outofline_hooks(uint64_t (*origin)(uint64_t rip, int *at_start), void (*redirect)(uint64_t from, uint64_t to))
 {
@@ -239,15 +274,21 @@ int world_stop(uint64_t a, int *all_parked)
 {
     static pid_t tids[STOP_THREADS];
     pid_t self = raw_gettid(), pid = G.pid;
-    /* A thread still writing where it stands for a generation given up: let it finish first. */
-    for (int i = 0; i < stop.n; i++)
-        while ((__atomic_load_n(&stop.slots[i].word, __ATOMIC_ACQUIRE) & 3) == SL_CLAIMED)
-            sched_yield();
     int n = list_threads(tids, STOP_THREADS);
     if (n < 0)
         return UALDBG_PATCH_R_THREADS;
     uint32_t g = __atomic_add_fetch(&stop.gen, 1, __ATOMIC_ACQ_REL);
-    stop.n = 0;
+    /* This bank's threads of BANKS stops ago still writing where they stand, or released and not
+     * yet scheduled to take where they go on: let them finish first. */
+    stop.bank = (int)(g % BANKS);
+    for (int i = 0; i < NNOW; i++)
+        for (;;) {
+            uint64_t st = __atomic_load_n(&NOW[i].word, __ATOMIC_ACQUIRE) & 3;
+            if (st != SL_CLAIMED && st != SL_READY)
+                break;
+            sched_yield();
+        }
+    NNOW = 0;
     *all_parked = 1;
     for (int i = 0; i < n; i++) {
         if (tids[i] == self)
@@ -257,6 +298,15 @@ int world_stop(uint64_t a, int *all_parked)
         if (st == 'Z' || st == 'X' || st == 0)
             continue; /* exiting: runs no user code */
         uint64_t pc = st == 'R' ? 0 : blocked_pc(tids[i]);
+        /* Asleep in the agent's own code (a page of the record buffer, /proc, inside a handler):
+         * parked like a running thread, not left asleep. It wakes within moments and resumes where
+         * its handler decides (an out-of-line copy that jumps back under the jump, a step there),
+         * perhaps after it has left the handler and before ualdbg_in_handler is read below: left
+         * asleep, it ran on under the jump as it was written (the hammer test under load). Its
+         * request waits until its handler returns, and it parks at the PC the handler chose. (Not
+         * the agent's own watchdog, asleep in poll for as long as ualdbg lives.) */
+        if (pc >= self_lo && pc < self_hi && tids[i] != __atomic_load_n(&own_tid, __ATOMIC_ACQUIRE))
+            pc = 0;
         if (pc) {
             /* asleep in the kernel: it comes back at pc; should it wake and run to a while the jump
              * is written, the int3 written first stops it there. Not only a system call's return:
@@ -274,19 +324,19 @@ int world_stop(uint64_t a, int *all_parked)
         /* (One that blocks SIGBUS now is most often in the agent's own SIGBUS handler, and takes
          * the request when it returns; one that stays blocked makes this attempt fail.) */
         (void)blocks;
-        struct stop_slot *sl = &stop.slots[stop.n++];
+        struct stop_slot *sl = &NOW[NNOW++];
         sl->tid = tids[i];
         __atomic_store_n(&sl->word, (uint64_t)g << 2 | SL_SENT, __ATOMIC_RELEASE);
     }
     for (int round = 0; round < 400; round++) { /* up to 0.2 s: a thread may wait that long for a CPU */
         int ready = 0;
-        for (int i = 0; i < stop.n; i++)
-            ready += slot_ready(&stop.slots[i], g);
-        if (ready == stop.n)
+        for (int i = 0; i < NNOW; i++)
+            ready += slot_ready(&NOW[i], g);
+        if (ready == NNOW)
             break;
         if (round % 8 == 0) /* (again: a SIGBUS already pending in the thread swallows a new one) */
-            for (int i = 0; i < stop.n; i++)
-                if (!slot_ready(&stop.slots[i], g)) {
+            for (int i = 0; i < NNOW; i++)
+                if (!slot_ready(&NOW[i], g)) {
                     siginfo_t si;
                     memset(&si, 0, sizeof si);
                     si.si_signo = SIGBUS;
@@ -294,18 +344,18 @@ int world_stop(uint64_t a, int *all_parked)
                     si.si_pid = pid;
                     si.si_uid = getuid();
                     si.si_value.sival_ptr = (void *)(uintptr_t)(0x5a7dull << 48 | (uint64_t)g << 16 | (uint64_t)i);
-                    raw_syscall4(SYS_rt_tgsigqueueinfo, pid, stop.slots[i].tid, SIGBUS, (long)&si);
+                    raw_syscall4(SYS_rt_tgsigqueueinfo, pid, NOW[i].tid, SIGBUS, (long)&si);
                 }
         int seen = __atomic_load_n(&stop.acks, __ATOMIC_ACQUIRE);
         struct timespec ts = {0, 500000};
         futex(&stop.acks, FUTEX_WAIT, seen, &ts);
     }
-    for (int i = 0; i < stop.n; i++)
-        if (!slot_ready(&stop.slots[i], g))
+    for (int i = 0; i < NNOW; i++)
+        if (!slot_ready(&NOW[i], g))
             goto fail;
     /* No other thread inside the agent's handlers: one asleep there (reading /proc, say) would
      * resume where its handler decided, perhaps after an instruction now under the jump. */
-    if (__atomic_load_n(&ualdbg_in_handler, __ATOMIC_ACQUIRE) > 1 + stop.n) /* (this one, the parked) */
+    if (__atomic_load_n(&ualdbg_in_handler, __ATOMIC_ACQUIRE) > 1 + NNOW) /* (this one, the parked) */
         goto fail;
     /* No thread started meanwhile (one that did runs freely). */
     static pid_t again[STOP_THREADS];
@@ -320,8 +370,8 @@ int world_stop(uint64_t a, int *all_parked)
     /* The parked threads: outside the jump's bytes, or at one of the window's instructions
      * (moved to the trampoline's), or at the start of an out-of-line copy of one (moved to its
      * copy that runs with AC clear). The trampoline's offsets are set by the caller. */
-    for (int i = 0; i < stop.n; i++) {
-        struct stop_slot *sl = &stop.slots[i];
+    for (int i = 0; i < NNOW; i++) {
+        struct stop_slot *sl = &NOW[i];
         sl->new_rip = 0;
         if (sl->ool_origin >= a && sl->ool_origin < a + 5 && !sl->ool_at_start)
             goto fail; /* half-way through an out-of-line copy that returns under the jump */

@@ -27,6 +27,8 @@ HIDDEN void world_redirect_outofline(uint64_t from, uint64_t to);
 /* agent.c */
 HIDDEN int patch_stop_request(const siginfo_t *si, ucontext_t *uc, uint64_t ool_origin, int ool_at_start);
 HIDDEN void patch_set_sigtrap_hook(void (*ensure)(void));
+HIDDEN void world_set_self_text(uint64_t lo, uint64_t hi);
+HIDDEN void world_own_thread(pid_t tid, pid_t was);
 HIDDEN void world_set_outofline_hooks(uint64_t (*origin)(uint64_t rip, int *at_start), void (*redirect)(uint64_t from, uint64_t to));
 
 #endif
