@@ -809,18 +809,6 @@ static int handle_alignment_fault(ucontext_t *uc)
 }
 
 
-/* A context an agent handler that other threads' patching can interleave with (a stop request's,
- * a step's SIGTRAP: neither blocks the other) is about to resume. With every signal blocked until
- * the sigreturn (which restores the context's own mask), no jump can be written between this look
- * and the resume; one written before it (while this thread sat in a frame under a parked one) is
- * known here, and a resume inside its bytes goes on at the same instruction in its trampoline. */
-static void resume_checked(ucontext_t *uc)
-{
-    uint64_t all = ~0ull;
-    raw_sigprocmask(SIG_SETMASK, &all, NULL);
-    patch_fix_resume(uc->uc_mcontext.gregs);
-}
-
 void on_sigbus_c(int sig, siginfo_t *si, void *ctx)
 {
     ucontext_t *uc = ctx;
@@ -832,7 +820,7 @@ void on_sigbus_c(int sig, siginfo_t *si, void *ctx)
         int at_start = 0;
         uint64_t ool = outofline_origin((uint64_t)uc->uc_mcontext.gregs[REG_RIP], &at_start);
         if (patch_stop_request(si, uc, ool, at_start)) {
-            resume_checked(uc);
+            patch_fix_resume(uc->uc_mcontext.gregs); /* (a window written while it sat under this frame) */
             errno = saved;
             __atomic_sub_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
             return;
@@ -880,7 +868,9 @@ void on_sigtrap_c(int sig, siginfo_t *si, void *ctx)
             /* Re-arm the interrupted context: it was armed when it faulted. */
             g[REG_EFL] |= (greg_t)AC_BIT;
         }
-        resume_checked(uc);
+        /* A stop request can land on this frame before it runs: the thread parked, a window was
+         * written, and the step's resume PC may now be inside the jump. */
+        patch_fix_resume(g);
         __atomic_sub_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
         return;
     }

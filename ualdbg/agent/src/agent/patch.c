@@ -1705,10 +1705,16 @@ int patch_fault_context(greg_t *g, int *at_insn)
     return 1;
 }
 
-/* A context about to be resumed (a signal handler returning): at an instruction inside a window,
- * where the code is the jump's now, it goes on at that instruction's block of the trampoline. */
+/* A context about to be resumed (a signal handler returning, its sigreturn next): at an
+ * instruction inside a window, where the code is the jump's now, it goes on at that instruction's
+ * block of the trampoline. Every signal is blocked from here until the sigreturn (which restores
+ * the context's own mask): no jump is written between this look and the resume, since a patcher
+ * waits for this thread to park; one written before it (while this thread sat in a frame under a
+ * parked one, or in the program's handler) is known here. */
 int patch_fix_resume(greg_t *g)
 {
+    uint64_t all = ~0ull;
+    raw_sigprocmask(SIG_SETMASK, &all, NULL);
     uint64_t rip = (uint64_t)g[REG_RIP], to;
     for (;;) {
         uint32_t seq = __atomic_load_n(&win_seq, __ATOMIC_ACQUIRE);

@@ -17,7 +17,7 @@ HIDDEN void patch_orphan(void (*or_off)(uint8_t *code, size_t n));
 HIDDEN int patch_int3_hit(greg_t *g);
 /* wrappers.c: a thread is about to start. */
 HIDDEN void patch_threads_started(void);
-/* signals.c: the program's own handlers. */
+/* signals.c and agent.c: the program's handlers, and the agent's that patching can interleave with. */
 HIDDEN int patch_fault_context(greg_t *g, int *at_insn);
 HIDDEN int patch_fix_resume(greg_t *g);
 /* trampolines.c */

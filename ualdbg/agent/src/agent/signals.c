@@ -238,11 +238,7 @@ void chain_signal(int sig, siginfo_t *si, ucontext_t *uc)
         __atomic_add_fetch(&G.hdr->handler_ns, now_ns() - since, __ATOMIC_RELAXED);
     ac_clear();
     /* The context resumes where the handler left it: where the code was moved to a patch
-     * trampoline since (or is shown moved, above), it resumes at the trampoline's copy. Every
-     * signal blocked until the sigreturn restores the context's mask: no jump is written between
-     * this look and the resume. */
-    uint64_t all = ~0ull;
-    raw_sigprocmask(SIG_SETMASK, &all, NULL);
+     * trampoline since (or is shown moved, above), it resumes at the trampoline's copy. */
     patch_fix_resume(g);
 }
 
