@@ -49,16 +49,6 @@ class ShellParser(argparse.ArgumentParser):
         return super().format_help()
 
 
-def count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a count: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"not a count: {text!r}")
-    return value
-
-
 def seconds(text: str) -> float:
     try:
         value = float(text)

@@ -27,7 +27,7 @@ from ..isa.costclass import costs_for
 from ..render.console import make_console
 from ..render.formats import FORMATS
 from ..render.tables import GROUPS
-from .common import JSON_HELP, check_outputs, count, json_apart, outputs, program_of, reads, seconds, sink, write_formats
+from .common import JSON_HELP, check_outputs, json_apart, outputs, program_of, reads, seconds, sink, write_formats
 from .outputs import write_trace
 
 TRACE_STATUSES = f"""exit status:
@@ -45,7 +45,7 @@ def run_options(p: argparse.ArgumentParser) -> None:
     add_step_args(p, until_return=False)
     p.add_argument("--debugger", choices=("gdb", "lldb"), default=None, help="which debugger drives the trap engine (implies --engine trap; default gdb)")
     p.add_argument("--no-follow", action="store_true", help="agent: trace only the program, not the processes it starts")
-    add_patch_args(p, count)
+    add_patch_args(p)
     p.add_argument("--arch", default=None, metavar="ARCH",
                    help="the program's architecture (default: its ELF header); sparc64, alpha... run under qemu-user and gdb-multiarch")
     p.add_argument("--log-file", metavar="FILE", default=None,

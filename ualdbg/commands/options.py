@@ -4,7 +4,6 @@ the output formats."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 from ..isa.alignment import POLICY_NAMES
 from ..render.formats import Format, FormatError, format_named, names, parse_spec
@@ -40,10 +39,10 @@ def add_engine_arg(p: argparse.ArgumentParser, engines: tuple[str, ...], default
                    help="; ".join(ENGINE_HELP[e] + (" (default)" if e == default else "") for e in engines))
 
 
-def add_patch_args(p: argparse.ArgumentParser, count: Callable[[str], int] = nonnegative) -> None:
+def add_patch_args(p: argparse.ArgumentParser) -> None:
     """The agent's hot-site patching (docs/AGENT.md): the shell's `trace`/`check` and a
     debugger's `trace start`."""
-    p.add_argument("--patch-after", type=count, default=2, metavar="K",
+    p.add_argument("--patch-after", type=nonnegative, default=2, metavar="K",
                    help="agent: after K traps at an instruction, patch it to count its faults without trapping "
                         "(exact counts; records for the first K only; default 2)")
     p.add_argument("--no-patch", action="store_true", help="agent: never patch: one trap and one record per fault")

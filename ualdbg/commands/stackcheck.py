@@ -7,6 +7,7 @@ from typing import Any
 
 from ..render.jsondoc import dump
 from ..tools.stackcheck.check import PAD_NAME, Request, StackcheckError, parse_lengths, parse_var
+from .argtypes import nonnegative
 from .registry import Host, LaunchSource, Output, Parser, Runner, UsageError, command
 
 EPILOG = f"""Variants are every --argv0-lengths value crossed with every --env-pad value, all with ASLR off,
@@ -34,16 +35,6 @@ examples:
 """
 
 
-def _count(text: str) -> int:
-    try:
-        v = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be zero or more, not {v}")
-    return v
-
-
 def _percent(text: str) -> float:
     try:
         v = float(text.rstrip("%"))
@@ -63,8 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env-pad", metavar="RANGE", default="0-64/4",
                    help=f"lengths of the {PAD_NAME} padding variable to try (default 0-64/4; 0 adds nothing)")
     p.add_argument("--env", action="append", default=[], metavar="NAME", help="also measure this environment string (repeatable)")
-    p.add_argument("--aslr", type=_count, default=0, metavar="N", help="add N runs with address-space randomization on")
-    p.add_argument("--time", type=_count, default=0, metavar="N", help="time N native runs per variant (median, spread)")
+    p.add_argument("--aslr", type=nonnegative, default=0, metavar="N", help="add N runs with address-space randomization on")
+    p.add_argument("--time", type=nonnegative, default=0, metavar="N", help="time N native runs per variant (median, spread)")
     p.add_argument("--trace", action="store_true", help="arm the trap engine in every measured run (x86-64 programs) and count its unaligned accesses")
     p.add_argument("--max-spread", type=_percent, default=None, metavar="P",
                    help="fail when the variants' median run times differ by more than P percent (needs --time)")
@@ -74,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the debugger that measures (and with --trace, traces) the variants, in a child process "
                         "(default: gdb from the shell, the one you are in as a debugger command)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the JSON document to FILE (- for stdout)")
-    p.add_argument("--limit", type=_count, default=None, metavar="N", help="show only the first N variants in the table")
+    p.add_argument("--limit", type=nonnegative, default=None, metavar="N", help="show only the first N variants in the table")
 
 
 def make_request(args: argparse.Namespace, argv: list[str], exec_path: str, base_env: tuple[str, ...], env_note: str,
