@@ -47,6 +47,12 @@ def open_regular(path: str) -> int:
 def elf_symbol(path: str, name: str) -> int | None:
     """st_value of a defined dynamic symbol of a shared object (its address less the load bias,
     the first PT_LOAD's vaddr being 0 in shared objects)."""
+    found = elf_function(path, name)
+    return None if found is None else found[0]
+
+
+def elf_function(path: str, name: str) -> tuple[int, int] | None:
+    """(st_value, st_size) of a defined dynamic symbol of a shared object (elf_symbol)."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
@@ -58,7 +64,7 @@ def elf_symbol(path: str, name: str) -> int | None:
                 return None
             for sym in dyn.get_symbol_by_name(name) or []:  # type: ignore[attr-defined]
                 if sym["st_shndx"] != "SHN_UNDEF" and sym["st_value"]:
-                    return int(sym["st_value"])
+                    return int(sym["st_value"]), int(sym["st_size"])
         except (ELFError, ValueError, KeyError, struct.error) as exc:
             raise OSError(0, f"{path}: {exc}") from None
     return None
@@ -134,6 +140,74 @@ def module_bias(pid: int, pred: Callable[[str], bool]) -> tuple[str, int] | None
                 path = parts[5].strip()
                 if pred(path):
                     return path, int(parts[0].split("-")[0], 16)
+    return None
+
+
+def libc_function(pid: int, name: str) -> tuple[int, int] | None:
+    """[start, end) of libc's function `name` in `pid`, or None (no libc, no such symbol)."""
+    found = module_bias(pid, lambda p: os.path.basename(p).startswith(("libc.so", "libc-")))
+    if found is None:
+        return None
+    path, base = found
+    try:
+        sym = elf_function(f"/proc/{pid}/root{path}", name)
+    except OSError:
+        return None
+    return None if sym is None else (base + sym[0], base + sym[0] + max(sym[1], 1))
+
+
+def creating_thread(pid: int, rip: int, rsp: int, read: Callable[[int, int], bytes],
+                    span: int = 16384) -> bool:
+    """Whether a stopped thread is inside libc's pthread_create (its PC there, or a return
+    address into it within `span` bytes above its stack pointer). Such a thread must not be
+    armed from outside: libc blocks every signal around the clone, and the new thread inherits
+    AC and faults at once with SIGBUS blocked, which the kernel makes fatal; the agent's own
+    pthread_create wrapper clears AC first, but a call already under way went to libc's."""
+    where = libc_function(pid, "pthread_create")
+    if where is None:
+        return False
+    lo, hi = where
+    if lo <= rip < hi:
+        return True
+    if not _in_module_of(pid, rip, lo):  # its callees are libc's (mmap, mprotect, memset, clone)
+        return False
+    top = rsp & ~7
+    end = _mapping_end(pid, top)
+    if end is None:
+        return False
+    try:
+        data = read(top, min(span, end - top))
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return any(lo <= v < hi for (v,) in struct.iter_unpack("<Q", data[: len(data) & ~7]))
+
+
+def _in_module_of(pid: int, addr: int, other: int) -> bool:
+    """Whether `addr` is mapped from the same file as `other` in `pid`."""
+    files: dict[int, str] = {}
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                lo, _, hi = parts[0].partition("-")
+                for key in (addr, other):
+                    if len(parts) == 6 and int(lo, 16) <= key < int(hi, 16):
+                        files[key] = parts[5].strip()
+    except (OSError, ValueError):
+        return True
+    return files.get(addr) is not None and files.get(addr) == files.get(other)
+
+
+def _mapping_end(pid: int, addr: int) -> int | None:
+    """The end of the mapping of `pid` that holds `addr` (a stack: reads stop there)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                lo, _, hi = line.split(None, 1)[0].partition("-")
+                if int(lo, 16) <= addr < int(hi, 16):
+                    return int(hi, 16)
+    except (OSError, ValueError):
+        return None
     return None
 
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from ..agent.presence import elf_symbol, libc_symbol, module_bias, tracing_agent
+from ..agent.presence import creating_thread, elf_symbol, libc_symbol, module_bias, tracing_agent
 from ..core.errors import UaldbgError
 from ..engines.procfs import QUIET_SYSCALLS, blocked_signals, sigbus_blocked, syscall_of, system_ranges
 
@@ -106,6 +106,7 @@ class Process:
     # Wait while another tracer holds the process (a second ualdbg that attached to find ours
     # armed and is detaching again), rather than fail: our own detach must go through.
     patient: bool = False
+    creating: list[int] = field(default_factory=list)  # left unarmed by set_ac: inside pthread_create
 
     def __post_init__(self) -> None:
         self.mem = os.open(f"/proc/{self.pid}/mem", os.O_RDWR)
@@ -226,11 +227,15 @@ class Process:
         """AC set (where SIGBUS is not blocked) or cleared in every stopped thread's registers;
         the number of threads armed."""
         armed = 0
+        self.creating = []
         for tid, stopped in self.threads.items():
             if not stopped:
                 continue
             r = self.regs(tid)
             want = on and not sigbus_blocked(self.pid, tid)
+            if want and creating_thread(self.pid, r.rip, r.rsp, self.read):
+                want = False  # its new thread would inherit AC with every signal blocked
+                self.creating.append(tid)
             if bool(r.eflags & AC) != want:
                 r.eflags = (r.eflags | AC) if want else (r.eflags & ~AC)
                 self.set_regs(tid, r)
@@ -354,6 +359,7 @@ class Injected:
     bias: int
     threads_armed: int
     stopped_s: float  # from the first stop to the detach: at least as long as any thread was stopped
+    creating: tuple[int, ...] = ()  # threads inside libc's pthread_create, left unarmed (set_ac)
 
     def symbol(self, name: str) -> int:
         value = elf_symbol(self.lib, name)
@@ -430,7 +436,7 @@ def _inject(pid: int, lib: str, config: str) -> Injected:
         proc.stop_all()
         armed = proc.set_ac(True)
         proc.detach_all()
-        return Injected(pid, lib, bias, armed, time.monotonic() - t0)
+        return Injected(pid, lib, bias, armed, time.monotonic() - t0, tuple(proc.creating))
     except OSError as exc:  # /proc or ptrace refused something midway
         raise InjectError(str(exc)) from None
     finally:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ..agent import rundir
-from ..agent.presence import elf_symbol, libc_symbol, loaded_agents
+from ..agent.presence import creating_thread, elf_symbol, libc_symbol, loaded_agents
 from ..core.result import Record, Site, TraceResult
-from ..core.target import StringCalls, Target, offers
+from ..core.target import LiveThreads, StringCalls, Target, offers
 from ..core.trace import TraceBuffer
 from ..isa import arch as archmod
 from .agent import (
@@ -73,6 +73,9 @@ class Arming:
     released: bool = False
 
 
+ARMED, BLOCKED, CREATING = "armed", "blocked", "creating"  # what arm_thread did
+
+
 @dataclass(frozen=True)
 class Injected:
     """What an injection armed, and what it could not watch (said, never silent): threads that
@@ -83,9 +86,14 @@ class Injected:
     armed: tuple[int, ...]
     blocked: tuple[int, ...]
     ran: tuple[int, ...]
+    creating: tuple[int, ...] = ()
 
     def notes(self) -> list[str]:
         out = []
+        if self.creating:
+            out.append(f"ualdbg: thread(s) {', '.join(map(str, self.creating))} were inside pthread_create, not armed "
+                       "(the new thread would start with AC set and every signal blocked, and the program die of "
+                       "it): their faults, and those of the thread being created, go uncounted")
         if self.ran:
             out.append(f"ualdbg: {len(self.ran)} other thread(s) ran while the agent was loaded (one may hold a lock "
                        "of libc's or the loader's that dlopen takes): faults they made meanwhile were not counted")
@@ -105,6 +113,7 @@ class AgentLink:
         self.current: Arming | None = None
         self.user_env: dict[str, str | None] = {}  # the user's own values of the variables set
         self.note: str | None = None  # why the last release was incomplete, for `status`
+        self.creating: set[int] = set()  # threads left unarmed inside pthread_create (arm_thread)
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -139,6 +148,10 @@ class AgentLink:
             why = injection_problem(pid)
             if why is None and not offers(target, StringCalls):
                 why = "this debugger cannot call functions in the program"
+            if why is None and offers(target, LiveThreads) and target.running_threads():
+                # gdb's non-stop mode: the call that loads the agent would run beside threads
+                # that run on (or that ualdbg holds with a signal gdb reports during the call).
+                why = "threads run on (non-stop mode): the agent is injected only with every thread stopped"
             if why is not None:
                 return why
         elif program:
@@ -215,26 +228,29 @@ class AgentLink:
         self.current = Arming(run, lib, directory, "injected", pid=pid)
         self.armings.append(self.current)
         host.pass_sigbus(True)
-        armed: list[int] = []
-        blocked: list[int] = []
+        out: dict[str, list[int]] = {ARMED: [], BLOCKED: [], CREATING: []}
         for tid in target.threads():
             if tid not in later:
-                (armed if self.arm_thread(target, tid) else blocked).append(tid)
+                out[self.arm_thread(target, tid)].append(tid)
         ran = [t for t in target.threads() if t != target.current_tid()] if busy else []
-        return Injected(tuple(armed), tuple(blocked), tuple(ran))
+        return Injected(tuple(out[ARMED]), tuple(out[BLOCKED]), tuple(ran), tuple(out[CREATING]))
 
-    def arm_thread(self, target: Target, tid: int) -> bool:
-        """Set AC in one thread of the process the agent traces, unless it blocks SIGBUS (the
-        agent arms it when it unblocks it, through its wrappers)."""
+    def arm_thread(self, target: Target, tid: int) -> str:
+        """Set AC in one thread of the process the agent traces (ARMED), unless it blocks SIGBUS
+        (BLOCKED: the agent arms it when it unblocks it, through its wrappers) or is inside
+        libc's pthread_create (CREATING: presence.creating_thread)."""
         pid = target.pid()
         if self.current is None or pid is None or sigbus_blocked(pid, tid):
-            return False
+            return BLOCKED
+        if creating_thread(pid, target.read_register("rip", tid), target.read_register("rsp", tid), target.read_memory):
+            self.creating.add(tid)
+            return CREATING
         flags = archmod.trap_flags("x86_64")
         assert flags is not None
         value = target.read_register(flags.register, tid)
         if not value & flags.ac_bit:
             target.write_register(flags.register, value | flags.ac_bit, tid)
-        return True
+        return ARMED
 
     def release(self, host: AgentHost, target: Target | None) -> str | None:
         """`off`, `trace stop`, `break` (the debugger stops at faults again) or a detach: the
@@ -264,6 +280,7 @@ class AgentLink:
             if a not in keep:
                 a.directory.close()
         self.armings = keep
+        self.creating.clear()
 
     def close(self) -> None:
         for a in self.armings:

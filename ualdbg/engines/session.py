@@ -89,6 +89,11 @@ class Session:
         one.program = ProgramInfo(path=program.path or image.path, args=list(program.args or image.args),
                                   pid=program.pid or image.pid, exit_status=exit_status,
                                   exit_signal=program.exit_signal)
+        if self.agent.creating:
+            one.note(f"thread(s) {', '.join(map(str, sorted(self.agent.creating)))} were inside pthread_create when "
+                     "the agent would have armed them, and were left unarmed (the new thread would have started with "
+                     "AC set and every signal blocked, and the program died of it): their faults, and those of the "
+                     "thread being created, were not counted")
         return one
 
     def _own_result(self) -> TraceResult:
