@@ -33,7 +33,7 @@ class FaultStep:
     def _done(self) -> None:
         hooks = hooks_of_thread(self.thread)
         if hooks is not None:
-            if self.leave:
+            if self.leave or hooks.turned_leave(int(self.thread.GetThreadID())):
                 hooks.left(self.thread)
             else:
                 hooks.fault_stepped(self.thread)
@@ -82,6 +82,10 @@ class FaultSteps:
     def __init__(self) -> None:
         self.stepping: dict[int, int] = {}  # tid -> PC of the fault its FaultStep plan runs
         self.stepped: dict[int, int] = {}  # tid -> PC where its last FaultStep ended
+        # Threads whose trap-engine plan was still queued at `off`: it takes them past the fault
+        # as a `leave` plan would (a second plan on one thread outlived the first, stepping
+        # with the others stopped while SIGBUS was dropped: lldb spun, issue 32).
+        self.leavers: set[int] = set()
 
     def queue(self, thread: lldb.SBThread) -> None:
         """FaultStepper.step_over_fault: the plan for this thread's fault."""
@@ -90,11 +94,22 @@ class FaultSteps:
         if not err.Success():
             raise RuntimeError(f"cannot queue a single-step: {err.GetCString()}")
 
-    def leave(self, thread: lldb.SBThread) -> None:
-        """After `off`: take this thread, stopped at a fault, past it (AC is clear now)."""
+    def leave(self, thread: lldb.SBThread, queued: bool = False) -> None:
+        """After `off`: take this thread, stopped at a fault, past it (AC is clear now); when
+        its trap-engine plan is `queued` already, that plan does it."""
+        if queued:
+            self.leavers.add(int(thread.GetThreadID()))
+            return
         args = lldb.SBStructuredData()
         args.SetFromJSON('{"leave": true}')
         thread.StepUsingScriptedThreadPlan(f"{_THIS}.FaultStep", args, False)
+
+    def turned_leave(self, tid: int) -> bool:
+        """A plan queued by the trap engine ended for a thread that `off` then owed its step."""
+        if tid in self.leavers:
+            self.leavers.discard(tid)
+            return True
+        return False
 
     def done(self, thread: lldb.SBThread) -> bool:
         """A FaultStep plan ended: True when it was the trap engine's (arm the thread again)."""
@@ -125,5 +140,6 @@ class FaultSteps:
         return out
 
     def forget(self) -> None:
+        """`off`: the engine's plans no longer arm; returns nothing, `leave` says who leaves."""
         self.stepping.clear()
         self.stepped.clear()

@@ -174,6 +174,7 @@ class LldbHooks:
         # step over the instruction (AC is clear now) with SIGBUS still dropped, and the user's
         # setting comes back for the process when they have.
         leaving = [t for t in process if is_alignment_sigbus(t)] if process.IsValid() else []
+        queued = set(self.faultsteps.stepping)  # their plan, queued at the stop, takes them past
         self.swaps.settle_safely(process)
         self.sigbus.give_back(process, owed=bool(leaving))
         self.faultsteps.forget()
@@ -181,7 +182,11 @@ class LldbHooks:
         self.installed_in = None
         self.session.stops.owe(int(thread.GetThreadID()) for thread in leaving)
         for thread in leaving:
-            self.faultsteps.leave(thread)
+            self.faultsteps.leave(thread, queued=int(thread.GetThreadID()) in queued)
+
+    def turned_leave(self, tid: int) -> bool:
+        """A plan the trap engine queued ended for a thread `off` then owed its step past the fault."""
+        return self.faultsteps.turned_leave(tid)
 
     def left(self, thread: lldb.SBThread) -> None:
         """A thread stopped at a fault when ualdbg was turned off has stepped over it: armed now

@@ -32,6 +32,8 @@ class Hooks(Protocol):
 
     def left(self, thread: lldb.SBThread) -> None: ...
 
+    def turned_leave(self, tid: int) -> bool: ...
+
 
 HOOKS: dict[int, Hooks] = {}  # lldb debugger ID -> the hooks.LldbHooks of its session
 

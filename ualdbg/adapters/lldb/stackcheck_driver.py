@@ -80,7 +80,7 @@ class LldbSweep:
             # lldb launches the program from lldb-server: ualdbg would take it for an attached
             # process and arm it at once, long before main (as the batch driver, arm at main).
             hooks.arm_on_attach = False
-            COMMANDS[("trace", "start")].invoke(host, ["--at", "main"])
+            COMMANDS[("trace", "start")].invoke(host, ["--engine", "trap", "--at", "main"])
             self.session.program.path = program
         # main's first instruction (the sp before its prologue), in the program's module only:
         # the exec helper has a main too.
