@@ -38,7 +38,7 @@ from common import build_c, field, publish, timed  # noqa: E402
 BEGIN, END = "<!-- debugger-trace:begin -->", "<!-- debugger-trace:end -->"
 WHO = "bench/debugger_trace.py"
 ENV = {**os.environ, "TERM": "dumb", "NO_COLOR": "1"}
-VARIANTS = (("agent", "ualdbg trace start --engine agent"), ("agent, --no-patch", "ualdbg trace start --engine agent --no-patch"),
+VARIANTS = (("agent (the default)", "ualdbg trace start"), ("agent, --no-patch", "ualdbg trace start --no-patch"),
             ("trap engine", "ualdbg trace start --engine trap"))
 
 

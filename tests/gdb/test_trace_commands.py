@@ -38,7 +38,7 @@ def test_records_limit_thread_and_wrapped_ring(tmp_path: Path) -> None:
     assert len(limited) == 4 and limited[-1].split()[0] == "60", run.explain()
     script = f'''
 import gdb, json
-gdb.execute("ualdbg trace start")
+gdb.execute("ualdbg trace start --engine trap")
 gdb.execute("run")
 gdb.execute("ualdbg trace save {tmp_path / 'u.json'}")
 tid = json.load(open("{tmp_path / 'u.json'}"))["records"][-1]["tid"]

@@ -20,7 +20,7 @@ def _trace_session(programs: Path, tmp_path: Path) -> tuple[str, dict, dict[str,
     with live_program(programs, tmp_path) as live:
         before = live.tasks()
         run = run_lldb([], [
-            f"target create {programs / 'live_workers'}", f"process attach -p {live.pid}", "ualdbg trace start",
+            f"target create {programs / 'live_workers'}", f"process attach -p {live.pid}", "ualdbg trace start --engine trap",
             "breakpoint set -n heartbeat", "continue", "continue", "continue", "ualdbg trace stop",
             f"ualdbg trace save {saved}", "ualdbg trace show --summary --by function", "breakpoint delete -f",
             "ualdbg off", "process detach"], batch=False, timeout=180)

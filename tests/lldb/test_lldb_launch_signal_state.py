@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from support.debuggers import lldb_exit_status, run_lldb
 from support.live import FINAL, WORKERS
 from support.reports import parse_reports
@@ -27,10 +28,11 @@ def _state_kept(end: dict[str, str]) -> bool:
     return end["handlers"] == "ok" and end["masks"] == "ok" and end["own_sigbus"] == "0" and end["pending"] == "none"
 
 
-def test_trace_of_a_launched_program_keeps_its_signal_state(test_programs: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["agent", "trap"])
+def test_trace_of_a_launched_program_keeps_its_signal_state(engine: str, test_programs: Path, tmp_path: Path) -> None:
     saved = tmp_path / "t.json"
     run = run_lldb([str(test_programs / "live_workers"), str(tmp_path), str(WORKERS), "200", "1500"], [
-        "ualdbg trace start", "process launch", f"ualdbg trace save {saved}"], batch=False, timeout=180)
+        f"ualdbg trace start --engine {engine}", "process launch", f"ualdbg trace save {saved}"], batch=False, timeout=180)
     out = run.explain()
     assert lldb_exit_status(run) == 0, out
     end = _final(run.stdout, out)
@@ -39,6 +41,10 @@ def test_trace_of_a_launched_program_keeps_its_signal_state(test_programs: Path,
     doc = json.loads(saved.read_text())
     # Armed at main before any thread: every iteration the program counts as armed faulted once.
     assert int(end["armed"]) > 10 and abs(doc["faults_total"] - int(end["armed"])) <= IN_FLIGHT, out + f"\n{end}"
+    assert doc["engine"] == engine, out
+    if engine == "agent":  # its hot site patched after two traps: later faults leave no record
+        assert any(s.get("patched") for s in doc["sites"]), out
+        return
     # Each worker and each short-lived thread was armed at its start and faulted.
     assert len({r["tid"] for r in doc["records"]}) == WORKERS + int(end["spawned"]), out + f"\n{end}"
 

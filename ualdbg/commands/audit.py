@@ -66,7 +66,7 @@ def _audit(p: Parser) -> Runner:
         if path is None:
             raise UsageError("ualdbg audit: no program loaded; name the ELF file: ualdbg audit PATH")
         live = None
-        if args.trace is None and host.session.buffer.total:
+        if args.trace is None and (host.session.buffer.total or host.session.agent.armings):
             live = host.session.result()
         try:
             result = run_audit(path, args.trace, live)

@@ -21,26 +21,26 @@ from .registry import Host, Output, Parser, Runner, UsageError, command
 
 
 @command("trace", "start", description="Record every unaligned access without stopping.",
-         epilog="""By default the trap engine records in the debugger (one debugger stop per fault, each
-decoded and counted exactly). `--engine agent` records through the in-process agent instead (the
-one `ualdbg trace` runs from the shell): loaded at the next `run`, or injected now into a stopped
-program; the debugger passes SIGBUS to it without stopping, so a fault costs one signal and a hot
-site, once patched, nothing. It is not the default yet: with several threads it is not yet as
-reliable as the trap engine (docs/DEBUGGERS.md, "The agent in the debugger"). Where the agent
-cannot run (a static or 32-bit program, qemu, seccomp) the trap engine records, and `ualdbg status`
-says which. After `ualdbg break`, `trace start` stops breaking (the faults already recorded
-stay); `ualdbg break` while tracing stops at the next fault and goes on counting (in the
-debugger). `ualdbg off` disarms: no thread keeps AC, the program's own SIGBUS handling is as it
-was.
+         epilog="""By default the in-process agent records (the one `ualdbg trace` runs from the shell):
+loaded at the next `run`, or injected now into a stopped program; the debugger passes SIGBUS to it
+without stopping, so a fault costs one signal and a hot site, once patched (--patch-after), about
+nothing; records are kept for the faults that trapped, patched ones are counted. `--engine trap`
+records in the debugger instead (one debugger stop per fault, each decoded and recorded). Where
+the agent cannot run (a static or 32-bit program, qemu, seccomp, gdb non-stop with threads
+running) the trap engine records, and `ualdbg status` says which. After `ualdbg break`, `trace
+start` stops breaking (the faults already recorded stay); `ualdbg break` while tracing stops at
+the next fault and goes on counting (in the debugger). `ualdbg off` disarms: no thread keeps AC,
+the program's own SIGBUS handling is as it was.
 
 examples:
   ualdbg trace start
   ualdbg trace start --buffer 1000 --all-modules
-  ualdbg trace start --engine agent                record through the in-process agent (no stop per fault)
+  ualdbg trace start --no-patch                    one trap and one record per fault
+  ualdbg trace start --engine trap                 record in the debugger, a stop per fault
   ualdbg trace start --engine step --in main --policy cacheline""")
 def _start(p: Parser) -> Runner:
     add_buffer_arg(p, None)
-    add_engine_arg(p, TRACE_ENGINES, "trap")
+    add_engine_arg(p, TRACE_ENGINES, "agent")
     add_patch_args(p)
     add_scope_args(p)
     add_step_args(p, until_return=True)

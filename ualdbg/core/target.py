@@ -165,6 +165,10 @@ class LiveThreads(Protocol):
 
     def live_threads(self) -> list[int]: ...
 
+    def running_threads(self) -> list[int]:
+        """The threads the debugger runs now (non-stop mode), held by ualdbg for a command or not."""
+        ...
+
 
 @runtime_checkable
 class FaultStepper(Protocol):

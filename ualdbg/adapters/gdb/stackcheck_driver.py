@@ -73,7 +73,7 @@ class GdbSweep:
             self.host, _hooks = installed()
             # The program's own signals go to it as they would without a debugger.
             _quiet("handle all nostop noprint pass")
-            COMMANDS[("trace", "start")].invoke(self.host, ["--at", "main"])
+            COMMANDS[("trace", "start")].invoke(self.host, ["--engine", "trap", "--at", "main"])
             self.session.program.path = plan["program"]
 
     def _on_stop(self, event: Any) -> None:

@@ -114,6 +114,9 @@ class GdbTarget(Target, MemoryWriter, RegisterBatch, FloatMover, FloatBits, Infe
         """Every thread of the process, running or not (non-stop mode)."""
         return sorted(int(t.ptid[1]) for t in gdb.selected_inferior().threads() if t.is_valid())
 
+    def running_threads(self) -> list[int]:
+        return sorted(int(t.ptid[1]) for t in gdb.selected_inferior().threads() if t.is_valid() and t.is_running())
+
     def _holder(self, tid: int | None) -> tuple[ThreadHolder, int] | None:
         if not self.held:
             return None
