@@ -196,7 +196,7 @@ def test_gdb_trace_save_equals_cli_json(prog: str, args: list[str], tmp_path: Pa
     cli = tmp_path / "cli.json"
     in_gdb = tmp_path / "gdb.json"
     ualdbg("trace", "--json", str(cli), "--", str(BUILD / prog), *args)
-    run = run_gdb([str(BUILD / prog), *args], ["ualdbg trace start", "run", f"ualdbg trace save {in_gdb}"])
+    run = run_gdb([str(BUILD / prog), *args], ["ualdbg trace start --engine trap", "run", f"ualdbg trace save {in_gdb}"])
     a, b = json.loads(cli.read_text()), json.loads(in_gdb.read_text())
     a["program"]["path"] = b["program"]["path"] = os.path.basename(b["program"]["path"] or "")
     assert normalise(a) == normalise(b), run.explain()
