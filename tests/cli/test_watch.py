@@ -6,6 +6,7 @@ import json
 import os
 import pty
 import select
+import signal
 import sys
 import time
 from pathlib import Path
@@ -116,6 +117,10 @@ def _watch_on_a_terminal(argv: list[str], key: bytes, after: bytes, timeout: flo
 
     pid, fd = pty.fork()
     if pid == 0:
+        # A terminal's shell starts its jobs with SIGINT at its default; a CI job started in the
+        # background of a non-interactive shell has it ignored, which ualdbg (rightly) passes on
+        # to the program, and the typed Ctrl-C would then end nothing.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         os.chdir(ROOT)
         os.execve(sys.executable, [sys.executable, "-m", "ualdbg", "watch", *argv], {**scrubbed_env(), "TERM": "xterm"})
