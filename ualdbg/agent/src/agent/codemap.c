@@ -235,11 +235,20 @@ static int read_at(int fd, void *buf, size_t n, uint64_t off)
 }
 
 /* [lo, hi) lies in one readable, executable mapping of the module's file. */
+/* Whether [lo, hi) is mapped readable and executable from the module's file, in one mapping or in
+ * several back to back: patching a site splits the module's code mapping where it changed a
+ * page's protection, and a code map built after that (a later site's neighbours) found the section
+ * spread over several mappings and refused the whole module (sqlite3's shell: 88 sites). */
 static int mapped_code(const struct codemap *cm, uint64_t lo, uint64_t hi)
 {
-    const struct mapping *m = maps_find(lo);
     size_t pl = strlen(cm->path);
-    return m && hi <= m->end && m->read && m->exec && m->plen == pl && !memcmp(m->path, cm->path, pl);
+    for (uint64_t a = lo; a < hi;) {
+        const struct mapping *m = maps_find(a);
+        if (!m || m->end <= a || !m->read || !m->exec || m->plen != pl || memcmp(m->path, cm->path, pl))
+            return 0;
+        a = m->end;
+    }
+    return 1;
 }
 
 static const struct xsec *xsec_of(const struct codemap *cm, uint64_t a)
