@@ -346,6 +346,23 @@ uint8_t *pool_map_near(uint64_t near, size_t size)
 /* `size` bytes (rw) for the agent's own tables, where the program's own mappings never go if
  * there is room (mmap_free_zone: at its top, away from the pools near code), else anywhere.
  * NULL if none. Caller holds maps_lock. */
+/* A zone just mapped, entered in the parsed maps as if a snapshot had seen it: the next zone_map
+ * then looks past it instead of choosing the same place, failing, and reading /proc/self/maps
+ * again (the code map grows its tables one zone after another: every process of a program
+ * recorded snapshots of its own, tests/agent/test_agent_many_processes.py). */
+static void note_zone(uint64_t at, size_t size)
+{
+    if (maps_n >= MAX_MAPPINGS)
+        return;
+    int i = maps_n;
+    while (i > 0 && maps_cache[i - 1].start > at) {
+        maps_cache[i] = maps_cache[i - 1];
+        i--;
+    }
+    maps_cache[i] = (struct mapping){.start = at, .end = at + size, .path = "", .plen = 0, .read = 1, .write = 1, .priv = 1};
+    maps_n++;
+}
+
 void *zone_map(size_t size)
 {
     size = (size + 0xffff) & ~(size_t)0xffff;
@@ -355,8 +372,10 @@ void *zone_map(size_t size)
             break;
         void *p = mmap((void *)(uintptr_t)at, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
                        -1, 0);
-        if (p != MAP_FAILED && (uint64_t)(uintptr_t)p == at)
+        if (p != MAP_FAILED && (uint64_t)(uintptr_t)p == at) {
+            note_zone(at, size);
             return p;
+        }
         if (p != MAP_FAILED)
             munmap(p, size);
         maps_snapshot_locked();
