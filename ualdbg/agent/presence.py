@@ -5,10 +5,11 @@ at launch, 0 inert (docs/SECURITY.md, "One tracer per process"); and `ualdbg_age
 ualdbg that injected it and died, after which the agent disarmed itself (docs/AGENT.md)."""
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 OWNER_SYMBOL = "ualdbg_agent_owner"
@@ -150,65 +151,69 @@ def libc_function(pid: int, name: str) -> tuple[int, int] | None:
         return None
     path, base = found
     try:
-        sym = elf_function(f"/proc/{pid}/root{path}", name)
+        st = os.stat(f"/proc/{pid}/root{path}")
+        sym = _function_of(f"/proc/{pid}/root{path}", name, st.st_dev, st.st_ino, st.st_mtime_ns)
     except OSError:
         return None
     return None if sym is None else (base + sym[0], base + sym[0] + max(sym[1], 1))
 
 
+@functools.lru_cache(maxsize=8)
+def _function_of(path: str, name: str, dev: int, ino: int, mtime: int) -> tuple[int, int] | None:
+    """elf_function, read once per file (its identity in the key): libc's, for every thread."""
+    return elf_function(path, name)
+
+
+CREATION_NOTE = ("were inside pthread_create, not armed (the new thread would start with AC set and every "
+                 "signal blocked, and the program die of it): their faults, and those of the thread being "
+                 "created, go uncounted")
+
+
+def creating_note(tids: Iterable[int]) -> str:
+    """What a trace says of the threads creating_thread kept unarmed."""
+    return f"thread(s) {', '.join(map(str, sorted(tids)))} {CREATION_NOTE}"
+
+
 def creating_thread(pid: int, rip: int, rsp: int, read: Callable[[int, int], bytes],
                     span: int = 16384) -> bool:
-    """Whether a stopped thread is inside libc's pthread_create (its PC there, or a return
-    address into it within `span` bytes above its stack pointer). Such a thread must not be
-    armed from outside: libc blocks every signal around the clone, and the new thread inherits
-    AC and faults at once with SIGBUS blocked, which the kernel makes fatal; the agent's own
-    pthread_create wrapper clears AC first, but a call already under way went to libc's."""
+    """Whether a stopped thread is inside libc's pthread_create (its PC there, or, its PC in libc,
+    a return address into it within `span` bytes above its stack pointer). Such a thread must
+    not be armed from outside: libc blocks every signal around the clone, and the new thread
+    inherits AC and faults at once with SIGBUS blocked, which the kernel makes fatal; the
+    agent's own pthread_create wrapper clears AC first, but a call already under way went to
+    libc's."""
     where = libc_function(pid, "pthread_create")
     if where is None:
         return False
     lo, hi = where
     if lo <= rip < hi:
         return True
-    if not _in_module_of(pid, rip, lo):  # its callees are libc's (mmap, mprotect, memset, clone)
-        return False
+    mappings = _mappings_holding(pid, (rip, lo, rsp))
+    if rip not in mappings or mappings[rip][1] != mappings.get(lo, (0, None))[1] or rsp not in mappings:
+        return False  # not in libc (pthread_create's callees are libc's: mmap, mprotect, memset, clone)
     top = rsp & ~7
-    end = _mapping_end(pid, top)
-    if end is None:
-        return False
     try:
-        data = read(top, min(span, end - top))
+        data = read(top, min(span, mappings[rsp][0] - top))
     except (OSError, RuntimeError, ValueError):
         return False
     return any(lo <= v < hi for (v,) in struct.iter_unpack("<Q", data[: len(data) & ~7]))
 
 
-def _in_module_of(pid: int, addr: int, other: int) -> bool:
-    """Whether `addr` is mapped from the same file as `other` in `pid`."""
-    files: dict[int, str] = {}
+def _mappings_holding(pid: int, addrs: tuple[int, ...]) -> dict[int, tuple[int, str]]:
+    """For each address mapped in `pid`: (its mapping's end, its file or "")."""
+    out: dict[int, tuple[int, str]] = {}
     try:
         with open(f"/proc/{pid}/maps") as f:
             for line in f:
                 parts = line.split(None, 5)
                 lo, _, hi = parts[0].partition("-")
-                for key in (addr, other):
-                    if len(parts) == 6 and int(lo, 16) <= key < int(hi, 16):
-                        files[key] = parts[5].strip()
+                start, end = int(lo, 16), int(hi, 16)
+                for a in addrs:
+                    if start <= a < end:
+                        out[a] = (end, parts[5].strip() if len(parts) == 6 else "")
     except (OSError, ValueError):
-        return True
-    return files.get(addr) is not None and files.get(addr) == files.get(other)
-
-
-def _mapping_end(pid: int, addr: int) -> int | None:
-    """The end of the mapping of `pid` that holds `addr` (a stack: reads stop there)."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            for line in f:
-                lo, _, hi = line.split(None, 1)[0].partition("-")
-                if int(lo, 16) <= addr < int(hi, 16):
-                    return int(hi, 16)
-    except (OSError, ValueError):
-        return None
-    return None
+        return {}
+    return out
 
 
 def libc_symbol(pid: int, name: str) -> int:

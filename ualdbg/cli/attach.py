@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..agent import rundir
+from ..agent.presence import creating_note
 from ..core.document import read_document
 from ..core.external import find_tool
 from ..core.progress import poll
@@ -342,9 +343,7 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
         result.note(f"process {pid} exec'd {comm(pid)} during the trace: the new program "
                     "was not traced (an exec clears AC and drops the agent)")
     if injected.creating:
-        result.note(f"thread(s) {', '.join(map(str, injected.creating))} of process {pid} were inside pthread_create at "
-                    "the attach, not armed (the new thread would start with AC set and every signal blocked, and the "
-                    "program die of it): their faults, and those of the thread being created, were not counted")
+        result.note(f"process {pid}: {creating_note(injected.creating)}")
     if not injected.threads_armed:
         result.note(f"no thread of process {pid} could be armed at the attach (each blocked "
                     "SIGBUS); only threads it started or unblocked later were traced")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ..agent import rundir
-from ..agent.presence import creating_thread, elf_symbol, libc_symbol, loaded_agents
+from ..agent.presence import creating_note, creating_thread, elf_symbol, libc_symbol, loaded_agents
 from ..core.result import Record, Site, TraceResult
 from ..core.target import LiveThreads, StringCalls, Target, offers
 from ..core.trace import TraceBuffer
@@ -91,9 +91,7 @@ class Injected:
     def notes(self) -> list[str]:
         out = []
         if self.creating:
-            out.append(f"ualdbg: thread(s) {', '.join(map(str, self.creating))} were inside pthread_create, not armed "
-                       "(the new thread would start with AC set and every signal blocked, and the program die of "
-                       "it): their faults, and those of the thread being created, go uncounted")
+            out.append(f"ualdbg: {creating_note(self.creating)}")
         if self.ran:
             out.append(f"ualdbg: {len(self.ran)} other thread(s) ran while the agent was loaded (one may hold a lock "
                        "of libc's or the loader's that dlopen takes): faults they made meanwhile were not counted")

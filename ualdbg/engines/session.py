@@ -10,6 +10,7 @@ import platform
 from dataclasses import replace
 
 from .. import __version__
+from ..agent.presence import creating_note
 from ..core.result import FaultReport, ProgramInfo, TraceResult, sites_of
 from ..core.sections import StepSummary
 from ..core.settings import Config
@@ -90,10 +91,7 @@ class Session:
                                   pid=program.pid or image.pid, exit_status=exit_status,
                                   exit_signal=program.exit_signal)
         if self.agent.creating:
-            one.note(f"thread(s) {', '.join(map(str, sorted(self.agent.creating)))} were inside pthread_create when "
-                     "the agent would have armed them, and were left unarmed (the new thread would have started with "
-                     "AC set and every signal blocked, and the program died of it): their faults, and those of the "
-                     "thread being created, were not counted")
+            one.note(creating_note(self.agent.creating))
         return one
 
     def _own_result(self) -> TraceResult:
