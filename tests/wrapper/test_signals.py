@@ -68,6 +68,7 @@ def test_the_grace_deadline_holds_for_a_program_that_ignores_sigterm(engine: str
         _, err = proc.communicate(timeout=GRACE + 60)
         took = time.monotonic() - sent
         assert GRACE - 0.5 <= took <= GRACE + 20, f"ended {took:.1f} s after the SIGTERM\n{err.decode()}"
+        assert out.exists(), f"no trace written (status {proc.returncode})\n{err.decode()}"
         doc = json.loads(out.read_text())
         assert doc["program"]["exit_signal"] == signal.SIGKILL and doc["partial"] is True, doc["program"]
         assert doc["interrupted_by"] == "SIGTERM", doc.get("interrupted_by")

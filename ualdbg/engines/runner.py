@@ -227,15 +227,44 @@ def _run_lldb(cfg: dict[str, Any], log: str, forked: Callable[[], None] | None,
 
 
 def _children(pid: int) -> list[int]:
-    """The processes `pid` started (the debugger's inferior), from /proc."""
+    """The processes `pid` started (the debugger's inferior), from /proc. A thread of the
+    debugger that ends while the list is read does not hide its siblings' children."""
     out: list[int] = []
     try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
             with open(f"/proc/{pid}/task/{tid}/children") as f:
                 out += [int(c) for c in f.read().split()]
-    except OSError:
-        pass
+        except (OSError, ValueError):
+            continue
     return out
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _program_of(debugger: int) -> Callable[[], list[int]]:
+    """The targets of SignalGuard for a debugger running the program: its children now, or the
+    last ones seen while they live. Read empty (a race with /proc), the program would miss its
+    SIGKILL at the deadline and the debugger be killed instead, with the trace in it."""
+    seen: list[int] = []
+
+    def targets() -> list[int]:
+        now = _children(debugger)
+        if now:
+            seen[:] = now
+            return now
+        return [pid for pid in seen if _parent(pid) == debugger]  # never a pid reused by another
+
+    return targets
 
 
 def finished_status(cfg: dict[str, Any], log: str, failure: str, status: int = EXIT_TOOL) -> tuple[dict[str, Any], str]:
@@ -493,7 +522,7 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
                     except BaseException:
                         guard.restore()
                         raise
-                    returncode, interrupted = _wait_guarded(gdb_proc, lambda: _children(gdb_proc.pid), guard)
+                    returncode, interrupted = _wait_guarded(gdb_proc, _program_of(gdb_proc.pid), guard)
         finally:
             finished.set()
             if poller is not None and poller.is_alive():

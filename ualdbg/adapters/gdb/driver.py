@@ -12,6 +12,7 @@ import gdb  # type: ignore[import-not-found]
 
 from ...core.progress import ProgressFile
 from ...engines.lifecycle import Kind
+from ...engines.session import Session
 from ...engines.wrapper import debugger_keeps_running
 from ...render.formats import FORMATS, save
 from .install import install, installed
@@ -25,16 +26,37 @@ def main(config_json: str) -> None:
     a Python traceback in gdb's output."""
     cfg = json.loads(config_json)
     status: dict[str, Any] = {"exit_status": None, "exit_signal": None, "error": None}
+    session = None
     try:
-        _run(cfg, status)
+        session = install()
+        _run(session, cfg, status)
     except Exception as exc:  # a bug or a hostile binary: one line for the CLI
         status["error"] = status["error"] or f"{type(exc).__name__}: {exc}"
+    if session is not None:
+        # What was recorded is written whatever ended the run (as the lldb driver does): an
+        # interrupted trace is still a trace.
+        try:
+            _ended(session, status)
+            save(session.result(), cfg["json"], FORMATS["json"])
+        except Exception as exc:
+            status["error"] = status["error"] or f"{type(exc).__name__}: {exc}"
     with open(cfg["status"], "w") as f:
         json.dump(status, f)
 
 
-def _run(cfg: dict[str, Any], status: dict[str, Any]) -> None:
-    session = install()
+def _ended(session: Session, status: dict[str, Any]) -> None:
+    """How the program ended, as gdb saw it, into the status and the session."""
+    code = gdb.convenience_variable("_exitcode")
+    sig = gdb.convenience_variable("_exitsignal")
+    if code is not None:
+        status["exit_status"] = int(code)
+    if sig is not None:
+        status["exit_signal"] = int(sig)
+    session.program.exit_status = status["exit_status"]
+    session.program.exit_signal = status["exit_signal"]
+
+
+def _run(session: Session, cfg: dict[str, Any], status: dict[str, Any]) -> None:
     host, hooks = installed()
     progress = ProgressFile(cfg.get("progress"))
     session.events.subscribe(Kind.FAULT_RECORDED, lambda decision: progress.tick(session))
@@ -91,13 +113,5 @@ def _run(cfg: dict[str, Any], status: dict[str, Any]) -> None:
                 import signal
 
                 status["exit_signal"] = int(getattr(signal, start.group(2), 0)) or None
-    code = gdb.convenience_variable("_exitcode")
-    sig = gdb.convenience_variable("_exitsignal")
-    if code is not None:
-        status["exit_status"] = int(code)
-    if sig is not None:
-        status["exit_signal"] = int(sig)
-    session.program.exit_status = status["exit_status"]
-    session.program.exit_signal = status["exit_signal"]
+    _ended(session, status)
     progress.tick(session, force=True)
-    save(session.result(), cfg["json"], FORMATS["json"])
