@@ -127,6 +127,29 @@ def test_break_off_trace_with_threads(debugger: str, attempt: int, tmp_path: Pat
     assert doc["faults_total"] == 59 or (said and 0 < doc["faults_total"] < 59), log
 
 
+# Where main stops inside pthread_create: at its entry (both debuggers), and in the clone3
+# system call with every signal blocked (gdb's `catch syscall`; lldb would need libc's symbols).
+CREATING_STOPS = {("gdb", "entry"): ["break pthread_create", "run", "delete"],
+                  ("lldb", "entry"): ["breakpoint set -n pthread_create", "run", "breakpoint delete --force"],
+                  ("gdb", "clone3"): ["catch syscall clone3", "run", "delete"]}
+
+
+@pytest.mark.parametrize("debugger,where", list(CREATING_STOPS))
+def test_trace_start_inside_pthread_create(debugger: str, where: str, tmp_path: Path) -> None:
+    """`trace start` with main stopped inside pthread_create: main cannot be armed there (the new
+    thread would inherit AC with every signal blocked, and die), nor the new thread before
+    start_thread restores its mask; both are armed then, and every fault is counted: 100 in
+    the new thread, 50 in main after the call."""
+    prog = build_source(FIXTURES / "creating_thread.c", tmp_path, libs=["-pthread"])
+    doc, log = trace_doc(debugger, [str(prog)], [*CREATING_STOPS[debugger, where], "ualdbg trace start", "continue"],
+                         tmp_path / "t.json")
+    assert "1 once out of pthread_create or started" in log, log
+    assert doc["faults_total"] == 150, log
+    assert sorted(s["count"] for s in doc["sites"]) == [50, 100], log
+    assert not doc.get("notes"), log
+    assert doc["program"]["exit_status"] == 0 and "done" in log, log
+
+
 @pytest.mark.parametrize("debugger", DEBUGGERS)
 def test_code_that_looks_like_a_syscall_site(debugger: str, tmp_path: Path) -> None:
     """`trace --debugger D` on an -O2 C++ program whose movabs immediate reads as `mov eax, 14;

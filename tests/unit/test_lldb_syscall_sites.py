@@ -2,7 +2,7 @@
 zeroed in the code before the `syscall`): the code is glibc 2.36's (Debian 12, x86-64)."""
 from __future__ import annotations
 
-from ualdbg.adapters.lldb.syscall_sites import find_sites
+from ualdbg.isa.syscall_sites import find_sites
 
 SIGPROCMASK = 14
 WANTED = frozenset({SIGPROCMASK})

@@ -99,7 +99,8 @@ def start_agent(host: Host, patch_after: int = 2) -> list[str]:
         else:
             later = host.settle_faults()
             done = s.agent.inject(host.agent_host(), target, run, later)
-            how = f"injected now, {len(done.armed)} thread(s) armed" + (f", {len(later)} once past their fault" if later else "")
+            how = (f"injected now, {len(done.armed)} thread(s) armed" + (f", {len(later)} once past their fault" if later else "")
+                   + (f", {len(done.later)} once out of pthread_create or started" if done.later else ""))
             said += done.notes()
     except (AgentUnavailable, RuntimeError, OSError) as exc:
         raise UsageError(f"ualdbg: the agent could not start: {exc}; `ualdbg trace start --engine trap` records "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -36,6 +36,7 @@ from .agent import (
     run_directory,
 )
 from .procfs import QUIET_SYSCALLS, sigbus_blocked, syscall_of, system_ranges
+from .threadbirth import BirthWatch, being_born, libc_sites, return_address
 
 RTLD_NOW = 2
 FUTEX = 202  # x86-64
@@ -57,6 +58,15 @@ class AgentHost(Protocol):
     def pass_sigbus(self, on: bool) -> None:
         """True: SIGBUS goes to the program without stopping the debugger (the agent handles
         it); False: the user's own settings again."""
+        ...
+
+    def watch_addresses(self, addrs: Sequence[int], on_hit: Callable[[Target, int, int], None]) -> None:
+        """Breakpoints at `addrs` that never stop the program: on_hit(target, tid, addr) as a
+        thread reaches one (engines/threadbirth.py). Replaces those set before."""
+        ...
+
+    def unwatch_addresses(self) -> None:
+        """Those breakpoints go (at once, or as soon as the debugger allows it)."""
         ...
 
 
@@ -87,6 +97,7 @@ class Injected:
     blocked: tuple[int, ...]
     ran: tuple[int, ...]
     creating: tuple[int, ...] = ()
+    later: tuple[int, ...] = ()  # armed once out of pthread_create, or once born (threadbirth.py)
 
     def notes(self) -> list[str]:
         out = []
@@ -112,6 +123,8 @@ class AgentLink:
         self.user_env: dict[str, str | None] = {}  # the user's own values of the variables set
         self.note: str | None = None  # why the last release was incomplete, for `status`
         self.creating: set[int] = set()  # threads left unarmed inside pthread_create (arm_thread)
+        self.births: BirthWatch | None = None  # those armed when it returns, and their new threads
+        self.host: AgentHost | None = None
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -231,16 +244,63 @@ class AgentLink:
             if tid not in later:
                 out[self.arm_thread(target, tid)].append(tid)
         ran = [t for t in target.threads() if t != target.current_tid()] if busy else []
-        return Injected(tuple(out[ARMED]), tuple(out[BLOCKED]), tuple(ran), tuple(out[CREATING]))
+        self.host = host
+        waited = self._watch_births(host, target, pid, out[CREATING], out[BLOCKED])
+        return Injected(tuple(out[ARMED]), tuple(t for t in out[BLOCKED] if t not in waited), tuple(ran),
+                        tuple(t for t in out[CREATING] if t not in waited), tuple(sorted(waited)))
 
-    def arm_thread(self, target: Target, tid: int) -> str:
+    def _watch_births(self, host: AgentHost, target: Target, pid: int, creating: list[int],
+                      blocked: list[int]) -> set[int]:
+        """Threads inside pthread_create, and threads being born: armed when that is safe
+        (engines/threadbirth.py). Returns those the watch will arm."""
+        born = [t for t in blocked if being_born(pid, t)]
+        if not creating and not born:
+            return set()
+        sites = libc_sites(pid)
+        if sites is None:
+            return set()
+        watch = BirthWatch(pid, sites, self._arm_out_of_creation)
+        for tid in creating:
+            ret = return_address(pid, target, tid, sites)
+            if ret is not None:
+                watch.creators[tid] = ret
+        watch.children.update(born)
+        if watch.done:
+            return set()
+        try:
+            host.watch_addresses(watch.addresses(), self._birth_hit)
+        except RuntimeError:
+            return set()
+        self.births = watch
+        self.creating.difference_update(watch.creators)
+        return set(watch.creators) | watch.children
+
+    def _birth_hit(self, target: Target, tid: int, addr: int) -> None:
+        watch = self.births
+        if watch is None:
+            return
+        watch.hit(target, tid, addr)
+        if watch.done:
+            self._unwatch()
+
+    def _unwatch(self) -> None:
+        if self.births is not None and self.host is not None:
+            self.births = None
+            self.host.unwatch_addresses()
+
+    def _arm_out_of_creation(self, target: Target, tid: int) -> str:
+        return self.arm_thread(target, tid, creating=False)
+
+    def arm_thread(self, target: Target, tid: int, creating: bool = True) -> str:
         """Set AC in one thread of the process the agent traces (ARMED), unless it blocks SIGBUS
         (BLOCKED: the agent arms it when it unblocks it, through its wrappers) or is inside
-        libc's pthread_create (CREATING: presence.creating_thread)."""
+        libc's pthread_create (CREATING: presence.creating_thread; `creating` False: known
+        not to be, threadbirth.BirthWatch)."""
         pid = target.pid()
         if self.current is None or pid is None or sigbus_blocked(pid, tid):
             return BLOCKED
-        if creating_thread(pid, target.read_register("rip", tid), target.read_register("rsp", tid), target.read_memory):
+        if creating and creating_thread(pid, target.read_register("rip", tid), target.read_register("rsp", tid),
+                                        target.read_memory):
             self.creating.add(tid)
             return CREATING
         flags = archmod.trap_flags("x86_64")
@@ -260,6 +320,7 @@ class AgentLink:
         self.current = None
         c.released = True
         said = None
+        self._unwatch()
         host.set_launch_environment(self.user_env)
         host.pass_sigbus(False)
         if c.pid is None or target is None or target.pid() != c.pid:

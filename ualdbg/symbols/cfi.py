@@ -82,6 +82,15 @@ class EhFrameSearch:
     def available(self) -> bool:
         return self._table is not None
 
+    def function_start(self, pc: int) -> int | None:
+        """The first PC of the FDE at or before `pc` (a function's start, as far as the table
+        knows: isa/syscall_sites.find_sites decodes from there); None without a table."""
+        table = self._table
+        if table is None:
+            return None
+        i = bisect_right(table[0], pc) - 1
+        return table[0][i] if i >= 0 else None
+
     def rules_at(self, pc: int) -> IntervalTable[Any] | None:
         """The rows of the FDE whose range holds `pc` (an empty table: none does)."""
         table = self._table

@@ -2,17 +2,21 @@
 the next `run`, set through gdb's `exec-wrapper` (`env NAME=VALUE...`: with gdb's default
 `startup-with-shell` the shell would otherwise load the agent first and its start-up take the
 variables out before the program is exec'd; without a shell, gdb's own environment), and SIGBUS
-passed to the program without a stop."""
+passed to the program without a stop; breakpoints that never stop, for the threads it arms
+once they are out of pthread_create or born (engines/threadbirth.py)."""
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gdb  # type: ignore[import-not-found]
 
+from ...core.target import Target
+from .console import warn
 from .signals import SignalHandles
+from .target import GdbTarget
 
 _WRAPPER = re.compile(r'is "(.*)"\.\s*$', re.S)
 
@@ -21,11 +25,30 @@ def _show(setting: str) -> str:
     return str(gdb.execute(f"show {setting}", to_string=True))
 
 
+class WatchPoint(gdb.Breakpoint):
+    """An internal breakpoint at one address that calls `on_hit` and never stops."""
+
+    def __init__(self, addr: int, target: GdbTarget, on_hit: Callable[[Target, int, int], None]) -> None:
+        super().__init__(f"*{addr:#x}", internal=True)
+        self.silent = True
+        self.addr, self.target, self.on_hit = addr, target, on_hit
+
+    def stop(self) -> bool:
+        try:
+            with self.target.event():
+                self.on_hit(self.target, self.target.current_tid(), self.addr)
+        except Exception as exc:  # never let a hook error stop the user's program
+            warn(f"arming a new thread failed: {exc}")
+        return False
+
+
 class GdbAgentHost:
     """The agent's environment and signal settings in one gdb."""
 
-    def __init__(self, signals: SignalHandles, installed: Any, drop_drain: Any) -> None:
+    def __init__(self, signals: SignalHandles, installed: Any, drop_drain: Any, target: GdbTarget) -> None:
         self.signals = signals
+        self.target = target
+        self.watches: list[WatchPoint] = []
         self.installed = installed  # () -> whether ualdbg's catchpoints own the signal settings
         # () -> None: the SIGBUS catchpoint `off` kept to swallow faults other threads had
         # pending (hooks.uninstall) goes: it would stop the program at the agent's faults
@@ -71,3 +94,26 @@ class GdbAgentHost:
         self.signals.pass_through(on, bool(self.installed()))
         if on:
             self.drop_drain()
+
+    def watch_addresses(self, addrs: Sequence[int], on_hit: Callable[[Target, int, int], None]) -> None:
+        self.unwatch_addresses()
+        try:
+            self.watches = [WatchPoint(a, self.target, on_hit) for a in addrs]
+        except gdb.error as exc:
+            self.unwatch_addresses()
+            raise RuntimeError(str(exc)) from None
+
+    def unwatch_addresses(self) -> None:
+        """Deleted from gdb's event loop: not from inside a breakpoint's stop(), where the last
+        hit calls this (gdb forbids it there)."""
+        old, self.watches = self.watches, []
+
+        def delete() -> None:
+            for bp in old:
+                if bp.is_valid():
+                    bp.delete()
+
+        if not self.target.can_call_functions():  # inside a stop() or a condition
+            gdb.post_event(delete)
+        else:
+            delete()

@@ -41,7 +41,8 @@ class GdbHooks:
         self.catchpoints = Catchpoints(self.on_arm_point)
         self.conditions = Conditions(session, self.target_, self.catchpoints, self.signals, self.holding)
         self.step_control = GdbStepControl(session.stops, self.target_)  # the step engine's primitives
-        self.agent_host = GdbAgentHost(self.signals, lambda: bool(self.catchpoints.numbers), self.drop_drain)
+        self.agent_host = GdbAgentHost(self.signals, lambda: bool(self.catchpoints.numbers), self.drop_drain,
+                                       self.target_)
         self.env_fixed = False
         self.seen_pid: int | None = None
         self.loader_armed = False

@@ -1,14 +1,17 @@
 """What the in-process agent asks of lldb (engines/agentlink.py, AgentHost): the environment of
 the next `process launch` (target.env-vars; lldb launches the program itself, no shell in
-between) and SIGBUS passed to the program without a stop."""
+between) and SIGBUS passed to the program without a stop; breakpoints that never stop, for the
+threads it arms once they are out of pthread_create or born (engines/threadbirth.py)."""
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import lldb  # type: ignore[import-not-found]
 
+from ...core.target import Target
+from .breakpoints import Breakpoints
 from .interp import command
 from .signals import SigbusHandling
 
@@ -19,8 +22,13 @@ class LldbAgentHost:
     """The agent's environment and signal settings in one lldb debugger."""
 
     def __init__(self, debugger: lldb.SBDebugger, sigbus: SigbusHandling, process: Callable[[], lldb.SBProcess],
-                 installed: Callable[[], bool]) -> None:
+                 installed: Callable[[], bool], breakpoints: Breakpoints,
+                 target_of: Callable[[lldb.SBThread], Target]) -> None:
         self.debugger = debugger
+        self.breakpoints = breakpoints
+        self.target_of = target_of
+        self.on_hit: Callable[[Target, int, int], None] | None = None
+        self.in_callback = False
         self.sigbus = sigbus
         self.process = process
         self.installed = installed
@@ -44,3 +52,37 @@ class LldbAgentHost:
 
     def pass_sigbus(self, on: bool) -> None:
         self.sigbus.pass_through(self.process(), on, self.installed())
+
+    WATCH = "watch_hit"  # breakpoints.watch_hit, the callback
+
+    def watch_addresses(self, addrs: Sequence[int], on_hit: Callable[[Target, int, int], None]) -> None:
+        self.unwatch_addresses()
+        target = self.debugger.GetSelectedTarget()
+        self.on_hit = on_hit
+        try:
+            for addr in addrs:
+                self.breakpoints.own(target.BreakpointCreateByAddress(addr), self.WATCH)
+        except RuntimeError:
+            self.unwatch_addresses()
+            raise
+
+    def unwatch_addresses(self) -> None:
+        """Deleted now from a command; from a callback (lldb deciding a stop) disabled, and
+        deleted at the next command."""
+        self.on_hit = None
+        target = self.debugger.GetSelectedTarget()
+        for bp in self.breakpoints.ours(target, self.WATCH):
+            bp.SetEnabled(False)
+        if not self.in_callback:
+            for bp in self.breakpoints.ours(target, self.WATCH):
+                target.BreakpointDelete(bp.GetID())
+
+    def hit(self, thread: lldb.SBThread, addr: int) -> None:
+        """A thread reached a watched address (breakpoints.watch_hit)."""
+        if self.on_hit is None:
+            return
+        self.in_callback = True
+        try:
+            self.on_hit(self.target_of(thread), int(thread.GetThreadID()), addr)
+        finally:
+            self.in_callback = False

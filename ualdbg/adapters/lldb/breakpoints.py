@@ -210,3 +210,15 @@ def exit_hit(frame: lldb.SBFrame, bp_loc: lldb.SBBreakpointLocation, extra_args:
     if hooks is not None:
         hooks.on_exit_call(int(frame.FindRegister("rdi").GetValueAsUnsigned()) & 0xFF)
     return False
+
+
+def watch_hit(frame: lldb.SBFrame, bp_loc: lldb.SBBreakpointLocation, extra_args: Any, internal_dict: Any) -> bool:
+    """A thread the agent arms once out of pthread_create or born (engines/threadbirth.py)."""
+    thread = frame.GetThread()
+    hooks = hooks_of_thread(thread)
+    if hooks is not None:
+        try:
+            hooks.agent_host.hit(thread, int(bp_loc.GetLoadAddress()))
+        except Exception as exc:  # never let a hook error stop the user's program
+            warn(None, f"arming a new thread failed: {exc}")
+    return False

@@ -75,7 +75,8 @@ class LldbHooks:
         self.faultsteps = FaultSteps()
         self.swaps = SigtrapSwaps()
         self.step_control = LldbStepControl(session, self.sbtarget, self.breakpoints)  # the step engine's primitives
-        self.agent_host = LldbAgentHost(debugger, self.sigbus, lambda: self.sbtarget().GetProcess(), lambda: self.installed)
+        self.agent_host = LldbAgentHost(debugger, self.sigbus, lambda: self.sbtarget().GetProcess(), lambda: self.installed,
+                                        self.breakpoints, lambda thread: LldbTarget(thread.GetProcess(), thread))
         self.rules = StopRules(session, debugger, self.breakpoints, self.sigbus, self.faultsteps, self.step_control,
                                self.fault_target)
         session.events.subscribe(Kind.STEP_ARMED, self.step_control.warn_split)

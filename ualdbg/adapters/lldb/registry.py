@@ -14,6 +14,7 @@ class Hooks(Protocol):
 
     installed: bool
     step_control: Any  # stepping.LldbStepControl
+    agent_host: Any  # agenthost.LldbAgentHost (its `hit`: breakpoints.watch_hit)
 
     @property
     def sites_active(self) -> bool: ...

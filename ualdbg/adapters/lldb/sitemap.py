@@ -1,13 +1,13 @@
 """Where the program makes the syscalls ualdbg follows under lldb (which has no `catch syscall`):
 the `syscall` instructions of clone/fork/vfork/clone3 and rt_sigprocmask in each loaded module,
-found by syscall_sites.py in its executable sections once per module, by file address; the site
+found by isa/syscall_sites.py in its executable sections once per module, by file address; the site
 breakpoints (breakpoints.py) stop there and at the instruction after."""
 from __future__ import annotations
 
 import lldb  # type: ignore[import-not-found]
 
 from ...isa.arch.x86_64 import TRAP_FLAGS
-from .syscall_sites import SyscallSite, find_sites
+from ...isa.syscall_sites import SyscallSite, find_sites
 
 TASK_SYSCALLS = TRAP_FLAGS.task_creating_syscalls
 MASK_SYSCALL = TRAP_FLAGS.sigprocmask_syscall

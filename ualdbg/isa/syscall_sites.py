@@ -1,4 +1,4 @@
-"""Where a module makes the syscalls the trap engine must see (lldb has no `catch syscall`):
+"""Where a module makes a syscall (lldb has no `catch syscall`; the agent's thread-birth watch needs libc's clone and rt_sigprocmask):
 the `syscall` instructions whose number is loaded as a constant just before them, found in the
 module's code so that breakpoints on them and on the next instruction act as entry and exit."""
 from __future__ import annotations

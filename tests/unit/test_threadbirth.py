@@ -1,0 +1,76 @@
+"""engines/threadbirth.py: libc's thread-birth and mask-restore sites found in a real process,
+and the watch's decisions (a fake target: the debuggers' runs are tests/debuggers'
+test_trace_start_inside_pthread_create)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from ualdbg.engines.threadbirth import BirthWatch, being_born, libc_sites
+
+
+@pytest.fixture
+def sleeper() -> Iterator[int]:
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with open(f"/proc/{proc.pid}/maps") as f:
+                if "libc.so" in f.read():
+                    break
+            time.sleep(0.01)
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_libc_sites_are_inside_libc_code(sleeper: int) -> None:
+    sites = libc_sites(sleeper)
+    assert sites is not None and sites.births and sites.masks
+    spans = []
+    with open(f"/proc/{sleeper}/maps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 6 and "x" in parts[1] and os.path.basename(parts[5]).startswith("libc.so"):
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                spans.append((lo, hi))
+    with open(f"/proc/{sleeper}/mem", "rb") as mem:
+        for addr in sites.masks:
+            assert any(lo <= addr < hi for lo, hi in spans)
+            mem.seek(addr - 2)
+            assert mem.read(2) == b"\x0f\x05"  # right after a `syscall`
+        for addr in sites.births:
+            assert any(lo <= addr < hi for lo, hi in spans)
+    assert not being_born(sleeper, sleeper)  # sleep blocks nothing
+
+
+class FakeTarget:
+    def __init__(self, rax: dict[int, int]) -> None:
+        self.rax = rax
+
+    def read_register(self, name: str, tid: int | None = None) -> int:
+        assert name == "rax" and tid is not None
+        return self.rax[tid]
+
+
+def test_the_watch_arms_the_creator_at_its_return_and_the_child_after_its_mask(sleeper: int) -> None:
+    sites = libc_sites(sleeper)
+    assert sites is not None
+    birth, mask = min(sites.births), min(sites.masks)
+    armed: list[int] = []
+    me = sleeper  # a thread that exists, unblocked: the "child" below
+    watch = BirthWatch(sleeper, sites, lambda target, tid: armed.append(tid) or "armed")
+    watch.creators[4242] = 0x1234
+    assert 0x1234 in watch.addresses() and not watch.done
+    target = FakeTarget({4242: me, me: 0})
+    watch.hit(target, 4242, birth)  # type: ignore[arg-type]  # the creator's side: rax is the child
+    assert watch.children == {me}
+    watch.hit(target, 4242, 0x1234)  # type: ignore[arg-type]
+    assert armed == [4242] and not watch.creators
+    watch.hit(target, me, mask)  # type: ignore[arg-type]  # the child's mask lets SIGBUS through
+    assert armed == [4242, me] and watch.done
