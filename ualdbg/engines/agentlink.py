@@ -245,7 +245,10 @@ class AgentLink:
                 out[self.arm_thread(target, tid)].append(tid)
         ran = [t for t in target.threads() if t != target.current_tid()] if busy else []
         self.host = host
-        waited = self._watch_births(host, target, pid, out[CREATING], out[BLOCKED])
+        # A thread armed once past its fault (`later`) may be inside pthread_create too (a fault
+        # of libc's there, in a memset): the watch arms it when the call returns.
+        creating = out[CREATING] + [t for t in later if self._inside_create(target, pid, t)]
+        waited = self._watch_births(host, target, pid, creating, out[BLOCKED])
         return Injected(tuple(out[ARMED]), tuple(t for t in out[BLOCKED] if t not in waited), tuple(ran),
                         tuple(t for t in out[CREATING] if t not in waited), tuple(sorted(waited)))
 
@@ -288,6 +291,10 @@ class AgentLink:
             self.births = None
             self.host.unwatch_addresses()
 
+    @staticmethod
+    def _inside_create(target: Target, pid: int, tid: int) -> bool:
+        return creating_thread(pid, target.read_register("rip", tid), target.read_register("rsp", tid), target.read_memory)
+
     def _arm_out_of_creation(self, target: Target, tid: int) -> str:
         return self.arm_thread(target, tid, creating=False)
 
@@ -299,9 +306,9 @@ class AgentLink:
         pid = target.pid()
         if self.current is None or pid is None or sigbus_blocked(pid, tid):
             return BLOCKED
-        if creating and creating_thread(pid, target.read_register("rip", tid), target.read_register("rsp", tid),
-                                        target.read_memory):
-            self.creating.add(tid)
+        if creating and self._inside_create(target, pid, tid):
+            if self.births is None or tid not in self.births.creators:  # (else armed as the call returns)
+                self.creating.add(tid)
             return CREATING
         flags = archmod.trap_flags("x86_64")
         assert flags is not None

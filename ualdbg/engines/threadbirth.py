@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..agent.presence import libc_function, module_bias, open_regular
 from ..core.target import Target
@@ -75,9 +76,28 @@ def libc_sites(pid: int) -> LibcSites | None:
     return LibcSites(frozenset(births), frozenset(masks), path, bias)
 
 
+def _modules(pid: int) -> list[tuple[int, int, str, int]]:
+    """(start, end, file, load bias) of each file-backed executable mapping of `pid`."""
+    bias: dict[str, int] = {}
+    spans: list[tuple[int, int, str]] = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) < 6 or not parts[5].startswith("/"):
+                continue
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            path = parts[5].strip()
+            if int(parts[2], 16) == 0:
+                bias.setdefault(path, lo)
+            if "x" in parts[1]:
+                spans.append((lo, hi, path))
+    return [(lo, hi, path, bias[path]) for lo, hi, path in spans if path in bias]
+
+
 def return_address(pid: int, target: Target, tid: int, sites: LibcSites) -> int | None:
-    """Where pthread_create returns to in a thread stopped inside it: libc's frames unwound by
-    their CFI from the thread's registers up to pthread_create's; None when that fails."""
+    """Where pthread_create returns to in a thread stopped inside it: its frames (in libc, and
+    in ld.so where libc calls it: the new thread's TLS) unwound by each module's CFI from the
+    thread's registers up to pthread_create's; None when that fails."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
@@ -89,25 +109,36 @@ def return_address(pid: int, target: Target, tid: int, sites: LibcSites) -> int 
     lo, hi = where
     try:
         regs = {name: target.read_register(name, tid) for name in _REGS}
-    except (RuntimeError, ValueError, KeyError):
+        modules = _modules(pid)
+    except (RuntimeError, ValueError, KeyError, OSError):
         return None
+    files: dict[str, Any] = {}
+    rules: dict[str, FrameRules] = {}
     try:
-        with os.fdopen(open_regular(f"/proc/{pid}/root{sites.path}"), "rb") as f:
-            rules = FrameRules(ELFFile(f))
-            first = True
-            for _ in range(MAX_FRAMES):
-                pc = regs["rip"]
-                # A caller's PC is a return address: its call is the byte before.
-                link = pc - sites.bias - (0 if first else 1)
-                caller = rules.unwind(link, regs, target.read_memory)
-                if caller is None:
-                    return None
-                if lo <= pc < hi:
-                    return caller["rip"]
-                regs = {**caller}
-                first = False
+        first = True
+        for _ in range(MAX_FRAMES):
+            pc = regs["rip"]
+            # A caller's PC is a return address: its call is the byte before.
+            at = pc - (0 if first else 1)
+            module = next((m for m in modules if m[0] <= at < m[1]), None)
+            if module is None:
+                return None
+            path, bias = module[2], module[3]
+            if path not in rules:
+                files[path] = os.fdopen(open_regular(f"/proc/{pid}/root{path}"), "rb")
+                rules[path] = FrameRules(ELFFile(files[path]))
+            caller = rules[path].unwind(at - bias, regs, target.read_memory)
+            if caller is None:
+                return None
+            if lo <= pc < hi:
+                return caller["rip"]
+            regs = caller
+            first = False
     except (OSError, ELFError, ValueError):
         return None
+    finally:
+        for f in files.values():
+            f.close()
     return None
 
 

@@ -61,21 +61,29 @@ class LldbAgentHost:
         self.on_hit = on_hit
         try:
             for addr in addrs:
-                self.breakpoints.own(target.BreakpointCreateByAddress(addr), self.WATCH)
+                bp = target.BreakpointCreateByAddress(addr)
+                self.breakpoints.own(bp, self.WATCH)
+                bp.SetAutoContinue(True)
         except RuntimeError:
             self.unwatch_addresses()
             raise
 
     def unwatch_addresses(self) -> None:
-        """Deleted now from a command; from a callback (lldb deciding a stop) disabled, and
-        deleted at the next command."""
+        """Deleted now from a command. From a callback (lldb deciding a stop) they stay, doing
+        nothing, until the next command or stop (sweep): a breakpoint disabled inside its own
+        callback made lldb report the stop (1 run in 8 of break, off, trace start)."""
         self.on_hit = None
+        if not self.in_callback:
+            self.sweep()
+
+    def sweep(self) -> None:
+        """Delete the watch's breakpoints once it is over (a command or a stop: never inside a
+        breakpoint's callback)."""
+        if self.on_hit is not None or self.in_callback:
+            return
         target = self.debugger.GetSelectedTarget()
         for bp in self.breakpoints.ours(target, self.WATCH):
-            bp.SetEnabled(False)
-        if not self.in_callback:
-            for bp in self.breakpoints.ours(target, self.WATCH):
-                target.BreakpointDelete(bp.GetID())
+            target.BreakpointDelete(bp.GetID())
 
     def hit(self, thread: lldb.SBThread, addr: int) -> None:
         """A thread reached a watched address (breakpoints.watch_hit)."""

@@ -120,7 +120,9 @@ class LldbHooks:
         return self.fault_target(process, thread)
 
     def sync(self) -> None:
-        """Catch up with what happened while no ualdbg code ran: lldb tells nobody of an exit."""
+        """Catch up with what happened while no ualdbg code ran: lldb tells nobody of an exit;
+        the agent's thread-birth breakpoints, over inside a callback, can go now."""
+        self.agent_host.sweep()
         process = self.sbtarget().GetProcess()
         if process.IsValid() and process.GetState() in (lldb.eStateExited, lldb.eStateDetached):
             self.note_exit(process)
