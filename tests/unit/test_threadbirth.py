@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ualdbg.engines.threadbirth import BirthWatch, being_born, libc_sites
+from ualdbg.engines.threadbirth import BirthWatch, Parking, being_born, libc_sites
 
 
 @pytest.fixture
@@ -74,3 +74,44 @@ def test_the_watch_arms_the_creator_at_its_return_and_the_child_after_its_mask(s
     assert armed == [4242] and not watch.creators
     watch.hit(target, me, mask)  # type: ignore[arg-type]  # the child's mask lets SIGBUS through
     assert armed == [4242, me] and watch.done
+
+
+class RegisterTarget:
+    """Registers of fake threads (rip, rax), written as the debuggers write them."""
+
+    def __init__(self, regs: dict[int, dict[str, int]]) -> None:
+        self.regs = regs
+
+    def read_register(self, name: str, tid: int | None = None) -> int:
+        assert tid is not None
+        return self.regs[tid][name]
+
+    def write_register(self, name: str, value: int, tid: int | None = None) -> None:
+        assert tid is not None
+        self.regs[tid][name] = value
+
+
+def test_parking_holds_threads_before_the_programs_code_and_lets_them_go(sleeper: int) -> None:
+    """A thread in the program's code is held at once, one in libc where it leaves libc, one
+    born at its first instruction; each goes on from exactly there."""
+    sites = libc_sites(sleeper)
+    assert sites is not None and sites.spin is not None
+    birth = min(sites.births)
+    parking = Parking(sites)
+    parking.exits[2] = 0x401234  # a thread in libc, whose caller is at 0x401234
+    target = RegisterTarget({1: {"rip": 0x401000, "rax": 5}, 2: {"rip": 0x7F0000, "rax": 7}, 3: {"rip": birth, "rax": 0},
+                             4: {"rip": birth, "rax": 3}})
+    parking.park(target, 1, 0x401000)  # type: ignore[arg-type]
+    assert target.regs[1]["rip"] == sites.spin
+    parking.hit(target, 2, 0x999)  # type: ignore[arg-type]  # not its exit
+    assert 2 not in parking.parked
+    parking.hit(target, 2, 0x401234)  # type: ignore[arg-type]
+    parking.hit(target, 3, birth)  # type: ignore[arg-type]  # the new thread (rax 0)
+    parking.hit(target, 4, birth)  # type: ignore[arg-type]  # its creator (rax: the new thread's id) goes on
+    assert parking.parked == {1: 0x401000, 2: 0x401234, 3: birth}
+    assert all(target.regs[t]["rip"] == sites.spin for t in (1, 2, 3)) and target.regs[4]["rip"] == birth
+    parking.release(target)  # type: ignore[arg-type]
+    assert [target.regs[t]["rip"] for t in (1, 2, 3)] == [0x401000, 0x401234, birth]
+    with open(f"/proc/{sleeper}/mem", "rb") as mem:
+        mem.seek(sites.spin)
+        assert mem.read(2) == b"\xeb\xfe"  # jmp .

@@ -36,7 +36,7 @@ from .agent import (
     run_directory,
 )
 from .procfs import QUIET_SYSCALLS, sigbus_blocked, syscall_of, system_ranges
-from .threadbirth import BirthWatch, being_born, libc_sites, return_address
+from .threadbirth import BirthWatch, Parking, being_born, libc_sites, return_address
 
 RTLD_NOW = 2
 FUTEX = 202  # x86-64
@@ -224,7 +224,13 @@ class AgentLink:
             # The others stay stopped (not armed yet, they would fault unseen) unless one may
             # hold a lock dlopen takes: then they run during it, as `trace --pid` lets them.
             busy = lock_holders(target, pid)
-            handle = target.call_with_strings(dlopen, [os.fsencode(lib), RTLD_NOW], alone=not busy)
+            parking = self._park_others(host, target, pid, later) if busy else None
+            try:
+                handle = target.call_with_strings(dlopen, [os.fsencode(lib), RTLD_NOW], alone=not busy)
+            finally:
+                if parking is not None:
+                    parking.release(target)
+                    host.unwatch_addresses()
             if not handle:
                 raise AgentUnavailable(f"dlopen of the agent failed in process {pid}")
             bias = struct.unpack("<Q", target.read_memory(handle, 8))[0]  # struct link_map's l_addr
@@ -243,7 +249,8 @@ class AgentLink:
         for tid in target.threads():
             if tid not in later:
                 out[self.arm_thread(target, tid)].append(tid)
-        ran = [t for t in target.threads() if t != target.current_tid()] if busy else []
+        ran = ([t for t in target.threads() if t != target.current_tid() and (parking is None or t in parking.loose)]
+               if busy else [])
         self.host = host
         # A thread armed once past its fault (`later`) may be inside pthread_create too (a fault
         # of libc's there, in a memset): the watch arms it when the call returns.
@@ -264,7 +271,7 @@ class AgentLink:
             return set()
         watch = BirthWatch(pid, sites, self._arm_out_of_creation)
         for tid in creating:
-            ret = return_address(pid, target, tid, sites)
+            ret = return_address(pid, target, tid)
             if ret is not None:
                 watch.creators[tid] = ret
         watch.children.update(born)
@@ -290,6 +297,26 @@ class AgentLink:
         if self.births is not None and self.host is not None:
             self.births = None
             self.host.unwatch_addresses()
+
+    @staticmethod
+    def _park_others(host: AgentHost, target: Target, pid: int, later: frozenset[int]) -> Parking | None:
+        """The other threads held before the program's code while dlopen runs with them
+        running (threadbirth.Parking); None when that cannot be arranged (they run free)."""
+        sites = libc_sites(pid)
+        if sites is None:
+            return None
+        others = [t for t in target.threads() if t != target.current_tid() and t not in later]
+        try:
+            parking = Parking.plan(pid, target, others, sites, system_ranges(pid))
+        except (RuntimeError, OSError, ValueError):
+            return None
+        if parking is not None:
+            try:
+                host.watch_addresses(parking.addresses(), parking.hit)
+            except RuntimeError:
+                parking.release(target)
+                return None
+        return parking
 
     @staticmethod
     def _inside_create(target: Target, pid: int, tid: int) -> bool:

@@ -24,7 +24,7 @@ from ..core.target import Target
 from ..isa.arch import SIGBUS
 from ..isa.arch.x86_64 import TRAP_FLAGS
 from ..isa.syscall_sites import find_sites
-from .procfs import blocked_signals
+from .procfs import blocked_signals, syscall_of
 
 TASK = frozenset({56, 435})  # clone, clone3 (fork and vfork make processes: not ours here)
 MASK = TRAP_FLAGS.sigprocmask_syscall
@@ -43,6 +43,7 @@ class LibcSites:
     masks: frozenset[int]  # after each rt_sigprocmask `syscall`
     path: str  # libc's file, as the process maps it
     bias: int
+    spin: int | None = None  # a `jmp .` (eb fe) in libc's code: where Parking holds a thread
 
 
 def libc_sites(pid: int) -> LibcSites | None:
@@ -59,6 +60,7 @@ def libc_sites(pid: int) -> LibcSites | None:
     path, bias = found
     births: set[int] = set()
     masks: set[int] = set()
+    spin: int | None = None
     try:
         with os.fdopen(open_regular(f"/proc/{pid}/root{path}"), "rb") as f:
             elf = ELFFile(f)
@@ -67,13 +69,16 @@ def libc_sites(pid: int) -> LibcSites | None:
                 if seg["p_type"] != "PT_LOAD" or not seg["p_flags"] & 1:  # PF_X
                     continue
                 code = seg.data()
+                at = code.find(b"\xeb\xfe")
+                if spin is None and at >= 0:
+                    spin = bias + seg["p_vaddr"] + at
                 for site in find_sites(code, seg["p_vaddr"], TASK | {MASK}, TASK, search.function_start):
                     (births if site.nr in TASK else masks).add(bias + (site.exit_addr if site.nr in TASK else site.addr + 2))
     except (OSError, ELFError, ValueError):
         return None
     if not births or not masks:
         return None
-    return LibcSites(frozenset(births), frozenset(masks), path, bias)
+    return LibcSites(frozenset(births), frozenset(masks), path, bias, spin)
 
 
 def _modules(pid: int) -> list[tuple[int, int, str, int]]:
@@ -94,19 +99,14 @@ def _modules(pid: int) -> list[tuple[int, int, str, int]]:
     return [(lo, hi, path, bias[path]) for lo, hi, path in spans if path in bias]
 
 
-def return_address(pid: int, target: Target, tid: int, sites: LibcSites) -> int | None:
-    """Where pthread_create returns to in a thread stopped inside it: its frames (in libc, and
-    in ld.so where libc calls it: the new thread's TLS) unwound by each module's CFI from the
-    thread's registers up to pthread_create's; None when that fails."""
+def _unwind_to(pid: int, target: Target, tid: int, found: Callable[[int, int], bool]) -> int | None:
+    """Unwind a stopped thread's frames, each by its own module's CFI (libc, ld.so, ...), from
+    its registers; the first caller PC for which found(pc, caller_pc) holds, or None."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
     from ..symbols.cfi import FrameRules
 
-    where = libc_function(pid, "pthread_create")
-    if where is None:
-        return None
-    lo, hi = where
     try:
         regs = {name: target.read_register(name, tid) for name in _REGS}
         modules = _modules(pid)
@@ -130,7 +130,7 @@ def return_address(pid: int, target: Target, tid: int, sites: LibcSites) -> int 
             caller = rules[path].unwind(at - bias, regs, target.read_memory)
             if caller is None:
                 return None
-            if lo <= pc < hi:
+            if found(pc, caller["rip"]):
                 return caller["rip"]
             regs = caller
             first = False
@@ -140,6 +140,22 @@ def return_address(pid: int, target: Target, tid: int, sites: LibcSites) -> int 
         for f in files.values():
             f.close()
     return None
+
+
+def return_address(pid: int, target: Target, tid: int) -> int | None:
+    """Where pthread_create returns to in a thread stopped inside it (its frames in libc, and
+    in ld.so where libc calls it: the new thread's TLS); None when they cannot be unwound."""
+    where = libc_function(pid, "pthread_create")
+    if where is None:
+        return None
+    lo, hi = where
+    return _unwind_to(pid, target, tid, lambda pc, caller: lo <= pc < hi)
+
+
+def exit_address(pid: int, target: Target, tid: int, system: list[tuple[int, int]]) -> int | None:
+    """Where a thread stopped in libc or the loader (`system`) returns to the program's code:
+    its first caller outside them; None when that cannot be unwound."""
+    return _unwind_to(pid, target, tid, lambda pc, caller: not any(lo <= caller < hi for lo, hi in system))
 
 
 @dataclass
@@ -189,3 +205,59 @@ def being_born(pid: int, tid: int) -> bool:
     its creator's mask yet), as seen at an injection."""
     return blocked_signals(pid, tid) & _ALL_BLOCKED == _ALL_BLOCKED
 
+
+
+@dataclass
+class Parking:
+    """While the agent's dlopen runs with the other threads running (one of them may hold a lock
+    dlopen takes: agentlink.lock_holders), each other thread is held at a `jmp .` in libc before
+    it runs any of the program's code, so that none makes a fault the agent cannot count yet:
+    at once when it is stopped in the program's code, where it returns from libc or the loader
+    (its first caller outside them) when it is stopped in there, and a thread born meanwhile at
+    its first instruction. Afterwards each goes on from where it was held."""
+
+    sites: LibcSites
+    exits: dict[int, int] = field(default_factory=dict)  # tid -> where it leaves libc
+    parked: dict[int, int] = field(default_factory=dict)  # tid -> the PC it goes on from
+    loose: list[int] = field(default_factory=list)  # threads neither held nor to be: they ran
+
+    @classmethod
+    def plan(cls, pid: int, target: Target, others: list[int], sites: LibcSites,
+             system: list[tuple[int, int]]) -> Parking | None:
+        if sites.spin is None:
+            return None
+        parking = cls(sites)
+        for tid in others:
+            pc = target.read_register("rip", tid)
+            if any(lo <= pc < hi for lo, hi in system):
+                exit_at = exit_address(pid, target, tid, system)
+                if exit_at is not None:
+                    parking.exits[tid] = exit_at
+                    continue
+            elif syscall_of(pid, tid) is None:
+                parking.park(target, tid, pc)
+                continue
+            parking.loose.append(tid)
+        return parking
+
+    def addresses(self) -> list[int]:
+        return sorted(self.sites.births | set(self.exits.values()))
+
+    def park(self, target: Target, tid: int, pc: int) -> None:
+        assert self.sites.spin is not None
+        self.parked[tid] = pc
+        target.write_register("rip", self.sites.spin, tid)
+
+    def hit(self, target: Target, tid: int, addr: int) -> None:
+        if tid in self.parked:
+            return
+        if self.exits.get(tid) == addr or (addr in self.sites.births and target.read_register("rax", tid) == 0):
+            self.park(target, tid, addr)
+
+    def release(self, target: Target) -> None:
+        """Every held thread goes on from where it was held (the process stopped)."""
+        for tid, pc in self.parked.items():
+            try:
+                target.write_register("rip", pc, tid)
+            except (RuntimeError, ValueError):
+                pass  # (a thread gone meanwhile)
