@@ -97,7 +97,7 @@ def test_parking_holds_threads_before_the_programs_code_and_lets_them_go(sleeper
     sites = libc_sites(sleeper)
     assert sites is not None and sites.spin is not None
     birth = min(sites.births)
-    parking = Parking(sites)
+    parking = Parking(sleeper, sites)
     parking.exits[2] = 0x401234  # a thread in libc, whose caller is at 0x401234
     target = RegisterTarget({1: {"rip": 0x401000, "rax": 5}, 2: {"rip": 0x7F0000, "rax": 7}, 3: {"rip": birth, "rax": 0},
                              4: {"rip": birth, "rax": 3}})

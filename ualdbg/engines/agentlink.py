@@ -271,7 +271,7 @@ class AgentLink:
             return set()
         watch = BirthWatch(pid, sites, self._arm_out_of_creation)
         for tid in creating:
-            ret = return_address(pid, target, tid)
+            ret = return_address(pid, target, tid, sites)
             if ret is not None:
                 watch.creators[tid] = ret
         watch.children.update(born)

@@ -44,6 +44,9 @@ class LibcSites:
     path: str  # libc's file, as the process maps it
     bias: int
     spin: int | None = None  # a `jmp .` (eb fe) in libc's code: where Parking holds a thread
+    # Right after clone's and clone3's `syscall`: no FDE covers it (the child's frame differs:
+    # glibc ends the CFI before the instruction), and the parent's return address is at rsp.
+    clone_returns: frozenset[int] = frozenset()
 
 
 def libc_sites(pid: int) -> LibcSites | None:
@@ -60,6 +63,7 @@ def libc_sites(pid: int) -> LibcSites | None:
     path, bias = found
     births: set[int] = set()
     masks: set[int] = set()
+    clone_returns: set[int] = set()
     spin: int | None = None
     try:
         with os.fdopen(open_regular(f"/proc/{pid}/root{path}"), "rb") as f:
@@ -74,11 +78,13 @@ def libc_sites(pid: int) -> LibcSites | None:
                     spin = bias + seg["p_vaddr"] + at
                 for site in find_sites(code, seg["p_vaddr"], TASK | {MASK}, TASK, search.function_start):
                     (births if site.nr in TASK else masks).add(bias + (site.exit_addr if site.nr in TASK else site.addr + 2))
+                    if site.nr in TASK:
+                        clone_returns.update(bias + a for a in _parent_tail(code, seg["p_vaddr"], site.addr + 2))
     except (OSError, ELFError, ValueError):
         return None
     if not births or not masks:
         return None
-    return LibcSites(frozenset(births), frozenset(masks), path, bias, spin)
+    return LibcSites(frozenset(births), frozenset(masks), path, bias, spin, frozenset(clone_returns))
 
 
 def _modules(pid: int) -> list[tuple[int, int, str, int]]:
@@ -99,7 +105,8 @@ def _modules(pid: int) -> list[tuple[int, int, str, int]]:
     return [(lo, hi, path, bias[path]) for lo, hi, path in spans if path in bias]
 
 
-def _unwind_to(pid: int, target: Target, tid: int, found: Callable[[int, int], bool]) -> int | None:
+def _unwind_to(pid: int, target: Target, tid: int, found: Callable[[int, int], bool],
+               leaves: frozenset[int] = frozenset()) -> int | None:
     """Unwind a stopped thread's frames, each by its own module's CFI (libc, ld.so, ...), from
     its registers; the first caller PC for which found(pc, caller_pc) holds, or None."""
     from elftools.common.exceptions import ELFError
@@ -128,6 +135,10 @@ def _unwind_to(pid: int, target: Target, tid: int, found: Callable[[int, int], b
                 files[path] = os.fdopen(open_regular(f"/proc/{pid}/root{path}"), "rb")
                 rules[path] = FrameRules(ELFFile(files[path]))
             caller = rules[path].unwind(at - bias, regs, target.read_memory)
+            if caller is None and first and pc in leaves and target.read_register("rax", tid) != 0:
+                # (LibcSites.clone_returns: the parent's side; a new thread there has rax 0)
+                caller = {**regs, "rip": int.from_bytes(target.read_memory(regs["rsp"], 8), "little"),
+                          "rsp": regs["rsp"] + 8}
             if caller is None:
                 return None
             if found(pc, caller["rip"]):
@@ -142,20 +153,40 @@ def _unwind_to(pid: int, target: Target, tid: int, found: Callable[[int, int], b
     return None
 
 
-def return_address(pid: int, target: Target, tid: int) -> int | None:
+def _parent_tail(code: bytes, base: int, start: int) -> list[int]:
+    """The instructions a clone's parent runs from after the `syscall` to its `ret` (tests and
+    conditional jumps only: glibc's clone.S and clone3.S), each with its return address at rsp."""
+    import capstone
+
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    out: list[int] = []
+    for address, _size, mnemonic, _ops in md.disasm_lite(code[start - base:start - base + 32], start):
+        if mnemonic != "test" and not mnemonic.startswith("j") and mnemonic not in ("ret", "cmp"):
+            return []
+        if mnemonic == "jmp":
+            return []
+        out.append(address)
+        if mnemonic == "ret":
+            return out
+    return []
+
+
+def return_address(pid: int, target: Target, tid: int, sites: LibcSites) -> int | None:
     """Where pthread_create returns to in a thread stopped inside it (its frames in libc, and
     in ld.so where libc calls it: the new thread's TLS); None when they cannot be unwound."""
     where = libc_function(pid, "pthread_create")
     if where is None:
         return None
     lo, hi = where
-    return _unwind_to(pid, target, tid, lambda pc, caller: lo <= pc < hi)
+    return _unwind_to(pid, target, tid, lambda pc, caller: lo <= pc < hi, sites.clone_returns)
 
 
-def exit_address(pid: int, target: Target, tid: int, system: list[tuple[int, int]]) -> int | None:
+def exit_address(pid: int, target: Target, tid: int, system: list[tuple[int, int]],
+                 sites: LibcSites) -> int | None:
     """Where a thread stopped in libc or the loader (`system`) returns to the program's code:
     its first caller outside them; None when that cannot be unwound."""
-    return _unwind_to(pid, target, tid, lambda pc, caller: not any(lo <= caller < hi for lo, hi in system))
+    return _unwind_to(pid, target, tid, lambda pc, caller: not any(lo <= caller < hi for lo, hi in system),
+                      sites.clone_returns)
 
 
 @dataclass
@@ -216,21 +247,31 @@ class Parking:
     (its first caller outside them) when it is stopped in there, and a thread born meanwhile at
     its first instruction. Afterwards each goes on from where it was held."""
 
+    pid: int
     sites: LibcSites
     exits: dict[int, int] = field(default_factory=dict)  # tid -> where it leaves libc
     parked: dict[int, int] = field(default_factory=dict)  # tid -> the PC it goes on from
     loose: list[int] = field(default_factory=list)  # threads neither held nor to be: they ran
+    born: set[int] = field(default_factory=set)  # being started by libc: held where it unblocks SIGBUS
 
     @classmethod
     def plan(cls, pid: int, target: Target, others: list[int], sites: LibcSites,
              system: list[tuple[int, int]]) -> Parking | None:
         if sites.spin is None:
             return None
-        parking = cls(sites)
+        parking = cls(pid, sites)
         for tid in others:
             pc = target.read_register("rip", tid)
+            if pc in sites.clone_returns and target.read_register("rax", tid) == 0:
+                parking.park(target, tid, pc)  # being born: it has run nothing yet
+                continue
             if any(lo <= pc < hi for lo, hi in system):
-                exit_at = exit_address(pid, target, tid, system)
+                if being_born(pid, tid):
+                    # start_thread calls the start routine from libc: held when its mask is
+                    # restored, just before (it may be inside a system call now: rseq).
+                    parking.born.add(tid)
+                    continue
+                exit_at = exit_address(pid, target, tid, system, sites)
                 if exit_at is not None:
                     parking.exits[tid] = exit_at
                     continue
@@ -241,7 +282,7 @@ class Parking:
         return parking
 
     def addresses(self) -> list[int]:
-        return sorted(self.sites.births | set(self.exits.values()))
+        return sorted(self.sites.births | set(self.exits.values()) | (self.sites.masks if self.born else frozenset()))
 
     def park(self, target: Target, tid: int, pc: int) -> None:
         assert self.sites.spin is not None
@@ -253,6 +294,11 @@ class Parking:
             return
         if self.exits.get(tid) == addr or (addr in self.sites.births and target.read_register("rax", tid) == 0):
             self.park(target, tid, addr)
+        elif tid in self.born and addr in self.sites.masks and not self._blocks_sigbus(tid):
+            self.park(target, tid, addr)
+
+    def _blocks_sigbus(self, tid: int) -> bool:
+        return bool(blocked_signals(self.pid, tid) & (1 << (SIGBUS - 1)))
 
     def release(self, target: Target) -> None:
         """Every held thread goes on from where it was held (the process stopped)."""
