@@ -64,6 +64,8 @@ def test_four_threads_exact_every_run(debugger: str, engine: str, attempt: int, 
     assert sorted(s["count"] for s in doc["sites"]) == [4, 4 * n, 4 * n], log
     assert f"four_threads: sum={4 * n}" in log, log
     assert doc["program"]["exit_status"] == 0, log
+    # lldb steps each fault itself: every step ended where the instruction goes (trap.check_step)
+    assert not any("single-step" in n for n in doc.get("notes") or []) and "single-step of the" not in log, log
 
 
 # The stop at the first fault counts it; after `off` its instruction runs unchecked; a later

@@ -3,7 +3,7 @@ decisions, the AC/TF flag dance, scope, and the exact counters."""
 from __future__ import annotations
 
 from ualdbg.core.model import AccessKind
-from ualdbg.core.target import SigInfo, Target
+from ualdbg.core.target import FaultStepper, SigInfo, Target
 from ualdbg.core.trace import TraceBuffer
 from ualdbg.engines.faultpath import Decision
 from ualdbg.engines.modulescope import Scope
@@ -156,3 +156,45 @@ def test_ring_wraps_but_counts_stay_exact() -> None:
     b: TraceBuffer = s.buffer
     assert b.total == 10 and len(b.records) == 3 and b.dropped == 7
     assert [f.seq for f in b.records] == [8, 9, 10] and b.counters[PROG + 0x100].count == 10
+
+
+class StepperTarget(FakeTarget, FaultStepper):
+    """A debugger that single-steps the fault itself (lldb), here landing where told."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queued: list[int] = []
+
+    def step_over_fault(self, tid: int) -> None:
+        self.queued.append(tid)
+
+
+def test_a_debuggers_step_that_ends_outside_the_instructions_successors_is_said_once() -> None:
+    """issue 32: lldb once mis-stepped (an int3 inside a `jg`). The engine checks where the
+    debugger's step of a fault ended: at the next instruction, fine; still at the fault, the
+    instruction runs again and its fault is not counted twice; anywhere else, one line (and
+    a note in the trace) per instruction."""
+    s = Session("fake")
+    s.mode.tracing = True
+    t = StepperTarget()
+    s.lifecycle.arm_now(t)
+    fault_pc = PROG + 0x100
+
+    def fault_and_step(lands: int) -> str | None:
+        t.regs[1]["rip"] = fault_pc
+        t.regs[1]["eflags"] |= AC
+        assert s.engine.on_signal(t) is Decision.RESUME and t.queued[-1] == 1
+        t.regs[1]["rip"] = lands
+        return s.stops.fault_stepped(t, 1)
+
+    assert fault_and_step(fault_pc + len(ADD_RMW)) is None and s.buffer.total == 1
+    assert t.regs[1]["eflags"] & AC  # armed again
+    said = fault_and_step(fault_pc + 2)  # inside the instruction: not where it can go
+    assert said is not None and f"{fault_pc:#x} ended at {fault_pc + 2:#x}" in said
+    assert fault_and_step(fault_pc + 2) is None  # said once
+    assert s.buffer.total == 3
+    assert fault_and_step(fault_pc) is None  # did not run: runs again...
+    t.regs[1]["eflags"] |= AC
+    assert s.engine.on_signal(t) is Decision.RESUME
+    assert s.buffer.total == 4  # ...and its fault again is not a fifth
+    assert any("ended at" in n for n in s.result().notes or [])

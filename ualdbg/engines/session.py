@@ -104,6 +104,8 @@ class Session:
             sites=sites_of(self.buffer, self.image.resolve, self.recorder.data_at), recording=self.mode.armed)
         result.step = self._step_summary()
         result.blind_spots = self.engine.blind.spots(self.program.pid, self.program.path)
+        for line in self.engine.misstep_notes():
+            result.note(line)
         return result
 
     def _step_summary(self) -> StepSummary | None:

@@ -72,10 +72,11 @@ class Stops:
         self.lifecycle.arch_of(target)
         return self.engine.on_signal(target, SigInfo(SIGTRAP, 0, None))
 
-    def fault_stepped(self, target: Target, tid: int) -> None:
-        """A FaultStepper target (lldb) ran the faulting instruction of `tid`: arm it again."""
+    def fault_stepped(self, target: Target, tid: int) -> str | None:
+        """A FaultStepper target (lldb) ran the faulting instruction of `tid`: arm it again. A
+        line for the user when the step ended where the instruction cannot go (first time)."""
         self.lifecycle.arch_of(target)
-        self.engine.fault_stepped(target, tid)
+        return self.engine.fault_stepped(target, tid)
 
     def slot_catch(self, tid: int) -> int | None:
         """Before the single step a STEP_THEN_RESUME asked for, where the debugger steps in

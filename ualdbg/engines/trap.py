@@ -11,6 +11,7 @@ from ..core.result import BlindSpot
 from ..core.target import FaultStepper, OutOfLineTarget, SigInfo, Target, offers
 from ..isa import arch as archmod
 from ..isa.cpu import TrapFlags
+from ..isa.insn import successors
 from .faultpath import Decision, FaultPath
 from .fixup import FixupEngine
 from .outofline import OutOfLine
@@ -137,6 +138,10 @@ class TrapEngine:
         self.pending_pc: dict[int, int] = {}  # tid -> PC of the fault it is stepping over (TF path)
         self.in_clone: set[int] = set()  # armed threads paused across a task-creating syscall
         self.reported: dict[int, int] = {}  # stepper targets: tid -> PC of the fault it stopped at
+        # Stepper targets: tid -> (PC of the fault the debugger steps, where the step may end:
+        # isa.insn.successors; None: cannot say), and the steps that ended elsewhere (one per PC).
+        self.stepping: dict[int, tuple[int, frozenset[int] | None]] = {}
+        self.missteps: dict[int, tuple[int, tuple[int, ...]]] = {}  # PC -> (where it went, expected)
         # Threads where ualdbg cleared its own TF: if the debugger was single-stepping the same
         # instruction (the user's `step` from a break stop), the kernel still has TIF_SINGLESTEP
         # and sets TF again as the program's own at the next PTRACE_SINGLESTEP, where no
@@ -227,6 +232,7 @@ class TrapEngine:
         self.pending.clear()
         self.in_clone.clear()
         self.reported.clear()
+        self.stepping.clear()
         if self.fixup is not None:
             self.fixup.forget()
         self.tf_suspect.clear()
@@ -237,6 +243,7 @@ class TrapEngine:
             group.discard(tid)
         self.pending.pop(tid, None)
         self.reported.pop(tid, None)
+        self.stepping.pop(tid, None)
         self.tf_suspect.discard(tid)
 
     def reconcile(self, target: Target) -> None:
@@ -343,15 +350,43 @@ class TrapEngine:
         self.pending[tid] = True  # True: ualdbg set no TF, so disarm must not clear it
         ac = self._ac()
         target.write_register(ac.register, flags & ~ac.ac_bit, tid)
+        insn = self.faults.insn_at(target, a, pc, tid)
+        self.stepping[tid] = (pc, successors(insn) if insn is not None else None)
         step_over_fault(tid)
         return Decision.RESUME
 
-    def fault_stepped(self, target: Target, tid: int) -> None:
-        """A FaultStepper target ran the faulting instruction of `tid`: arm it again."""
+    def fault_stepped(self, target: Target, tid: int) -> str | None:
+        """A FaultStepper target ran the faulting instruction of `tid`: arm it again, after
+        checking that its step ended where the instruction can go (check_step: its line)."""
+        stepped = self.stepping.pop(tid, None)
         if self.pending.pop(tid, None) is None:
-            return
+            return None
+        said = self.check_step(target, tid, *stepped) if stepped is not None else None
         if self.active and tid in self.armed:
             set_ac(target, tid, self._ac(), True)
+        return said
+
+    def check_step(self, target: Target, tid: int, pc: int, expected: frozenset[int] | None) -> str | None:
+        """A debugger's single-step of the fault at `pc` that ended outside the instruction's
+        successors (lldb 19 once landed 0x34000000 below a `jg`'s target: an int3 inside the
+        instruction). Still at `pc`, the instruction did not run: it runs again, and its fault
+        is not counted twice. Anywhere else it ran as other bytes, or the debugger lost track:
+        recorded once per PC (the trace's notes; the adapter says it)."""
+        if expected is None:
+            return None
+        now = target.read_register(self._a().pc, tid)
+        if now in expected:
+            return None
+        if now == pc:
+            self.reported[tid] = pc
+            return None
+        if pc in self.missteps:
+            return None
+        self.missteps[pc] = (now, tuple(sorted(expected)))
+        return _misstep_note(pc, *self.missteps[pc])
+
+    def misstep_notes(self) -> list[str]:
+        return [_misstep_note(pc, now, expected) for pc, (now, expected) in sorted(self.missteps.items())]
 
     def scrub_tf(self, target: Target, tid: int) -> bool:
         """Clear a TF the kernel re-set after ualdbg cleared its own (see `tf_suspect`)."""
@@ -417,3 +452,9 @@ class TrapEngine:
         a program that blocks SIGBUS must not run armed: re-decide at every mask change."""
         if self.active and tid not in self.pending and tid not in self.in_clone:
             self.arm_thread(target, tid)
+
+
+def _misstep_note(pc: int, now: int, expected: tuple[int, ...]) -> str:
+    return (f"the debugger's single-step of the faulting instruction at {pc:#x} ended at {now:#x}, not at "
+            f"{' or '.join(f'{e:#x}' for e in expected)}: the program may not have run that instruction as it "
+            "would without ualdbg (a breakpoint inside its bytes?)")

@@ -136,6 +136,23 @@ class Insn:
         return (self.pc + self.size) & _MASK64
 
 
+def successors(insn: Insn) -> frozenset[int] | None:
+    """Where one single-step of `insn` can end: the next instruction, a direct branch's target,
+    the instruction itself again for a rep string one (one iteration per step). None when the
+    decoder cannot say (a return, an indirect branch): engines/trap.py checks a debugger's step
+    against it."""
+    nxt = insn.next_pc
+    if insn.flow in ("next", "other"):
+        return frozenset({nxt, insn.pc} if insn.rep else {nxt})
+    if insn.target is None:
+        return None
+    if insn.flow == "cond":
+        return frozenset({nxt, insn.target})
+    if insn.flow in ("jump", "call"):
+        return frozenset({insn.target})
+    return None
+
+
 def transfer(insn: Insn) -> MemOperand | None:
     """The one access a fix-up performs for `insn`: its recipe, or its recipes joined when
     there are several consecutive ones of one kind and size (ldrd, ldm, vldm, vldN: one per

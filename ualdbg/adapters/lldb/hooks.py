@@ -301,7 +301,9 @@ class LldbHooks:
     def fault_stepped(self, thread: lldb.SBThread) -> None:
         """A FaultStep plan ran the faulting instruction: the trap engine arms the thread again."""
         if self.faultsteps.done(thread):
-            self.session.stops.fault_stepped(LldbTarget(thread.GetProcess(), thread), int(thread.GetThreadID()))
+            said = self.session.stops.fault_stepped(LldbTarget(thread.GetProcess(), thread), int(thread.GetThreadID()))
+            if said:  # (once per instruction)
+                warn(None, said)
 
     def on_stop(self, thread: lldb.SBThread, stream: lldb.SBStream) -> bool:
         """The stop hook, once per thread with a stop reason: True keeps the stop, False
