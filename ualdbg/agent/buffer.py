@@ -202,6 +202,7 @@ class PatchEntry:
     in_scope: bool = True  # the agent's view (ualdbg's scope, from the symbols, decides the report)
     line_splits: int = 0  # of `count`, the ones that spanned two 64-byte lines (issue 33)
     page_splits: int = 0  # of those, two 4 KiB pages
+    trampoline: int = 0  # where the trampoline's code for the site's instruction is (process-local)
 
 
 @dataclass(frozen=True)
@@ -322,12 +323,13 @@ class AgentBuffer:
             return []
         out = []
         for i in range(min(used, cap)):
-            pc, count, traps, state, reason, length, mask, _ns, _tramp, flags, _res = _PATCH.unpack_from(self._map, offset + i * size)
+            pc, count, traps, state, reason, length, mask, _ns, tramp, flags, _res = _PATCH.unpack_from(self._map, offset + i * size)
             if pc == 0 or state not in (PATCH_ACTIVE, PATCH_REFUSED):
                 continue
             why = PATCH_REASONS.get(reason, f"reason {reason}") if state == PATCH_REFUSED else None
             line, page = _PATCH_CLASSES.unpack_from(self._map, offset + i * size + _PATCH.size) if size > _PATCH.size else (0, 0)
-            out.append(PatchEntry(pc, count, traps, state, why, length, mask, bool(flags & SITE_IN_SCOPE), line, page))
+            out.append(PatchEntry(pc, count, traps, state, why, length, mask, bool(flags & SITE_IN_SCOPE), line, page,
+                                  tramp if state == PATCH_ACTIVE else 0))
         return out
 
     # -- sites ---------------------------------------------------------------------------------

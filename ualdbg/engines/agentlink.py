@@ -124,6 +124,8 @@ class AgentLink:
         self.note: str | None = None  # why the last release was incomplete, for `status`
         self.creating: set[int] = set()  # threads left unarmed inside pthread_create (arm_thread)
         self.births: BirthWatch | None = None  # those armed when it returns, and their new threads
+        self._tramps: tuple[int, Any, Any] | None = None  # pid, its Trampolines, its OpenBuffers (program_frame)
+        self._tramps_read = 0.0
         self.host: AgentHost | None = None
 
     # -- state -------------------------------------------------------------------------------
@@ -376,12 +378,37 @@ class AgentLink:
         self.creating.clear()
 
     def close(self) -> None:
+        if self._tramps is not None:
+            self._tramps[2].close()
+            self._tramps = None
         for a in self.armings:
             a.directory.close()
         self.armings = []
         self.current = None
 
     # -- reading -----------------------------------------------------------------------------
+    def program_frame(self, target: Target, pc: int, rsp: int) -> tuple[int, int] | None:
+        """A thread at `pc` inside one of the agent's patch trampolines: (the program's
+        instruction it stands for, the program's rsp there), for a debugger's unwinder; None
+        elsewhere. The slots are learnt from the live patch table (agent/trampoline.py)."""
+        c = self.current or (self.armings[-1] if self.armings else None)
+        pid = target.pid()
+        if c is None or pid is None:
+            return None
+        from ..agent import buffer as ab
+        from ..agent.trampoline import Trampolines
+
+        if self._tramps is None or self._tramps[0] != pid:
+            self._tramps = (pid, Trampolines(target.read_memory), ab.OpenBuffers())
+        _pid, tramps, buffers = self._tramps
+        now = time.monotonic()
+        if now - self._tramps_read > 0.2:  # (once per stop, not per frame)
+            self._tramps_read = now
+            for buf in buffers.each(c.directory.buffers):
+                if buf.header().pid == pid:
+                    tramps.learn(p.trampoline for p in buf.patches())
+        return tramps.context(pc, rsp)
+
     def totals(self) -> tuple[int, int]:
         """(faults in scope, faults ignored) over every arming's buffers, read live."""
         from ..agent import buffer as ab

@@ -25,6 +25,7 @@ from .holding import Holding
 from .signals import SignalHandles
 from .stepping import GdbStepControl
 from .target import GdbTarget, scheduler_locked
+from .unwinder import install_unwinder
 
 
 class GdbHooks:
@@ -57,6 +58,7 @@ class GdbHooks:
         gdb.events.new_objfile.connect(self.on_new_objfile)
         gdb.events.thread_exited.connect(self.on_thread_exit) if hasattr(gdb.events, "thread_exited") else None
         gdb.events.new_thread.connect(self.on_new_thread)
+        install_unwinder(session, self.target_)  # frames under the agent's trampolines (unwinder.py)
         gdb.events.before_prompt.connect(self.on_prompt)
         session.events.subscribe(Kind.STEP_ARMED, lambda target: self.hint_all_stop())
 
