@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.env import require_tool, scrubbed_env
 from support.live import healthy, live_forker, live_program
 from wrapperrun import (
     ENGINES,
@@ -190,6 +191,44 @@ def test_sigkill_of_ualdbg_disarms_the_agent_it_injected(test_programs: Path, tm
     assert doc["attached"]["engine"] == "agent" and doc["faults_total"] > 100, doc["attached"]
     assert end["own_sigbus"] == "1", end  # the one sent; no alignment fault ever reached it
     assert healthy({**end, "own_sigbus": "0"}), end
+
+
+@pytest.mark.parametrize("debugger", ["gdb", "lldb"])
+def test_sigkill_of_the_debugger_disarms_the_agent_it_injected(debugger: str, test_programs: Path,
+                                                                tmp_path: Path) -> None:
+    """`ualdbg trace start` in gdb or lldb attached to a running process injects the agent; if the
+    debugger is then SIGKILLed, nothing outside is left to release it: the agent watches the
+    debugger (watch=1, as `--pid` watches ualdbg) and disarms itself. The kernel detaches the
+    process, no thread keeps AC, and the program ends as it would have."""
+    from support.debuggers import GDB_ENTRY, LLDB_ENTRY, lldb_path
+
+    need("trap-gdb" if debugger == "gdb" else "trap-lldb")
+    with live_program(test_programs, tmp_path) as live:
+        if debugger == "gdb":
+            argv = [require_tool("gdb"), "-q", "-nx", "-batch", "-x", str(GDB_ENTRY), "-p", str(live.pid),
+                    "-ex", "ualdbg trace start", "-ex", "continue"]
+        else:
+            argv = [lldb_path(), "--no-lldbinit", "-o", f"command script import {LLDB_ENTRY}", "-p", str(live.pid),
+                    "-o", "ualdbg trace start", "-o", "continue"]
+        with open(tmp_path / "debugger.out", "w") as out:
+            dbg = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                   env=scrubbed_env(), cwd=tmp_path)
+        deadline = time.monotonic() + 60
+        while "through the in-process agent" not in (tmp_path / "debugger.out").read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        log = (tmp_path / "debugger.out").read_text()
+        assert "through the in-process agent (injected now" in log, log
+        time.sleep(0.5)  # counting, AC set in every thread
+        os.kill(dbg.pid, signal.SIGKILL)
+        dbg.wait()
+        deadline = time.monotonic() + 20
+        while _tracer(live.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _tracer(live.pid) == 0, "still traced after the debugger was SIGKILLed"
+        time.sleep(1.0)
+        assert _threads_with_ac(live.pid) == [], "AC still set a second after the debugger was SIGKILLed"
+        end = live.finish()
+    assert end["ac_left"] == "0" and healthy(end), end
 
 
 def test_sigkill_of_ualdbg_disarms_the_agent_in_a_child_forked_while_attached(test_programs: Path,

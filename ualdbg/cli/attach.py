@@ -23,7 +23,7 @@ from ..core.document import read_document
 from ..core.external import find_tool
 from ..core.progress import poll
 from ..core.sections import AttachState
-from ..engines.procfs import comm, status_field
+from ..engines.procfs import comm, same_pid_namespace, status_field
 from ..engines.runner import RunRequest, RunResult, ToolError, finished_status, gdb_batch
 from .watch import Sample
 
@@ -199,15 +199,6 @@ def _clear_agent_left(pid: int, say: Callable[[str], None] | None) -> None:
         say(f"ualdbg: --pid: removed the agent a killed ualdbg (process {killed}) left in process {pid}, {how}")
 
 
-def _same_pid_namespace(pid: int) -> bool:
-    """Whether `pid` sees this process under the pid it has here (the injected agent opens a pidfd
-    of it from inside: in another namespace that number is another process, or none)."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino == os.stat(f"/proc/{pid}/ns/pid").st_ino
-    except OSError:
-        return False
-
-
 def _gone(pid: int) -> bool:
     state = status_field(pid, "State")
     return state is None or state.startswith(("Z", "X"))
@@ -253,7 +244,7 @@ def run_injected(req: RunRequest, lib: str, on_progress: Callable[[int, int, flo
     directory = run_dir.buffers
     try:
         config = agent_environment(run, lib, directory, {})[ENV_CONFIG]
-        if _same_pid_namespace(pid):  # the agent watches this process's pid and disarms itself if it dies
+        if same_pid_namespace(pid):  # the agent watches this process's pid and disarms itself if it dies
             config += ";watch=1"
         ender = _Ender()  # from here a Ctrl-C ends the trace; it never interrupts a ptrace sequence
         try:

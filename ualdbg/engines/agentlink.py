@@ -35,7 +35,7 @@ from .agent import (
     preflight,
     run_directory,
 )
-from .procfs import QUIET_SYSCALLS, sigbus_blocked, syscall_of, system_ranges
+from .procfs import QUIET_SYSCALLS, same_pid_namespace, sigbus_blocked, syscall_of, system_ranges
 from .threadbirth import BirthWatch, Parking, being_born, libc_sites, return_address
 
 RTLD_NOW = 2
@@ -223,6 +223,10 @@ class AgentLink:
         directory = run_directory()
         try:
             config = agent_environment(run, lib, directory.buffers, {})[ENV_CONFIG]
+            if same_pid_namespace(pid):
+                # The agent watches the debugger (this process) and disarms itself if it dies
+                # without releasing it (SIGKILL, OOM): no thread left with AC, as `--pid` does.
+                config += ";watch=1"
             # The others stay stopped (not armed yet, they would fault unseen) unless one may
             # hold a lock dlopen takes: then they run during it, as `trace --pid` lets them.
             busy = lock_holders(target, pid)
@@ -249,7 +253,7 @@ class AgentLink:
         host.pass_sigbus(True)
         out: dict[str, list[int]] = {ARMED: [], BLOCKED: [], CREATING: []}
         for tid in target.threads():
-            if tid not in later:
+            if tid not in later and not _agents_own(pid, tid):
                 out[self.arm_thread(target, tid)].append(tid)
         ran = ([t for t in target.threads() if t != target.current_tid() and (parking is None or t in parking.loose)]
                if busy else [])
@@ -442,6 +446,18 @@ class AgentLink:
                 started = (h.start_ns / 1e9) if a.how == "loaded at launch" and h.start_ns else a.started
                 out.append(image_result(a.run, image, started, a.lib, is_root=True, shared=shared))
         return out
+
+
+WATCHDOG = "ualdbg-watch"  # the agent's own thread, asleep on the debugger's pidfd (watch=1)
+
+
+def _agents_own(pid: int, tid: int) -> bool:
+    """The agent's watchdog thread: never armed, never waited for (it blocks SIGBUS for good)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            return f.read().strip() == WATCHDOG
+    except OSError:
+        return False
 
 
 def lock_holders(target: Target, pid: int) -> list[int]:

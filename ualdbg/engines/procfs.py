@@ -40,6 +40,15 @@ def comm(pid: int) -> str:
         return "?"
 
 
+def same_pid_namespace(pid: int) -> bool:
+    """Whether `pid` sees this process under the pid it has here (the injected agent opens a pidfd
+    of it from inside: in another namespace that number is another process, or none)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return False
+
+
 def sigbus_blocked(pid: int, tid: int) -> bool:
     return bool(blocked_signals(pid, tid) & (1 << (SIGBUS - 1)))
 
