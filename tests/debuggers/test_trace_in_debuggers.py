@@ -43,6 +43,10 @@ def test_trace_start_counts_through_the_agent(debugger: str, tmp_path: Path) -> 
     assert doc["sites"][0].get("patched") is True, log
     assert doc["program"]["exit_status"] == 0, log
     assert "engine: agent: the in-process agent, loaded at the next run" in log, log
+    # The agent's sections, as the shell's `trace` writes them.
+    assert [p["faults_total"] for p in doc["processes"]] == [100000] and doc["processes"][0]["end"] == "exited", log
+    assert doc["agent"]["patching"]["after_traps"] == 2 and doc["agent"]["armed_at"] == "main", log
+    assert "LD_PRELOAD" in doc["agent"]["environment_added"] and doc["notes"] == [], log
 
 
 # The agent (the default) runs 20,000 iterations a thread, patching the shared hot sites while

@@ -22,6 +22,10 @@ def normalise(doc: dict[str, Any]) -> dict[str, Any]:
     doc.pop("debugger")
     doc.pop("duration_s")
     doc["program"].pop("pid")
+    for process in doc.get("processes") or []:  # (the agent's sections: each process's pids, and
+        process.pop("pid"), process.pop("ppid")  # its environment naming ualdbg's pid and run directory)
+    if doc.get("agent"):
+        doc["agent"].pop("environment_added")
     where = {s["pc"]: f"{s['module']}+{s['offset']}" for s in doc["sites"]}
     for site in doc["sites"]:
         site.pop("pc")

@@ -672,6 +672,37 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
         scope=one.scope, sites=one.sites, recording=True, records=one.table, unrecorded=one.unrecorded)
     result.blind_spots = blind_spots(images, lambda im: not out_of_scope_program(
         run, im.header.exe, im.header.pid == root_pid and not driver))
+    agent_sections(result, run, images, results, one.unrecorded, lib, env_added)
+    notes: list[str] = []
+    system = sorted({os.path.basename(im.header.exe) for im in images
+                     if (im.header.pid != root_pid or driver) and out_of_scope_program(run, im.header.exe, False)
+                     and os.path.realpath(im.header.exe) not in run.exclude})
+    if system:
+        notes.append(f"system programs it started ({', '.join(system)}) are out of scope, as system libraries are: "
+                     "--all-modules (or --module NAME) includes them")
+    if any(not im.header.armed for im in images):
+        notes.append("some processes never reached their arming point (main): nothing was traced in them")
+    assert result.agent is not None
+    patching = result.agent.patching
+    # The summary's counts are exact with patching: what it changes is the records, which only the
+    # JSON and `report` show. So the note says so there only, when records are missing, and counts
+    # the sites in scope (the patches of system libraries' sites are no concern of the report).
+    unrecorded = patching.faults_in_scope_without_record
+    patched_here = [s for s in result.sites if s.patched]
+    if patched_here and unrecorded:
+        result.agent = replace(result.agent, patching=replace(patching, note=(
+            f"{_plural(len(patched_here), 'hot site')} in scope were patched after {run.patch_after} "
+            f"traps: their counts are exact, but {_plural(unrecorded, 'fault')} in scope have no record "
+            "(--no-patch: one trap and one record per fault)")))
+    result.notes = notes
+    return result
+
+
+def agent_sections(result: TraceResult, run: AgentRun, images: list[Image], results: list[ImageTrace],
+                   unrecorded: int, lib: str, env_added: dict[str, str]) -> None:
+    """The document's `processes` (each image, its counts and end) and `agent` (what the agent did:
+    out-of-scope traps, threads, patching) sections, for a run from the shell and for a debugger's
+    `trace start` (engines/agentlink.py: with `env_added` empty when it was injected)."""
     result.processes = [Process(
         pid=im.header.pid, ppid=im.header.ppid, image=im.header.gen, path=im.header.exe, args=list(im.header.argv[1:]),
         faults_total=r.buffer.total, faults_ignored=r.buffer.ignored, armed=im.header.armed, end=_state(im.header),
@@ -691,29 +722,7 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
         threads=sum(im.header.threads for im in images),
         threads_started_with_sigbus_blocked=sum(im.header.unarmed_threads for im in images),
         sites_dropped=sum(im.header.dropped_sites for im in images),
-        patching=_patching_summary(run, images, one.unrecorded))
-    notes: list[str] = []
-    system = sorted({os.path.basename(im.header.exe) for im in images
-                     if (im.header.pid != root_pid or driver) and out_of_scope_program(run, im.header.exe, False)
-                     and os.path.realpath(im.header.exe) not in run.exclude})
-    if system:
-        notes.append(f"system programs it started ({', '.join(system)}) are out of scope, as system libraries are: "
-                     "--all-modules (or --module NAME) includes them")
-    if any(not im.header.armed for im in images):
-        notes.append("some processes never reached their arming point (main): nothing was traced in them")
-    patching = result.agent.patching
-    # The summary's counts are exact with patching: what it changes is the records, which only the
-    # JSON and `report` show. So the note says so there only, when records are missing, and counts
-    # the sites in scope (the patches of system libraries' sites are no concern of the report).
-    unrecorded = patching.faults_in_scope_without_record
-    patched_here = [s for s in result.sites if s.patched]
-    if patched_here and unrecorded:
-        result.agent = replace(result.agent, patching=replace(patching, note=(
-            f"{_plural(len(patched_here), 'hot site')} in scope were patched after {run.patch_after} "
-            f"traps: their counts are exact, but {_plural(unrecorded, 'fault')} in scope have no record "
-            "(--no-patch: one trap and one record per fault)")))
-    result.notes = notes
-    return result
+        patching=_patching_summary(run, images, unrecorded))
 
 
 def _plural(n: int, one: str, many: str | None = None) -> str:

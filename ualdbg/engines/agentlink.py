@@ -24,10 +24,12 @@ from .agent import (
     ENV_CONFIG,
     AgentRun,
     AgentUnavailable,
+    Image,
     ImageTrace,
     add_up,
     agent_environment,
     agent_library,
+    agent_sections,
     image_result,
     injection_problem,
     load_images,
@@ -430,6 +432,9 @@ class AgentLink:
 
     def results(self) -> list[ImageTrace]:
         """What every arming recorded, one ImageTrace per process image (engines/agent.py)."""
+        return [r for _a, _image, r in self._traces()]
+
+    def _traces(self) -> list[tuple[Arming, Image, ImageTrace]]:
         shared: dict[Any, Any] = {}
         out = []
         for a in self.armings:
@@ -444,8 +449,22 @@ class AgentLink:
                 # clock, CLOCK_MONOTONIC as Python's), not at `trace start`.
                 h = image.header
                 started = (h.start_ns / 1e9) if a.how == "loaded at launch" and h.start_ns else a.started
-                out.append(image_result(a.run, image, started, a.lib, is_root=True, shared=shared))
+                out.append((a, image, image_result(a.run, image, started, a.lib, is_root=True, shared=shared)))
         return out
+
+    def sections(self, result: TraceResult) -> None:
+        """The agent's sections of the document (`processes`, `agent`), as the shell's `trace`
+        writes them (engines/agent.agent_sections), over every arming's images; the last
+        arming's configuration. Its `notes` are a list, empty when nothing is to be said."""
+        traces = self._traces()
+        if traces:
+            last = traces[-1][0]
+            user = {k: v for k, v in self.user_env.items() if v is not None}
+            added = agent_environment(last.run, last.lib, last.directory.buffers, user) if last.how == "loaded at launch" else {}
+            agent_sections(result, last.run, [i for _a, i, _r in traces], [r for _a, _i, r in traces],
+                           sum(r.unrecorded for _a, _i, r in traces), last.lib, added)
+        if result.notes is None:
+            result.notes = []
 
 
 WATCHDOG = "ualdbg-watch"  # the agent's own thread, asleep on the debugger's pidfd (watch=1)

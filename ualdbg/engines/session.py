@@ -90,8 +90,11 @@ class Session:
         one.program = ProgramInfo(path=program.path or image.path, args=list(program.args or image.args),
                                   pid=program.pid or image.pid, exit_status=exit_status,
                                   exit_signal=program.exit_signal)
+        self.agent.sections(one)
         if self.agent.creating:
             one.note(creating_note(self.agent.creating))
+        for line in self.engine.misstep_notes():
+            one.note(line)
         return one
 
     def _own_result(self) -> TraceResult:
