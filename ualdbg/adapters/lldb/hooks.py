@@ -249,6 +249,7 @@ class LldbHooks:
         """A new process, an exec or an exit: the per-thread state of lldb's own steps ends."""
         self.swaps.set_swaps.clear()
         self.faultsteps.forget()
+        self.faultsteps.leavers.clear()  # (kept by forget at `off`: a new process has no such plan)
 
     def note_exit(self, process: lldb.SBProcess) -> None:
         p = self.session.program
