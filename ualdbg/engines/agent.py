@@ -65,6 +65,9 @@ class AgentRun:
     modules: list[str] = field(default_factory=list)
     buffer: int = 100_000
     follow: bool = True
+    # Not following children, but the process's own exec: it keeps the agent's variables in its
+    # environment (its fork and spawn children drop them). A debugger's `run` (agentlink.py).
+    follow_exec: bool = False
     skip_out_of_scope: bool = True  # False: trap at every out-of-scope access (exact faults_ignored)
     aslr: bool = False  # like gdb, run with address randomisation off unless asked
     # Programs out of scope whatever they run (realpaths): a script's interpreter, so that the
@@ -212,7 +215,7 @@ def agent_environment(run: AgentRun, lib: str, directory: str, base: Mapping[str
     # it copies from it to the heap) is the same size whatever the options and ualdbg's PID, so
     # that a trace with --no-patch or another --buffer sees the same addresses (docs/AGENT.md).
     config = ";".join([
-        "1", f"dir={_quote(directory)}", f"at={run.at:5}", f"follow={int(run.follow)}",
+        "1", f"dir={_quote(directory)}", f"at={run.at:5}", f"follow={2 if run.follow_exec and not run.follow else int(run.follow)}",
         f"all={int(run.all_modules)}", f"noskip={int(not run.skip_out_of_scope)}", f"records={run.buffer:010d}",
         f"ualdbg={os.getpid():010d}", f"preload={_quote(own) if own is not None else '-'}",
         f"modules={_quote(','.join(run.modules))}", f"patch={run.patch_after:010d}",

@@ -126,6 +126,7 @@ class AgentLink:
         self.note: str | None = None  # why the last release was incomplete, for `status`
         self.creating: set[int] = set()  # threads left unarmed inside pthread_create (arm_thread)
         self.births: BirthWatch | None = None  # those armed when it returns, and their new threads
+        self.execed: set[int] = set()  # processes that ran a new program while an injected agent traced
         self._tramps: tuple[int, Any, Any] | None = None  # pid, its Trampolines, its OpenBuffers (program_frame)
         self._tramps_read = 0.0
         self.host: AgentHost | None = None
@@ -187,16 +188,18 @@ class AgentLink:
     # -- arming --------------------------------------------------------------------------------
     def prepare_launch(self, host: AgentHost, run: AgentRun) -> None:
         """Load the agent at the next `run`: LD_PRELOAD and its configuration in the program's
-        environment (follow=0: it takes them out again at start-up, so the program sees its
-        environment as given and its children run without it), SIGBUS passed without a stop."""
+        environment (follow=2: the process keeps them, so that an exec of its own loads the
+        agent again in the new program, which the debugger follows; its children drop them and
+        run without it, as the debugger does not follow them), SIGBUS passed without a stop."""
         lib = agent_library()
         directory = run_directory()
         user = host.launch_environment()
         self.user_env = {name: user.get(name) for name in ENV_NAMES}
-        added = agent_environment(replace(run, follow=False), lib, directory.buffers, user)
+        run = replace(run, follow=False, follow_exec=True)  # its own execs carry the agent, nothing it starts
+        added = agent_environment(run, lib, directory.buffers, user)
         host.set_launch_environment(added)
         host.pass_sigbus(True)
-        self.current = Arming(replace(run, follow=False), lib, directory, "loaded at launch")
+        self.current = Arming(run, lib, directory, "loaded at launch")
         self.armings.append(self.current)
 
     def launched(self, pid: int) -> None:
@@ -206,6 +209,8 @@ class AgentLink:
         if c is not None and c.how == "loaded at launch" and c.pid != pid:
             c.pid = pid
             c.started = time.monotonic()
+        elif c is not None and c.how == "injected" and c.pid == pid:
+            self.execed.add(pid)  # a new program in the process: the injected agent is not in it
 
     def inject(self, host: AgentHost, target: Target, run: AgentRun, later: frozenset[int] = frozenset()) -> Injected:
         """Load the agent into the stopped process and arm every thread that does not block
@@ -382,6 +387,7 @@ class AgentLink:
                 a.directory.close()
         self.armings = keep
         self.creating.clear()
+        self.execed.clear()
 
     def close(self) -> None:
         if self._tramps is not None:
@@ -455,7 +461,8 @@ class AgentLink:
     def sections(self, result: TraceResult) -> None:
         """The agent's sections of the document (`processes`, `agent`), as the shell's `trace`
         writes them (engines/agent.agent_sections), over every arming's images; the last
-        arming's configuration. Its `notes` are a list, empty when nothing is to be said."""
+        arming's configuration. Its `notes` are a list, empty when nothing is to be said; an
+        injected agent's process that exec'd is said (the new program has no agent)."""
         traces = self._traces()
         if traces:
             last = traces[-1][0]
@@ -465,6 +472,15 @@ class AgentLink:
                            sum(r.unrecorded for _a, _i, r in traces), last.lib, added)
         if result.notes is None:
             result.notes = []
+        for a in self.armings:
+            if a.how == "injected" and a.pid is not None and a.pid not in self.execed and not a.released:
+                # (lldb tells no exec without its stop hook: a live process without the agent ran one)
+                if os.path.exists(f"/proc/{a.pid}") and not loaded_agents(a.pid):
+                    self.execed.add(a.pid)
+            if a.how == "injected" and a.pid in self.execed:
+                result.note(f"process {a.pid} ran a new program (exec): the agent injected into the old one is not in "
+                            "it, so the new program's faults were not counted (`ualdbg trace start` again, stopped in "
+                            "it, counts them)")
 
 
 WATCHDOG = "ualdbg-watch"  # the agent's own thread, asleep on the debugger's pidfd (watch=1)

@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stddef.h>
@@ -949,7 +950,7 @@ static int buffer_create(void)
     h->gen = gen;
     h->start_ns = now_ns();
     h->exit_status = -1;
-    h->flags = (CFG.follow ? UALDBG_F_FOLLOW : 0) | (CFG.at_start ? UALDBG_F_AT_START : 0) |
+    h->flags = (CFG.follow == 1 ? UALDBG_F_FOLLOW : 0) | (CFG.at_start ? UALDBG_F_AT_START : 0) |
                (CFG.all_modules ? UALDBG_F_ALL : 0) | (CFG.noskip ? UALDBG_F_NOSKIP : 0);
     strncpy(h->exe, G.exe, sizeof h->exe - 1);
     fill_cmdline(h->cmdline, sizeof h->cmdline);
@@ -976,8 +977,8 @@ static void fork_token_init(void)
     *G.fork_token = 1;
 }
 
-/* A new process (a fork child): its own buffer when following children; otherwise nothing
- * is traced in it and the programs it runs do not get the agent. */
+/* A new process (a fork child): its own buffer when following children (follow=1); otherwise
+ * nothing is traced in it and the programs it runs do not get the agent. */
 void agent_new_process(int follow, int in_handler)
 {
     /* The child has one thread: a lock another thread held at the fork is held by no one. */
@@ -992,7 +993,7 @@ void agent_new_process(int follow, int in_handler)
     G.root_line = 0;
     if (G.fork_token)
         *G.fork_token = 1;
-    if (!follow) {
+    if (follow != 1) {
         G.active = 0;
         ac_clear();
         if (!in_handler)
@@ -1072,7 +1073,7 @@ static int parse_config(const char *s)
         else if (kl == 2 && !memcmp(p, "at", 2))
             CFG.at_start = !strcmp(val, "start");
         else if (kl == 6 && !memcmp(p, "follow", 6))
-            CFG.follow = val[0] == '1';
+            CFG.follow = val[0] == '1' ? 1 : val[0] == '2' ? 2 : 0;
         else if (kl == 3 && !memcmp(p, "all", 3))
             CFG.all_modules = val[0] == '1';
         else if (kl == 6 && !memcmp(p, "noskip", 6))
@@ -1211,6 +1212,37 @@ static void self_text(void)
         dl_iterate_phdr(self_text_segment, &self);
 }
 
+/* follow=2: whether this image is the run's first process, or an exec of it: the run's
+ * directory holds no buffer yet, or one of this pid's. */
+static int root_image(void)
+{
+    int fd = open(CFG.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return 1;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return 1;
+    }
+    char mine[32], *e = put_u64(mine, mine + sizeof mine - 2, (uint64_t)raw_getpid());
+    *e++ = '.';
+    *e = 0;
+    size_t n = (size_t)(e - mine);
+    int others = 0, own = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        if (len < 5 || strcmp(de->d_name + len - 4, ".buf"))
+            continue;
+        if (!strncmp(de->d_name, mine, n))
+            own = 1;
+        else
+            others = 1;
+    }
+    closedir(d);
+    return own || !others;
+}
+
 static int agent_start(void)
 {
     static int registered;
@@ -1232,6 +1264,14 @@ static int agent_start(void)
     ssize_t n = readlink("/proc/self/exe", G.exe, sizeof G.exe - 1);
     G.exe[n > 0 ? n : 0] = 0;
     find_interp();
+    if (CFG.follow == 2 && !G.injected && !root_image()) {
+        /* follow=2 (a debugger's run): the process the debugger runs, across its own execs,
+         * and nothing it starts (a posix_spawn child inherits the environment, not the
+         * fork handler): this is such a program. Untraced, and its own children too. */
+        strip_own_environment();
+        CFG.configured = 0;
+        return -1;
+    }
     if (!CFG.follow && !G.injected)
         strip_own_environment();
     if (!G.fork_token)
