@@ -14,6 +14,7 @@ from support.build import build_source
 from support.cli import run_cli
 from support.debuggers import DEBUGGERS, run_debugger
 from support.env import BUILD, ROOT
+from support.live import WORKERS, live_program
 from support.run import run
 
 FIXTURES = ROOT / "tests" / "fixtures" / "programs"
@@ -176,3 +177,48 @@ def test_code_that_looks_like_a_syscall_site(debugger: str, tmp_path: Path) -> N
     assert direct.stdout in traced.stdout, traced.explain()
     assert traced.doc is not None and traced.doc["faults_total"] == 12, traced.explain()
     assert traced.doc["program"]["exit_status"] == 0, traced.explain()
+
+
+# forker: main's store (1) and bump before and after the fork (2 each) in the parent; its child,
+# which the debuggers do not follow, makes its own. With `exec`, 1 + 2 before the execve and
+# 1 + 4 in the new program, which the debugger follows.
+FORKS = {"fork": ([], 5, "parent: child status 0 signaled 0"), "exec": (["exec"], 8, "exec'd child ok")}
+
+
+@pytest.mark.parametrize("debugger", DEBUGGERS)
+@pytest.mark.parametrize("how", FORKS)
+def test_fork_and_exec_through_the_agent(debugger: str, how: str, test_programs: Path, tmp_path: Path) -> None:
+    """The agent loaded at `run` counts the debugged process's faults exactly, across its own
+    exec too (the agent's variables stay in its environment: follow=2), and none of its child's,
+    which runs unarmed and unharmed."""
+    args, total, said = FORKS[how]
+    # (lldb stops at an exec by default: not here, so that `run` runs the program to its end)
+    quiet = ["settings set target.process.stop-on-exec false"] if debugger == "lldb" else []
+    doc, log = trace_doc(debugger, [str(test_programs / "forker"), *args], [*quiet, "ualdbg trace start", "run"],
+                         tmp_path / "t.json")
+    assert doc["engine"] == "agent" and doc["faults_total"] == total, log
+    assert said in log and doc["program"]["exit_status"] == 0, log
+    assert [p["end"] for p in doc["processes"]] == (["exit" + "ed"] if how == "fork" else ["exec", "exited"]), doc["processes"]
+    assert doc["notes"] == [], log
+
+
+# The iterations a thread may have in flight when the agent arms it and when the program ends.
+IN_FLIGHT = 2 * (WORKERS + 1)
+ATTACH = {"gdb": "attach {pid}", "lldb": "process attach -p {pid}"}
+
+
+@pytest.mark.parametrize("debugger", DEBUGGERS)
+def test_attach_and_trace_through_the_agent(debugger: str, test_programs: Path, tmp_path: Path) -> None:
+    """Attached to a program whose threads come and go (live_workers: a short-lived thread every
+    20 ms), `trace start` injects the agent; the program ends by itself 1.5 s later. The trace
+    counts what the program itself counted while AC was set, within the iterations in flight,
+    and the program's handlers and masks are as they were."""
+    with live_program(test_programs, tmp_path, lifetime_ms=1500) as live:
+        doc, log = trace_doc(debugger, [], [ATTACH[debugger].format(pid=live.pid), "ualdbg trace start", "continue"],
+                             tmp_path / "t.json")
+        end = live.finish()
+    assert "through the in-process agent (injected now" in log, log
+    armed = int(end["armed"])
+    assert armed > 1000 and abs(doc["faults_total"] - armed) <= IN_FLIGHT, log + f"\n{end}"
+    assert end["handlers"] == "ok" and end["masks"] == "ok" and end["own_sigbus"] == "0", end
+    assert "ran while the agent was loaded" not in log and not doc["notes"], log

@@ -37,7 +37,7 @@ from .agent import (
     preflight,
     run_directory,
 )
-from .procfs import QUIET_SYSCALLS, same_pid_namespace, sigbus_blocked, syscall_of, system_ranges
+from .procfs import QUIET_SYSCALLS, same_pid_namespace, sigbus_blocked, status_field, syscall_of, system_ranges
 from .threadbirth import BirthWatch, Parking, being_born, libc_sites, return_address
 
 RTLD_NOW = 2
@@ -475,7 +475,8 @@ class AgentLink:
         for a in self.armings:
             if a.how == "injected" and a.pid is not None and a.pid not in self.execed and not a.released:
                 # (lldb tells no exec without its stop hook: a live process without the agent ran one)
-                if os.path.exists(f"/proc/{a.pid}") and not loaded_agents(a.pid):
+                state = status_field(a.pid, "State")
+                if state is not None and not state.startswith(("Z", "X")) and not loaded_agents(a.pid):
                     self.execed.add(a.pid)
             if a.how == "injected" and a.pid in self.execed:
                 result.note(f"process {a.pid} ran a new program (exec): the agent injected into the old one is not in "

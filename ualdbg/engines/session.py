@@ -86,7 +86,8 @@ class Session:
         trapped = bool(self.buffer.total or self.buffer.ignored)
         one = combine(own, self.buffer if trapped else None, agent, self.buffer.capacity)
         program, image = self.program, agent[0].program
-        exit_status = program.exit_status if program.exit_status is not None else image.exit_status
+        # (the process's last image, after its own execs, is the one that exited)
+        exit_status = program.exit_status if program.exit_status is not None else agent[-1].program.exit_status
         one.program = ProgramInfo(path=program.path or image.path, args=list(program.args or image.args),
                                   pid=program.pid or image.pid, exit_status=exit_status,
                                   exit_signal=program.exit_signal)
