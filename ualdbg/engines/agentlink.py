@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import struct
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -38,15 +38,16 @@ from .agent import (
     run_directory,
 )
 from .procfs import QUIET_SYSCALLS, same_pid_namespace, sigbus_blocked, status_field, syscall_of, system_ranges
-from .threadbirth import BirthWatch, Parking, being_born, libc_sites, return_address
+from .threadbirth import AddressWatcher, ThreadBirths, park_others
 
 RTLD_NOW = 2
 FUTEX = 202  # x86-64
 ENV_NAMES = ("LD_PRELOAD", ENV_CONFIG)
 
 
-class AgentHost(Protocol):
-    """What the agent asks of the debugger it runs under (each adapter offers one)."""
+class AgentHost(AddressWatcher, Protocol):
+    """What the agent asks of the debugger it runs under (each adapter offers one), and the
+    breakpoints that never stop (threadbirth.AddressWatcher)."""
 
     def launch_environment(self) -> dict[str, str]:
         """The variables `run` would add to or change in the program's environment that the
@@ -60,15 +61,6 @@ class AgentHost(Protocol):
     def pass_sigbus(self, on: bool) -> None:
         """True: SIGBUS goes to the program without stopping the debugger (the agent handles
         it); False: the user's own settings again."""
-        ...
-
-    def watch_addresses(self, addrs: Sequence[int], on_hit: Callable[[Target, int, int], None]) -> None:
-        """Breakpoints at `addrs` that never stop the program: on_hit(target, tid, addr) as a
-        thread reaches one (engines/threadbirth.py). Replaces those set before."""
-        ...
-
-    def unwatch_addresses(self) -> None:
-        """Those breakpoints go (at once, or as soon as the debugger allows it)."""
         ...
 
 
@@ -125,11 +117,9 @@ class AgentLink:
         self.user_env: dict[str, str | None] = {}  # the user's own values of the variables set
         self.note: str | None = None  # why the last release was incomplete, for `status`
         self.creating: set[int] = set()  # threads left unarmed inside pthread_create (arm_thread)
-        self.births: BirthWatch | None = None  # those armed when it returns, and their new threads
+        self.births = ThreadBirths()  # threads in pthread_create and their new ones, armed when safe
         self.execed: set[int] = set()  # processes that ran a new program while an injected agent traced
-        self._tramps: tuple[int, Any, Any] | None = None  # pid, its Trampolines, its OpenBuffers (program_frame)
-        self._tramps_read = 0.0
-        self.host: AgentHost | None = None
+        self.frames = TrampolineFrames()  # (program_frame)
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -237,7 +227,7 @@ class AgentLink:
             # The others stay stopped (not armed yet, they would fault unseen) unless one may
             # hold a lock dlopen takes: then they run during it, as `trace --pid` lets them.
             busy = lock_holders(target, pid)
-            parking = self._park_others(host, target, pid, later) if busy else None
+            parking = park_others(host, target, pid, later) if busy else None
             try:
                 handle = target.call_with_strings(dlopen, [os.fsencode(lib), RTLD_NOW], alone=not busy)
             finally:
@@ -264,72 +254,13 @@ class AgentLink:
                 out[self.arm_thread(target, tid)].append(tid)
         ran = ([t for t in target.threads() if t != target.current_tid() and (parking is None or t in parking.loose)]
                if busy else [])
-        self.host = host
         # A thread armed once past its fault (`later`) may be inside pthread_create too (a fault
         # of libc's there, in a memset): the watch arms it when the call returns.
         creating = out[CREATING] + [t for t in later if self._inside_create(target, pid, t)]
-        waited = self._watch_births(host, target, pid, creating, out[BLOCKED])
+        waited = self.births.watch(host, target, pid, creating, out[BLOCKED], self._arm_out_of_creation)
+        self.creating.difference_update(waited)
         return Injected(tuple(out[ARMED]), tuple(t for t in out[BLOCKED] if t not in waited), tuple(ran),
                         tuple(t for t in out[CREATING] if t not in waited), tuple(sorted(waited)))
-
-    def _watch_births(self, host: AgentHost, target: Target, pid: int, creating: list[int],
-                      blocked: list[int]) -> set[int]:
-        """Threads inside pthread_create, and threads being born: armed when that is safe
-        (engines/threadbirth.py). Returns those the watch will arm."""
-        born = [t for t in blocked if being_born(pid, t)]
-        if not creating and not born:
-            return set()
-        sites = libc_sites(pid)
-        if sites is None:
-            return set()
-        watch = BirthWatch(pid, sites, self._arm_out_of_creation)
-        for tid in creating:
-            ret = return_address(pid, target, tid, sites)
-            if ret is not None:
-                watch.creators[tid] = ret
-        watch.children.update(born)
-        if watch.done:
-            return set()
-        try:
-            host.watch_addresses(watch.addresses(), self._birth_hit)
-        except RuntimeError:
-            return set()
-        self.births = watch
-        self.creating.difference_update(watch.creators)
-        return set(watch.creators) | watch.children
-
-    def _birth_hit(self, target: Target, tid: int, addr: int) -> None:
-        watch = self.births
-        if watch is None:
-            return
-        watch.hit(target, tid, addr)
-        if watch.done:
-            self._unwatch()
-
-    def _unwatch(self) -> None:
-        if self.births is not None and self.host is not None:
-            self.births = None
-            self.host.unwatch_addresses()
-
-    @staticmethod
-    def _park_others(host: AgentHost, target: Target, pid: int, later: frozenset[int]) -> Parking | None:
-        """The other threads held before the program's code while dlopen runs with them
-        running (threadbirth.Parking); None when that cannot be arranged (they run free)."""
-        sites = libc_sites(pid)
-        if sites is None:
-            return None
-        others = [t for t in target.threads() if t != target.current_tid() and t not in later]
-        try:
-            parking = Parking.plan(pid, target, others, sites, system_ranges(pid))
-        except (RuntimeError, OSError, ValueError):
-            return None
-        if parking is not None:
-            try:
-                host.watch_addresses(parking.addresses(), parking.hit)
-            except RuntimeError:
-                parking.release(target)
-                return None
-        return parking
 
     @staticmethod
     def _inside_create(target: Target, pid: int, tid: int) -> bool:
@@ -347,7 +278,7 @@ class AgentLink:
         if self.current is None or pid is None or sigbus_blocked(pid, tid):
             return BLOCKED
         if creating and self._inside_create(target, pid, tid):
-            if self.births is None or tid not in self.births.creators:  # (else armed as the call returns)
+            if not self.births.waits_for(tid):  # (else armed as the call returns)
                 self.creating.add(tid)
             return CREATING
         flags = archmod.trap_flags("x86_64")
@@ -367,7 +298,7 @@ class AgentLink:
         self.current = None
         c.released = True
         said = None
-        self._unwatch()
+        self.births.unwatch()
         host.set_launch_environment(self.user_env)
         host.pass_sigbus(False)
         if c.pid is None or target is None or target.pid() != c.pid:
@@ -390,9 +321,7 @@ class AgentLink:
         self.execed.clear()
 
     def close(self) -> None:
-        if self._tramps is not None:
-            self._tramps[2].close()
-            self._tramps = None
+        self.frames.close()
         for a in self.armings:
             a.directory.close()
         self.armings = []
@@ -404,22 +333,7 @@ class AgentLink:
         instruction it stands for, the program's rsp there), for a debugger's unwinder; None
         elsewhere. The slots are learnt from the live patch table (agent/trampoline.py)."""
         c = self.current or (self.armings[-1] if self.armings else None)
-        pid = target.pid()
-        if c is None or pid is None:
-            return None
-        from ..agent import buffer as ab
-        from ..agent.trampoline import Trampolines
-
-        if self._tramps is None or self._tramps[0] != pid:
-            self._tramps = (pid, Trampolines(target.read_memory), ab.OpenBuffers())
-        _pid, tramps, buffers = self._tramps
-        now = time.monotonic()
-        if now - self._tramps_read > 0.2:  # (once per stop, not per frame)
-            self._tramps_read = now
-            for buf in buffers.each(c.directory.buffers):
-                if buf.header().pid == pid:
-                    tramps.learn(p.trampoline for p in buf.patches())
-        return tramps.context(pc, rsp)
+        return None if c is None else self.frames.frame(c.directory.buffers, target, pc, rsp)
 
     def totals(self) -> tuple[int, int]:
         """(faults in scope, faults ignored) over every arming's buffers, read live."""
@@ -482,6 +396,39 @@ class AgentLink:
                 result.note(f"process {a.pid} ran a new program (exec): the agent injected into the old one is not in "
                             "it, so the new program's faults were not counted (`ualdbg trace start` again, stopped in "
                             "it, counts them)")
+
+
+class TrampolineFrames:
+    """The patch trampolines of the process a debugger shows (agent/trampoline.py), learnt from
+    its buffer's live patch table at most once per stop (gdb's unwinder asks per frame)."""
+
+    def __init__(self) -> None:
+        self._tramps: tuple[int, Any, Any] | None = None  # pid, its Trampolines, its OpenBuffers
+        self._read = 0.0
+
+    def frame(self, directory: str, target: Target, pc: int, rsp: int) -> tuple[int, int] | None:
+        from ..agent import buffer as ab
+        from ..agent.trampoline import Trampolines
+
+        pid = target.pid()
+        if pid is None:
+            return None
+        if self._tramps is None or self._tramps[0] != pid:
+            self.close()
+            self._tramps = (pid, Trampolines(target.read_memory), ab.OpenBuffers())
+        _pid, tramps, buffers = self._tramps
+        now = time.monotonic()
+        if now - self._read > 0.2:
+            self._read = now
+            for buf in buffers.each(directory):
+                if buf.header().pid == pid:
+                    tramps.learn(p.trampoline for p in buf.patches())
+        return tramps.context(pc, rsp)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if self._tramps is not None:
+            self._tramps[2].close()
+            self._tramps = None
 
 
 WATCHDOG = "ualdbg-watch"  # the agent's own thread, asleep on the debugger's pidfd (watch=1)

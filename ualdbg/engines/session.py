@@ -94,7 +94,7 @@ class Session:
         self.agent.sections(one)
         if self.agent.creating:
             one.note(creating_note(self.agent.creating))
-        for line in self.engine.misstep_notes():
+        for line in self.engine.steps.notes():
             one.note(line)
         return one
 
@@ -108,7 +108,7 @@ class Session:
             sites=sites_of(self.buffer, self.image.resolve, self.recorder.data_at), recording=self.mode.armed)
         result.step = self._step_summary()
         result.blind_spots = self.engine.blind.spots(self.program.pid, self.program.path)
-        for line in self.engine.misstep_notes():
+        for line in self.engine.steps.notes():
             result.note(line)
         return result
 

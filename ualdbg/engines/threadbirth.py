@@ -15,16 +15,16 @@ while such threads remain; x86-64 only, as the agent."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..agent.presence import libc_function, module_bias, open_regular
 from ..core.target import Target
 from ..isa.arch import SIGBUS
 from ..isa.arch.x86_64 import TRAP_FLAGS
 from ..isa.syscall_sites import find_sites
-from .procfs import blocked_signals, syscall_of
+from .procfs import blocked_signals, syscall_of, system_ranges
 
 TASK = frozenset({56, 435})  # clone, clone3 (fork and vfork make processes: not ours here)
 MASK = TRAP_FLAGS.sigprocmask_syscall
@@ -307,3 +307,87 @@ class Parking:
                 target.write_register("rip", pc, tid)
             except (RuntimeError, ValueError):
                 pass  # (a thread gone meanwhile)
+
+
+class AddressWatcher(Protocol):
+    """What a debugger offers for the watches here (agentlink.AgentHost has it)."""
+
+    def watch_addresses(self, addrs: Sequence[int], on_hit: Callable[[Target, int, int], None]) -> None:
+        """Breakpoints at `addrs` that never stop the program: on_hit(target, tid, addr) as a
+        thread reaches one. Replaces those set before."""
+        ...
+
+    def unwatch_addresses(self) -> None:
+        """Those breakpoints go (at once, or as soon as the debugger allows it)."""
+        ...
+
+
+class ThreadBirths:
+    """One debugger session's BirthWatch: made at an injection when a thread is inside
+    pthread_create or being born, its breakpoints gone once every such thread is armed."""
+
+    def __init__(self) -> None:
+        self.watch_: BirthWatch | None = None
+        self.host: AddressWatcher | None = None
+
+    def waits_for(self, tid: int) -> bool:
+        return self.watch_ is not None and tid in self.watch_.creators
+
+    def watch(self, host: AddressWatcher, target: Target, pid: int, creating: list[int], blocked: list[int],
+              arm: Callable[[Target, int], str]) -> set[int]:
+        """Threads inside pthread_create (`creating`), and threads being born among `blocked`:
+        armed by `arm` when that is safe. Returns those the watch will arm."""
+        born = [t for t in blocked if being_born(pid, t)]
+        if not creating and not born:
+            return set()
+        sites = libc_sites(pid)
+        if sites is None:
+            return set()
+        watch = BirthWatch(pid, sites, arm)
+        for tid in creating:
+            ret = return_address(pid, target, tid, sites)
+            if ret is not None:
+                watch.creators[tid] = ret
+        watch.children.update(born)
+        if watch.done:
+            return set()
+        try:
+            host.watch_addresses(watch.addresses(), self._hit)
+        except RuntimeError:
+            return set()
+        self.watch_, self.host = watch, host
+        return set(watch.creators) | watch.children
+
+    def _hit(self, target: Target, tid: int, addr: int) -> None:
+        watch = self.watch_
+        if watch is None:
+            return
+        watch.hit(target, tid, addr)
+        if watch.done:
+            self.unwatch()
+
+    def unwatch(self) -> None:
+        if self.watch_ is not None and self.host is not None:
+            self.watch_ = None
+            self.host.unwatch_addresses()
+
+
+def park_others(host: AddressWatcher, target: Target, pid: int, later: frozenset[int]) -> Parking | None:
+    """The threads other than the one making the call held before the program's code while the
+    agent's dlopen runs with them running (Parking); None when that cannot be arranged (they run
+    free, and the injection says so)."""
+    sites = libc_sites(pid)
+    if sites is None:
+        return None
+    others = [t for t in target.threads() if t != target.current_tid() and t not in later]
+    try:
+        parking = Parking.plan(pid, target, others, sites, system_ranges(pid))
+    except (RuntimeError, OSError, ValueError):
+        return None
+    if parking is not None:
+        try:
+            host.watch_addresses(parking.addresses(), parking.hit)
+        except RuntimeError:
+            parking.release(target)
+            return None
+    return parking

@@ -11,11 +11,11 @@ from ..core.result import BlindSpot
 from ..core.target import FaultStepper, OutOfLineTarget, SigInfo, Target, offers
 from ..isa import arch as archmod
 from ..isa.cpu import TrapFlags
-from ..isa.insn import successors
 from .faultpath import Decision, FaultPath
 from .fixup import FixupEngine
 from .outofline import OutOfLine
 from .procfs import blocked_signals
+from .stepends import StepEnds
 
 # SIGCANCEL (32) and SIGSETXID (33): libc's pthread_sigmask and sigprocmask never let a program
 # block them, so a mask holding them is one of glibc's own short critical sections (around a
@@ -138,14 +138,10 @@ class TrapEngine:
         self.pending_pc: dict[int, int] = {}  # tid -> PC of the fault it is stepping over (TF path)
         self.in_clone: set[int] = set()  # armed threads paused across a task-creating syscall
         self.reported: dict[int, int] = {}  # stepper targets: tid -> PC of the fault it stopped at
-        # Stepper targets: tid -> (PC of the fault the debugger steps, where the step may end:
-        # isa.insn.successors; None: cannot say), and the steps that ended elsewhere (one per PC).
-        self.stepping: dict[int, tuple[int, frozenset[int] | None]] = {}
-        self.missteps: dict[int, tuple[int, tuple[int, ...]]] = {}  # PC -> (where it went, expected)
-        # Threads where ualdbg cleared its own TF: if the debugger was single-stepping the same
-        # instruction (the user's `step` from a break stop), the kernel still has TIF_SINGLESTEP
-        # and sets TF again as the program's own at the next PTRACE_SINGLESTEP, where no
-        # PTRACE_CONT will ever clear it. Such a TF is scrubbed at every stop of the thread.
+        self.steps = StepEnds()  # stepper targets: where the debugger's step of a fault may end
+        # Threads where ualdbg cleared its own TF while the debugger single-stepped the instruction
+        # (a `step` from a break stop): the kernel's TIF_SINGLESTEP sets TF again, so it is
+        # scrubbed at every stop of the thread.
         self.tf_suspect: set[int] = set()
         self.arch: archmod.ArchInfo | None = None
         self.flags: TrapFlags | None = None  # x86-64's EFLAGS.AC and TF (isa/cpu.py)
@@ -232,7 +228,7 @@ class TrapEngine:
         self.pending.clear()
         self.in_clone.clear()
         self.reported.clear()
-        self.stepping.clear()
+        self.steps.clear()
         if self.fixup is not None:
             self.fixup.forget()
         self.tf_suspect.clear()
@@ -243,7 +239,7 @@ class TrapEngine:
             group.discard(tid)
         self.pending.pop(tid, None)
         self.reported.pop(tid, None)
-        self.stepping.pop(tid, None)
+        self.steps.forget(tid)
         self.tf_suspect.discard(tid)
 
     def reconcile(self, target: Target) -> None:
@@ -282,8 +278,7 @@ class TrapEngine:
 
     # -- events --------------------------------------------------------------------------------
     def siginfo_unavailable(self, target: Target, signo: int) -> SigInfo | None:
-        """What to go on when the debugger has no siginfo (qemu's gdb stub): the fix-up engine
-        decodes the instruction and needs none; the AC engine needs si_code and gives up."""
+        """No siginfo (qemu's stub): the fix-up engine needs none; the AC engine needs si_code."""
         if signo != archmod.SIGBUS or self._a().mechanism == archmod.MECH_AC:
             return None
         return SigInfo(signo, 0, None)
@@ -335,12 +330,10 @@ class TrapEngine:
 
     def _on_fault_stepper(self, target: Target, tid: int, info: SigInfo, flags: int,
                           step_over_fault: Callable[[int], None]) -> Decision:
-        """The second resume strategy, for targets that single-step the fault themselves (lldb:
-        see FaultStepper). A STOP leaves AC set, so whatever the user resumes with (continue,
-        step-over, finish, step-inst) re-executes the instruction and faults again in the same
-        thread at the same PC before anything else runs: that SIGBUS is the reported one, stepped
-        over without counting it twice. AC is clear for exactly one instruction (one iteration of
-        a rep string instruction, so k misaligned elements still count k)."""
+        """For targets that single-step the fault themselves (lldb: FaultStepper). A STOP leaves
+        AC set: whatever the user resumes with re-runs the instruction, whose SIGBUS (the one
+        reported) is stepped over uncounted. AC is clear for one instruction (one iteration of a
+        rep string one: k misaligned elements count k); StepEnds checks where the step ended."""
         a = self._a()
         pc = target.read_register(a.pc, tid)
         if self.reported.pop(tid, None) != pc:
@@ -350,43 +343,21 @@ class TrapEngine:
         self.pending[tid] = True  # True: ualdbg set no TF, so disarm must not clear it
         ac = self._ac()
         target.write_register(ac.register, flags & ~ac.ac_bit, tid)
-        insn = self.faults.insn_at(target, a, pc, tid)
-        self.stepping[tid] = (pc, successors(insn) if insn is not None else None)
+        self.steps.expect(tid, pc, self.faults.insn_at(target, a, pc, tid))
         step_over_fault(tid)
         return Decision.RESUME
 
     def fault_stepped(self, target: Target, tid: int) -> str | None:
         """A FaultStepper target ran the faulting instruction of `tid`: arm it again, after
-        checking that its step ended where the instruction can go (check_step: its line)."""
-        stepped = self.stepping.pop(tid, None)
+        checking where its step ended (StepEnds: the line to say; a fault not to count twice)."""
+        said, again = self.steps.ended(tid, target.read_register(self._a().pc, tid))
         if self.pending.pop(tid, None) is None:
             return None
-        said = self.check_step(target, tid, *stepped) if stepped is not None else None
+        if again is not None:
+            self.reported[tid] = again
         if self.active and tid in self.armed:
             set_ac(target, tid, self._ac(), True)
         return said
-
-    def check_step(self, target: Target, tid: int, pc: int, expected: frozenset[int] | None) -> str | None:
-        """A debugger's single-step of the fault at `pc` that ended outside the instruction's
-        successors (lldb 19 once landed 0x34000000 below a `jg`'s target: an int3 inside the
-        instruction). Still at `pc`, the instruction did not run: it runs again, and its fault
-        is not counted twice. Anywhere else it ran as other bytes, or the debugger lost track:
-        recorded once per PC (the trace's notes; the adapter says it)."""
-        if expected is None:
-            return None
-        now = target.read_register(self._a().pc, tid)
-        if now in expected:
-            return None
-        if now == pc:
-            self.reported[tid] = pc
-            return None
-        if pc in self.missteps:
-            return None
-        self.missteps[pc] = (now, tuple(sorted(expected)))
-        return _misstep_note(pc, *self.missteps[pc])
-
-    def misstep_notes(self) -> list[str]:
-        return [_misstep_note(pc, now, expected) for pc, (now, expected) in sorted(self.missteps.items())]
 
     def scrub_tf(self, target: Target, tid: int) -> bool:
         """Clear a TF the kernel re-set after ualdbg cleared its own (see `tf_suspect`)."""
@@ -453,8 +424,3 @@ class TrapEngine:
         if self.active and tid not in self.pending and tid not in self.in_clone:
             self.arm_thread(target, tid)
 
-
-def _misstep_note(pc: int, now: int, expected: tuple[int, ...]) -> str:
-    return (f"the debugger's single-step of the faulting instruction at {pc:#x} ended at {now:#x}, not at "
-            f"{' or '.join(f'{e:#x}' for e in expected)}: the program may not have run that instruction as it "
-            "would without ualdbg (a breakpoint inside its bytes?)")
