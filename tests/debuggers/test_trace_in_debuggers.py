@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -136,8 +137,14 @@ def test_break_trace_with_threads(debugger: str, sequence: str, attempt: int, tm
     assert doc["program"]["exit_status"] == 0, log
     assert "threads: thread 3 worker_c" in log, log
     assert doc["engine"] == engine, log
-    assert doc["faults_total"] == sum(counts), log
-    assert sorted(s["count"] for s in doc["sites"]) == counts, log
+    # lldb may stop other threads at faults of theirs along with the one reported: after `off`
+    # each runs that instruction unchecked (said: "N once past their fault"), a fault made
+    # before the trace started, as the reported one's is.
+    past = re.search(r"(\d+) once past their fault", log)
+    before = int(past.group(1)) - 1 if past and sequence == "break-off-trace" else 0
+    assert sum(counts) - before <= doc["faults_total"] <= sum(counts), log
+    if doc["faults_total"] == sum(counts):
+        assert sorted(s["count"] for s in doc["sites"]) == counts, log
     assert not doc.get("notes") and "ran while the agent was loaded" not in log, log
 
 
@@ -153,15 +160,23 @@ def test_trace_start_inside_pthread_create(debugger: str, where: str, tmp_path: 
     """`trace start` with main stopped inside pthread_create: main cannot be armed there (the new
     thread would inherit AC with every signal blocked, and die), nor the new thread before
     start_thread restores its mask; both are armed then, and every fault is counted: 100 in
-    the new thread, 50 in main after the call."""
+    the new thread, 50 in main after the call. In the clone window main blocks every signal,
+    SIGTRAP too, and is the only thread: a call made in it would return through a breakpoint
+    taken with SIGTRAP blocked, and the kernel would reset the program's SIGTRAP handler; so
+    `trace start` says it cannot, now. The program's handler is its own at the end, always."""
     prog = build_source(FIXTURES / "creating_thread.c", tmp_path, libs=["-pthread"])
-    doc, log = trace_doc(debugger, [str(prog)], [*CREATING_STOPS[debugger, where], "ualdbg trace start", "continue"],
-                         tmp_path / "t.json")
+    commands = [*CREATING_STOPS[debugger, where], "ualdbg trace start", "continue"]
+    if where == "clone3":
+        run = run_debugger(debugger, [str(prog)], commands)
+        log = run.explain()
+        assert "blocks SIGTRAP now" in log and "done, SIGTRAP handler its own" in log, log
+        return
+    doc, log = trace_doc(debugger, [str(prog)], commands, tmp_path / "t.json")
     assert "1 once out of pthread_create or started" in log, log
     assert doc["faults_total"] == 150, log
     assert sorted(s["count"] for s in doc["sites"]) == [50, 100], log
     assert not doc.get("notes"), log
-    assert doc["program"]["exit_status"] == 0 and "done" in log, log
+    assert doc["program"]["exit_status"] == 0 and "done, SIGTRAP handler its own" in log, log
 
 
 @pytest.mark.parametrize("debugger", DEBUGGERS)

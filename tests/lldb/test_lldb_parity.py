@@ -26,6 +26,14 @@ def normalise(doc: dict[str, Any]) -> dict[str, Any]:
         process.pop("pid"), process.pop("ppid")  # its environment naming ualdbg's pid and run directory)
     if doc.get("agent"):
         doc["agent"].pop("environment_added")
+        # The agent's variables stay in the program's environment (follow=2: its own exec
+        # carries them), where gdb appends them and lldb orders them by hash: libc's unaligned
+        # reads in getenv differ, out of scope. The faults in scope are compared, not those.
+        doc["agent"]["out_of_scope"].pop("traps")
+    for key in ("faults_ignored", "ignored_by_module"):
+        doc.pop(key, None)
+    for process in doc.get("processes") or []:
+        process.pop("faults_ignored")
     where = {s["pc"]: f"{s['module']}+{s['offset']}" for s in doc["sites"]}
     for site in doc["sites"]:
         site.pop("pc")

@@ -142,10 +142,11 @@ class StringCalls(Protocol):
     agent's injection, `dlopen(path, RTLD_NOW)` then `ualdbg_agent_inject(config)`
     (engines/agentlink.py). gdb and lldb."""
 
-    def call_with_strings(self, addr: int, args: list[int | bytes], alone: bool = False) -> int:
+    def call_with_strings(self, addr: int, args: list[int | bytes], alone: bool = False, tid: int | None = None) -> int:
         """Call the function at `addr`; bytes arguments are passed as pointers to a NUL-terminated
         copy. Its return value (64 bits); RuntimeError when the call did not complete. `alone`:
-        the other threads stay stopped during the call (else the debugger may run them)."""
+        the other threads stay stopped during the call (else the debugger may run them). `tid`:
+        the thread the call runs in (default: the selected one)."""
         ...
 
 

@@ -20,6 +20,7 @@ from ..core.result import Record, Site, TraceResult
 from ..core.target import LiveThreads, StringCalls, Target, offers
 from ..core.trace import TraceBuffer
 from ..isa import arch as archmod
+from ..isa.arch import SIGTRAP
 from .agent import (
     ENV_CONFIG,
     AgentRun,
@@ -37,7 +38,15 @@ from .agent import (
     preflight,
     run_directory,
 )
-from .procfs import QUIET_SYSCALLS, same_pid_namespace, sigbus_blocked, status_field, syscall_of, system_ranges
+from .procfs import (
+    QUIET_SYSCALLS,
+    blocked_signals,
+    same_pid_namespace,
+    sigbus_blocked,
+    status_field,
+    syscall_of,
+    system_ranges,
+)
 from .threadbirth import AddressWatcher, ThreadBirths, park_others
 
 RTLD_NOW = 2
@@ -226,10 +235,11 @@ class AgentLink:
                 config += ";watch=1"
             # The others stay stopped (not armed yet, they would fault unseen) unless one may
             # hold a lock dlopen takes: then they run during it, as `trace --pid` lets them.
-            busy = lock_holders(target, pid)
-            parking = park_others(host, target, pid, later) if busy else None
+            caller = calling_thread(target, pid, later)
+            busy = lock_holders(target, pid, caller)
+            parking = park_others(host, target, pid, later, caller) if busy else None
             try:
-                handle = target.call_with_strings(dlopen, [os.fsencode(lib), RTLD_NOW], alone=not busy)
+                handle = target.call_with_strings(dlopen, [os.fsencode(lib), RTLD_NOW], alone=not busy, tid=caller)
             finally:
                 if parking is not None:
                     parking.release(target)
@@ -237,7 +247,7 @@ class AgentLink:
             if not handle:
                 raise AgentUnavailable(f"dlopen of the agent failed in process {pid}")
             bias = struct.unpack("<Q", target.read_memory(handle, 8))[0]  # struct link_map's l_addr
-            rc = target.call_with_strings(bias + value, [config.encode()], alone=True) & 0xFFFFFFFF
+            rc = target.call_with_strings(bias + value, [config.encode()], alone=True, tid=caller) & 0xFFFFFFFF
             if rc == 0xFFFFFFFE:
                 raise AgentUnavailable(f"process {pid} is already traced by another ualdbg's agent")
             if rc != 0:
@@ -252,7 +262,7 @@ class AgentLink:
         for tid in target.threads():
             if tid not in later and not _agents_own(pid, tid):
                 out[self.arm_thread(target, tid)].append(tid)
-        ran = ([t for t in target.threads() if t != target.current_tid() and (parking is None or t in parking.loose)]
+        ran = ([t for t in target.threads() if t != caller and (parking is None or t in parking.loose)]
                if busy else [])
         # A thread armed once past its fault (`later`) may be inside pthread_create too (a fault
         # of libc's there, in a memset): the watch arms it when the call returns.
@@ -443,18 +453,41 @@ def _agents_own(pid: int, tid: int) -> bool:
         return False
 
 
-def lock_holders(target: Target, pid: int) -> list[int]:
-    """The threads, other than the selected one, that may hold a lock of libc's or the loader's
+def calling_thread(target: Target, pid: int, avoid: frozenset[int] = frozenset()) -> int:
+    """The thread the debugger makes ualdbg's calls in: the selected one, unless it blocks
+    SIGTRAP (the call returns through a breakpoint, and a breakpoint taken with SIGTRAP blocked
+    makes the kernel reset the program's SIGTRAP action to SIG_DFL and unblock it: a thread
+    inside libc's thread start, or the program's own choice), then another that does not.
+    AgentUnavailable when every thread blocks it."""
+    def free(tid: int) -> bool:
+        return not blocked_signals(pid, tid) & (1 << (SIGTRAP - 1))
+
+    current = target.current_tid()
+    if free(current):
+        return current
+    threads = [t for t in target.threads() if not _agents_own(pid, t)]
+    # (one still to run the instruction it stopped at, `avoid`, only when no other will do)
+    for tid in [t for t in threads if t not in avoid] + [t for t in threads if t in avoid]:
+        if free(tid):
+            return tid
+    raise AgentUnavailable(f"every thread of process {pid} blocks SIGTRAP now (inside libc's thread start, say), and "
+                           "a call made in one would reset the program's SIGTRAP handler: `continue` a little and "
+                           "`ualdbg trace start` again")
+
+
+def lock_holders(target: Target, pid: int, caller: int | None = None) -> list[int]:
+    """The threads, other than the calling one, that may hold a lock of libc's or the loader's
     (procfs.system_ranges): stopped in their code, or in a system call other than a blocking
     wait (procfs.QUIET_SYSCALLS, or futex: a thread waits there for a lock, holding none of
     libc's but in another dlopen's constructors)."""
+    caller = target.current_tid() if caller is None else caller
     try:
         system = system_ranges(pid)
     except OSError:
-        return [t for t in target.threads() if t != target.current_tid()]
+        return [t for t in target.threads() if t != caller]
     out = []
     for tid in target.threads():
-        if tid == target.current_tid():
+        if tid == caller:
             continue
         call = syscall_of(pid, tid)
         if call in QUIET_SYSCALLS or call == FUTEX:
@@ -496,7 +529,8 @@ def _release_in(target: Target, c: Arming) -> str | None:
     # The calls run with the thread's registers: AC set, the agent's own code would fault in
     # them. Cleared first, and again after the disarm (threads the debugger ran meanwhile).
     clear_ac()
-    target.call_with_strings(sym("ualdbg_agent_disarm"), [])
+    caller = calling_thread(target, pid)
+    target.call_with_strings(sym("ualdbg_agent_disarm"), [], tid=caller)
     clear_ac()
     busy = struct.unpack("<i", target.read_memory(sym("ualdbg_in_handler"), 4))[0]
     if busy > 0:
@@ -504,7 +538,7 @@ def _release_in(target: Target, c: Arming) -> str | None:
         # but the buffer it writes must stay mapped until it has.
         return (f"ualdbg: the agent is disarmed in process {pid}, not released: {busy} thread(s) stopped inside its "
                 "signal handler; `continue` and `ualdbg off` again give the program its SIGBUS action back")
-    target.call_with_strings(sym("ualdbg_agent_release"), [])
+    target.call_with_strings(sym("ualdbg_agent_release"), [], tid=caller)
     return None
 
 

@@ -40,7 +40,12 @@ class LibcSites:
     """Where libc's threads are born and change their masks, in one process."""
 
     births: frozenset[int]  # the instruction both sides of a clone pass after the `syscall`
-    masks: frozenset[int]  # after each rt_sigprocmask `syscall`
+    # After each rt_sigprocmask `syscall` that sets or unblocks a mask: where a thread libc starts
+    # has restored its creator's mask. Never glibc's own SIG_BLOCKs: a breakpoint taken with
+    # SIGTRAP blocked makes the kernel reset the program's SIGTRAP action to SIG_DFL (and unblock
+    # it), as it would a trap at a clone's return, where every signal is blocked: no breakpoint
+    # goes there either (docs/DEBUGGERS.md).
+    masks: frozenset[int]
     path: str  # libc's file, as the process maps it
     bias: int
     spin: int | None = None  # a `jmp .` (eb fe) in libc's code: where Parking holds a thread
@@ -77,12 +82,15 @@ def libc_sites(pid: int) -> LibcSites | None:
                 if spin is None and at >= 0:
                     spin = bias + seg["p_vaddr"] + at
                 for site in find_sites(code, seg["p_vaddr"], TASK | {MASK}, TASK, search.function_start):
-                    (births if site.nr in TASK else masks).add(bias + (site.exit_addr if site.nr in TASK else site.addr + 2))
+                    if site.nr in TASK:
+                        births.add(bias + site.exit_addr)
+                    elif not site.zero_arg:  # (SIG_BLOCK: see LibcSites.masks)
+                        masks.add(bias + site.addr + 2)
                     if site.nr in TASK:
                         clone_returns.update(bias + a for a in _parent_tail(code, seg["p_vaddr"], site.addr + 2))
     except (OSError, ELFError, ValueError):
         return None
-    if not births or not masks:
+    if not masks:
         return None
     return LibcSites(frozenset(births), frozenset(masks), path, bias, spin, frozenset(clone_returns))
 
@@ -197,38 +205,51 @@ class BirthWatch:
     pid: int
     sites: LibcSites
     arm: Callable[[Target, int], str]
+    known: frozenset[int] = frozenset()  # the threads at the injection (armed or waited for there)
     creators: dict[int, int] = field(default_factory=dict)  # tid -> its pthread_create's return address
     children: set[int] = field(default_factory=set)  # threads being born, armed at their mask's restore
-    armed: list[int] = field(default_factory=list)  # what the watch armed (for the notes)
+    armed: list[int] = field(default_factory=list)  # what the watch armed
 
     def addresses(self) -> list[int]:
-        return sorted(self.sites.births | self.sites.masks | set(self.creators.values()))
+        return sorted(self.sites.masks | set(self.creators.values()))
 
     @property
     def done(self) -> bool:
         return not self.creators and not self.children
 
     def hit(self, target: Target, tid: int, addr: int) -> None:
-        """A thread reached one of the watched addresses (its breakpoint never stops)."""
-        if addr in self.sites.births:
-            rax = target.read_register("rax", tid)
-            if rax == 0:
-                self.children.add(tid)
-            elif rax < 1 << 63:  # the creating side: the new thread's id (a negative: clone failed)
-                self.children.add(rax)
-        if addr in self.sites.masks and tid in self.children:
-            if not blocked_signals(self.pid, tid) & (1 << (SIGBUS - 1)):
-                self.children.discard(tid)
-                self._arm(target, tid)
+        """A thread reached one of the watched addresses (its breakpoint never stops). A thread
+        the injection did not see, at a mask's restore that lets SIGBUS through, is one libc
+        started since (or is starting): armed there, before its start routine."""
+        if (addr in self.sites.masks and (tid in self.children or tid not in self.known) and tid not in self.armed
+                and not _blocks_sigbus(self.pid, tid)):
+            self.children.discard(tid)
+            self._arm(target, tid)
         if self.creators.get(tid) == addr:
             del self.creators[tid]
             self._arm(target, tid)
-        self.children = {t for t in self.children if os.path.exists(f"/proc/{self.pid}/task/{t}")}
+            # The thread it created: armed at its mask's restore, or now if it is past it.
+            for t in _tasks(self.pid) - self.known - set(self.armed):
+                if _blocks_sigbus(self.pid, t):
+                    self.children.add(t)
+                else:
+                    self._arm(target, t)
+        self.children &= _tasks(self.pid)
 
     def _arm(self, target: Target, tid: int) -> None:
         self.arm(target, tid)
         self.armed.append(tid)
 
+
+def _tasks(pid: int) -> set[int]:
+    try:
+        return {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+    except OSError:
+        return set()
+
+
+def _blocks_sigbus(pid: int, tid: int) -> bool:
+    return bool(blocked_signals(pid, tid) & (1 << (SIGBUS - 1)))
 
 
 def being_born(pid: int, tid: int) -> bool:
@@ -253,13 +274,14 @@ class Parking:
     parked: dict[int, int] = field(default_factory=dict)  # tid -> the PC it goes on from
     loose: list[int] = field(default_factory=list)  # threads neither held nor to be: they ran
     born: set[int] = field(default_factory=set)  # being started by libc: held where it unblocks SIGBUS
+    seen: frozenset[int] = frozenset()  # the threads at the plan: any other is born meanwhile
 
     @classmethod
     def plan(cls, pid: int, target: Target, others: list[int], sites: LibcSites,
              system: list[tuple[int, int]]) -> Parking | None:
         if sites.spin is None:
             return None
-        parking = cls(pid, sites)
+        parking = cls(pid, sites, seen=frozenset(_tasks(pid)))
         for tid in others:
             pc = target.read_register("rip", tid)
             if pc in sites.clone_returns and target.read_register("rax", tid) == 0:
@@ -282,7 +304,7 @@ class Parking:
         return parking
 
     def addresses(self) -> list[int]:
-        return sorted(self.sites.births | set(self.exits.values()) | (self.sites.masks if self.born else frozenset()))
+        return sorted(set(self.exits.values()) | self.sites.masks)
 
     def park(self, target: Target, tid: int, pc: int) -> None:
         assert self.sites.spin is not None
@@ -292,13 +314,11 @@ class Parking:
     def hit(self, target: Target, tid: int, addr: int) -> None:
         if tid in self.parked:
             return
-        if self.exits.get(tid) == addr or (addr in self.sites.births and target.read_register("rax", tid) == 0):
+        if self.exits.get(tid) == addr:
             self.park(target, tid, addr)
-        elif tid in self.born and addr in self.sites.masks and not self._blocks_sigbus(tid):
-            self.park(target, tid, addr)
-
-    def _blocks_sigbus(self, tid: int) -> bool:
-        return bool(blocked_signals(self.pid, tid) & (1 << (SIGBUS - 1)))
+        elif (addr in self.sites.masks and (tid in self.born or tid not in self.seen)
+              and not _blocks_sigbus(self.pid, tid)):
+            self.park(target, tid, addr)  # started by libc: its mask restored, its start routine next
 
     def release(self, target: Target) -> None:
         """Every held thread goes on from where it was held (the process stopped)."""
@@ -343,7 +363,7 @@ class ThreadBirths:
         sites = libc_sites(pid)
         if sites is None:
             return set()
-        watch = BirthWatch(pid, sites, arm)
+        watch = BirthWatch(pid, sites, arm, known=frozenset(_tasks(pid)))
         for tid in creating:
             ret = return_address(pid, target, tid, sites)
             if ret is not None:
@@ -372,14 +392,14 @@ class ThreadBirths:
             self.host.unwatch_addresses()
 
 
-def park_others(host: AddressWatcher, target: Target, pid: int, later: frozenset[int]) -> Parking | None:
+def park_others(host: AddressWatcher, target: Target, pid: int, later: frozenset[int], caller: int) -> Parking | None:
     """The threads other than the one making the call held before the program's code while the
     agent's dlopen runs with them running (Parking); None when that cannot be arranged (they run
     free, and the injection says so)."""
     sites = libc_sites(pid)
     if sites is None:
         return None
-    others = [t for t in target.threads() if t != target.current_tid() and t not in later]
+    others = [t for t in target.threads() if t != caller and t not in later]
     try:
         parking = Parking.plan(pid, target, others, sites, system_ranges(pid))
     except (RuntimeError, OSError, ValueError):

@@ -263,7 +263,7 @@ class GdbTarget(Target, MemoryWriter, RegisterBatch, FloatMover, FloatBits, Infe
         proto = ", ".join("long" for _ in args)
         return int(gdb.parse_and_eval(f"((long (*)({proto})){addr:#x})({text})")) & MASK64
 
-    def call_with_strings(self, addr: int, args: list[int | bytes], alone: bool = False) -> int:
+    def call_with_strings(self, addr: int, args: list[int | bytes], alone: bool = False, tid: int | None = None) -> int:
         """Call the function at `addr`; gdb places each string literal in the program's memory
         (value_coerce_to_target) before the call. gdb runs every thread during a call unless the
         scheduler is locked (`alone`)."""
@@ -276,7 +276,7 @@ class GdbTarget(Target, MemoryWriter, RegisterBatch, FloatMover, FloatBits, Infe
                 texts.append(f"(long){a:#x}")
                 protos.append("long")
         try:
-            with scheduler_locked(alone):
+            with self._on_thread(tid), scheduler_locked(alone):
                 value = gdb.parse_and_eval(f"((long (*)({', '.join(protos) or 'void'})){addr:#x})({', '.join(texts)})")
         except gdb.error as exc:
             raise RuntimeError(str(exc)) from None

@@ -106,11 +106,16 @@ class LldbTarget(Target, StringCalls):
         addr = int(addr_v.GetValueAsUnsigned()) & MASK64 if addr_v.IsValid() else None
         return SigInfo(int(signo.GetValueAsSigned()), int(code.GetValueAsSigned()), addr)
 
-    def call_with_strings(self, addr: int, args: list[int | bytes], alone: bool = False) -> int:
+    def call_with_strings(self, addr: int, args: list[int | bytes], alone: bool = False, tid: int | None = None) -> int:
         """Call the function at `addr` in this thread (lldb's expression evaluator places each
         string literal in the program's memory), breakpoints ignored, unwound on error. lldb
         runs the thread alone first and every thread after its one-thread timeout (250 ms)
         unless `alone`."""
+        if tid is not None and tid != int(self.thread.GetThreadID()):
+            thread = self.process.GetThreadByID(tid)
+            if not thread.IsValid():
+                raise RuntimeError(f"no thread {tid}")
+            return LldbTarget(self.process, thread).call_with_strings(addr, args, alone)
         texts, protos = [], []
         for a in args:
             if isinstance(a, bytes):
