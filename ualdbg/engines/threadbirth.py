@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from ..agent.presence import libc_function, module_bias, open_regular
 from ..core.target import Target
-from ..isa.arch import SIGBUS
+from ..isa.arch import SIGBUS, SIGTRAP
 from ..isa.arch.x86_64 import TRAP_FLAGS
 from ..isa.syscall_sites import find_sites
 from .procfs import blocked_signals, syscall_of, system_ranges
@@ -252,6 +252,13 @@ def _blocks_sigbus(pid: int, tid: int) -> bool:
     return bool(blocked_signals(pid, tid) & (1 << (SIGBUS - 1)))
 
 
+def _keeps_sigtrap_blocked(pid: int, tid: int) -> bool:
+    """A thread that blocks SIGTRAP by its own choice (not inside one of libc's block-everything
+    windows, after which its mask comes back): no breakpoint for it where it goes (the kernel
+    would reset the program's SIGTRAP handler)."""
+    return bool(blocked_signals(pid, tid) & (1 << (SIGTRAP - 1))) and not being_born(pid, tid)
+
+
 def being_born(pid: int, tid: int) -> bool:
     """A thread that blocks every signal: one libc is starting (start_thread has not restored
     its creator's mask yet), as seen at an injection."""
@@ -293,7 +300,7 @@ class Parking:
                     # restored, just before (it may be inside a system call now: rseq).
                     parking.born.add(tid)
                     continue
-                exit_at = exit_address(pid, target, tid, system, sites)
+                exit_at = None if _keeps_sigtrap_blocked(pid, tid) else exit_address(pid, target, tid, system, sites)
                 if exit_at is not None:
                     parking.exits[tid] = exit_at
                     continue
@@ -365,7 +372,7 @@ class ThreadBirths:
             return set()
         watch = BirthWatch(pid, sites, arm, known=frozenset(_tasks(pid)))
         for tid in creating:
-            ret = return_address(pid, target, tid, sites)
+            ret = None if _keeps_sigtrap_blocked(pid, tid) else return_address(pid, target, tid, sites)
             if ret is not None:
                 watch.creators[tid] = ret
         watch.children.update(born)
