@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.env import require_tool, scrubbed_env
@@ -130,14 +131,29 @@ def test_sigkill_of_ualdbg_detaches_gdb_from_an_attached_process(test_programs: 
         assert f"attached to process {live.pid}" in line, line
         time.sleep(1.0)  # faults traced, with AC set in every thread
         assert _tracer(live.pid) != 0
-        os.kill(cli.pid, signal.SIGKILL)
-        cli.wait()
-        deadline = time.monotonic() + 20
-        while _tracer(live.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _tracer(live.pid) == 0, "still traced after ualdbg was SIGKILLed"
+        _kill_and_wait_untraced(cli, live.pid, "ualdbg")
         end = live.finish()
     assert end["ac_left"] == "0" and healthy(end), end
+
+
+def _kill_and_wait_untraced(tracer: subprocess.Popen[Any], pid: int, who: str) -> None:
+    """SIGKILL `tracer`; `pid` is untraced within 20 s (the kernel detaches it)."""
+    os.kill(tracer.pid, signal.SIGKILL)
+    tracer.wait()
+    deadline = time.monotonic() + 20
+    while _tracer(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _tracer(pid) == 0, f"still traced after {who} was SIGKILLed"
+
+
+def _state(pid: int) -> str:
+    """The process's and its threads' states (/proc), for a failure's message."""
+    states = []
+    for tid in sorted(os.listdir(f"/proc/{pid}/task")):
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            found = re.search(r"^State:\s+(.*)$", f.read(), re.M)
+        states.append(f"{tid}: {found.group(1) if found else '?'}")
+    return ", ".join(states)
 
 
 def _threads_with_ac(pid: int) -> list[int]:
@@ -219,18 +235,20 @@ def test_sigkill_of_the_debugger_disarms_the_agent_it_injected(debugger: str, te
         log = (tmp_path / "debugger.out").read_text()
         assert "through the in-process agent (injected now" in log, log
         time.sleep(0.5)  # counting, AC set in every thread
-        os.kill(dbg.pid, signal.SIGKILL)
-        dbg.wait()
-        deadline = time.monotonic() + 20
-        while _tracer(live.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _tracer(live.pid) == 0, "still traced after the debugger was SIGKILLed"
+        _kill_and_wait_untraced(dbg, live.pid, "the debugger")
         # The agent's watchdog wakes as the debugger dies; a thread stopped by the debugger's
         # server then (lldb-server outlives lldb for a moment) is disarmed at its next fault.
+        # A SIGSTOP the dead debugger had sent (to stop the threads at a stop of its own) may be
+        # left pending when the kernel detaches the process, which then stops as a job: what gdb
+        # and lldb alone do, and a shell's `fg` ends. Continued here, as the shell would.
         deadline = time.monotonic() + 10
-        while (left := _threads_with_ac(live.pid)) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            if "T (stopped)" in _state(live.pid):
+                os.kill(live.pid, signal.SIGCONT)
+            if not (left := _threads_with_ac(live.pid)):
+                break
             time.sleep(0.2)
-        assert left == [], "AC still set 10 s after the debugger was SIGKILLed"
+        assert left == [], f"AC still set 10 s after the debugger was SIGKILLed ({_state(live.pid)})"
         end = live.finish()
     assert end["ac_left"] == "0" and healthy(end), end
 
