@@ -51,6 +51,25 @@ def test_trace_start_counts_through_the_agent(debugger: str, tmp_path: Path) -> 
     assert "LD_PRELOAD" in doc["agent"]["environment_added"] and doc["notes"] == [], log
 
 
+
+@pytest.mark.parametrize("steps", [1, 2, 3])
+def test_a_step_over_a_traced_fault_then_continue(steps: int, tmp_path: Path) -> None:
+    """lldb, `thread step-inst` over the faulting instruction while the agent traces: the SIGBUS
+    goes to the agent during the step, and lldb-server steps on from the trap at its handler's
+    entry, so the step ends after the entry's pushfq, which copied the step's TF to the stack.
+    The entry clears TF with AC; before, popfq made TF the thread's own and `continue` stopped
+    with "stop reason = trace" in on_sigbus_c (CI caught it as 1 run in 40 of break, off,
+    trace start on threads; here it came every time). (lldb only: gdb steps over a passed
+    signal by a breakpoint at the faulting instruction, which the agent then reads as an int3;
+    not handled yet, see docs/DEBUGGERS.md.)"""
+    doc, log = trace_doc("lldb", [str(BUILD / "not_aligned"), "5"],
+                         ["ualdbg trace start --engine agent", "b not_aligned.c:38", "run", "breakpoint delete --force",
+                          *["thread step-inst"] * (steps + 1), "continue"], tmp_path / "t.json")
+    assert "stop reason = trace" not in log and "SIGTRAP" not in log, log
+    assert "ualdbg_agent.so`ualdbg_sigbus_entry" in log, log  # the step did end in the handler's entry
+    assert doc["program"]["exit_status"] == 0, log
+    assert doc["faults_total"] == 5, log
+
 # The agent (the default) runs 20,000 iterations a thread, patching the shared hot sites while
 # the other threads run; the trap engine 500 (it stops lldb about 1 ms a fault: docs/PERFORMANCE.md).
 FOUR_THREADS = {"agent": ("ualdbg trace start", 20000), "trap": ("ualdbg trace start --engine trap", 500)}

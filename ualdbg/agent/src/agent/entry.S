@@ -1,5 +1,9 @@
 /* entry.S - the agent's code that must not be C: signal handler entries that clear EFLAGS.AC
- * before any compiled code runs (signal delivery does not clear it: PLATFORM.md), the
+ * before any compiled code runs (signal delivery does not clear it: PLATFORM.md), and TF: the
+ * kernel clears TF for a handler, so TF at its entry is a debugger's single-step, which pushfq
+ * copies to the stack; popfq would then make it the thread's own and every later instruction
+ * would trap (lldb-server steps on from the trap at a handler's entry: a `continue` after a step
+ * over a fault stopped with "stop reason = trace" in on_sigbus_c, issue 32), the
  * trampoline an out-of-scope routine returns through to re-arm, and vfork, which cannot be
  * wrapped by a C function (the child would return through the parent's frame).
  */
@@ -13,7 +17,7 @@
     .cfi_startproc
     pushfq
     .cfi_adjust_cfa_offset 8
-    andl $0xfffbffff, (%rsp)
+    andl $0xfffbfeff, (%rsp)      /* AC (bit 18) and TF (bit 8) */
     popfq
     .cfi_adjust_cfa_offset -8
     jmp \target
