@@ -12,7 +12,18 @@
  * every FDE and symbol start, which must each fall on an instruction boundary), every symbol,
  * every FDE start and every landing pad of every LSDA. Every table is read within the memory it
  * was found in (cfi.c's bounds); when anything does not hold, the module or the function is
- * refused, and the site keeps trapping. It runs in the signal handler, under maps_lock: no
+ * refused, and the site keeps trapping.
+ *
+ * A function with an indirect jump (a switch's jump table, a computed goto: CPython's eval loop)
+ * may be entered wherever a code address the program can compute points. Those are taken as
+ * entry points too, over-approximated: every code address a RIP-relative LEA takes, every code
+ * address the module's relocations write (R_X86_64_RELATIVE, IRELATIVE, 64), in a module not
+ * built position-independent every 8 bytes of its data and every immediate that read as a code
+ * address, and for every table a LEA takes in the module's data (gcc's and clang's PIC jump
+ * tables: 32-bit offsets from the table's own address), every 32-bit word from there to the next
+ * such address that lands in code as an offset from it. A spurious entry point only keeps a
+ * site trapping; a missing one would break the program, so a module whose data cannot be read
+ * keeps its functions with indirect jumps refused. It runs in the signal handler, under maps_lock: no
  * allocation but the agent's own zone (process.c), no stdio.
  *
  * Calls process.c, insn.c and cfi.c (the order: process.h).
@@ -30,6 +41,8 @@
 
 #define MAX_CODEMAPS 128
 #define MAX_XSECS 32
+#define MAX_DSECS 64
+#define MAX_TABLE_WORDS 65536 /* a jump table's words read at most (a switch of 64k cases) */
 #define MAX_SHDRS 1024
 #define MAX_PATCHED 32768
 
@@ -41,9 +54,13 @@ struct xsec {
 struct codemap {
     uint64_t map_start;
     int why;
+    int computed_known; /* every code address the module can compute is an entry point */
+    int fixed;          /* ET_EXEC: absolute code addresses need no relocation */
     char path[512];
     struct xsec xs[MAX_XSECS];
     int nxs;
+    struct xsec ds[MAX_DSECS]; /* allocated data sections with file contents */
+    int nds;
     struct code_fn *fdes; /* sorted by start */
     size_t nfdes;
     struct code_fn *funcs; /* FUNC symbols with a size, sorted by start */
@@ -259,6 +276,82 @@ static const struct xsec *xsec_of(const struct codemap *cm, uint64_t a)
     return NULL;
 }
 
+static const struct xsec *dsec_of(const struct codemap *cm, uint64_t a)
+{
+    for (int i = 0; i < cm->nds; i++)
+        if (a >= cm->ds[i].lo && a < cm->ds[i].hi)
+            return &cm->ds[i];
+    return NULL;
+}
+
+/* A code address found in data or an immediate: an entry point. */
+static int code_address(const struct codemap *cm, uint64_t v, struct vec *entries)
+{
+    return !xsec_of(cm, v) || vec_push(entries, &v);
+}
+
+/* The code addresses the module's data holds: what its relocations write (a position-independent
+ * module's pointers to code: function pointers, computed-goto tables, non-PIC jump tables), and in
+ * a module linked at a fixed address every 8 bytes of its data at every 4-byte offset. 0 when
+ * they could not all be read (functions with indirect jumps stay refused). */
+static int data_code_addresses(const struct codemap *cm, int fd, const struct stat *st, uint64_t bias,
+                               const Elf64_Shdr *sh, int nsh, struct vec *entries)
+{
+    static Elf64_Rela rel[512];
+    static uint8_t buf[65536 + 8];
+    for (int i = 0; i < nsh; i++) {
+        if (sh[i].sh_type != SHT_RELA || !(sh[i].sh_flags & SHF_ALLOC))
+            continue;
+        if (sh[i].sh_entsize != sizeof(Elf64_Rela) || sh[i].sh_offset > (uint64_t)st->st_size ||
+            sh[i].sh_size > (uint64_t)st->st_size - sh[i].sh_offset)
+            return 0;
+        const Elf64_Shdr *link = sh[i].sh_link < (uint32_t)nsh ? &sh[sh[i].sh_link] : NULL;
+        uint64_t n = sh[i].sh_size / sizeof(Elf64_Rela);
+        for (uint64_t k = 0; k < n;) {
+            size_t chunk = n - k < 512 ? (size_t)(n - k) : 512;
+            if (!read_at(fd, rel, chunk * sizeof(Elf64_Rela), sh[i].sh_offset + k * sizeof(Elf64_Rela)))
+                return 0;
+            for (size_t j = 0; j < chunk; j++) {
+                uint32_t type = (uint32_t)ELF64_R_TYPE(rel[j].r_info), sym = (uint32_t)ELF64_R_SYM(rel[j].r_info);
+                uint64_t v;
+                if (type == R_X86_64_RELATIVE || type == R_X86_64_IRELATIVE) {
+                    v = (uint64_t)rel[j].r_addend + bias;
+                } else if (type == R_X86_64_64 && sym) {
+                    Elf64_Sym y;
+                    if (!link || link->sh_entsize != sizeof(Elf64_Sym) || (uint64_t)sym >= link->sh_size / sizeof(Elf64_Sym) ||
+                        !read_at(fd, &y, sizeof y, link->sh_offset + (uint64_t)sym * sizeof(Elf64_Sym)))
+                        return 0;
+                    if (y.st_shndx == SHN_UNDEF || y.st_shndx >= SHN_LORESERVE)
+                        continue; /* another module's: not code of this one */
+                    v = y.st_value + (uint64_t)rel[j].r_addend + bias;
+                } else {
+                    continue;
+                }
+                if (!code_address(cm, v, entries))
+                    return 0;
+            }
+            k += chunk;
+        }
+    }
+    if (!cm->fixed)
+        return 1;
+    for (int i = 0; i < cm->nds; i++) {
+        uint64_t size = cm->ds[i].hi - cm->ds[i].lo;
+        for (uint64_t off = 0; off + 8 <= size; off += 65536) {
+            size_t want = size - off < 65536 + 8 ? (size_t)(size - off) : 65536 + 8;
+            if (!read_at(fd, buf, want, cm->ds[i].off + off))
+                return 0;
+            for (size_t b = 0; b + 8 <= want && b < 65536; b += 4) {
+                uint64_t v;
+                memcpy(&v, buf + b, 8);
+                if (!code_address(cm, v, entries))
+                    return 0;
+            }
+        }
+    }
+    return 1;
+}
+
 static int read_file(struct codemap *cm, uint64_t bias, struct vec *funcs, struct vec *data, struct vec *entries)
 {
     static Elf64_Shdr sh[MAX_SHDRS];
@@ -276,7 +369,18 @@ static int read_file(struct codemap *cm, uint64_t bias, struct vec *funcs, struc
         !read_at(fd, sh, (size_t)eh.e_shnum * sizeof(Elf64_Shdr), eh.e_shoff))
         goto out;
     int symtab = -1, dynsym = -1;
+    cm->fixed = eh.e_type == ET_EXEC;
+    cm->computed_known = 1;
     for (int i = 0; i < eh.e_shnum; i++) {
+        if (sh[i].sh_type != SHT_NOBITS && (sh[i].sh_flags & SHF_ALLOC) && !(sh[i].sh_flags & SHF_EXECINSTR) &&
+            sh[i].sh_size) {
+            uint64_t lo = sh[i].sh_addr + bias, hi = lo + sh[i].sh_size;
+            if (cm->nds >= MAX_DSECS || hi < lo || sh[i].sh_offset > (uint64_t)st.st_size ||
+                sh[i].sh_size > (uint64_t)st.st_size - sh[i].sh_offset)
+                cm->computed_known = 0;
+            else
+                cm->ds[cm->nds++] = (struct xsec){lo, hi, sh[i].sh_offset};
+        }
         if (sh[i].sh_type == SHT_PROGBITS && (sh[i].sh_flags & SHF_EXECINSTR) && sh[i].sh_size) {
             uint64_t lo = sh[i].sh_addr + bias, hi = lo + sh[i].sh_size;
             if (cm->nxs >= MAX_XSECS || hi < lo || sh[i].sh_offset > (uint64_t)st.st_size ||
@@ -331,6 +435,8 @@ static int read_file(struct codemap *cm, uint64_t bias, struct vec *funcs, struc
         if (pass == 0 && symtab >= 0)
             break; /* .symtab holds .dynsym's symbols too */
     }
+    if (why == CODEMAP_OK && cm->computed_known)
+        cm->computed_known = data_code_addresses(cm, fd, &st, bias, sh, eh.e_shnum, entries);
 out:
     close(fd);
     return why;
@@ -463,19 +569,78 @@ static int eh_frame(struct codemap *cm, const void *hdr, struct vec *fdes, struc
     return CODEMAP_OK;
 }
 
-/* Records a decoded instruction's entry points: its branch or call target, and the return address
- * after a call. */
-static int note_entries(const struct x86_insn *d, uint64_t a, const uint8_t *code, struct vec *entries)
+/* Records a decoded instruction's entry points: its branch or call target, the return address
+ * after a call, and a code address it computes (a RIP-relative LEA of code; in a module at a fixed
+ * address an immediate or absolute displacement that reads as one). A LEA of the module's data is
+ * kept in `refs`: a jump table may start there. */
+static int note_entries(const struct codemap *cm, const struct x86_insn *d, uint64_t a, const uint8_t *code,
+                        struct vec *entries, struct vec *refs)
 {
     uint64_t t = branch_target(d, a, code), ret = a + d->len;
-    return (!t || vec_push(entries, &t)) && (!is_call(d) || vec_push(entries, &ret));
+    if (!((!t || vec_push(entries, &t)) && (!is_call(d) || vec_push(entries, &ret))))
+        return 0;
+    if (!cm->computed_known)
+        return 1;
+    if (d->rip_rel && !d->vex && d->map == 0 && d->opcode == 0x8d) {
+        uint64_t v = a + d->len + (uint64_t)(int64_t)d->disp;
+        if (xsec_of(cm, v))
+            return vec_push(entries, &v);
+        if (dsec_of(cm, v))
+            return vec_push(refs, &v);
+        return 1;
+    }
+    if (cm->fixed) {
+        if (d->imm_size >= 4 && !branch_target(d, a, code)) {
+            uint64_t v = 0;
+            memcpy(&v, code + d->imm_off, d->imm_size >= 8 ? 8 : 4);
+            if (!code_address(cm, v, entries))
+                return 0;
+        }
+        if (d->mem && !d->rip_rel && d->disp_size == 4 && !code_address(cm, (uint64_t)(uint32_t)d->disp, entries))
+            return 0;
+    }
+    return 1;
+}
+
+/* gcc's and clang's position-independent jump tables: 32-bit offsets from the table's address,
+ * which a LEA takes. Every word from each such address to the next one (or its section's end)
+ * that lands in code as an offset from it is an entry point. */
+static int table_entries(struct codemap *cm, struct vec *refs, struct vec *entries)
+{
+    if (!refs->n)
+        return 1;
+    uint64_t *r = refs->p;
+    sort_u64(r, refs->n);
+    for (size_t i = 0; i < refs->n; i++) {
+        if (i && r[i] == r[i - 1])
+            continue;
+        const struct xsec *x = dsec_of(cm, r[i]);
+        const struct mapping *m = maps_find(r[i]);
+        if (!x || !m || !m->read)
+            continue; /* not mapped readable: nothing can be read from it as a table either */
+        uint64_t end = x->hi < m->end ? x->hi : m->end;
+        for (size_t j = i + 1; j < refs->n; j++)
+            if (r[j] > r[i]) {
+                if (r[j] < end)
+                    end = r[j];
+                break;
+            }
+        size_t words = 0;
+        for (uint64_t a = r[i]; a + 4 <= end && words < MAX_TABLE_WORDS; a += 4, words++) {
+            int32_t off;
+            memcpy(&off, (const void *)(uintptr_t)a, 4);
+            if (!code_address(cm, r[i] + (uint64_t)(int64_t)off, entries))
+                return 0;
+        }
+    }
+    return 1;
 }
 
 /* A linear sweep of every executable section, restarted after data symbols. A known start (FDE,
  * symbol) inside an instruction of the sweep (glibc's signal-return FDE starts a byte early, for
  * unwinders that look up pc - 1) is read from too, up to the next known start: the entry points of
  * both readings are kept. Anything that does not read as code makes every entry point unknown. */
-static int sweep(struct codemap *cm, struct vec *entries)
+static int sweep(struct codemap *cm, struct vec *entries, struct vec *refs)
 {
     size_t nk = entries->n;
     uint64_t *known = zone_map((nk + 1) * 8);
@@ -500,7 +665,7 @@ static int sweep(struct codemap *cm, struct vec *entries)
             }
             struct x86_insn d;
             uint8_t code[16];
-            if (decode_at(a, hi, &d, code) != 0 || !note_entries(&d, a, code, entries)) {
+            if (decode_at(a, hi, &d, code) != 0 || !note_entries(cm, &d, a, code, entries, refs)) {
                 why = CODEMAP_UNKNOWN; /* code that does not read as code */
                 break;
             }
@@ -513,7 +678,7 @@ static int sweep(struct codemap *cm, struct vec *entries)
                     uint8_t c[16];
                     if (decode_at(b, hi, &x, c) != 0)
                         break; /* not code that way */
-                    if (!note_entries(&x, b, c, entries)) {
+                    if (!note_entries(cm, &x, b, c, entries, refs)) {
                         why = CODEMAP_UNKNOWN;
                         break;
                     }
@@ -554,8 +719,13 @@ static int build(struct codemap *cm, uint64_t pc)
         sort_fns(cm->data, cm->ndata);
     if (cm->fdes)
         sort_fns(cm->fdes, cm->nfdes);
+    struct vec refs = {0, 0, 0, 8};
     if (why == CODEMAP_OK)
-        why = sweep(cm, &entries);
+        why = sweep(cm, &entries, &refs);
+    if (why == CODEMAP_OK && cm->computed_known && !table_entries(cm, &refs, &entries))
+        cm->computed_known = 0;
+    if (refs.p)
+        zone_unmap(refs.p, refs.cap * refs.size);
     if (why == CODEMAP_OK && entries.n) {
         uint64_t *e = entries.p;
         sort_u64(e, entries.n);
@@ -665,7 +835,7 @@ int codemap_function(const struct codemap *cm, uint64_t pc, struct code_fn *fn)
         uint8_t code[16];
         if (decode_at(a, f->end, &d, code) != 0)
             return CODEMAP_EXTENT;
-        if (is_indirect_jump(&d))
+        if (is_indirect_jump(&d) && !cm->computed_known)
             return CODEMAP_INDIRECT;
         if (a == pc)
             hit = 1;
