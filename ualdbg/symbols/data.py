@@ -220,19 +220,6 @@ class ModuleData:
 
     # -- frames --------------------------------------------------------------------------------
 
-    @cached_property
-    def _units_by_pc(self) -> IntervalTable[int]:
-        dwarf = self.dwarf
-        items: list[tuple[int, int, int]] = []
-        if dwarf is not None:
-            try:
-                for cu in dwarf.dwarfinfo.iter_CUs():
-                    for lo, hi in dwarf.die_ranges(cu.get_top_DIE(), cu):
-                        items.append((lo, hi, cu.cu_offset))
-            except DWARF_ERRORS:
-                pass
-        return IntervalTable(items)
-
     def scopes_at(self, pc: int) -> list[tuple[str, DIE, list[DIE]]]:
         """(function name, scope DIE, its variables) from the function containing the link-time
         PC inward: the function, then its blocks and inlined helpers covering the PC."""
@@ -242,7 +229,8 @@ class ModuleData:
 
     def _scopes_at(self, pc: int) -> list[tuple[str, DIE, list[DIE]]]:
         dwarf = self.dwarf
-        offset = self._units_by_pc.find(pc)
+        # (the resolver's unit lookup: .debug_aranges, not every unit's top DIE)
+        offset = dwarf.unit_offset_at(pc) if dwarf is not None else None
         if dwarf is None or offset is None:
             return []
         out: list[tuple[str, DIE, list[DIE]]] = []

@@ -4,7 +4,6 @@ inlined) that contain it. Addresses are link-time addresses."""
 
 from __future__ import annotations
 
-import heapq
 import os
 import struct
 from bisect import bisect_right
@@ -421,7 +420,7 @@ class UnitLines:
         return self._pos_cache[key]
 
     @cached_property
-    def _lines(self) -> tuple[list[int], list[tuple[int, int] | None]]:
+    def _lines(self) -> _LineTables | None:
         """The unit's line table as gdb 13 reads it (dwarf2/read.c lnp_state_machine, buildsym.c
         record_line, symtab.c find_pc_sect_line), flattened: sorted change addresses, and the
         (file index, line) shown from each of them on (None: no line).
@@ -436,7 +435,7 @@ class UnitLines:
           dropped), unless the new row is not a statement and one was seen at that address."""
         program = self._program
         if program is None:
-            return [], []
+            return None
         try:
             header = program.header
             version = header["version"]
@@ -451,9 +450,9 @@ class UnitLines:
             program.stream.seek(program.program_start_offset)
             code = program.stream.read(program.program_end_offset - program.program_start_offset)
         except DWARF_ERRORS:
-            return [], []  # an undecodable program: no lines for this unit, but no retries
+            return None  # an undecodable program: no lines for this unit, but no retries
         if line_range == 0 or max_ops == 0:
-            return [], []
+            return None
         low_pc = self._low_pc
         # Per subfile (a source file, by path), its entries in recording order:
         # [address, line, is_stmt, order]
@@ -592,7 +591,7 @@ class UnitLines:
             pass  # a truncated program: the rows read before the end count
         # A file index per subfile, to name the answer (any index of that path names it alike).
         index_of = {subfile: index for index, subfile in subfiles.items()}
-        return _sweep(tables, index_of)
+        return _LineTables(tables, index_of)
 
     @cached_property
     def _low_pc(self) -> int:
@@ -603,66 +602,53 @@ class UnitLines:
         return min((lo for lo, _ in ranges), default=0)
 
     def line_at(self, addr: int) -> SourcePos | None:
-        addrs, shown = self._lines
-        i = bisect_right(addrs, addr) - 1
-        if i < 0 or shown[i] is None:
+        tables = self._lines
+        shown = tables.at(addr) if tables is not None else None
+        if shown is None:
             return None
-        file_index, line = shown[i]  # type: ignore[misc]
-        return self.pos(file_index, line)
+        return self.pos(*shown)
 
 
-def _sweep(
-        tables: dict[object, list[list[int]]], index_of: dict[object, int]
-    ) -> tuple[list[int], list[tuple[int, int] | None]]:
-        # find_pc_sect_line: per file, the last entry at or below the PC (entries sorted by
-        # address, end markers first at one address); a non-statement entry gives way to a
-        # statement entry at its address; an end marker (line 0) is no candidate. Of the files'
-        # candidates the one at the highest address wins (here: the later recorded on a tie).
-        events: list[tuple[int, int, list[int], object]] = []
+class _LineTables:
+    """A unit's recorded line entries per subfile, answering `at(addr)` as gdb's find_pc_sect_line
+    does: per file, the last entry at or below the PC (entries sorted by address, end markers
+    first at one address); a non-statement entry gives way to a statement entry at its address;
+    an end marker (line 0) is no candidate. Of the files' candidates the one at the highest address
+    wins, and on a tie the later recorded. One lookup reads each file's table by bisection: a run
+    asks for a few hundred PCs of units whose tables have hundreds of thousands of rows (CPython's
+    35 units: a sweep of every row took most of the post-processing, issue 34)."""
+
+    def __init__(self, tables: dict[object, list[list[int]]], index_of: dict[object, int]) -> None:
+        self._files: list[tuple[int, list[list[int]], list[int]]] = []
         for subfile, table in tables.items():
             table.sort(key=lambda e: (e[0], e[1] != 0))
-            for i, e in enumerate(table):
-                events.append((e[0], i, e, subfile))
-        events.sort(key=lambda ev: ev[0])
-        addrs: list[int] = []
-        shown: list[tuple[int, int] | None] = []
-        current: dict[object, list[int] | None] = {}
-        heap: list[tuple[int, int, object]] = []
-        i = 0
-        while i < len(events):
-            addr = events[i][0]
-            touched: dict[object, int] = {}
-            while i < len(events) and events[i][0] == addr:
-                touched[events[i][3]] = events[i][1]
-                i += 1
-            for subfile, last in touched.items():
-                table = tables[subfile]
-                best = table[last]
-                if best[1] and not best[2]:
-                    k = last
-                    while k > 0 and table[k - 1][0] == table[k][0] and table[k - 1][1] != 0 and not table[k][2]:
-                        k -= 1
-                    if table[k][2]:
-                        best = table[k]
-                current[subfile] = best if best[1] else None
-                if best[1]:
-                    heapq.heappush(heap, (-best[0], -best[3], subfile))
-            while heap:
-                _, neg_order, subfile = heap[0]
-                entry = current.get(subfile)
-                if entry is not None and entry[3] == -neg_order:
-                    break
-                heapq.heappop(heap)
-            answer: tuple[int, int] | None = None
-            if heap:
-                entry = current[heap[0][2]]
-                assert entry is not None
-                answer = (index_of[heap[0][2]], entry[1])
-            if not shown or shown[-1] != answer:
-                addrs.append(addr)
-                shown.append(answer)
-        return addrs, shown
+            self._files.append((index_of[subfile], table, [e[0] for e in table]))
+        self._memo: dict[int, tuple[int, int] | None] = {}
 
+    def at(self, addr: int) -> tuple[int, int] | None:
+        """(file index, line) shown at `addr`, or None: no line."""
+        if addr in self._memo:
+            return self._memo[addr]
+        best_key: tuple[int, int] | None = None
+        answer: tuple[int, int] | None = None
+        for index, table, addrs in self._files:
+            last = bisect_right(addrs, addr) - 1
+            if last < 0:
+                continue
+            best = table[last]
+            if best[1] and not best[2]:
+                k = last
+                while k > 0 and table[k - 1][0] == table[k][0] and table[k - 1][1] != 0 and not table[k][2]:
+                    k -= 1
+                if table[k][2]:
+                    best = table[k]
+            if not best[1]:
+                continue
+            key = (best[0], best[3])
+            if best_key is None or key > best_key:
+                best_key, answer = key, (index, best[1])
+        self._memo[addr] = answer
+        return answer
 
 
 class UnitScopes:
@@ -1100,10 +1086,16 @@ class DwarfIndex:
             self._rest = IntervalTable(items)
         return self._rest
 
-    def _unit_at(self, addr: int) -> Unit | None:
+    def unit_offset_at(self, addr: int) -> int | None:
+        """The offset of the unit whose code holds `addr`: .debug_aranges first, then the top
+        DIEs of the units it does not list (read on the first miss only)."""
         offset = self._aranges[0].find(addr)
         if offset is None:
             offset = self._rest_table().find(addr)
+        return offset  # type: ignore[no-any-return]
+
+    def _unit_at(self, addr: int) -> Unit | None:
+        offset = self.unit_offset_at(addr)
         if offset is None:
             return None
         if offset not in self._units:
