@@ -606,6 +606,10 @@ __attribute__((target("general-regs-only"), used)) HIDDEN struct skip_pair ualdb
     abort();
 }
 
+/* How many times patch_after an out-of-scope site traps before it is patched: until then each
+ * trap runs the rest of its routine unarmed, which a few traps pay for better than a patch. */
+#define OUT_OF_SCOPE_PATCH_AFTER 16u
+
 static void emulate(const struct ualdbg_site *s, greg_t *g, uint64_t pc)
 {
     struct x86_insn d;
@@ -786,10 +790,14 @@ static int handle_alignment_fault(ucontext_t *uc)
         add_record(pc, g, segb, flags);
     } else {
         __atomic_add_fetch(&G.hdr->ignored, 1, __ATOMIC_RELAXED);
-        if ((flags & UALDBG_SITE_SKIP) && skip_routine(s, g))
-            return 1;
     }
-    if (CFG.patch_after && s->count >= CFG.patch_after &&
+    /* An out-of-scope routine that faults is run unarmed to its return (skip_routine); a site of
+     * one that keeps trapping (libc's memcpy under CPython: 222,000 traps, most of its run) is
+     * patched instead, as an in-scope site is, once it has trapped OUT_OF_SCOPE_PATCH_AFTER
+     * times as often: from then on it costs its trampoline, and counts every access there. */
+    int skip = !(flags & UALDBG_SITE_IN_SCOPE) && (flags & UALDBG_SITE_SKIP);
+    uint32_t after = skip ? CFG.patch_after * OUT_OF_SCOPE_PATCH_AFTER : CFG.patch_after;
+    if (CFG.patch_after && s->count >= after &&
         !(flags & (UALDBG_SITE_PATCHED | UALDBG_SITE_UNPATCHABLE | UALDBG_SITE_SHADOW))) {
         uint64_t resume = patch_consider(s, &site_insn[s - G.sites], pc);
         if (resume) { /* patched: this fault (counted above) runs the trampoline's unchecked copy */
@@ -798,6 +806,8 @@ static int handle_alignment_fault(ucontext_t *uc)
             return 1;
         }
     }
+    if (skip && skip_routine(s, g))
+        return 1;
     if (flags & UALDBG_SITE_TRAMPOLINE) {
         g[REG_EFL] &= ~(greg_t)AC_BIT;
         g[REG_RIP] = (greg_t)s->trampoline;

@@ -1520,8 +1520,6 @@ static int never(uint32_t flags)
 {
     if (flags & UALDBG_SITE_REP)
         return UALDBG_PATCH_R_REP;
-    if (flags & UALDBG_SITE_SKIP)
-        return UALDBG_PATCH_R_SKIPPED;
     if (flags & UALDBG_SITE_EMULATED)
         return UALDBG_PATCH_R_TRANSFER;
     if (flags & UALDBG_SITE_STEPPED)

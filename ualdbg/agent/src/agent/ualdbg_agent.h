@@ -93,7 +93,7 @@ enum {
     UALDBG_PATCH_R_REP = 15,       /* a rep string instruction: one trap per element */
     UALDBG_PATCH_R_TRANSFER = 16,  /* call, jmp or ret through memory or the stack: emulated at each trap */
     UALDBG_PATCH_R_STEPPED = 17,   /* not decoded, or a far transfer: single-stepped at each trap */
-    UALDBG_PATCH_R_SKIPPED = 18,   /* in an out-of-scope string routine: one trap per call */
+    UALDBG_PATCH_R_SKIPPED = 18,   /* (no longer given: an out-of-scope site is patched after 16x patch_after traps) */
     UALDBG_PATCH_R_SEGMENT = 19,   /* an fs/gs-relative or 32-bit address */
     UALDBG_PATCH_R_STACK = 20,     /* push, pop, enter, leave: the stack pointer is the operand */
     UALDBG_PATCH_R_BITSTRING = 21, /* bt* with a register bit offset: the address moves with it */
