@@ -99,7 +99,18 @@ def _unit_end(cu: Any) -> int:
 
 def _skip_subtree(cu: Any, die: DIE, end: int) -> int:
     """The offset after `die`'s subtree, by a linear scan (each DIE is at least one byte: the scan
-    only moves forward): what a missing or backward DW_AT_sibling leaves to find."""
+    only moves forward): what a missing or backward DW_AT_sibling leaves to find. Kept per unit:
+    the scopes of one function are listed again for every site in it and its callers (gcc leaves
+    the sibling out on a scope's last child: LZ4's check scanned 400,000 DIEs for 117 sites)."""
+    ends = cu.__dict__.setdefault("_ualdbg_subtree_ends", {})
+    known = ends.get(die.offset)
+    if known is not None:
+        return known  # type: ignore[no-any-return]
+    ends[die.offset] = pos = _scan_subtree(cu, die, end)
+    return pos
+
+
+def _scan_subtree(cu: Any, die: DIE, end: int) -> int:
     pos, depth, n = die.offset + die.size, 1, 0
     while depth:
         if pos >= end or n > MAX_DIES:
