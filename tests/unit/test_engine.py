@@ -164,9 +164,11 @@ class StepperTarget(FakeTarget, FaultStepper):
     def __init__(self) -> None:
         super().__init__()
         self.queued: list[int] = []
+        self.to: list[int | None] = []
 
-    def step_over_fault(self, tid: int) -> None:
+    def step_over_fault(self, tid: int, to: int | None = None) -> None:
         self.queued.append(tid)
+        self.to.append(to)
 
 
 def test_a_debuggers_step_that_ends_outside_the_instructions_successors_is_said_once() -> None:
@@ -189,9 +191,12 @@ def test_a_debuggers_step_that_ends_outside_the_instructions_successors_is_said_
 
     assert fault_and_step(fault_pc + len(ADD_RMW)) is None and s.buffer.total == 1
     assert t.regs[1]["eflags"] & AC  # armed again
+    assert t.to[-1] is None  # single-stepped
     said = fault_and_step(fault_pc + 2)  # inside the instruction: not where it can go
     assert said is not None and f"{fault_pc:#x} ended at {fault_pc + 2:#x}" in said
     assert fault_and_step(fault_pc + 2) is None  # said once
+    # From then on the debugger runs that fault to the instruction's successor (a breakpoint).
+    assert t.to[-1] == fault_pc + len(ADD_RMW)
     assert s.buffer.total == 3
     assert fault_and_step(fault_pc) is None  # did not run: runs again...
     t.regs[1]["eflags"] |= AC

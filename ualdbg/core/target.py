@@ -178,8 +178,10 @@ class FaultStepper(Protocol):
     the line with AC clear). The adapter then runs the faulting instruction once under the
     debugger's own single-step and tells `Stops.fault_stepped` after it. lldb's hooks."""
 
-    def step_over_fault(self, tid: int) -> None:
-        """Queue one single-step of `tid` for when the process resumes; never resumes itself."""
+    def step_over_fault(self, tid: int, to: int | None = None) -> None:
+        """Queue one single-step of `tid` for when the process resumes; never resumes itself.
+        With `to`: run `tid` to that address instead (a breakpoint there: the instruction's one
+        successor), where a single-step of it was seen to land elsewhere."""
         ...
 
 

@@ -4,8 +4,13 @@ again for a rep string one (isa.insn.successors). lldb 19 once landed 0x34000000
 target (an int3 of ualdbg's inside the instruction, fixed since); issue 32 asks that such a step
 be seen. Still at the fault, the instruction did not run: it runs again, and the trap engine does
 not count its fault twice. Anywhere else it ran as other bytes, or the debugger lost track: said
-once per instruction, and a note in the trace."""
+once per instruction, and a note in the trace. Later faults at such an instruction are not
+single-stepped: the debugger runs the thread to the instruction's one successor (a breakpoint
+there), when it has one (not a branch, not a rep string one). UALDBG_STEP_FAULTS_BY_BREAKPOINT=1
+does so for every fault (a diagnostic, and how the tests run that path in a real lldb)."""
 from __future__ import annotations
+
+import os
 
 from ..isa.insn import Insn, successors
 
@@ -14,6 +19,17 @@ class StepEnds:
     def __init__(self) -> None:
         self.stepping: dict[int, tuple[int, frozenset[int] | None]] = {}  # tid -> (PC, where it may end)
         self.missteps: dict[int, tuple[int, tuple[int, ...]]] = {}  # PC -> (where it went, expected)
+        self.always = os.environ.get("UALDBG_STEP_FAULTS_BY_BREAKPOINT") == "1"
+
+    def by_breakpoint(self, pc: int, insn: Insn | None) -> int | None:
+        """Where to run the fault at `pc` to instead of single-stepping it: the instruction's one
+        successor, once a single-step of it landed elsewhere (None: single-step it)."""
+        if insn is None or not (self.always or pc in self.missteps) or insn.rep:
+            return None
+        ends = successors(insn)
+        if ends is None or len(ends) != 1 or insn.flow != "next":
+            return None
+        return next(iter(ends))
 
     def expect(self, tid: int, pc: int, insn: Insn | None) -> None:
         """The debugger is to step the fault at `pc` in `tid` (None: the decoder cannot say)."""
@@ -48,4 +64,5 @@ class StepEnds:
 def _note(pc: int, now: int, expected: tuple[int, ...]) -> str:
     return (f"the debugger's single-step of the faulting instruction at {pc:#x} ended at {now:#x}, not at "
             f"{' or '.join(f'{e:#x}' for e in expected)}: the program may not have run that instruction as it "
-            "would without ualdbg (a breakpoint inside its bytes?)")
+            "would without ualdbg (a breakpoint inside its bytes?)"
+            + (f"; its later faults run to {expected[0]:#x} by a breakpoint instead" if len(expected) == 1 else ""))

@@ -329,7 +329,7 @@ class TrapEngine:
         return Decision.STOP if stop else Decision.RESUME
 
     def _on_fault_stepper(self, target: Target, tid: int, info: SigInfo, flags: int,
-                          step_over_fault: Callable[[int], None]) -> Decision:
+                          step_over_fault: Callable[[int, int | None], None]) -> Decision:
         """For targets that single-step the fault themselves (lldb: FaultStepper). A STOP leaves
         AC set: whatever the user resumes with re-runs the instruction, whose SIGBUS (the one
         reported) is stepped over uncounted. AC is clear for one instruction (one iteration of a
@@ -343,8 +343,9 @@ class TrapEngine:
         self.pending[tid] = True  # True: ualdbg set no TF, so disarm must not clear it
         ac = self._ac()
         target.write_register(ac.register, flags & ~ac.ac_bit, tid)
-        self.steps.expect(tid, pc, self.faults.insn_at(target, a, pc, tid))
-        step_over_fault(tid)
+        insn = self.faults.insn_at(target, a, pc, tid)
+        self.steps.expect(tid, pc, insn)
+        step_over_fault(tid, self.steps.by_breakpoint(pc, insn))
         return Decision.RESUME
 
     def fault_stepped(self, target: Target, tid: int) -> str | None:

@@ -2,7 +2,9 @@
 a scripted thread plan single-steps the faulting instruction with AC clear, then the engine arms
 the thread again; after `off`, the same plan takes a thread stopped at a fault past it. lldb 19
 turns a single-step trap it did not ask for into a visible stop, so the engine's own TF path
-cannot serve here."""
+cannot serve here. Where a single-step of an instruction was seen to land elsewhere
+(engines/stepends.py), the plan runs the thread to the instruction's successor instead, by
+lldb's run-to-address plan (a breakpoint there)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -25,12 +27,30 @@ class FaultStep:
         self.plan = thread_plan
         self.thread = thread_plan.GetThread()
         self.start_pc = self.thread.GetFrameAtIndex(0).GetPC()
-        leave = args_data.GetValueForKey("leave") if args_data is not None and args_data.IsValid() else None
+        valid = args_data is not None and args_data.IsValid()
+        leave = args_data.GetValueForKey("leave") if valid else None
         self.leave = bool(leave is not None and leave.IsValid() and leave.GetBooleanValue())
+        to = args_data.GetValueForKey("to") if valid else None
+        self.to = int(to.GetIntegerValue()) if to is not None and to.IsValid() else None
+        self.finished = False
+        self.run_to: lldb.SBThreadPlan | None = None
         if hasattr(thread_plan, "SetStopOthers"):
             thread_plan.SetStopOthers(True)
+        if self.to is not None:
+            # The instruction's one successor, by a breakpoint there (run-to-address): its
+            # single-step was seen to land elsewhere.
+            address = lldb.SBAddress(self.to, self.thread.GetProcess().GetTarget())
+            error = lldb.SBError()
+            self.run_to = thread_plan.QueueThreadPlanForRunToAddress(address, error)
+            if not error.Success() or self.run_to is None or not self.run_to.IsValid():
+                self.run_to = None  # single-step after all
+            else:
+                self.run_to.SetStopOthers(True)
 
     def _done(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
         hooks = hooks_of_thread(self.thread)
         if hooks is not None:
             if self.leave or hooks.turned_leave(int(self.thread.GetThreadID())):
@@ -45,15 +65,20 @@ class FaultStep:
         return bool(is_alignment_sigbus(self.thread) and self.thread.GetFrameAtIndex(0).GetPC() == self.start_pc)
 
     def explains_stop(self, event: lldb.SBEvent) -> bool:
+        if self.run_to is not None:
+            return bool(self.run_to.IsPlanComplete() or self._stale_fault())
         return bool(self.thread.GetStopReason() == lldb.eStopReasonTrace or self._stale_fault())
 
     def should_stop(self, event: lldb.SBEvent) -> bool:
-        if self.thread.GetStopReason() == lldb.eStopReasonTrace:
+        if self.run_to is not None:
+            if self.run_to.IsPlanComplete():
+                self._done()
+        elif self.thread.GetStopReason() == lldb.eStopReasonTrace:
             self._done()
         return False
 
     def should_step(self) -> bool:
-        return True
+        return self.run_to is None
 
     def is_stale(self) -> bool:
         # Another plan (a user's step) ran the instruction, or a stop moved the thread: our step
@@ -92,10 +117,15 @@ class FaultSteps:
         # with the others stopped while SIGBUS was dropped: lldb spun, issue 32).
         self.leavers: set[int] = set()
 
-    def queue(self, thread: lldb.SBThread) -> None:
-        """FaultStepper.step_over_fault: the plan for this thread's fault."""
+    def queue(self, thread: lldb.SBThread, to: int | None = None) -> None:
+        """FaultStepper.step_over_fault: the plan for this thread's fault (`to`: run it there)."""
         self.stepping[int(thread.GetThreadID())] = thread.GetFrameAtIndex(0).GetPC()
-        err = thread.StepUsingScriptedThreadPlan(f"{_THIS}.FaultStep", False)
+        if to is not None:
+            args = lldb.SBStructuredData()
+            args.SetFromJSON(f'{{"to": {int(to)}}}')
+            err = thread.StepUsingScriptedThreadPlan(f"{_THIS}.FaultStep", args, False)
+        else:
+            err = thread.StepUsingScriptedThreadPlan(f"{_THIS}.FaultStep", False)
         if not err.Success():
             raise RuntimeError(f"cannot queue a single-step: {err.GetCString()}")
 

@@ -106,6 +106,15 @@ class StopRules:
         """The trap of a FaultStep, shown again because the thread has not run since."""
         return self.faultsteps.just_stepped(st.tid, st.pc)
 
+    def _fault_run_to(self, st: Stop) -> bool:
+        """The internal breakpoint of a FaultStep that ran its thread to the instruction's
+        successor (engines/stepends.py), shown because another thread stopped meanwhile (lldb
+        names it "breakpoint -N which has been deleted", or "breakpoint site N which has been
+        deleted"); a user's breakpoint there stays."""
+        number = int(st.thread.GetStopReasonDataAtIndex(0))
+        users = number > 0 and st.process.GetTarget().FindBreakpointByID(number).IsValid()
+        return not users and self.faultsteps.just_stepped(st.tid, st.pc)
+
     def _past_our_breakpoint(self, st: Stop) -> bool:
         """lldb single-stepped the instruction under one of our breakpoints to get past it (the
         `syscall` of clone3, say), and another thread stopped meanwhile."""
@@ -179,7 +188,8 @@ _STOP_RULES: dict[int, tuple[_Rule, ...]] = {
     lldb.eStopReasonSignal: ((StopRules._fault_being_stepped, _go_on),
                              (lambda rules, st: st.signo == SIGBUS, StopRules._on_sigbus),
                              (_always, StopRules._programs_signal)),
-    lldb.eStopReasonBreakpoint: ((StopRules._our_breakpoint_stop, _go_on),),
+    lldb.eStopReasonBreakpoint: ((StopRules._our_breakpoint_stop, _go_on),
+                                 (StopRules._fault_run_to, _go_on)),
     lldb.eStopReasonPlanComplete: ((StopRules._our_plan_complete, _go_on),),
     lldb.eStopReasonExec: ((_always, StopRules._on_exec),),
 }

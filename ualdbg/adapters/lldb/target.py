@@ -154,9 +154,9 @@ class FaultSteppingLldbTarget(LldbTarget, FaultStepper):
     `step_over` queues (faultstep.FaultSteps.queue), instead of setting TF itself (FaultStepper)."""
 
     def __init__(self, process: lldb.SBProcess, thread: lldb.SBThread | None,
-                 step_over: Callable[[lldb.SBThread], None]) -> None:
+                 step_over: Callable[[lldb.SBThread, int | None], None]) -> None:
         super().__init__(process, thread)
         self._step_over = step_over
 
-    def step_over_fault(self, tid: int) -> None:
-        self._step_over(self._thread(tid))
+    def step_over_fault(self, tid: int, to: int | None = None) -> None:
+        self._step_over(self._thread(tid), to)
