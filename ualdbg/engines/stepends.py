@@ -31,9 +31,11 @@ class StepEnds:
             return None
         return next(iter(ends))
 
-    def expect(self, tid: int, pc: int, insn: Insn | None) -> None:
-        """The debugger is to step the fault at `pc` in `tid` (None: the decoder cannot say)."""
+    def expect(self, tid: int, pc: int, insn: Insn | None) -> int | None:
+        """The debugger is to step the fault at `pc` in `tid` (None: the decoder cannot say);
+        returns where to run it to instead of a single-step (by_breakpoint), or None."""
         self.stepping[tid] = (pc, successors(insn) if insn is not None else None)
+        return self.by_breakpoint(pc, insn)
 
     def ended(self, tid: int, now: int) -> tuple[str | None, int | None]:
         """The step of `tid` ended at `now`: (the line to say, first time only; the PC whose fault

@@ -343,9 +343,7 @@ class TrapEngine:
         self.pending[tid] = True  # True: ualdbg set no TF, so disarm must not clear it
         ac = self._ac()
         target.write_register(ac.register, flags & ~ac.ac_bit, tid)
-        insn = self.faults.insn_at(target, a, pc, tid)
-        self.steps.expect(tid, pc, insn)
-        step_over_fault(tid, self.steps.by_breakpoint(pc, insn))
+        step_over_fault(tid, self.steps.expect(tid, pc, self.faults.insn_at(target, a, pc, tid)))
         return Decision.RESUME
 
     def fault_stepped(self, target: Target, tid: int) -> str | None:
