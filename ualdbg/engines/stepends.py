@@ -24,12 +24,9 @@ class StepEnds:
     def by_breakpoint(self, pc: int, insn: Insn | None) -> int | None:
         """Where to run the fault at `pc` to instead of single-stepping it: the instruction's one
         successor, once a single-step of it landed elsewhere (None: single-step it)."""
-        if insn is None or not (self.always or pc in self.missteps) or insn.rep:
+        if insn is None or insn.rep or insn.flow != "next" or not (self.always or pc in self.missteps):
             return None
-        ends = successors(insn)
-        if ends is None or len(ends) != 1 or insn.flow != "next":
-            return None
-        return next(iter(ends))
+        return insn.next_pc
 
     def expect(self, tid: int, pc: int, insn: Insn | None) -> int | None:
         """The debugger is to step the fault at `pc` in `tid` (None: the decoder cannot say);

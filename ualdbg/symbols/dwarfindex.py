@@ -433,8 +433,8 @@ class UnitLines:
     @cached_property
     def _lines(self) -> _LineTables | None:
         """The unit's line table as gdb 13 reads it (dwarf2/read.c lnp_state_machine, buildsym.c
-        record_line, symtab.c find_pc_sect_line), flattened: sorted change addresses, and the
-        (file index, line) shown from each of them on (None: no line).
+        record_line), as each file's recorded entries; _LineTables answers a PC from them as
+        symtab.c find_pc_sect_line does. None: the unit has no readable line program.
 
         Where gdb and binutils differ, gdb wins (issue 18), and the DWARF standard with it:
         - the file register starts at 1 in every sequence, in every DWARF version (DWARF 5,

@@ -12,7 +12,8 @@
  * every FDE and symbol start, which must each fall on an instruction boundary), every symbol,
  * every FDE start and every landing pad of every LSDA. Every table is read within the memory it
  * was found in (cfi.c's bounds); when anything does not hold, the module or the function is
- * refused, and the site keeps trapping.
+ * refused, and the site keeps trapping. It runs in the signal handler, under maps_lock: no
+ * allocation but the agent's own zone (process.c), no stdio.
  *
  * A function with an indirect jump (a switch's jump table, a computed goto: CPython's eval loop)
  * may be entered wherever a code address the program can compute points. Those are taken as
@@ -23,8 +24,7 @@
  * tables: 32-bit offsets from the table's own address), every 32-bit word from there to the next
  * such address that lands in code as an offset from it. A spurious entry point only keeps a
  * site trapping; a missing one would break the program, so a module whose data cannot be read
- * keeps its functions with indirect jumps refused. It runs in the signal handler, under maps_lock: no
- * allocation but the agent's own zone (process.c), no stdio.
+ * keeps its functions with indirect jumps refused.
  *
  * A map is the same for every process that maps the same file: the first process of a run to
  * build one writes it to the run's directory (codemap.DEV.INO.cm, addresses relative to the
@@ -42,7 +42,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -831,12 +830,12 @@ static int cache_load(struct codemap *cm, uint64_t bias)
              h.ino == (uint64_t)mod.st_ino && h.size == (uint64_t)mod.st_size &&
              h.mtime_s == (uint64_t)mod.st_mtim.tv_sec && h.mtime_ns == (uint64_t)mod.st_mtim.tv_nsec &&
              h.nxs > 0 && h.nxs <= MAX_XSECS && h.nds >= 0 && h.nds <= MAX_DSECS;
-    uint64_t total = sizeof h;
     if (ok) {
-        uint64_t words = (h.nfdes + h.nfuncs + h.ndata) * 2 + h.nentries;
+        /* each count below the file's length first: their sum cannot wrap */
         uint64_t limit = (uint64_t)st.st_size;
-        ok = h.nfdes < limit && h.nfuncs < limit && h.ndata < limit && h.nentries < limit &&
-             (total += (uint64_t)(h.nxs + h.nds) * sizeof(struct xsec) + words * 8) == limit;
+        ok = h.nfdes < limit && h.nfuncs < limit && h.ndata < limit && h.nentries < limit;
+        uint64_t words = (h.nfdes + h.nfuncs + h.ndata) * 2 + h.nentries;
+        ok = ok && sizeof h + (uint64_t)(h.nxs + h.nds) * sizeof(struct xsec) + words * 8 == limit;
     }
     struct xsec xs[MAX_XSECS + MAX_DSECS];
     uint64_t off = sizeof h;
