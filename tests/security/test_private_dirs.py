@@ -105,7 +105,7 @@ def test_the_buffer_reader_skips_a_file_its_directorys_owner_did_not_make(root_o
 
 def test_root_never_writes_into_a_directory_another_user_made_first(root_only: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shm = _world(tmp_path, 0o1777)
-    monkeypatch.setattr(rundir, "parents", lambda exec_needed=False: [str(shm)])
+    monkeypatch.setattr(rundir, "parents", lambda exec_needed=False, room=0: [str(shm)])
     lib = tmp_path / "ualdbg_agent.so"
     lib.write_bytes(b"\x7fELF not really")
     squatted = shm / f"ualdbg-lib-{os.geteuid()}"

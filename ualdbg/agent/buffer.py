@@ -20,6 +20,14 @@ SITE_SIZE = 664  # 640 before issue 33's cost-class counters (line_splits, page_
 OLD_SITE_SIZE = 640
 RECORD_SIZE = 176
 VARIANTS = 4
+
+
+def file_bytes(records: int) -> int:
+    """The length of one process's buffer file with room for `records` records, as the agent
+    lays it out (agent.c, buffer_create: header, 16,384 sites, the records, 4,096 patch entries
+    of 80 bytes, 16 MiB of maps): every page of it may be written."""
+    patches = (HEADER_SIZE + 16384 * SITE_SIZE + records * RECORD_SIZE + 63) & ~63
+    return ((patches + 4096 * 80 + 4095) & ~4095) + (16 << 20)
 GPR_NAMES = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
              "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15")
 

@@ -6,6 +6,7 @@ run directory with the one subdirectory that user may write buffers in, and a ro
 the agent that user can load."""
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -43,16 +44,17 @@ class RunDir:
         self.close()
 
 
-def parents(exec_needed: bool = False) -> list[str]:
+def parents(exec_needed: bool = False, room: int = 0) -> list[str]:
     """Where run directories go, best first: /dev/shm (memory), then the temporary directories;
-    only those no other user can swap our directory in, and not mounted noexec when a library is
-    to be loaded from there."""
+    only those no other user can swap our directory in, not mounted noexec when a library is to
+    be loaded from there, and with `room` bytes free (an agent's buffer is a sparse file: a page
+    it cannot allocate later is a SIGBUS in the program)."""
     out = []
     for d in ["/dev/shm", *temp_parents()]:
         real = os.path.realpath(d)
         if real in out or not os.path.isdir(real) or not os.access(real, os.W_OK | os.X_OK):
             continue
-        if safe_chain(real) and (not exec_needed or executable_here(real)):
+        if safe_chain(real) and (not exec_needed or executable_here(real)) and shutil.disk_usage(real).free >= room:
             out.append(real)
     return out
 
@@ -73,14 +75,14 @@ def _locked_mkdtemp(parent: str) -> tuple[str, int]:
     return top, fd
 
 
-def make(*, for_uid: int | None = None, for_gid: int | None = None) -> RunDir:
+def make(*, for_uid: int | None = None, for_gid: int | None = None, room: int = 0) -> RunDir:
     """A new run directory (stale ones reaped first). With `for_uid` (root tracing that user's
     process): the directory is root's, mode 0711, and its `buffers` subdirectory is that user's,
     0700: the only place that user can write, and one it cannot rename or replace (its parent is
     root's)."""
     reap()
     last: OSError | None = None
-    for parent in parents():
+    for parent in parents(room=room):
         try:
             top, fd = _locked_mkdtemp(parent)
         except OSError as exc:
@@ -101,6 +103,9 @@ def make(*, for_uid: int | None = None, for_gid: int | None = None) -> RunDir:
             last = exc
             continue
         return RunDir(top, os.path.join(top, BUFFERS), fd)
+    if last is None and room and parents():
+        free = ", ".join(f"{p}: {shutil.disk_usage(p).free >> 20} MiB" for p in parents())
+        raise OSError(errno.ENOSPC, f"no room: a traced process's buffer may take {room >> 20} MiB, and free is {free}")
     raise OSError(last.errno if last else 0, f"no private place for a run directory ({last.strerror if last else 'none'})")
 
 

@@ -223,11 +223,13 @@ def agent_environment(run: AgentRun, lib: str, directory: str, base: Mapping[str
     return {"LD_PRELOAD": f"{lib}:{own}" if own else lib, ENV_CONFIG: config}
 
 
-def run_directory(**kw: Any) -> rundir.RunDir:
+def run_directory(records: int = AgentRun.buffer, **kw: Any) -> rundir.RunDir:
     """A new private, locked run directory for the agent's buffers (agent/rundir.py; killed runs'
-    ones are reaped first); AgentUnavailable when there is no safe place for one."""
+    ones are reaped first), where one process's buffer of `records` records fits whole (a page
+    the agent cannot allocate later is a SIGBUS in the program); AgentUnavailable when there is
+    no safe place for one."""
     try:
-        return rundir.make(**kw)
+        return rundir.make(room=ab.file_bytes(records), **kw)
     except OSError as exc:
         raise AgentUnavailable(f"no private directory for the agent's buffers: {exc.strerror}") from None
 
@@ -260,7 +262,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
     path = run.program[0]
     preflight(path)
     lib = agent_library()
-    run_dir = run_directory()
+    run_dir = run_directory(run.buffer)
     directory = run_dir.buffers
     try:
         base = program_environ()

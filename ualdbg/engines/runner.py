@@ -276,8 +276,13 @@ def finished_status(cfg: dict[str, Any], log: str, failure: str, status: int = E
         if os.environ.get("UALDBG_DEBUG"):
             print(log_text, file=sys.stderr)
         raise ToolError(failure + " (UALDBG_DEBUG=1 shows its log)", status)
-    with open(cfg["status"]) as f:
-        return json.load(f), log_text
+    try:
+        with open(cfg["status"]) as f:
+            return json.load(f), log_text
+    except ValueError:  # cut short: the run directory's filesystem filled up, say
+        free = shutil.disk_usage(os.path.dirname(cfg["status"])).free
+        raise ToolError(f"{failure}: its status file is cut short ({free:,} bytes free where it was written)",
+                        status) from None
 
 
 def _guard() -> SignalGuard:

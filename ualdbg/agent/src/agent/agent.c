@@ -34,6 +34,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "access.h"
@@ -931,8 +932,14 @@ static int buffer_create(void)
     uint64_t maps_off = patch_off + (uint64_t)PATCH_CAPACITY * UALDBG_PATCH_SIZE;
     maps_off = (maps_off + 4095) & ~4095ull;
     uint64_t size = maps_off + MAPS_CAPACITY;
-    if (ftruncate(fd, (off_t)size) != 0) {
+    /* The file is sparse: its pages are allocated as the agent first writes them, and a write
+     * that finds the filesystem full raises SIGBUS in the program (a 16 KiB tmpfs killed the
+     * traced shell). Only where every page of it could be allocated: else this process is not
+     * traced, and ualdbg says so (its buffer is missing). */
+    struct statvfs vfs;
+    if (fstatvfs(fd, &vfs) != 0 || (uint64_t)vfs.f_bavail * vfs.f_frsize < size || ftruncate(fd, (off_t)size) != 0) {
         close(fd);
+        unlink(path);
         return -1;
     }
     void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
