@@ -21,8 +21,8 @@
  * address the module's relocations write (R_X86_64_RELATIVE, IRELATIVE, 64), in a module not
  * built position-independent every 8 bytes of its data and every immediate that read as a code
  * address, and for every table a LEA takes in the module's data (gcc's and clang's PIC jump
- * tables: 32-bit offsets from the table's own address), every 32-bit word from there to the next
- * such address that lands in code as an offset from it. A spurious entry point only keeps a
+ * tables: 32-bit offsets from the table's own address), every 32-bit word from there that lands
+ * in code as an offset from it, up to the first that does not or the next such address. A spurious entry point only keeps a
  * site trapping; a missing one would break the program, so a module whose data cannot be read
  * keeps its functions with indirect jumps refused.
  *
@@ -51,7 +51,7 @@
 
 #define MAX_CODEMAPS 128
 #define MAX_XSECS 32
-#define MAX_DSECS 64
+#define MAX_DSECS 64 /* non-executable PT_LOAD segments */
 #define MAX_TABLE_WORDS 65536 /* a jump table's words read at most (a switch of 64k cases) */
 #define MAX_SHDRS 1024
 #define MAX_PATCHED 32768
@@ -70,7 +70,7 @@ struct codemap {
     struct stat file; /* the module's file when the map was built */
     struct xsec xs[MAX_XSECS];
     int nxs;
-    struct xsec ds[MAX_DSECS]; /* allocated data sections with file contents */
+    struct xsec ds[MAX_DSECS]; /* data segments, their file-backed part */
     int nds;
     struct code_fn *fdes; /* sorted by start */
     size_t nfdes;
@@ -301,48 +301,71 @@ static int code_address(const struct codemap *cm, uint64_t v, struct vec *entrie
     return !xsec_of(cm, v) || vec_push(entries, &v);
 }
 
+/* The file offset of `n` bytes at link-time address `va`, in the module's data segments. */
+static int data_offset(const struct codemap *cm, uint64_t bias, uint64_t va, uint64_t n, uint64_t *off)
+{
+    const struct xsec *x = dsec_of(cm, va + bias);
+    if (!x || n > x->hi - (va + bias))
+        return 0;
+    *off = x->off + (va + bias - x->lo);
+    return 1;
+}
+
 /* The code addresses the module's data holds: what its relocations write (a position-independent
  * module's pointers to code: function pointers, computed-goto tables, non-PIC jump tables), and in
- * a module linked at a fixed address every 8 bytes of its data at every 4-byte offset. 0 when
- * they could not all be read (functions with indirect jumps stay refused). */
-static int data_code_addresses(const struct codemap *cm, int fd, const struct stat *st, uint64_t bias,
-                               const Elf64_Shdr *sh, int nsh, struct vec *entries)
+ * a module linked at a fixed address every 8 bytes of its data at every 4-byte offset. The
+ * relocations are those the dynamic loader applied (PT_DYNAMIC's DT_RELA), not what the section
+ * headers, which nothing loads, say they are. 0 when they could not all be read (functions with
+ * indirect jumps stay refused). */
+static int data_code_addresses(const struct codemap *cm, int fd, uint64_t bias, const Elf64_Phdr *dyn,
+                               struct vec *entries)
 {
     static Elf64_Rela rel[512];
+    static Elf64_Dyn dents[256];
     static uint8_t buf[65536 + 8];
-    for (int i = 0; i < nsh; i++) {
-        if (sh[i].sh_type != SHT_RELA || !(sh[i].sh_flags & SHF_ALLOC))
-            continue;
-        if (sh[i].sh_entsize != sizeof(Elf64_Rela) || sh[i].sh_offset > (uint64_t)st->st_size ||
-            sh[i].sh_size > (uint64_t)st->st_size - sh[i].sh_offset)
+    uint64_t rela = 0, relasz = 0, relaent = sizeof(Elf64_Rela), symtab = 0;
+    int have_rela = 0;
+    if (dyn) {
+        uint64_t n = dyn->p_filesz / sizeof(Elf64_Dyn);
+        if (n > 256 || !read_at(fd, dents, n * sizeof(Elf64_Dyn), dyn->p_offset))
             return 0;
-        const Elf64_Shdr *link = sh[i].sh_link < (uint32_t)nsh ? &sh[sh[i].sh_link] : NULL;
-        uint64_t n = sh[i].sh_size / sizeof(Elf64_Rela);
-        for (uint64_t k = 0; k < n;) {
-            size_t chunk = n - k < 512 ? (size_t)(n - k) : 512;
-            if (!read_at(fd, rel, chunk * sizeof(Elf64_Rela), sh[i].sh_offset + k * sizeof(Elf64_Rela)))
-                return 0;
-            for (size_t j = 0; j < chunk; j++) {
-                uint32_t type = (uint32_t)ELF64_R_TYPE(rel[j].r_info), sym = (uint32_t)ELF64_R_SYM(rel[j].r_info);
-                uint64_t v;
-                if (type == R_X86_64_RELATIVE || type == R_X86_64_IRELATIVE) {
-                    v = (uint64_t)rel[j].r_addend + bias;
-                } else if (type == R_X86_64_64 && sym) {
-                    Elf64_Sym y;
-                    if (!link || link->sh_entsize != sizeof(Elf64_Sym) || (uint64_t)sym >= link->sh_size / sizeof(Elf64_Sym) ||
-                        !read_at(fd, &y, sizeof y, link->sh_offset + (uint64_t)sym * sizeof(Elf64_Sym)))
-                        return 0;
-                    if (y.st_shndx == SHN_UNDEF || y.st_shndx >= SHN_LORESERVE)
-                        continue; /* another module's: not code of this one */
-                    v = y.st_value + (uint64_t)rel[j].r_addend + bias;
-                } else {
-                    continue;
-                }
-                if (!code_address(cm, v, entries))
-                    return 0;
+        for (uint64_t i = 0; i < n && dents[i].d_tag != DT_NULL; i++)
+            switch (dents[i].d_tag) {
+            case DT_RELA: rela = dents[i].d_un.d_ptr, have_rela = 1; break;
+            case DT_RELASZ: relasz = dents[i].d_un.d_val; break;
+            case DT_RELAENT: relaent = dents[i].d_un.d_val; break;
+            case DT_SYMTAB: symtab = dents[i].d_un.d_ptr; break;
+            case DT_REL: return 0; /* not x86-64's: a module not understood */
             }
-            k += chunk;
+    }
+    uint64_t rel_off = 0;
+    if (have_rela && (relaent != sizeof(Elf64_Rela) || !data_offset(cm, bias, rela, relasz, &rel_off)))
+        return 0;
+    uint64_t n = have_rela ? relasz / sizeof(Elf64_Rela) : 0;
+    for (uint64_t k = 0; k < n;) {
+        size_t chunk = n - k < 512 ? (size_t)(n - k) : 512;
+        if (!read_at(fd, rel, chunk * sizeof(Elf64_Rela), rel_off + k * sizeof(Elf64_Rela)))
+            return 0;
+        for (size_t j = 0; j < chunk; j++) {
+            uint32_t type = (uint32_t)ELF64_R_TYPE(rel[j].r_info), sym = (uint32_t)ELF64_R_SYM(rel[j].r_info);
+            uint64_t v, sym_off;
+            if (type == R_X86_64_RELATIVE || type == R_X86_64_IRELATIVE) {
+                v = (uint64_t)rel[j].r_addend + bias;
+            } else if (type == R_X86_64_64 && sym) {
+                Elf64_Sym y;
+                if (!symtab || !data_offset(cm, bias, symtab + (uint64_t)sym * sizeof y, sizeof y, &sym_off) ||
+                    !read_at(fd, &y, sizeof y, sym_off))
+                    return 0;
+                if (y.st_shndx == SHN_UNDEF || y.st_shndx >= SHN_LORESERVE)
+                    continue; /* another module's: not code of this one */
+                v = y.st_value + (uint64_t)rel[j].r_addend + bias;
+            } else {
+                continue;
+            }
+            if (!code_address(cm, v, entries))
+                return 0;
         }
+        k += chunk;
     }
     if (!cm->fixed)
         return 1;
@@ -385,16 +408,28 @@ static int read_file(struct codemap *cm, uint64_t bias, struct vec *funcs, struc
     int symtab = -1, dynsym = -1;
     cm->fixed = eh.e_type == ET_EXEC;
     cm->computed_known = 1;
-    for (int i = 0; i < eh.e_shnum; i++) {
-        if (sh[i].sh_type != SHT_NOBITS && (sh[i].sh_flags & SHF_ALLOC) && !(sh[i].sh_flags & SHF_EXECINSTR) &&
-            sh[i].sh_size) {
-            uint64_t lo = sh[i].sh_addr + bias, hi = lo + sh[i].sh_size;
-            if (cm->nds >= MAX_DSECS || hi < lo || sh[i].sh_offset > (uint64_t)st.st_size ||
-                sh[i].sh_size > (uint64_t)st.st_size - sh[i].sh_offset)
+    /* The data the loader maps from the file (non-executable PT_LOAD segments, their file part:
+     * what is zero-filled holds no code address), and PT_DYNAMIC: the loader's view, not the
+     * section headers'. */
+    static Elf64_Phdr ph[64];
+    const Elf64_Phdr *dyn = NULL;
+    if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum > 64 || eh.e_phoff > (uint64_t)st.st_size ||
+        !read_at(fd, ph, (size_t)eh.e_phnum * sizeof(Elf64_Phdr), eh.e_phoff))
+        cm->computed_known = 0;
+    for (int i = 0; cm->computed_known && i < eh.e_phnum; i++) {
+        if (ph[i].p_offset > (uint64_t)st.st_size || ph[i].p_filesz > (uint64_t)st.st_size - ph[i].p_offset)
+            cm->computed_known = 0;
+        else if (ph[i].p_type == PT_DYNAMIC)
+            dyn = &ph[i];
+        else if (ph[i].p_type == PT_LOAD && !(ph[i].p_flags & PF_X) && ph[i].p_filesz) {
+            uint64_t lo = ph[i].p_vaddr + bias, hi = lo + ph[i].p_filesz;
+            if (cm->nds >= MAX_DSECS || hi < lo)
                 cm->computed_known = 0;
             else
-                cm->ds[cm->nds++] = (struct xsec){lo, hi, sh[i].sh_offset};
+                cm->ds[cm->nds++] = (struct xsec){lo, hi, ph[i].p_offset};
         }
+    }
+    for (int i = 0; i < eh.e_shnum; i++) {
         if (sh[i].sh_type == SHT_PROGBITS && (sh[i].sh_flags & SHF_EXECINSTR) && sh[i].sh_size) {
             uint64_t lo = sh[i].sh_addr + bias, hi = lo + sh[i].sh_size;
             if (cm->nxs >= MAX_XSECS || hi < lo || sh[i].sh_offset > (uint64_t)st.st_size ||
@@ -450,7 +485,7 @@ static int read_file(struct codemap *cm, uint64_t bias, struct vec *funcs, struc
             break; /* .symtab holds .dynsym's symbols too */
     }
     if (why == CODEMAP_OK && cm->computed_known)
-        cm->computed_known = data_code_addresses(cm, fd, &st, bias, sh, eh.e_shnum, entries);
+        cm->computed_known = data_code_addresses(cm, fd, bias, dyn, entries);
 out:
     close(fd);
     return why;
@@ -617,8 +652,8 @@ static int note_entries(const struct codemap *cm, const struct x86_insn *d, uint
 }
 
 /* gcc's and clang's position-independent jump tables: 32-bit offsets from the table's address,
- * which a LEA takes. Every word from each such address to the next one (or its section's end)
- * that lands in code as an offset from it is an entry point. */
+ * which a LEA takes. Every word from each such address, up to the next one (or its segment's
+ * end) and the first that does not land in code as an offset from it, is an entry point. */
 static int table_entries(struct codemap *cm, struct vec *refs, struct vec *entries)
 {
     if (!refs->n)
@@ -639,11 +674,16 @@ static int table_entries(struct codemap *cm, struct vec *refs, struct vec *entri
                     end = r[j];
                 break;
             }
+        /* Every word of a jump table lands in code: the first one that does not ends it (and
+         * ends the reading of whatever else a LEA takes there: strings, constants). */
         size_t words = 0;
         for (uint64_t a = r[i]; a + 4 <= end && words < MAX_TABLE_WORDS; a += 4, words++) {
             int32_t off;
             memcpy(&off, (const void *)(uintptr_t)a, 4);
-            if (!code_address(cm, r[i] + (uint64_t)(int64_t)off, entries))
+            uint64_t t = r[i] + (uint64_t)(int64_t)off;
+            if (!xsec_of(cm, t))
+                break;
+            if (!vec_push(entries, &t))
                 return 0;
         }
     }
