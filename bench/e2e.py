@@ -162,10 +162,16 @@ def measure(code: Path, reps: int, log: Any = print, wait: float = 60.0) -> dict
 POST = """
 import io, json, sys, time
 from ualdbg.engines.agent import AgentRun, load_images, document
-try:
-    from ualdbg.cli.outputs import write_json
-except ImportError:  # a tree from before the layout of issue 19
-    from ualdbg.ci.outputs import write_json
+try:  # a TraceResult since issue 30
+    from ualdbg.cli.outputs import write_trace
+    from ualdbg.render.formats import FORMATS
+    def write_json(doc, path, what):
+        return write_trace(doc, path, FORMATS["json"], what)
+except ImportError:
+    try:
+        from ualdbg.cli.outputs import write_json
+    except ImportError:  # a tree from before the layout of issue 19
+        from ualdbg.ci.outputs import write_json
 from ualdbg.render.console import make_console
 from ualdbg.render.tables import header, summary_table
 a = json.loads(sys.argv[1])
@@ -189,6 +195,7 @@ def postprocess(codes: list[Path], reps: int) -> dict[str, dict[int, list[float]
     buffer files for every tree, the program run once per ring size."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+    from ualdbg.agent.buffer import buffer_files
     from ualdbg.engines.agent import AgentRun, agent_environment, agent_library
 
     lib = agent_library()
@@ -200,7 +207,7 @@ def postprocess(codes: list[Path], reps: int) -> dict[str, dict[int, list[float]
             program = [str(PROGRAM), str(N2)]
             added = agent_environment(AgentRun(program, buffer=ring, patch_after=0), lib, d, os.environ)
             subprocess.run(program, env=dict(os.environ, **added), stdout=subprocess.DEVNULL, check=True)
-            pid = min(int(name.split(".")[0]) for name in os.listdir(d))
+            pid = min(pid for pid, _gen, _path in buffer_files(d))
             for code in codes:
                 args = {"program": program, "buffer": ring, "dir": d, "pid": pid, "reps": reps,
                         "json": str(Path(o) / "t.json")}

@@ -29,6 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from ualdbg.agent.buffer import buffer_files  # noqa: E402
 from ualdbg.engines.agent import AgentRun, agent_environment, agent_library  # noqa: E402
 
 EXAMPLES = ROOT / "examples" / "build"
@@ -93,7 +94,7 @@ def same_buffers(base: Path, buffer: int) -> bool:
                                     stderr=subprocess.DEVNULL)
             status = proc.wait()
             ended = time.monotonic()
-            images = len(os.listdir(d))
+            images = len(buffer_files(d))  # (not the code maps the run shares there)
             args = {"program": program, "buffer": buffer, "dir": d, "pid": proc.pid, "started": started, "ended": ended,
                     "status": status, "env": added, "lib": lib}
             old, new = render(base, args), render(ROOT, args)

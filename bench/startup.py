@@ -139,9 +139,11 @@ def postprocess(reps: int) -> list[tuple[str, int, int, float]]:
     """(case, faults, sites, best seconds) of the post-processing of one run's buffers."""
     import io
 
-    from ualdbg.cli.outputs import write_json
+    from ualdbg.agent.buffer import buffer_files
+    from ualdbg.cli.outputs import write_trace
     from ualdbg.engines.agent import AgentRun, agent_environment, agent_library, document, load_images
     from ualdbg.render.console import make_console
+    from ualdbg.render.formats import FORMATS
     from ualdbg.render.tables import header, summary_table
 
     loop, lib = build("patch_loop"), agent_library()
@@ -155,19 +157,19 @@ def postprocess(reps: int) -> list[tuple[str, int, int, float]]:
             run = AgentRun(program)
             subprocess.run(program, env=dict(os.environ, **agent_environment(run, lib, d, os.environ)),
                            stdout=subprocess.DEVNULL, check=True)
-            pid = min(int(f.split(".")[0]) for f in os.listdir(d))
+            pid = min(pid for pid, _gen, _path in buffer_files(d))  # (the run shares code maps there too)
             best = float("inf")
             document(run, load_images(d), pid, 0.0, 1.0, 0, None, {}, "")  # imports and the ELF's indexes: once a run
             for _ in range(reps):
                 t0 = time.perf_counter()
                 doc = document(run, load_images(d), pid, 0.0, 1.0, 0, None, {}, "")
-                write_json(doc, str(Path(o) / "t.json"), "the JSON output")
+                write_trace(doc, str(Path(o) / "t.json"), FORMATS["json"], "the JSON output")
                 console = make_console(io.StringIO())
                 console.print(header(doc))
                 console.print(summary_table(doc, "pc"))
                 best = min(best, time.perf_counter() - t0)
-            if doc["faults_total"] != faults or len(doc["sites"]) != sites:
-                raise SystemExit(f"{WHO}: {name}: {doc['faults_total']} faults at {len(doc['sites'])} sites, "
+            if doc.faults_total != faults or len(doc.sites) != sites:
+                raise SystemExit(f"{WHO}: {name}: {doc.faults_total} faults at {len(doc.sites)} sites, "
                                  f"expected {faults} at {sites}")
             rows.append((name, faults, sites, best))
     return rows
