@@ -387,3 +387,12 @@ int access_of(const struct x86_insn *d, const uint8_t *code, struct access *a)
     a->reason = 0;
     return 1;
 }
+
+int access_disp8_scale(const struct x86_insn *d, const uint8_t *code)
+{
+    struct access a;
+    if (d->vex != 4 || d->disp_size != 1)
+        return 1;
+    access_of(d, code, &a);
+    return a.scale > 1 ? a.scale : 1;
+}

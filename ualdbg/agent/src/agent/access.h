@@ -26,4 +26,7 @@ struct access {
 /* 1 when the patcher can count the instruction's faults (and how), 0 with a->reason otherwise. */
 int access_of(const struct x86_insn *d, const uint8_t *code, struct access *a);
 
+/* An EVEX disp8's scale N for the address computation (1 for anything else, or not known). */
+int access_disp8_scale(const struct x86_insn *d, const uint8_t *code);
+
 #endif

@@ -340,7 +340,7 @@ static uint64_t seg_base(int seg)
 
 static uint64_t effective_address(const struct x86_insn *d, const greg_t *g, uint64_t pc, uint64_t segb)
 {
-    uint64_t ea = (uint64_t)(int64_t)d->disp;
+    uint64_t ea = (uint64_t)((int64_t)d->disp * (d->disp_size == 1 && d->disp8_scale > 1 ? d->disp8_scale : 1));
     if (d->base == X86_RIP)
         ea += pc + d->len;
     else if (d->base >= 0)
@@ -461,6 +461,8 @@ static void site_build_from(struct ualdbg_site *s, uint64_t pc, const uint8_t *o
         flags |= UALDBG_SITE_IN_SCOPE;
     struct x86_insn d;
     int ok = ualdbg_x86_decode(code, avail, &d) == 0;
+    if (ok)
+        d.disp8_scale = (uint8_t)access_disp8_scale(&d, code); /* the fault's address, right */
     site_insn[s - G.sites] = d;
     s->insn_len = ok ? d.len : 0;
     memcpy(s->insn, code, sizeof s->insn); /* all of it: the reader decodes even what this cannot */

@@ -38,6 +38,8 @@ struct x86_insn {
     uint8_t string;    /* movs/cmps/stos/lods/scas/ins/outs */
     uint8_t flow;
     int32_t disp;
+    uint8_t disp8_scale; /* an EVEX disp8's N (compressed displacement) where the agent knows it
+                          * (access.c, set at a site's decoding); 0 or 1: unscaled */
 };
 
 int ualdbg_x86_decode(const uint8_t *code, size_t avail, struct x86_insn *out);
