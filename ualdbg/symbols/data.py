@@ -76,6 +76,7 @@ class ModuleData:
         self.common_decl: dict[str, tuple[str | None, int | None]] = {}  # "COMMON /data/" -> file, line
         self._locations: dict[int, Any] = {}
         self._scopes: dict[int, list[tuple[str, DIE, list[DIE]]]] = {}
+        self._inner_of: dict[int, tuple[list[tuple[DIE, list[tuple[int, int]]]], list[DIE]]] = {}
 
     @property
     def dwarf(self) -> DwarfIndex | None:
@@ -246,13 +247,20 @@ class ModuleData:
                 nxt = None
                 # Outside functions, only the children that can hold the PC are read (the unit's
                 # top level is most of a big unit); inside, the function's own DIEs.
-                for child in self._outer_children(cu, level, pc) if not out else die_children(level):
-                    if child.tag in ("DW_TAG_namespace", "DW_TAG_module") and out == []:
-                        if any(covers(c) for c in die_children(child) if c.tag == "DW_TAG_subprogram"):
+                if out:
+                    # inside a function: its scopes' ranges, read once per scope (a run asks for
+                    # the scopes of hundreds of PCs in one function: CPython's eval loop)
+                    for child, ranges in self._inner(level, cu)[0]:
+                        if any(lo <= pc < hi for lo, hi in ranges):
                             nxt = child
                             break
-                    if child.tag == "DW_TAG_subprogram" or (child.tag in _SCOPES and out):
-                        if covers(child):
+                else:
+                    for child in self._outer_children(cu, level, pc):
+                        if child.tag in ("DW_TAG_namespace", "DW_TAG_module"):
+                            if any(covers(c) for c in die_children(child) if c.tag == "DW_TAG_subprogram"):
+                                nxt = child
+                                break
+                        if child.tag == "DW_TAG_subprogram" and covers(child):
                             nxt = child
                             break
                 if nxt is None:
@@ -264,11 +272,32 @@ class ModuleData:
                 elif nxt.tag == "DW_TAG_inlined_subroutine":
                     func_name = dwarf.shown_name(nxt, cu, [], inlined=True) or name_of(origin(nxt)) or func_name
                 if nxt.tag not in ("DW_TAG_namespace", "DW_TAG_module"):
-                    out.append((func_name, nxt, [c for c in die_children(nxt) if c.tag in _VARS]))
+                    out.append((func_name, nxt, self._inner(nxt, cu)[1]))
                 level = nxt
         except DWARF_ERRORS:
             return out
         return out
+
+    def _inner(self, scope: DIE, cu: CompileUnit) -> tuple[list[tuple[DIE, list[tuple[int, int]]]], list[DIE]]:
+        """A function's or inner scope's child scopes (subprograms, blocks, inlined calls) with
+        their address ranges, in order, and its variables and parameters: read once per DIE."""
+        known = self._inner_of.get(scope.offset)
+        if known is None:
+            dwarf = self.dwarf
+            assert dwarf is not None
+            scopes: list[tuple[DIE, list[tuple[int, int]]]] = []
+            variables: list[DIE] = []
+            for child in die_children(scope):
+                if child.tag == "DW_TAG_subprogram" or child.tag in _SCOPES:
+                    try:
+                        ranges = dwarf.die_ranges(child, cu)
+                    except DWARF_ERRORS:
+                        ranges = []  # an unreadable scope holds no PC; its siblings still count
+                    scopes.append((child, ranges))
+                elif child.tag in _VARS:
+                    variables.append(child)
+            known = self._inner_of[scope.offset] = (scopes, variables)
+        return known
 
     def _outer_children(self, cu: CompileUnit, level: DIE, pc: int) -> Iterator[DIE]:
         """The children of the unit's top DIE (or of a namespace or module in it) that may be or
