@@ -122,3 +122,21 @@ def test_report_starts_on_a_clean_line_of_a_terminal() -> None:
     assert before.endswith(b" " * 100 + b"\r\x1b[K"), before  # PROMPT_SP: to the start of a clean line
     piped = run_cli("trace", "--", str(BUILD / "not_aligned"), "3")
     assert piped.stderr.startswith("Unaligned accesses in"), piped.explain()  # not a terminal: nothing added
+
+
+def test_trace_and_check_limit_their_summary(tmp_path: Path) -> None:
+    """trace and check print the hottest --limit sites (a big program's 240 sites took rich longer
+    to lay out than the program took to run, issue 34); their JSON holds every site."""
+    def rows(text: str) -> int:
+        return len(re.findall(r"^\s+\d+\s+[\d.]+%", text, re.M))
+
+    for cmd in ("trace", "check"):
+        out = tmp_path / f"{cmd}.json"
+        cut = run_cli(cmd, "--limit", "2", "--json", str(out), "--", str(BUILD / "memalign"), "100", "5")
+        assert rows(cut.stderr) == 2 and "the first 2 sites of 4 shown (--limit N; --limit 0 shows all)" in cut.stderr, \
+            cut.explain()
+        assert len(json.loads(out.read_text())["sites"]) == 4, cut.explain()
+        every = run_cli(cmd, "--limit", "0", "--", str(BUILD / "memalign"), "100", "5")
+        assert rows(every.stderr) == 4 and "shown" not in every.stderr, every.explain()
+    p = run_cli("trace", "--help")
+    assert "--limit N" in p.stdout and "hottest N sites" in " ".join(p.stdout.split()), p.explain()

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..ci import baseline
 from ..ci.gate import EXIT_CLEAN, STATUSES
-from ..commands.argtypes import positive
+from ..commands.argtypes import nonnegative, positive
 from ..commands.options import (
     SHELL_ENGINES,
     add_buffer_arg,
@@ -35,6 +35,9 @@ TRACE_STATUSES = f"""exit status:
 {STATUSES}"""
 
 
+SUMMARY_LIMIT = 40  # rows a person reads; a table of every site of a big program took longer than its run
+
+
 def run_options(p: argparse.ArgumentParser) -> None:
     """trace's and check's options; those a debugger command has too come from commands/options."""
     p.add_argument("--json", metavar="FILE", help=JSON_HELP)
@@ -55,6 +58,9 @@ def run_options(p: argparse.ArgumentParser) -> None:
                         "until Ctrl-C, --duration or its exit; the agent is injected into it (--engine trap: gdb); it "
                         "goes on unchanged after the detach")
     p.add_argument("--duration", type=seconds, default=None, metavar="S", help="with --pid: detach after S seconds")
+    p.add_argument("--limit", type=nonnegative, default=SUMMARY_LIMIT, metavar="N",
+                   help=f"the summary's hottest N sites (or --by rows) and their data (default {SUMMARY_LIMIT}; 0: all); "
+                        "--json, --sarif and --format files always hold every site")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROG ARGS (a native program, or a #! script: "
                    "the agent then traces the programs it runs)")
 
@@ -142,7 +148,8 @@ def _print_trace(args: argparse.Namespace, run: Any, known: Any, last: str | Non
         write_trace(result, args.json, FORMATS["json"], "the JSON output")
     out = sink(args)
     # the records written are partial when patched sites left faults without one (issue 31)
-    for item in report_items(result, getattr(args, "by", "pc"), costs=costs_for(result), records_written=bool(args.json)):
+    for item in report_items(result, getattr(args, "by", "pc"), costs=costs_for(result), records_written=bool(args.json),
+                             limit=getattr(args, "limit", 0) or None):
         out.print(item)
     if last:
         out.print(last)

@@ -31,13 +31,14 @@ def per_program(result: TraceResult) -> str | None:
 
 
 def report_items(result: TraceResult, by: str = "pc", *, programs: bool = True, costs: CostTable | None = None,
-                 records_written: bool = False) -> list[Any]:
+                 records_written: bool = False, limit: int | None = None) -> list[Any]:
     """The report's parts in order: lines of text and rich tables (a console prints them).
     `costs`: the prices the summary ranks by (isa/costclass.costs_for); `records_written`: the
-    records go to a file too, so the agent's note that some faults have none is said (issue 31)."""
+    records go to a file too, so the agent's note that some faults have none is said (issue 31);
+    `limit`: the summary's first N rows only (None: all)."""
     items: list[Any] = [header(result)]
     if result.sites:
-        items.append(summary_table(result, by, costs))
+        items.append(summary_table(result, by, costs, limit=limit))
     text = per_program(result) if programs else None
     if text:
         items.append(text)
