@@ -10,6 +10,7 @@ import stat
 import subprocess
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agentrun import build_agent_programs, by_function, require_agent, trace
@@ -251,3 +252,37 @@ def test_many_threads_at_the_same_new_pcs(agent_programs: Path, tmp_path: Path) 
     # of its accesses the CPU checks depends on the CPU: vector moves differ).
     out = doc["agent"]["out_of_scope"]
     assert out["routine_calls_run_unarmed"] <= threads * (n // 16 + 1) + 50, run.explain()
+
+
+def test_sites_are_named_while_the_program_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sites a running program has so far are named at idle priority while it runs (engines/
+    agent.py, _Warmer), so that the document after it finds the DWARF read (issue 34); the
+    document is the same as without (UALDBG_WARM=0), names and data included."""
+    import threading
+
+    import ualdbg.engines.agent as agent
+    from ualdbg.engines.agent import AgentRun, run_agent
+
+    warmed: list[tuple[str, int]] = []
+    real = agent.image_result
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        if threading.current_thread().name == "ualdbg-warm":
+            warmed.append((os.path.basename(args[1].header.exe), len(args[1].sites)))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(agent, "image_result", counting)
+    prog = ["/bin/sh", "-c", f"{BUILD / 'memalign'} 100 5; sleep 1"]
+
+    def named(result: Any) -> list[tuple[Any, ...]]:
+        return sorted((s.pc, s.count, s.loc.function, s.loc.file, s.loc.line, s.data.text if s.data else None)
+                      for s in result.sites)
+
+    warm = run_agent(AgentRun(list(prog))).result
+    # memalign's sites (its four, and the C library's out of scope), each named once while sh slept
+    assert sum(n for exe, n in warmed if exe == "memalign") >= 4, warmed
+    monkeypatch.setenv("UALDBG_WARM", "0")
+    warmed.clear()
+    cold = run_agent(AgentRun(list(prog))).result
+    assert not warmed
+    assert named(warm) == named(cold) and len(warm.sites) == 4, (named(warm), named(cold))

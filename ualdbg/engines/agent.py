@@ -279,6 +279,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
             guard.restore()
             raise
         guard.start(proc)
+        warmer = _Warmer(run, directory, started, lib, proc.pid) if os.environ.get("UALDBG_WARM") != "0" else None
         progress = Progress(directory)
         done = threading.Event()
         poller = None
@@ -298,6 +299,8 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
             guard.restore()
             ended = time.monotonic()
             done.set()
+            if warmer is not None:
+                warmer.finish()
             if poller is not None:
                 poller.join()
                 if on_progress is not None:
@@ -350,16 +353,63 @@ class Image:
     patch_after: int = 0
 
 
-def load_images(directory: str) -> list[Image]:
+def load_images(directory: str, records: bool = True) -> list[Image]:
+    """Every process image's buffer in the run's directory; `records` False: without the ring's
+    records (the sites so far of a run still going: _Warmer)."""
     images = []
     for _pid, _gen, path in ab.buffer_files(directory):
         try:
             with ab.AgentBuffer(path) as buf:
-                images.append(Image(buf.header(), list(buf.sites()), buf.record_bytes(),
+                images.append(Image(buf.header(), list(buf.sites()), buf.record_bytes() if records else b"",
                                     [text for _ns, text in buf.maps_snapshots()], buf.patches(), buf.patch_after()))
         except ab.BufferError:
             continue
     return images
+
+
+WARM_EVERY = 0.1  # seconds between two looks at a running program's new sites
+
+
+class _Warmer:
+    """While the program runs, its sites so far are named as the document will name them (their
+    source lines, functions and data: image_result on the new sites alone), at the lowest CPU
+    priority, so that the DWARF the document needs is read while the program runs instead of
+    after it (the symbolizer's and the data namer's indexes are per file and kept: symbols/
+    elfindex.py, symbols/data.py). The document then finds them read. Nothing it computes is
+    kept but those indexes; any failure ends the warming, never the run. UALDBG_WARM=0 turns it
+    off (to compare)."""
+
+    def __init__(self, run: AgentRun, directory: str, started: float, lib: str, root_pid: int) -> None:
+        self._args = (run, directory, started, lib, root_pid)
+        self._stop = threading.Event()
+        self._seen: set[tuple[str, int]] = set()
+        self._thread = threading.Thread(target=self._loop, name="ualdbg-warm", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        run, directory, started, lib, root_pid = self._args
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux)
+        except OSError:
+            pass
+        shared: dict[Any, Any] = {}
+        try:
+            while not self._stop.wait(WARM_EVERY):
+                for image in load_images(directory, records=False):
+                    if self._stop.is_set():
+                        return
+                    new = [site for site in image.sites if (image.header.exe, site.pc) not in self._seen]
+                    if not new:
+                        continue
+                    self._seen.update((image.header.exe, site.pc) for site in new)
+                    image_result(run, replace(image, sites=new), started, lib, image.header.pid == root_pid, shared)
+        except Exception:  # noqa: BLE001 - best effort: the document does all of it anyway
+            return
+
+    def finish(self) -> None:
+        """Stop, after the site being named (its work is the document's, done already)."""
+        self._stop.set()
+        self._thread.join()
 
 
 _BUFFER_MAPPING = re.compile(r"^[^\n]*/\d+\.\d+\.buf\n", re.M)  # the agent's buffer file (PID.GEN.buf)
