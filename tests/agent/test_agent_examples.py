@@ -78,11 +78,18 @@ def test_threads_records_carry_their_thread(tmp_path: Path) -> None:
 
 
 def test_rep_movsq_counts_each_element(tmp_path: Path) -> None:
+    """One fault per element: with --no-patch a trap and a record each; patched (issue 34), the same
+    count, the elements after the patch counted by its block without a record."""
     for k in (1, 5, 37):
-        run = trace([str(BUILD / "rep_string"), str(k)], tmp_path)
+        run = trace([str(BUILD / "rep_string"), str(k)], tmp_path, "--no-patch")
         assert run.doc is not None and by_location(run.doc) == Counter({"rep_string.c:29": k}), run.explain()
         vas = sorted(int(r["va"], 16) for r in run.doc["records"])
         assert [v - vas[0] for v in vas] == [8 * i for i in range(k)], run.explain()  # one per element
+        patched = trace([str(BUILD / "rep_string"), str(k)], tmp_path)
+        assert patched.doc is not None and by_location(patched.doc) == Counter({"rep_string.c:29": k}), \
+            patched.explain()
+        site = patched.doc["sites"][0]
+        assert bool(site.get("patched")) == (k > 2) and site.get("trapped", k) == min(k, 2), patched.explain()
 
 
 @pytest.mark.parametrize("prog,args", [("not_aligned", ["300"]), ("threads", ["10"]), ("sigbus_handler", ["3"]),

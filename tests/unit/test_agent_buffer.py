@@ -339,7 +339,7 @@ def test_agent_environment_has_one_size_whatever_the_options() -> None:
 # -- the AC rule of the patcher (access.c): what it counts, with which size and displacement ---------
 
 LOAD, STORE, RMW = 1, 2, 3
-SCRATCH, TOGGLE = 1, 2
+SCRATCH, TOGGLE, STRING = 1, 2, 3
 # ualdbg_agent.h, UALDBG_PATCH_R_*
 R_KIND, R_REP, R_TRANSFER, R_SEGMENT, R_STACK, R_BITSTRING, R_MASKED = 1, 15, 16, 19, 20, 21, 22
 
@@ -379,6 +379,13 @@ KNOWN = [
     ("62f37d301f470100", 1, 4, LOAD, TOGGLE, 4),         # vpcmpeqd 0x4(%rdi){1to8},%ymm16,%k0: broadcast, 1 * 4
     ("62f1fe29 7f0f".replace(" ", ""), 0, 0, R_MASKED, 0, 0),  # vmovdqu64 %ymm1,(%rdi){%k1}
     ("f3a4", 0, 0, R_REP, 0, 0),                         # rep movsb
+    ("f348a5", 1, 8, RMW, STRING, 0),                    # rep movsq: its elements counted (issue 34)
+    ("f3ab", 1, 4, STORE, STRING, 0),                    # rep stos %eax,(%rdi)
+    ("48ad", 1, 8, LOAD, STRING, 0),                     # lodsq
+    ("66a5", 1, 2, RMW, STRING, 0),                      # movsw
+    ("f348a7", 0, 0, R_REP, 0, 0),                       # repe cmpsq: stops at a compare
+    ("f3ae", 0, 0, R_REP, 0, 0),                         # repe scasb
+    ("64f348a5", 0, 0, R_SEGMENT, 0, 0),                 # rep movsq %fs:(%rsi),(%rdi)
     ("ff37", 0, 0, R_STACK, 0, 0),                       # push (%rdi)
     ("ff17", 0, 0, R_TRANSFER, 0, 0),                    # call *(%rdi)
     ("0fa30f", 0, 0, R_BITSTRING, 0, 0),                 # bt %ecx,(%rdi)
@@ -405,12 +412,50 @@ def test_access_agrees_with_capstone_on_libc(agent: ctypes.CDLL) -> None:
 
     counted = 0
     for chunk, insn in libc_instructions():
-        r, size, _use, _way, disp = access(agent, bytes(chunk))
+        r, size, _use, _way, disp = access(agent, bytes(chunk))  # noqa: F841 (_way read below)
         if r == 1:
             mems = [o for o in insn.operands if o.type == capstone.x86.X86_OP_MEM]
             where = f"{insn.address:#x}: {insn.bytes.hex()} {insn.mnemonic} {insn.op_str}"
+            if _way == STRING:  # movs: two operands, both of the element's size
+                assert mems and all(m.size == size and m.mem.disp == 0 for m in mems), where
+                counted += 1
+                continue
             assert len(mems) == 1, where
             assert mems[0].size == size, f"{where}: capstone {mems[0].size} bytes, the agent {size}"
             assert mems[0].mem.disp == disp, f"{where}: capstone disp {mems[0].mem.disp}, the agent {disp}"
             counted += 1
     assert counted > 50_000
+
+
+def test_string_counts_are_those_of_one_trap_per_element(agent: ctypes.CDLL) -> None:
+    """A counted string instruction's elements (patch.c, string_count): as many faults as elements
+    where an operand is misaligned, and of them the ones count_class would class as spanning two
+    lines and two pages, element by element, upwards and downwards (DF), one operand or both."""
+    import random
+
+    agent.ualdbg_agent_test_string_count.argtypes = [ctypes.c_uint64] * 5 + [ctypes.POINTER(ctypes.c_uint64)]
+    rnd = random.Random(34)
+
+    def spans(a: int, size: int, g: int) -> bool:
+        return a // g != (a + size - 1) // g
+
+    for _ in range(3000):
+        size = rnd.choice((2, 4, 8))
+        use = rnd.choice((0x100, 0x200, 0x300))
+        src, dst = rnd.randrange(1 << 20, 1 << 21), rnd.randrange(1 << 20, 1 << 21)
+        n, down = rnd.randrange(0, 3000), rnd.random() < 0.3
+        out = (ctypes.c_uint64 * 9)()
+        agent.ualdbg_agent_test_string_count(src, dst, n, 0x400 if down else 0, size | use, out)
+        step = -size if down else size
+        faults = lines = pages = 0
+        for k in range(n):
+            ops = ([src + k * step] if use & 0x100 else []) + ([dst + k * step] if use & 0x200 else [])
+            if not any(a % size for a in ops):
+                continue
+            faults += 1
+            lines += any(spans(a, size, 64) for a in ops)
+            pages += any(spans(a, size, 4096) for a in ops)
+        # (an element is misaligned exactly when its operands' first one is: they move by the size)
+        expect = n if any((a % size) for a in ([src] if use & 0x100 else []) + ([dst] if use & 0x200 else [])) else 0
+        assert faults == expect
+        assert (out[0], out[7], out[8]) == (n, lines, pages), (size, hex(use), src, dst, n, down)

@@ -47,7 +47,7 @@ PATCH_REASONS = {  # ualdbg_agent.h, UALDBG_PATCH_R_*: why a site keeps trapping
     4: "threads could not be stopped outside it", 5: "branch target inside", 6: "jump would straddle 16 bytes",
     7: "out of reach", 8: "mprotect refused", 9: "patch table full", 10: "module code not readable as code",
     11: "function extent unclear", 12: "indirect jump in its function", 13: "file differs from memory",
-    14: "overlaps a patch", 15: "rep string (one trap per element)", 16: "call, jmp or ret (emulated)",
+    14: "overlaps a patch", 15: "rep compare or scan string (one trap per element)", 16: "call, jmp or ret (emulated)",
     17: "single-stepped", 18: "out-of-scope string routine (one trap per call)", 19: "fs/gs or 32-bit address",
     20: "stack operation", 21: "bit string (bt with a register offset)", 22: "masked AVX-512 access",
     23: "a moved neighbour's copy not proved the same",

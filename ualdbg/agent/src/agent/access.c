@@ -347,9 +347,24 @@ int access_of(const struct x86_insn *d, const uint8_t *code, struct access *a)
     a->method = M_SCRATCH;
     a->reason = UALDBG_PATCH_R_KIND;
     if (d->string) {
-        if (d->rep)
-            a->reason = UALDBG_PATCH_R_REP;
-        return 0;
+        /* movs, stos, lods: every element of one faults alike (its operands move by the element's
+         * size), so their faults are counted as --no-patch traps them, one per element; cmps and
+         * scas stop at a compare (their elements are not known before), ins and outs are I/O. */
+        uint8_t op = d->opcode;
+        int counted = !d->vex && d->map == 0 && (op == 0xa5 || op == 0xab || op == 0xad);
+        if (!counted) {
+            a->reason = d->rep ? UALDBG_PATCH_R_REP : UALDBG_PATCH_R_KIND;
+            return 0;
+        }
+        if (d->seg || d->addr32) {
+            a->reason = UALDBG_PATCH_R_SEGMENT; /* a source segment, or esi/edi/ecx */
+            return 0;
+        }
+        a->size = d->w ? 8 : d->opsize16 ? 2 : 4;
+        a->kind = op == 0xa5 ? K_RMW : op == 0xab ? K_STORE : K_LOAD;
+        a->method = M_STRING;
+        a->reason = 0;
+        return 1;
     }
     if (!d->vex && d->map == 0 && ((d->opcode >= 0x50 && d->opcode <= 0x5f) || d->opcode == 0x8f || d->opcode == 0x68 ||
                                    d->opcode == 0x6a || d->opcode == 0x9c || d->opcode == 0x9d || d->opcode == 0xc8 ||

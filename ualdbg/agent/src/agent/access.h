@@ -11,6 +11,8 @@ enum { K_LOAD = 1, K_STORE = 2, K_RMW = 3 };
 enum {
     M_SCRATCH = 1, /* through an aligned scratch copy of the operand, the instruction rewritten to use it */
     M_TOGGLE = 2,  /* on the operand itself, with AC cleared around it (atomic, or not rewritable) */
+    M_STRING = 3,  /* movs, stos, lods (rep or not): its elements counted by ualdbg_agent_string_count,
+                    * then run with AC cleared */
 };
 
 struct access {

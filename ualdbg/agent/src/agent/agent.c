@@ -475,7 +475,8 @@ static void site_build_from(struct ualdbg_site *s, uint64_t pc, const uint8_t *o
         uint64_t t = build_trampoline(pc, code, &d);
         if (t) {
             s->trampoline = t;
-            flags |= UALDBG_SITE_TRAMPOLINE | (d.string && d.rep ? UALDBG_SITE_REP : 0);
+            struct access a; /* (movs, stos and lods count their elements in a patch: access.c) */
+            flags |= UALDBG_SITE_TRAMPOLINE | (d.string && d.rep && !access_of(&d, code, &a) ? UALDBG_SITE_REP : 0);
         } else {
             flags |= UALDBG_SITE_STEPPED;
         }

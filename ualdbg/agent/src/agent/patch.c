@@ -817,6 +817,155 @@ static void put_counted(struct em *e, const struct winsn *w, struct pins *pi, ui
         to_next[1] = j4;
 }
 
+/* Of n elements of `size` bytes from a (upwards, or downwards when `down`), how many span two
+ * `g`-byte blocks (64: lines, 4096: pages). Every element is at a + k*size or a - k*size, so all
+ * sit at a's offset modulo size, and where that is not 0 exactly one offset in each block spans
+ * it (g - size + a % size): one element in every g / size, from the first at that offset. */
+static uint64_t spanning(uint64_t a, uint64_t n, uint64_t size, int down, uint64_t g)
+{
+    uint64_t m = a % size, r = a % g, t = g - size + m;
+    if (!m || !n)
+        return 0;
+    uint64_t j0 = ((down ? r - t : t - r) % g) / size, period = g / size;
+    return n > j0 ? (n - 1 - j0) / period + 1 : 0;
+}
+
+/* What count_class counts for the traps of these elements (one per element, --no-patch): those
+ * where either operand spans two blocks. Both misaligned, the two operands' spanning elements
+ * are the same ones or never the same (one each period, at fixed positions). */
+static uint64_t string_spans(uint64_t src, uint64_t dst, uint64_t n, uint64_t how, int down, uint64_t g)
+{
+    uint64_t size = how & 0xff;
+    int use_src = (how & 0x100) && src % size, use_dst = (how & 0x200) && dst % size;
+    uint64_t a = use_src ? spanning(src, n, size, down, g) : 0, b = use_dst ? spanning(dst, n, size, down, g) : 0;
+    if (use_src && use_dst) {
+        uint64_t ts = g - size + src % size, td = g - size + dst % size, rs = src % g, rd = dst % g;
+        uint64_t js = ((down ? rs - ts : ts - rs) % g) / size, jd = ((down ? rd - td : td - rd) % g) / size;
+        if (js == jd)
+            return a;
+    }
+    return a + b;
+}
+
+/* Called by a counted string instruction's block (put_counted_string), with AC clear and the
+ * program's registers saved: `count` is its patch entry's count (entry + 8), src and dst its
+ * operands (rsi, rdi), n its elements (rcx with rep, else 1), `flags` the thread's (DF: downwards),
+ * `how` the element's size | 0x100 when it reads at src | 0x200 when it writes at dst. Adds what
+ * --no-patch would count, one fault per element (an element faults where either operand is
+ * misaligned, and both stay so, moving by the size), and their cost classes (issue 33). Integer
+ * code only: the program's vector registers are not saved. */
+__attribute__((target("general-regs-only"), noinline, used)) static void string_count(uint64_t *count, uint64_t src,
+                                                                                      uint64_t dst, uint64_t n,
+                                                                                      uint64_t flags, uint64_t how)
+{
+    int down = (flags & 0x400) != 0;
+    if (!n)
+        return;
+    uint64_t lines = string_spans(src, dst, n, how, down, 64), pages = string_spans(src, dst, n, how, down, 4096);
+    __atomic_add_fetch(&count[0], n, __ATOMIC_RELAXED);
+    if (lines)
+        __atomic_add_fetch(&count[7], lines, __ATOMIC_RELAXED); /* entry + 64: line_splits */
+    if (pages)
+        __atomic_add_fetch(&count[8], pages, __ATOMIC_RELAXED); /* entry + 72: page_splits */
+}
+
+/* (tests/unit: string_count's counts against element-by-element ones) */
+EXPORT void ualdbg_agent_test_string_count(uint64_t src, uint64_t dst, uint64_t n, uint64_t flags, uint64_t how,
+                                           uint64_t out[9])
+{
+    memset(out, 0, 9 * sizeof out[0]);
+    string_count(out, src, dst, n, flags, how);
+}
+
+/* A counted string instruction (movs, stos, lods; rep or not: access.c, M_STRING). When an operand
+ * is misaligned (the test), AC is set in the thread and its counter is set up, string_count adds
+ * its elements' faults; then it runs with AC clear, and AC is set again. Otherwise it runs with
+ * the thread's own flags: the hardware traps its elements, counted as traps. (A thread that
+ * trapped at it when it was patched is not resumed here: agent.c runs that element out of line
+ * and comes back through the jump, and this block counts the rest.) */
+static void put_counted_string(struct em *e, const struct winsn *w, struct pins *pi, uint64_t **cell, uint8_t mask,
+                               uint8_t **to_next)
+{
+    const struct x86_insn *d = &w->d;
+    uint8_t op = d->opcode;
+    int shape = have_lahf() ? FS_LAHF : FS_PUSHF; /* (these set no flag: theirs are kept) */
+    int src = op == 0xa5 || op == 0xad, dst = op != 0xad;
+    ctx(e, CX_PROG, 0);
+    put(e, (uint8_t[]){0x48, 0x8d, 0x64, 0x24, 0x80}, 5); /* lea -128(%rsp),%rsp */
+    ctx(e, CX_PROG, 128);
+    put1(e, 0x50); /* push %rax */
+    ctx(e, CX_PROG, 136);
+    put1(e, 0x51); /* push %rcx */
+    ctx(e, CX_PROG, 144);
+    put1(e, 0x52); /* push %rdx */
+    ctx(e, CX_PROG, 152);
+    if (shape == FS_LAHF)
+        put(e, (uint8_t[]){0x9f, 0x0f, 0x90, 0xc0, 0x50}, 5); /* lahf; seto %al; push %rax */
+    else
+        put1(e, 0x9c); /* pushfq */
+    /* (from here to the call's return a synchronous fault can only be the stack's overflow) */
+    ctx(e, CX_SAVED, shape);
+    if (src && dst)
+        put(e, (uint8_t[]){0x48, 0x89, 0xf0, 0x48, 0x09, 0xf8}, 6); /* mov %rsi,%rax; or %rdi,%rax */
+    else if (src)
+        put(e, (uint8_t[]){0x48, 0x89, 0xf0}, 3); /* mov %rsi,%rax */
+    else
+        put(e, (uint8_t[]){0x48, 0x89, 0xf8}, 3); /* mov %rdi,%rax */
+    put1(e, 0xa8); /* test $mask,%al */
+    pi->mask_off = (uint16_t)(e->p - e->slot);
+    put1(e, mask);
+    uint8_t *j1 = jcc_fwd(e, 0x4); /* jz: aligned */
+    put(e, (uint8_t[]){0x9c, 0xf6, 0x44, 0x24, 0x02, 0x04}, 6); /* pushfq; testb $4,2(%rsp): AC, now */
+    put(e, (uint8_t[]){0x48, 0x8d, 0x64, 0x24, 0x08}, 5);       /* lea 8(%rsp),%rsp */
+    uint8_t *j2 = jcc_fwd(e, 0x4);
+    put(e, (uint8_t[]){0x48, 0x8b, 0x0d}, 3); /* mov cell(%rip),%rcx */
+    uint8_t *at = e->p;
+    put32(e, 0);
+    if (e->ok)
+        fix32(e, at, (uint64_t)(uintptr_t)cell);
+    put(e, (uint8_t[]){0x48, 0x85, 0xc9}, 3); /* test %rcx,%rcx */
+    uint8_t *j3 = jcc_fwd(e, 0x4);
+    /* string_count(&count, rsi, rdi, n, flags, how) on a 16-byte aligned stack, AC clear */
+    put(e, (uint8_t[]){0x56, 0x57, 0x41, 0x50, 0x41, 0x51, 0x41, 0x52, 0x41, 0x53}, 10); /* push rsi rdi r8-r11 */
+    put(e, (uint8_t[]){0x48, 0x8b, 0x54, 0x24, 0x20}, 5); /* mov 32(%rsp),%rdx: the program's rdi */
+    put(e, (uint8_t[]){0x48, 0x89, 0xcf}, 3);             /* mov %rcx,%rdi */
+    if (d->rep)
+        put(e, (uint8_t[]){0x48, 0x8b, 0x4c, 0x24, 0x40}, 5); /* mov 64(%rsp),%rcx: the program's rcx */
+    else
+        put(e, (uint8_t[]){0xb9, 0x01, 0x00, 0x00, 0x00}, 5); /* mov $1,%ecx */
+    put(e, (uint8_t[]){0x9c, 0x41, 0x58}, 3); /* pushfq; pop %r8 */
+    uint32_t how = (uint32_t)w->acc.size | (src ? 0x100u : 0) | (dst ? 0x200u : 0);
+    put(e, (uint8_t[]){0x41, 0xb9}, 2); /* mov $how,%r9d */
+    put(e, &how, 4);
+    put(e, (uint8_t[]){0x9c, 0x81, 0x24, 0x24, 0xff, 0xff, 0xfb, 0xff, 0x9d}, 9); /* AC off */
+    put(e, (uint8_t[]){0x48, 0x89, 0xe0, 0x48, 0x83, 0xe4, 0xf0, 0x50, 0x50}, 9); /* mov %rsp,%rax; and $-16; push x2 */
+    put(e, (uint8_t[]){0x48, 0xb8}, 2); /* movabs $string_count,%rax */
+    uint64_t fn = (uint64_t)(uintptr_t)&string_count;
+    put(e, &fn, 8);
+    put(e, (uint8_t[]){0xff, 0xd0}, 2);             /* call *%rax */
+    put(e, (uint8_t[]){0x48, 0x8b, 0x24, 0x24}, 4); /* mov (%rsp),%rsp */
+    put(e, (uint8_t[]){0x41, 0x5b, 0x41, 0x5a, 0x41, 0x59, 0x41, 0x58, 0x5f, 0x5e}, 10); /* pop r11-r8 rdi rsi */
+    /* counted: it runs on its operands with AC clear, then AC is set again */
+    put_unsave(e, shape);
+    put(e, (uint8_t[]){0x9c, 0x81, 0x24, 0x24, 0xff, 0xff, 0xfb, 0xff, 0x9d}, 9); /* pushfq; andl $~AC,(%rsp); popfq */
+    put(e, (uint8_t[]){0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00}, 8);       /* lea 128(%rsp),%rsp */
+    ctx(e, CX_PROG, 0);
+    pi->copy_a = (uint16_t)(e->p - e->slot);
+    put_copy(e, w->pc, w->code, d);
+    put_set_ac(e);
+    uint8_t *j4 = jcc_fwd(e, 0xff);
+    /* not counted here: with the thread's own flags */
+    land(e, j1);
+    land(e, j2);
+    land(e, j3);
+    put_unsave(e, shape);
+    put(e, (uint8_t[]){0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00}, 8); /* lea 128(%rsp),%rsp */
+    ctx(e, CX_PROG, 0);
+    pi->copy_b = (uint16_t)(e->p - e->slot);
+    put_copy(e, w->pc, w->code, d);
+    *to_next = j4;
+}
+
 /* call target: push the original return address, then jump. The push is the call's own access
  * (the same 8 bytes at the same address: its #AC is the call's fault, and a stack overflow shows
  * at the call with the program's registers); the high half then written over it cannot fault
@@ -851,7 +1000,10 @@ static void emit_window(struct em *e, const struct window *w, uint64_t **ptrs[MA
         }
         switch (x->what) {
         case W_COUNT:
-            put_counted(e, x, pi, ptrs[i], masks[i], e->mt, pending[i]);
+            if (x->acc.method == M_STRING)
+                put_counted_string(e, x, pi, ptrs[i], masks[i], pending[i]);
+            else
+                put_counted(e, x, pi, ptrs[i], masks[i], e->mt, pending[i]);
             break;
         case W_COPY: case W_END:
             ctx(e, CX_PROG, 0);
@@ -1436,8 +1588,11 @@ static int try_patch(struct ualdbg_site *s, const struct x86_insn *d, uint64_t p
         for (int k = 0; k < w.n; k++)
             if (rip > w.a && rip < w.a + 5 && w.ins[k].pc == rip)
                 world_move(i, (uint64_t)(uintptr_t)slot + h->ins[k].block);
-            else if (ool >= w.a && ool < w.b && w.ins[k].pc == ool && h->ins[k].copy_a)
+            else if (ool >= w.a && ool < w.b && w.ins[k].pc == ool && h->ins[k].copy_a &&
+                     !(w.ins[k].d.string && w.ins[k].d.rep))
                 world_move(i, (uint64_t)(uintptr_t)slot + h->ins[k].copy_a);
+            /* (a rep string instruction's copy out of line runs one element and comes back through
+             * the jump, or the redirect above: its block goes on with the rest, counted) */
     }
     if (!why) {
         /* Known as a window before any thread runs again: a thread whose handler resumes it inside
@@ -1465,7 +1620,9 @@ static int try_patch(struct ualdbg_site *s, const struct x86_insn *d, uint64_t p
             if (o)
                 __atomic_or_fetch(&o->flags, UALDBG_SITE_PATCHED, __ATOMIC_RELEASE);
         }
-    *resume = (uint64_t)(uintptr_t)slot + h->ins[w.k].copy_a;
+    /* A string instruction's trap counted one element: the rest are counted by its block, which
+     * the thread reaches through the jump after that element out of line (agent.c). */
+    *resume = w.ins[w.k].acc.method == M_STRING ? 0 : (uint64_t)(uintptr_t)slot + h->ins[w.k].copy_a;
     return 0;
 undo:
     for (int i = 0; i < w.n; i++)

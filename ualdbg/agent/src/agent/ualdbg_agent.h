@@ -90,7 +90,7 @@ enum {
     UALDBG_PATCH_R_INDIRECT = 12,  /* its function has an indirect jump (a jump table may land anywhere) */
     UALDBG_PATCH_R_FILE = 13,      /* the module's file is not the code in memory */
     UALDBG_PATCH_R_OVERLAP = 14,   /* the code a patch would move overlaps another patch */
-    UALDBG_PATCH_R_REP = 15,       /* a rep string instruction: one trap per element */
+    UALDBG_PATCH_R_REP = 15,       /* rep cmps/scas: one trap per element (stop at a compare) */
     UALDBG_PATCH_R_TRANSFER = 16,  /* call, jmp or ret through memory or the stack: emulated at each trap */
     UALDBG_PATCH_R_STEPPED = 17,   /* not decoded, or a far transfer: single-stepped at each trap */
     UALDBG_PATCH_R_SKIPPED = 18,   /* (no longer given: an out-of-scope site is patched after 16x patch_after traps) */
