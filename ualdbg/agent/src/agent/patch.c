@@ -34,10 +34,12 @@
  */
 #include "patch.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 
 #include "access.h"
@@ -1304,12 +1306,39 @@ int patch_int3_hit(greg_t *g)
 /* The permissions of [lo, hi) now, from a fresh read of /proc/self/maps (the agent's snapshot
  * may predate an mprotect of the program's: code it made writable is its own, never patched).
  * 1 when one private r-x mapping holds it all. Called under patch_lock (the static buffer). */
+/* Linux 6.11's PROCMAP_QUERY (include/uapi/linux/fs.h; this build's headers may predate it): the
+ * one mapping that holds an address, without the kernel writing out every line of the maps. */
+struct procmap_query_v1 {
+    uint64_t size, query_flags, query_addr, vma_start, vma_end, vma_flags, vma_page_size, vma_offset, inode;
+    uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+    uint64_t vma_name_addr, build_id_addr;
+};
+_Static_assert(sizeof(struct procmap_query_v1) == 104, "procmap_query");
+#define PROCMAP_QUERY_V1 _IOWR('f', 17, struct procmap_query_v1)
+enum { PQ_READ = 1, PQ_WRITE = 2, PQ_EXEC = 4, PQ_SHARED = 8 };
+
 static int fresh_rx(uint64_t lo, uint64_t hi)
 {
     static char text[1 << 20];
+    static int no_query; /* the kernel has no PROCMAP_QUERY: the maps are read whole */
     int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;
+    if (!no_query) {
+        struct procmap_query_v1 q;
+        memset(&q, 0, sizeof q);
+        q.size = sizeof q;
+        q.query_addr = lo;
+        if (ioctl(fd, PROCMAP_QUERY_V1, &q) == 0) {
+            close(fd);
+            return q.vma_start <= lo && hi <= q.vma_end && (q.vma_flags & 15) == (PQ_READ | PQ_EXEC);
+        }
+        if (errno == ENOENT) {
+            close(fd);
+            return 0; /* nothing mapped there */
+        }
+        no_query = 1; /* ENOTTY, EINVAL: an older kernel */
+    }
     size_t len = 0;
     for (;;) {
         ssize_t r = read(fd, text + len, sizeof text - 1 - len);
