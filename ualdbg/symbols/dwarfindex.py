@@ -465,9 +465,10 @@ class UnitLines:
         if line_range == 0 or max_ops == 0:
             return None
         low_pc = self._low_pc
-        # Per subfile (a source file, by path), its entries in recording order:
-        # [address, line, is_stmt, order]
-        tables: dict[object, list[list[int]]] = {}
+        # Per subfile (a source file, by path), its entries in recording order, as tuples that
+        # sort as gdb orders them with no key function (a unit has up to 300,000): (address * 2
+        # + (line != 0), order, line, is_stmt): by address, end markers first, then as recorded.
+        tables: dict[object, list[tuple[int, int, int, int]]] = {}
         subfiles: dict[int, object] = {}
         order = 0
 
@@ -479,18 +480,20 @@ class UnitLines:
 
         def record(subfile: object, line: int, addr: int, is_stmt: bool) -> None:
             nonlocal order
-            table = tables.setdefault(subfile, [])
+            table = tables.get(subfile)
+            if table is None:
+                table = tables[subfile] = []
             if line == 0:
                 last_line: int | None = None
                 while table:
-                    last_line = table[-1][1]
-                    if table[-1][0] != addr:
+                    last_line = table[-1][2]
+                    if table[-1][0] >> 1 != addr:
                         break
                     table.pop()
                 if last_line is None or last_line == 0:
                     return
             order += 1
-            table.append([addr, line, int(is_stmt), order])
+            table.append((addr * 2 + (line != 0), order, line, int(is_stmt)))
 
         def uleb(pos: int, signed: bool = False) -> tuple[int, int]:
             value = shift = 0
@@ -551,12 +554,22 @@ class UnitLines:
                         pos = after
                     elif op == 1:  # copy
                         row = True
+                    elif op == 5:  # set_column: its operand skipped (one byte, mostly)
+                        if code[pos] < 0x80:
+                            pos += 1
+                        else:
+                            _, pos = uleb(pos)
                     elif op == 2:  # advance_pc
                         advance, pos = uleb(pos)
                         address += min_len * ((op_index + advance) // max_ops)
                         op_index = (op_index + advance) % max_ops
                     elif op == 3:  # advance_line
-                        delta, pos = uleb(pos, signed=True)
+                        byte = code[pos]
+                        if byte < 0x80:  # one byte, mostly
+                            delta = byte - 0x80 if byte & 0x40 else byte
+                            pos += 1
+                        else:
+                            delta, pos = uleb(pos, signed=True)
                         line += delta
                         if delta:
                             has_disc = disc != 0
@@ -580,7 +593,7 @@ class UnitLines:
                         continue
                     # gdb's record_line
                     if op_index == 0 or end:
-                        subfile = subfile_of(file_reg)
+                        subfile = subfiles[file_reg] if file_reg in subfiles else subfile_of(file_reg)
                         changed = last_subfile != subfile
                         ignore = (changed and not end and last_address == address and not is_stmt and stmt_at_address) or (
                             not end and line == 0
@@ -590,8 +603,12 @@ class UnitLines:
                             record(last_subfile, 0, address, True)
                         if not end and not ignore and (changed or line != last_line or not has_disc):
                             last_subfile = subfile
-                            if recording:
-                                record(subfile, line, address, is_stmt)
+                            if recording:  # record() of a line (not 0: `ignore` otherwise), inline
+                                table = tables.get(subfile)
+                                if table is None:
+                                    table = tables[subfile] = []
+                                order += 1
+                                table.append((address * 2 + 1, order, line, 1 if is_stmt else 0))
                             last_line = line
                     if last_address != address:
                         stmt_at_address = False
@@ -629,11 +646,12 @@ class _LineTables:
     asks for a few hundred PCs of units whose tables have hundreds of thousands of rows (CPython's
     35 units: a sweep of every row took most of the post-processing, issue 34)."""
 
-    def __init__(self, tables: dict[object, list[list[int]]], index_of: dict[object, int]) -> None:
-        self._files: list[tuple[int, list[list[int]], list[int]]] = []
+    def __init__(self, tables: dict[object, list[tuple[int, int, int, int]]], index_of: dict[object, int]) -> None:
+        """`tables`: per subfile, (address * 2 + (line != 0), order, line, is_stmt) (UnitLines._lines)."""
+        self._files: list[tuple[int, list[tuple[int, int, int, int]], list[int]]] = []
         for subfile, table in tables.items():
-            table.sort(key=lambda e: (e[0], e[1] != 0))
-            self._files.append((index_of[subfile], table, [e[0] for e in table]))
+            table.sort()  # by address, end markers first, then in recording order (order is unique)
+            self._files.append((index_of[subfile], table, [e[0] >> 1 for e in table]))
         self._memo: dict[int, tuple[int, int] | None] = {}
 
     def at(self, addr: int) -> tuple[int, int] | None:
@@ -646,18 +664,18 @@ class _LineTables:
             last = bisect_right(addrs, addr) - 1
             if last < 0:
                 continue
-            best = table[last]
-            if best[1] and not best[2]:
+            best = table[last]  # (address * 2 + (line != 0), order, line, is_stmt)
+            if best[2] and not best[3]:
                 k = last
-                while k > 0 and table[k - 1][0] == table[k][0] and table[k - 1][1] != 0 and not table[k][2]:
+                while k > 0 and addrs[k - 1] == addrs[k] and table[k - 1][2] != 0 and not table[k][3]:
                     k -= 1
-                if table[k][2]:
+                if table[k][3]:
                     best = table[k]
-            if not best[1]:
+            if not best[2]:
                 continue
-            key = (best[0], best[3])
+            key = (best[0] >> 1, best[1])
             if best_key is None or key > best_key:
-                best_key, answer = key, (index, best[1])
+                best_key, answer = key, (index, best[2])
         self._memo[addr] = answer
         return answer
 
