@@ -367,7 +367,7 @@ def load_images(directory: str, records: bool = True) -> list[Image]:
     return images
 
 
-WARM_EVERY = 0.1  # seconds between two looks at a running program's new sites
+WARM_FIRST, WARM_EVERY = 0.02, 0.1  # seconds to the first look at a running program's sites, then between two
 
 
 class _Warmer:
@@ -394,7 +394,9 @@ class _Warmer:
             pass
         shared: dict[Any, Any] = {}
         try:
-            while not self._stop.wait(WARM_EVERY):
+            wait = WARM_FIRST  # (a short program's sites are there early: most runs of a suite's are short)
+            while not self._stop.wait(wait):
+                wait = WARM_EVERY
                 for image in load_images(directory, records=False):
                     if self._stop.is_set():
                         return
