@@ -615,6 +615,54 @@ static void put_xmm_from_rax_rsi(struct em *e, int x)
     }
 }
 
+/* A counted block's tests, the saved registers at [rsp] and the operand's address in rax: to
+ * not_counted[0..2] when the address passes the mask test (aligned), when AC is clear in this
+ * thread, or when this process has no counter for the instruction yet; else on, &count in rcx. */
+static void put_fault_tests(struct em *e, struct pins *pi, uint64_t **cell, uint8_t mask, uint8_t *not_counted[3])
+{
+    put1(e, 0xa8); /* test $mask,%al */
+    pi->mask_off = (uint16_t)(e->p - e->slot);
+    put1(e, mask);
+    not_counted[0] = jcc_fwd(e, 0x4); /* jz aligned */
+    put(e, (uint8_t[]){0x9c, 0xf6, 0x44, 0x24, 0x02, 0x04}, 6); /* pushfq; testb $4,2(%rsp): AC, now */
+    put(e, (uint8_t[]){0x48, 0x8d, 0x64, 0x24, 0x08}, 5);       /* lea 8(%rsp),%rsp */
+    not_counted[1] = jcc_fwd(e, 0x4);
+    put(e, (uint8_t[]){0x48, 0x8b, 0x0d}, 3); /* mov cell(%rip),%rcx */
+    uint8_t *at = e->p;
+    put32(e, 0);
+    if (e->ok)
+        fix32(e, at, (uint64_t)(uintptr_t)cell);
+    put(e, (uint8_t[]){0x48, 0x85, 0xc9}, 3); /* test %rcx,%rcx */
+    not_counted[2] = jcc_fwd(e, 0x4);
+}
+
+/* A counted block's end. Counted (from to_toggle, or falling through): the instruction run on its
+ * operand itself with AC cleared, then AC set again (copy_a). Not a fault (aligned, AC clear in
+ * this thread, no counter yet: from not_counted): the instruction with the thread's own flags
+ * (copy_b; the hardware traps if the test was too weak). Returns copy_a's jump to what follows
+ * (copy_b falls through to it). */
+static uint8_t *put_counted_tail(struct em *e, const struct winsn *w, struct pins *pi, int shape, uint8_t *to_toggle,
+                                 uint8_t *const not_counted[3])
+{
+    land(e, to_toggle);
+    put_unsave(e, shape);
+    put(e, (uint8_t[]){0x9c, 0x81, 0x24, 0x24, 0xff, 0xff, 0xfb, 0xff, 0x9d}, 9); /* pushfq; andl $~AC,(%rsp); popfq */
+    put(e, (uint8_t[]){0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00}, 8);       /* lea 128(%rsp),%rsp */
+    ctx(e, CX_PROG, 0);
+    pi->copy_a = (uint16_t)(e->p - e->slot);
+    put_copy(e, w->pc, w->code, &w->d);
+    put_set_ac(e);
+    uint8_t *done = jcc_fwd(e, 0xff);
+    for (int i = 0; i < 3; i++)
+        land(e, not_counted[i]);
+    put_unsave(e, shape);
+    put(e, (uint8_t[]){0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00}, 8); /* lea 128(%rsp),%rsp */
+    ctx(e, CX_PROG, 0);
+    pi->copy_b = (uint16_t)(e->p - e->slot);
+    put_copy(e, w->pc, w->code, &w->d);
+    return done;
+}
+
 /* A counted block: the test, the count, the instruction run without trapping; then `next`.
  * `cell` is where the counter's address is (NULL: not counting yet), `mt` a byte that says the
  * process has more than one thread (the count is then a locked increment). */
@@ -643,20 +691,9 @@ static void put_counted(struct em *e, const struct winsn *w, struct pins *pi, ui
     }
     ctx(e, CX_SAVED, shape);
     put(e, (uint8_t[]){0x48, 0x89, 0xc8}, 3); /* mov %rcx,%rax */
-    put1(e, 0xa8); /* test $mask,%al */
-    pi->mask_off = (uint16_t)(e->p - e->slot);
-    put1(e, mask);
-    uint8_t *j1 = jcc_fwd(e, 0x4); /* jz aligned */
-    put(e, (uint8_t[]){0x9c, 0xf6, 0x44, 0x24, 0x02, 0x04}, 6); /* pushfq; testb $4,2(%rsp): AC, now */
-    put(e, (uint8_t[]){0x48, 0x8d, 0x64, 0x24, 0x08}, 5);       /* lea 8(%rsp),%rsp */
-    uint8_t *j2 = jcc_fwd(e, 0x4);
-    put(e, (uint8_t[]){0x48, 0x8b, 0x0d}, 3); /* mov cell(%rip),%rcx */
-    uint8_t *at = e->p;
-    put32(e, 0);
-    if (e->ok)
-        fix32(e, at, (uint64_t)(uintptr_t)cell);
-    put(e, (uint8_t[]){0x48, 0x85, 0xc9}, 3); /* test %rcx,%rcx */
-    uint8_t *j3 = jcc_fwd(e, 0x4);
+    uint8_t *not_counted[3];
+    put_fault_tests(e, pi, cell, mask, not_counted);
+    uint8_t *at;
     /* The fault it would have been: counted. One thread: a plain increment (a locked one costs
      * ~13 ns here, measured); more: locked. */
     put(e, (uint8_t[]){0x80, 0x3d}, 2); /* cmpb $0,mt(%rip) */
@@ -793,26 +830,7 @@ static void put_counted(struct em *e, const struct winsn *w, struct pins *pi, ui
         ctx(e, CX_PROG, 0);
         *to_next = jcc_fwd(e, 0xff);
     }
-    /* Counted, run on the operand itself with AC cleared (atomic, or a page crossing). */
-    land(e, to_toggle);
-    put_unsave(e, shape);
-    put(e, (uint8_t[]){0x9c, 0x81, 0x24, 0x24, 0xff, 0xff, 0xfb, 0xff, 0x9d}, 9); /* pushfq; andl $~AC,(%rsp); popfq */
-    put(e, (uint8_t[]){0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00}, 8);       /* lea 128(%rsp),%rsp */
-    ctx(e, CX_PROG, 0);
-    pi->copy_a = (uint16_t)(e->p - e->slot);
-    put_copy(e, w->pc, w->code, d);
-    put_set_ac(e);
-    uint8_t *j4 = jcc_fwd(e, 0xff);
-    /* Not a fault (aligned, or AC clear in this thread, or no counter in this process yet): the
-     * instruction with the thread's own flags; the hardware traps if the test was too weak. */
-    land(e, j1);
-    land(e, j2);
-    land(e, j3);
-    put_unsave(e, shape);
-    put(e, (uint8_t[]){0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00}, 8); /* lea 128(%rsp),%rsp */
-    ctx(e, CX_PROG, 0);
-    pi->copy_b = (uint16_t)(e->p - e->slot);
-    put_copy(e, w->pc, w->code, d);
+    uint8_t *j4 = put_counted_tail(e, w, pi, shape, to_toggle, not_counted);
     if (!*to_next)
         *to_next = j4;
     else
@@ -913,20 +931,8 @@ static void put_counted_string(struct em *e, const struct winsn *w, struct pins 
         put(e, (uint8_t[]){0x48, 0x89, 0xf0}, 3); /* mov %rsi,%rax */
     else
         put(e, (uint8_t[]){0x48, 0x89, 0xf8}, 3); /* mov %rdi,%rax */
-    put1(e, 0xa8); /* test $mask,%al */
-    pi->mask_off = (uint16_t)(e->p - e->slot);
-    put1(e, mask);
-    uint8_t *j1 = jcc_fwd(e, 0x4); /* jz: aligned */
-    put(e, (uint8_t[]){0x9c, 0xf6, 0x44, 0x24, 0x02, 0x04}, 6); /* pushfq; testb $4,2(%rsp): AC, now */
-    put(e, (uint8_t[]){0x48, 0x8d, 0x64, 0x24, 0x08}, 5);       /* lea 8(%rsp),%rsp */
-    uint8_t *j2 = jcc_fwd(e, 0x4);
-    put(e, (uint8_t[]){0x48, 0x8b, 0x0d}, 3); /* mov cell(%rip),%rcx */
-    uint8_t *at = e->p;
-    put32(e, 0);
-    if (e->ok)
-        fix32(e, at, (uint64_t)(uintptr_t)cell);
-    put(e, (uint8_t[]){0x48, 0x85, 0xc9}, 3); /* test %rcx,%rcx */
-    uint8_t *j3 = jcc_fwd(e, 0x4);
+    uint8_t *not_counted[3];
+    put_fault_tests(e, pi, cell, mask, not_counted);
     /* string_count(&count, rsi, rdi, n, flags, how) on a 16-byte aligned stack, AC clear */
     put(e, (uint8_t[]){0x56, 0x57, 0x41, 0x50, 0x41, 0x51, 0x41, 0x52, 0x41, 0x53}, 10); /* push rsi rdi r8-r11 */
     put(e, (uint8_t[]){0x48, 0x8b, 0x54, 0x24, 0x20}, 5); /* mov 32(%rsp),%rdx: the program's rdi */
@@ -947,25 +953,8 @@ static void put_counted_string(struct em *e, const struct winsn *w, struct pins 
     put(e, (uint8_t[]){0xff, 0xd0}, 2);             /* call *%rax */
     put(e, (uint8_t[]){0x48, 0x8b, 0x24, 0x24}, 4); /* mov (%rsp),%rsp */
     put(e, (uint8_t[]){0x41, 0x5b, 0x41, 0x5a, 0x41, 0x59, 0x41, 0x58, 0x5f, 0x5e}, 10); /* pop r11-r8 rdi rsi */
-    /* counted: it runs on its operands with AC clear, then AC is set again */
-    put_unsave(e, shape);
-    put(e, (uint8_t[]){0x9c, 0x81, 0x24, 0x24, 0xff, 0xff, 0xfb, 0xff, 0x9d}, 9); /* pushfq; andl $~AC,(%rsp); popfq */
-    put(e, (uint8_t[]){0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00}, 8);       /* lea 128(%rsp),%rsp */
-    ctx(e, CX_PROG, 0);
-    pi->copy_a = (uint16_t)(e->p - e->slot);
-    put_copy(e, w->pc, w->code, d);
-    put_set_ac(e);
-    uint8_t *j4 = jcc_fwd(e, 0xff);
-    /* not counted here: with the thread's own flags */
-    land(e, j1);
-    land(e, j2);
-    land(e, j3);
-    put_unsave(e, shape);
-    put(e, (uint8_t[]){0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00}, 8); /* lea 128(%rsp),%rsp */
-    ctx(e, CX_PROG, 0);
-    pi->copy_b = (uint16_t)(e->p - e->slot);
-    put_copy(e, w->pc, w->code, d);
-    *to_next = j4;
+    /* counted: on into the run with AC clear */
+    *to_next = put_counted_tail(e, w, pi, shape, NULL, not_counted);
 }
 
 /* call target: push the original return address, then jump. The push is the call's own access
