@@ -353,14 +353,20 @@ class Image:
     patch_after: int = 0
 
 
-def load_images(directory: str, records: bool = True) -> list[Image]:
+def load_images(directory: str, records: bool = True, known: dict[str, int] | None = None) -> list[Image]:
     """Every process image's buffer in the run's directory; `records` False: without the ring's
-    records (the sites so far of a run still going: _Warmer)."""
+    records (the sites so far of a run still going: _Warmer). `known`: the sites each buffer had
+    when last read, by path; one with no new site since is left out (only its header is read)."""
     images = []
     for _pid, _gen, path in ab.buffer_files(directory):
         try:
             with ab.AgentBuffer(path) as buf:
-                images.append(Image(buf.header(), list(buf.sites()), buf.record_bytes() if records else b"",
+                header = buf.header()
+                if known is not None:
+                    if known.get(path) == header.sites_used:
+                        continue
+                    known[path] = header.sites_used
+                images.append(Image(header, list(buf.sites()), buf.record_bytes() if records else b"",
                                     [text for _ns, text in buf.maps_snapshots()], buf.patches(), buf.patch_after()))
         except ab.BufferError:
             continue
@@ -393,11 +399,12 @@ class _Warmer:
         except OSError:
             pass
         shared: dict[Any, Any] = {}
+        sites_read: dict[str, int] = {}  # (a suite's hundreds of finished processes are not read again)
         try:
             wait = WARM_FIRST  # (a short program's sites are there early: most runs of a suite's are short)
             while not self._stop.wait(wait):
                 wait = WARM_EVERY
-                for image in load_images(directory, records=False):
+                for image in load_images(directory, records=False, known=sites_read):
                     if self._stop.is_set():
                         return
                     new = [site for site in image.sites if (image.header.exe, site.pc) not in self._seen]
