@@ -150,8 +150,11 @@ def _state(pid: int) -> str:
     """The process's and its threads' states (/proc), for a failure's message."""
     states = []
     for tid in sorted(os.listdir(f"/proc/{pid}/task")):
-        with open(f"/proc/{pid}/task/{tid}/status") as f:
-            found = re.search(r"^State:\s+(.*)$", f.read(), re.M)
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                found = re.search(r"^State:\s+(.*)$", f.read(), re.M)
+        except FileNotFoundError:  # the thread ended since the listing (the agent's watchdog does)
+            continue
         states.append(f"{tid}: {found.group(1) if found else '?'}")
     return ", ".join(states)
 
