@@ -145,10 +145,17 @@ class ElfIndex:
             return mapped_at - _page_down(self.segments[0].vaddr) - file_offset
         return mapped_at - file_offset
 
+    @cached_property
+    def _code_spans(self) -> tuple[tuple[int, int], ...]:
+        return tuple((seg.vaddr, seg.vaddr + seg.memsz) for seg in self.segments if seg.executable)
+
     def _is_code(self, addr: int) -> bool:
-        return any(
-            seg.executable and seg.vaddr <= addr < seg.vaddr + seg.memsz for seg in self.segments
-        )
+        # (called for every range of every inlined instance a unit's scopes read: CPython's
+        # eval loop has thousands)
+        for lo, hi in self._code_spans:
+            if lo <= addr < hi:
+                return True
+        return False
 
     # -- symbols -----------------------------------------------------------------------------
 
