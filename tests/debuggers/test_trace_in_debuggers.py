@@ -60,9 +60,8 @@ def test_a_step_over_a_traced_fault_then_continue(steps: int, tmp_path: Path) ->
     entry, so the step ends after the entry's pushfq, which copied the step's TF to the stack.
     The entry clears TF with AC; before, popfq made TF the thread's own and `continue` stopped
     with "stop reason = trace" in on_sigbus_c (CI caught it as 1 run in 40 of break, off,
-    trace start on threads; here it came every time). (lldb only: gdb steps over a passed
-    signal by a breakpoint at the faulting instruction, which the agent then reads as an int3;
-    not handled yet, see docs/DEBUGGERS.md.)"""
+    trace start on threads; here it came every time). (gdb steps differently:
+    test_gdb_steps_onto_a_traced_fault.)"""
     doc, log = trace_doc("lldb", [str(BUILD / "not_aligned"), "5"],
                          ["ualdbg trace start --engine agent", "b not_aligned.c:38", "run", "breakpoint delete --force",
                           *["thread step-inst"] * (steps + 1), "continue"], tmp_path / "t.json")
@@ -70,6 +69,35 @@ def test_a_step_over_a_traced_fault_then_continue(steps: int, tmp_path: Path) ->
     assert "ualdbg_agent.so`ualdbg_sigbus_entry" in log, log  # the step did end in the handler's entry
     assert doc["program"]["exit_status"] == 0, log
     assert doc["faults_total"] == 5, log
+
+# gdb stepping onto faults the agent traces: (the first commands, loaded at launch or injected
+# at the stop; then the user's steps).
+GDB_STEPS = {
+    "launch-stepi": (["ualdbg trace start --engine agent", "break *bump+35", "run"], ["stepi"] * 3),
+    "injected-stepi": (["break *bump+35", "run", "ualdbg trace start"], ["stepi", "stepi"]),
+    "injected-next": (["break not_aligned.c:38", "run", "ualdbg trace start"], ["next", "next", "next", "stepi"]),
+}
+
+
+@pytest.mark.parametrize("name", list(GDB_STEPS))
+def test_gdb_steps_onto_a_traced_fault(name: str, tmp_path: Path) -> None:
+    """gdb, a `stepi` or `next` over an instruction that faults while the agent traces: gdb
+    steps over the SIGBUS it passes by a breakpoint on the instruction, so the agent's handler
+    reads gdb's int3 there and single-steps it with TF; gdb's own step of the instruction then
+    takes that TF trap as its own. At the stop ualdbg finishes the agent's step (its table of
+    threads it steps, in the buffer): TF cleared, AC set. Before, the thread kept TF and lost AC:
+    the next `continue` stopped with SIGTRAP, quitting could not release the agent, and the
+    faults after the step went uncounted."""
+    first, steps = GDB_STEPS[name]
+    n = 6
+    doc, log = trace_doc("gdb", [str(BUILD / "not_aligned"), str(n)],
+                         [*first, *steps, "info registers eflags", "delete", "continue"], tmp_path / "t.json")
+    flags = re.findall(r"^eflags\s+(0x[0-9a-f]+)", log, re.M)
+    assert flags and int(flags[-1], 16) & 0x40000 and not int(flags[-1], 16) & 0x100, log  # AC set, TF clear
+    assert "SIGTRAP" not in log and "could not be released" not in log, log
+    assert doc["program"]["exit_status"] == 0 and f"iterations={n} sum={n}" in log, log
+    assert doc["faults_total"] == n and doc["sites"][0]["count"] == n, log
+
 
 # The agent (the default) runs 20,000 iterations a thread, patching the shared hot sites while
 # the other threads run; the trap engine 500 (it stops lldb about 1 ms a fault: docs/PERFORMANCE.md).

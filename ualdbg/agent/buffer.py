@@ -67,6 +67,9 @@ PATCH_SIZES = (_PATCH.size, _PATCH.size + _PATCH_CLASSES.size)
 # at 3584: what the agent knows it did not see (issue 29; ualdbg_agent.h, "blind-spot counters")
 _BLIND = struct.Struct("<QQQQQQQII")
 _BLIND_AT = 3584
+STEP_SLOTS = 32  # at 2280: the threads the agent single-steps now, then the PC each faulted at
+_STEPS = struct.Struct(f"<{STEP_SLOTS}I{STEP_SLOTS}Q")
+_STEPS_AT = 2280
 B_SIGBUS_TAKEN, B_EXEC_FOREIGN = 0x1, 0x2
 _REGS = struct.Struct("<17Q")  # 16 GPRs, then the fs/gs base
 _SITE = struct.Struct("<QQIIII16sQihh")
@@ -315,6 +318,14 @@ class AgentBuffer:
                     else:
                         ignored += p.count
         return total, ignored
+
+    def steps(self) -> list[tuple[int, int]]:
+        """(tid, PC) of each thread the agent single-steps now: TF set by its handler at a fault
+        at PC, the step's SIGTRAP not yet taken (ualdbg_agent.h, step_tids)."""
+        if len(self._map) < _STEPS_AT + _STEPS.size:
+            return []
+        raw = _STEPS.unpack_from(self._map, _STEPS_AT)
+        return [(tid, pc) for tid, pc in zip(raw[:STEP_SLOTS], raw[STEP_SLOTS:]) if tid and tid != 0xFFFFFFFF]
 
     # -- patches -------------------------------------------------------------------------------
     def patch_after(self) -> int:

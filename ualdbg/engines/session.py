@@ -67,6 +67,13 @@ class Session:
         """The target's architecture (Lifecycle.arch_of: learnt once)."""
         return self.lifecycle.arch_of(target)
 
+    def stopped(self, target: Target) -> None:
+        """A stop the user sees (both debuggers' stop hooks): the trap engine's business
+        (Stops.stopped), and the agent's single-steps the debugger's own step took over."""
+        self.stops.stopped(target)
+        if self.agent.live and not self.agent.waiting:
+            self.agent.finish_steps(target)
+
     def arm_late(self, target: Target, tid: int) -> None:
         """A thread that was stopped at a fault when ualdbg went off has run that instruction
         (Host.settle_faults): armed now for whichever engine is armed."""

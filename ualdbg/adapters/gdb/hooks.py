@@ -245,7 +245,7 @@ class GdbHooks:
                     said = s.lifecycle.attached(target, self.step_control)
                     if said:
                         gdb.write(said + "\n")
-                s.stops.stopped(target)
+                s.stopped(target)
         except Exception as exc:
             warn(f"stop handler: {exc}")
 

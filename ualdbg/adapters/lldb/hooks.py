@@ -327,5 +327,5 @@ class LldbHooks:
         self.session.lifecycle.threads_gone(live)
         for tid in self.faultsteps.lost(live, lambda tid: target.read_register("rip", tid)):
             self.session.stops.fault_stepped(target, tid)
-        self.session.stops.stopped(target)
+        self.session.stopped(target)
 

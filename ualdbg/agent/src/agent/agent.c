@@ -70,6 +70,7 @@ _Static_assert(sizeof(struct ualdbg_header) <= UALDBG_HEADER_SIZE, "header");
 _Static_assert(offsetof(struct ualdbg_header, exe) == 208, "header layout");
 _Static_assert(offsetof(struct ualdbg_header, note) == 1744, "header layout");
 _Static_assert(offsetof(struct ualdbg_header, patches_offset) == 2256, "header layout");
+_Static_assert(offsetof(struct ualdbg_header, step_tids) == 2280 && offsetof(struct ualdbg_header, step_pcs) == 2408, "header layout");
 _Static_assert(offsetof(struct ualdbg_header, blind_ns) == 3584, "header layout");
 _Static_assert(offsetof(struct ualdbg_header, blind_now) == 3644, "header layout");
 _Static_assert(sizeof(struct ualdbg_patch) == UALDBG_PATCH_SIZE, "patch layout");
@@ -440,8 +441,10 @@ static int code_matches(const struct ualdbg_site *s, uint64_t pc)
 {
     const volatile uint8_t *code = (const volatile uint8_t *)(uintptr_t)pc;
     for (uint32_t i = 0; i < s->insn_len; i++)
-        if (code[i] != s->insn[i])
+        if (code[i] != s->insn[i] && !(i == 0 && code[0] == 0xcc))
             return 0;
+    /* (An int3 where the instruction starts is a debugger's breakpoint, written there after the
+     * instruction faulted: gdb steps over the SIGBUS it passes by one. An int3 takes no #AC.) */
     return 1;
 }
 
@@ -522,6 +525,15 @@ static void add_variant(struct ualdbg_site *s, uint64_t key, const greg_t *g, ui
     }
 }
 
+static pid_t my_tid(void)
+{
+    if (TS.tid_gen != G.fork_gen + 1 || !TS.tid) {
+        TS.tid = raw_gettid();
+        TS.tid_gen = G.fork_gen + 1;
+    }
+    return TS.tid;
+}
+
 static void add_record(uint64_t pc, const greg_t *g, uint64_t segb, uint32_t flags)
 {
     uint64_t seq = __atomic_add_fetch(&G.hdr->head, 1, __ATOMIC_ACQ_REL);
@@ -532,11 +544,7 @@ static void add_record(uint64_t pc, const greg_t *g, uint64_t segb, uint32_t fla
     r->time_ns = now_ns();
     r->pc = pc;
     r->pid = (uint32_t)G.pid;
-    if (TS.tid_gen != G.fork_gen + 1 || !TS.tid) {
-        TS.tid = raw_gettid();
-        TS.tid_gen = G.fork_gen + 1;
-    }
-    r->tid = (uint32_t)TS.tid;
+    r->tid = (uint32_t)my_tid();
     r->cpu = sched_getcpu();
     r->flags = flags;
     snapshot_regs(&r->regs, g, segb);
@@ -654,10 +662,41 @@ static void emulate(const struct ualdbg_site *s, greg_t *g, uint64_t pc)
     __atomic_add_fetch(&G.hdr->emulated, 1, __ATOMIC_RELAXED);
 }
 
+/* This thread's step in the header's table (step_tids), for a debugger that may take its trap;
+ * its slot freed when the agent takes the trap itself. A full table: not listed (32 threads
+ * stepping at once). */
+static void step_listed(uint64_t pc, int on)
+{
+    uint32_t me = (uint32_t)my_tid(), *tids = G.hdr->step_tids;
+    int slot = -1;
+    for (int i = 0; i < UALDBG_STEP_SLOTS && slot < 0; i++)
+        if (__atomic_load_n(&tids[i], __ATOMIC_ACQUIRE) == me)
+            slot = i;
+    if (!on) {
+        if (slot >= 0)
+            __atomic_store_n(&tids[slot], 0, __ATOMIC_RELEASE);
+        return;
+    }
+    if (slot >= 0) {
+        __atomic_store_n(&G.hdr->step_pcs[slot], pc, __ATOMIC_RELEASE);
+        return;
+    }
+    for (int i = 0; i < UALDBG_STEP_SLOTS; i++) {
+        uint32_t free_ = 0;
+        if (__atomic_load_n(&tids[i], __ATOMIC_RELAXED) == 0 &&
+            __atomic_compare_exchange_n(&tids[i], &free_, UINT32_MAX, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&G.hdr->step_pcs[i], pc, __ATOMIC_RELEASE);
+            __atomic_store_n(&tids[i], me, __ATOMIC_RELEASE); /* (the PC first: a reader takes both) */
+            return;
+        }
+    }
+}
+
 static void single_step(greg_t *g)
 {
     g[REG_EFL] = (g[REG_EFL] & ~(greg_t)AC_BIT) | (greg_t)TF_BIT;
     TS.step_pending = 1;
+    step_listed((uint64_t)g[REG_RIP], 1);
     __atomic_add_fetch(&G.hdr->stepped, 1, __ATOMIC_RELAXED);
 }
 
@@ -871,6 +910,8 @@ void on_sigtrap_c(int sig, siginfo_t *si, void *ctx)
         greg_t *g = uc->uc_mcontext.gregs;
         __atomic_add_fetch(&ualdbg_in_handler, 1, __ATOMIC_SEQ_CST);
         TS.step_pending = 0;
+        if (G.hdr)
+            step_listed(0, 0);
         g[REG_EFL] &= ~(greg_t)TF_BIT;
         uint64_t copy_a = patch_stepped_in((uint64_t)g[REG_RIP]);
         if (copy_a) {

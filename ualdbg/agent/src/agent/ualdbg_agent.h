@@ -41,6 +41,7 @@
 #define UALDBG_SITE_SIZE 664 /* 640 before issue 33 (no cost-class counters): readers take both */
 #define UALDBG_RECORD_SIZE 176
 #define UALDBG_VARIANTS 4
+#define UALDBG_STEP_SLOTS 32 /* header.step_tids */
 #define UALDBG_NREGS 16 /* rax rcx rdx rbx rsp rbp rsi rdi r8..r15: x86 encoding order */
 
 /* header.state */
@@ -186,7 +187,14 @@ struct ualdbg_header { /* UALDBG_HEADER_SIZE bytes */
     uint32_t patch_size;       /* 2268 */
     uint32_t patches_used;     /* 2272: entries written (patched and refused) */
     uint32_t patch_after;      /* 2276: traps at a site before it is patched; 0: --no-patch */
-    uint8_t reserved[3584 - 2280]; /* room for other fields; the blind-spot counters stay at 3584 */
+    /* 2280: the threads the agent single-steps now (EFLAGS.TF set by its SIGBUS handler, the step's
+     * SIGTRAP not taken yet) and the PC each faulted at. A debugger that steps the faulting
+     * instruction itself takes that SIGTRAP as its own (gdb steps over a passed signal by a
+     * breakpoint at the instruction, then a step of it): at its next stop ualdbg finishes the
+     * agent's step (TF cleared, AC set: engines/stops.py). A tid of 0 is a free slot. */
+    uint32_t step_tids[UALDBG_STEP_SLOTS]; /* 2280 */
+    uint64_t step_pcs[UALDBG_STEP_SLOTS];  /* 2408 */
+    uint8_t reserved[3584 - 2664]; /* room for other fields; the blind-spot counters stay at 3584 */
     /* What the agent knows it did not see (issue 29; docs/AGENT.md, "Blind spots"): a fault
      * there is neither trapped nor counted, so a gate cannot call the run clean. */
     uint64_t blind_ns;         /* 3584: thread time past the arming point with SIGBUS blocked by the program */
