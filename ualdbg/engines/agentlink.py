@@ -299,41 +299,8 @@ class AgentLink:
         return ARMED
 
     def finish_steps(self, target: Target) -> list[int]:
-        """At a stop the user sees: the threads whose single-step by the agent (TF set by its
-        handler, to re-arm after running a faulting instruction with AC clear) the debugger took
-        as a step of its own, so that the agent never saw its trap; the step finished for the
-        agent here, TF cleared and AC set, as its SIGTRAP handler would. gdb does this when it
-        steps an instruction that faults: it steps over the passed SIGBUS by a breakpoint on the
-        instruction, and then steps the instruction. Without this the thread keeps TF (the next
-        `continue` stops with SIGTRAP) and AC clear (its faults are not counted). A thread still
-        at the PC it faulted at has its trap to come: left alone."""
-        from ..agent import buffer as ab
-
-        c = self.current
-        pid = target.pid()
-        if c is None or c.pid is None or pid != c.pid:
-            return []
-        flags = archmod.trap_flags("x86_64")
-        assert flags is not None
-        images = [path for file_pid, _gen, path in ab.buffer_files(c.directory.buffers) if file_pid == pid]
-        if not images:
-            return []
-        try:
-            with ab.AgentBuffer(images[-1]) as buf:  # the process's image now (an exec makes a new one)
-                listed = buf.steps()
-        except ab.BufferError:
-            return []
-        done = []
-        readable = set(target.threads())
-        for tid, pc in listed:
-            if tid not in readable:
-                continue
-            value = target.read_register(flags.register, tid)
-            if not value & flags.tf_bit or target.read_register("rip", tid) == pc:
-                continue
-            target.write_register(flags.register, (value & ~flags.tf_bit) | flags.ac_bit, tid)
-            done.append(tid)
-        return done
+        """At a stop the user sees: the agent's single-steps the debugger took (finish_steps)."""
+        return finish_steps(self.current, target)
 
     def release(self, host: AgentHost, target: Target | None) -> str | None:
         """`off`, `trace stop`, `break` (the debugger stops at faults again) or a detach: the
@@ -443,6 +410,43 @@ class AgentLink:
                 result.note(f"process {a.pid} ran a new program (exec): the agent injected into the old one is not in "
                             "it, so the new program's faults were not counted (`ualdbg trace start` again, stopped in "
                             "it, counts them)")
+
+
+def finish_steps(c: Arming | None, target: Target) -> list[int]:
+    """At a stop the user sees: the threads whose single-step by the agent (TF set by its
+    handler, to re-arm after running a faulting instruction with AC clear) the debugger took
+    as a step of its own, so that the agent never saw its trap; the step finished for the
+    agent here, TF cleared and AC set, as its SIGTRAP handler would. gdb does this when it
+    steps an instruction that faults: it steps over the passed SIGBUS by a breakpoint on the
+    instruction, and then steps the instruction. Without this the thread keeps TF (the next
+    `continue` stops with SIGTRAP) and AC clear (its faults are not counted). A thread still
+    at the PC it faulted at has its trap to come: left alone."""
+    from ..agent import buffer as ab
+
+    pid = target.pid()
+    if c is None or c.pid is None or pid != c.pid:
+        return []
+    flags = archmod.trap_flags("x86_64")
+    assert flags is not None
+    images = [path for file_pid, _gen, path in ab.buffer_files(c.directory.buffers) if file_pid == pid]
+    if not images:
+        return []
+    try:
+        with ab.AgentBuffer(images[-1]) as buf:  # the process's image now (an exec makes a new one)
+            listed = buf.steps()
+    except ab.BufferError:
+        return []
+    done = []
+    readable = set(target.threads())
+    for tid, pc in listed:
+        if tid not in readable:
+            continue
+        value = target.read_register(flags.register, tid)
+        if not value & flags.tf_bit or target.read_register("rip", tid) == pc:
+            continue
+        target.write_register(flags.register, (value & ~flags.tf_bit) | flags.ac_bit, tid)
+        done.append(tid)
+    return done
 
 
 class TrampolineFrames:
