@@ -298,10 +298,6 @@ class AgentLink:
             target.write_register(flags.register, value | flags.ac_bit, tid)
         return ARMED
 
-    def finish_steps(self, target: Target) -> list[int]:
-        """At a stop the user sees: the agent's single-steps the debugger took (finish_steps)."""
-        return finish_steps(self.current, target)
-
     def release(self, host: AgentHost, target: Target | None) -> str | None:
         """`off`, `trace stop`, `break` (the debugger stops at faults again) or a detach: the
         agent disarmed and made inert in the process, as `--pid`'s detach does; the environment

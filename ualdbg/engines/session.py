@@ -17,7 +17,7 @@ from ..core.settings import Config
 from ..core.target import Target
 from ..core.trace import TraceBuffer
 from ..isa import arch as archmod
-from .agentlink import AgentLink, combine
+from .agentlink import AgentLink, combine, finish_steps
 from .faultpath import FaultPath, Mode
 from .image import ProcessImage
 from .lifecycle import Events, Kind, Lifecycle
@@ -72,7 +72,7 @@ class Session:
         (Stops.stopped), and the agent's single-steps the debugger's own step took over."""
         self.stops.stopped(target)
         if self.agent.live and not self.agent.waiting:
-            self.agent.finish_steps(target)
+            finish_steps(self.agent.current, target)
 
     def arm_late(self, target: Target, tid: int) -> None:
         """A thread that was stopped at a fault when ualdbg went off has run that instruction

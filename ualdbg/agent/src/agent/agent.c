@@ -773,6 +773,13 @@ static int handle_alignment_fault(ucontext_t *uc)
     }
     if (!G.active || !G.hdr || !G.armed)
         return 0; /* AC set by the program itself: its own business */
+    if (TS.step_pending) {
+        /* This thread's last single step ended without its trap reaching us: a debugger took it
+         * as a step of its own (and finished it: agentlink.finish_steps). Forgotten, so that a
+         * trace trap the program makes itself later is the program's. */
+        TS.step_pending = 0;
+        step_listed(0, 0);
+    }
     if (!*G.fork_token) {
         /* A child forked without pthread_atfork handlers (_Fork, clone, syscall). */
         agent_new_process(CFG.follow, 1);
