@@ -78,6 +78,27 @@ def test_the_grace_deadline_holds_for_a_program_that_ignores_sigterm(engine: str
         assert live_in_session(proc.pid) == []
 
 
+@pytest.mark.parametrize("engine", ["agent", "trap-gdb"])
+def test_the_kill_at_the_deadline_takes_the_programs_own_processes(engine: str, tmp_path: Path) -> None:
+    """SIGTERM to ualdbg alone (kill PID), the program a shell that ignores it and runs a command
+    that ignores it too: at the deadline ualdbg kills the shell and the command it started, which
+    would otherwise outlive ualdbg, orphaned (a test suite's programs under `check -- make
+    check`). Before, only the shell was killed."""
+    need(engine)
+    out = tmp_path / "t.json"
+    script = "trap '' TERM; sleep 300 & echo up; wait"
+    with in_session(ualdbg_argv("trace", *ENGINES[engine], "--json", str(out), "--", "/bin/sh", "-c", script),
+                    cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert _read_until_up(proc) == b"up\n"
+        time.sleep(0.3)
+        assert any(" sleep " in p for p in live_in_session(proc.pid)), live_in_session(proc.pid)
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=GRACE + 60)
+        assert out.exists(), f"no trace written (status {proc.returncode})\n{err.decode()}"
+        assert json.loads(out.read_text())["interrupted_by"] == "SIGTERM", err.decode()
+        assert live_in_session(proc.pid) == [], err.decode()
+
+
 @pytest.mark.parametrize("how", [["timeout", "3"], ["timeout", "--foreground", "3"]])
 def test_timeout_ends_ualdbg_within_the_grace_period(how: list[str], wrapped: tuple[Path, Path], tmp_path: Path) -> None:
     """`timeout 3 ualdbg trace -- PROG` with PROG ignoring SIGTERM ends 3 s + the grace period

@@ -1,10 +1,42 @@
 """What /proc tells about a traced process and its threads: its status fields and name, a
-thread's signal mask, the system call it waits in and the CPU it last ran on."""
+thread's signal mask, the system call it waits in and the CPU it last ran on, the processes it
+started."""
 from __future__ import annotations
 
 import os
 
 from ..isa.arch import SIGBUS
+
+
+def children(pid: int) -> list[int]:
+    """The processes `pid` started and that are still its children (a debugger's inferior, a
+    shell's commands), from /proc. A thread that ends while the list is read does not hide its
+    siblings' children."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+
+def descendants(pid: int, limit: int = 100_000) -> list[int]:
+    """`pid`'s children, theirs, and so on (at most `limit`), as /proc shows them now."""
+    out: list[int] = []
+    todo = [pid]
+    while todo and len(out) < limit:
+        for child in children(todo.pop()):
+            if child not in out:
+                out.append(child)
+                todo.append(child)
+    return out
 
 
 def blocked_signals(pid: int, tid: int) -> int:

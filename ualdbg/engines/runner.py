@@ -20,6 +20,7 @@ from ..core.external import find_tool
 from ..core.programfile import elf_file_problem, elf_structure_problem, host_elf, script_interpreter
 from ..core.result import TraceResult
 from ..core.sections import StepSummary
+from .procfs import children
 from .wrapper import SignalGuard, child_setup, exec_status, program_environ, spawn_held, start_problem
 
 if TYPE_CHECKING:
@@ -226,23 +227,6 @@ def _run_lldb(cfg: dict[str, Any], log: str, forked: Callable[[], None] | None,
     return returncode, os.WEXITSTATUS(wstatus), None
 
 
-def _children(pid: int) -> list[int]:
-    """The processes `pid` started (the debugger's inferior), from /proc. A thread of the
-    debugger that ends while the list is read does not hide its siblings' children."""
-    out: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
-            continue
-    return out
-
-
 def _parent(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -258,7 +242,7 @@ def _program_of(debugger: int) -> Callable[[], list[int]]:
     seen: list[int] = []
 
     def targets() -> list[int]:
-        now = _children(debugger)
+        now = children(debugger)
         if now:
             seen[:] = now
             return now

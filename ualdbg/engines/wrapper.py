@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .procfs import descendants
+
 PR_SET_PDEATHSIG = 1
 ADDR_NO_RANDOMIZE = 0x0040000
 # Signals ualdbg passes on to the program it runs (a CI timeout, a hang-up, an interrupt).
@@ -271,6 +273,23 @@ def interrupt_program(signo: int = signal.SIGINT) -> None:
     os.kill(os.getpid(), signo)
 
 
+def _stopped_tree(roots: list[int], rounds: int = 10) -> list[int]:
+    """The descendants of `roots`, each sent SIGSTOP as it is found (a stopped process starts no
+    other), read again until no new one shows."""
+    seen: list[int] = []
+    for _ in range(rounds):
+        new = [d for root in roots for d in descendants(root) if d not in seen]
+        if not new:
+            break
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+        seen += new
+    return seen
+
+
 class SignalGuard:
     """While the program runs: SIGTERM, SIGHUP and SIGINT sent to ualdbg reach the program as they
     would without ualdbg, and ualdbg waits for it to end: a second signal, or `grace` seconds
@@ -363,7 +382,14 @@ class SignalGuard:
         self._send(signo)
 
     def _send(self, signo: int) -> None:
-        for pid in self.targets():
+        targets = self.targets()
+        if signo == signal.SIGKILL:
+            # The program's own processes too (a shell's commands, a test suite's programs): where
+            # the program ignored SIGTERM, they would outlive ualdbg, orphaned. Stopped first, so
+            # that none forks while the tree is read, then killed.
+            tree = _stopped_tree(targets)
+            targets = [*targets, *tree]
+        for pid in targets:
             try:
                 os.kill(pid, signo)
             except OSError:
