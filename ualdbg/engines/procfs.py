@@ -4,8 +4,7 @@ started."""
 from __future__ import annotations
 
 import os
-
-from ..isa.arch import SIGBUS
+import signal
 
 
 def children(pid: int) -> list[int]:
@@ -82,7 +81,7 @@ def same_pid_namespace(pid: int) -> bool:
 
 
 def sigbus_blocked(pid: int, tid: int) -> bool:
-    return bool(blocked_signals(pid, tid) & (1 << (SIGBUS - 1)))
+    return bool(blocked_signals(pid, tid) & (1 << (signal.SIGBUS - 1)))  # (this host's number: /proc is the host's)
 
 
 # Blocking system calls a thread waits in holding no lock of libc's: the thread a call is made in.
