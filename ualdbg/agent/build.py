@@ -13,7 +13,8 @@ from pathlib import Path
 
 from .private import fresh_dir, private_dir, trusted_file
 
-# One folder per product of src/: the agent (here), the record writer and the #AC probe (below).
+# One folder per product of src/: the agent (here), the record writer, the line-program decoder and
+# the #AC probe (below).
 SRC = Path(__file__).resolve().parent / "src" / "agent"
 SOURCES = ("agent.c", "signals.c", "wrappers.c", "trampolines.c", "patch.c", "stopworld.c", "codemap.c", "process.c",
            "access.c", "insn.c", "cfi.c", "entry.S")
@@ -190,3 +191,15 @@ def build_records(dest_dir: Path | None = None) -> Path:
     """The path of the built record writer, compiling it if this source version is not cached."""
     return cached_build("the record writer", "records", RECORDS_LIB, [RECORDS_SOURCE], (), RECORDS_FLAGS,
                         ("-lm",), dest_dir)
+
+
+# The line-program decoder (src/lines/): loaded into ualdbg itself with ctypes, like the record
+# writer; symbols/lineprogram.py decodes in Python where it cannot be built.
+LINES_SOURCE = SRC.parent / "lines" / "lines.c"
+LINES_FLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-fvisibility=hidden")
+LINES_LIB = "ualdbg_lines.so"
+
+
+def build_lines(dest_dir: Path | None = None) -> Path:
+    """The path of the built line-program decoder, compiling it if this version is not cached."""
+    return cached_build("the line-program decoder", "lines", LINES_LIB, [LINES_SOURCE], (), LINES_FLAGS, (), dest_dir)

@@ -24,6 +24,7 @@ from elftools.dwarf.ranges import BaseAddressEntry, RangeEntry
 from ualdbg.symbols.cxxnames import canonical_integers
 from ualdbg.symbols.demangle import frame_name
 from ualdbg.symbols.intervals import IntervalTable
+from ualdbg.symbols.lineprogram import LineParams, Tables, decode_lines
 
 # pyelftools raises these (and plain asserts/struct errors) on DWARF it does not understand.
 # A unit that fails to parse must cost its own line info only, never the whole resolution.
@@ -49,9 +50,6 @@ DWARF_ERRORS: tuple[type[BaseException], ...] = (
     MemoryError,
 )
 
-_DW_LNE_set_address = 2
-_MINUS_1 = 0xFFFFFFFFFFFFFFFF
-_MINUS_2 = 0xFFFFFFFFFFFFFFFE
 
 _SCOPE_CONTAINERS = frozenset({"DW_TAG_lexical_block", "DW_TAG_try_block", "DW_TAG_catch_block"})
 # Types declared inside a function hold the bodies of their member functions: a lambda's
@@ -464,161 +462,14 @@ class UnitLines:
             return None  # an undecodable program: no lines for this unit, but no retries
         if line_range == 0 or max_ops == 0:
             return None
-        low_pc = self._low_pc
-        # Per subfile (a source file, by path), its entries in recording order, as tuples that
-        # sort as gdb orders them with no key function (a unit has up to 300,000): (address * 2
-        # + (line != 0), order, line, is_stmt): by address, end markers first, then as recorded.
-        tables: dict[object, list[tuple[int, int, int, int]]] = {}
-        subfiles: dict[int, object] = {}
-        order = 0
-
-        def subfile_of(index: int) -> object:
-            if index not in subfiles:
-                names = self._file(index)
-                subfiles[index] = names[1] if names is not None else ("?", index)
-            return subfiles[index]
-
-        def record(subfile: object, line: int, addr: int, is_stmt: bool) -> None:
-            nonlocal order
-            table = tables.get(subfile)
-            if table is None:
-                table = tables[subfile] = []
-            if line == 0:
-                last_line: int | None = None
-                while table:
-                    last_line = table[-1][2]
-                    if table[-1][0] >> 1 != addr:
-                        break
-                    table.pop()
-                if last_line is None or last_line == 0:
-                    return
-            order += 1
-            table.append((addr * 2 + (line != 0), order, line, int(is_stmt)))
-
-        def uleb(pos: int, signed: bool = False) -> tuple[int, int]:
-            value = shift = 0
-            while True:
-                byte = code[pos]
-                pos += 1
-                value |= (byte & 0x7F) << shift
-                shift += 7
-                if byte < 0x80:
-                    if signed and byte & 0x40:
-                        value -= 1 << shift
-                    return value, pos
-
-        pos, size = 0, len(code)
-        try:
-            while pos < size:
-                # One sequence: gdb's lnp_state_machine, fresh (the file register starts at 1).
-                address = op_index = 0
-                file_reg, line = 1, 1
-                is_stmt = default_stmt
-                disc = 0
-                has_disc = False
-                last_subfile: object = None
-                last_line = 0
-                last_address = 0
-                stmt_at_address = False
-                recording = True
-                end = False
-                while pos < size and not end:
-                    op = code[pos]
-                    pos += 1
-                    row = False
-                    if op >= opcode_base:
-                        adj = op - opcode_base
-                        advance = adj // line_range
-                        address += min_len * ((op_index + advance) // max_ops)
-                        op_index = (op_index + advance) % max_ops
-                        delta = line_base + adj % line_range
-                        line += delta
-                        if delta:
-                            has_disc = disc != 0
-                        row = True
-                    elif op == 0:  # extended
-                        length, pos = uleb(pos)
-                        after = pos + length
-                        sub = code[pos] if length else 0
-                        if sub == 1:  # end_sequence
-                            end = row = True
-                        elif sub == 2:  # set_address
-                            address = int.from_bytes(code[pos + 1 : pos + 1 + address_size], byteorder)
-                            op_index = 0
-                            # gdb ignores sequences of functions the linker dropped (PR 12528).
-                            if (address == 0 and low_pc > 0) or address in (_MINUS_1, _MINUS_2):
-                                recording = False
-                        elif sub == 4:  # set_discriminator: the line has one from now on
-                            disc, _ = uleb(pos + 1)
-                            has_disc |= disc != 0
-                        pos = after
-                    elif op == 1:  # copy
-                        row = True
-                    elif op == 5:  # set_column: its operand skipped (one byte, mostly)
-                        if code[pos] < 0x80:
-                            pos += 1
-                        else:
-                            _, pos = uleb(pos)
-                    elif op == 2:  # advance_pc
-                        advance, pos = uleb(pos)
-                        address += min_len * ((op_index + advance) // max_ops)
-                        op_index = (op_index + advance) % max_ops
-                    elif op == 3:  # advance_line
-                        byte = code[pos]
-                        if byte < 0x80:  # one byte, mostly
-                            delta = byte - 0x80 if byte & 0x40 else byte
-                            pos += 1
-                        else:
-                            delta, pos = uleb(pos, signed=True)
-                        line += delta
-                        if delta:
-                            has_disc = disc != 0
-                    elif op == 4:  # set_file
-                        file_reg, pos = uleb(pos)
-                        has_disc = disc != 0
-                    elif op == 6:  # negate_stmt
-                        is_stmt = not is_stmt
-                    elif op == 8:  # const_add_pc
-                        advance = (255 - opcode_base) // line_range
-                        address += min_len * ((op_index + advance) // max_ops)
-                        op_index = (op_index + advance) % max_ops
-                    elif op == 9:  # fixed_advance_pc
-                        address += int.from_bytes(code[pos : pos + 2], byteorder)
-                        op_index = 0
-                        pos += 2
-                    else:  # column, basic_block, prologue/epilogue, isa, unknown: skip operands
-                        for _ in range(std_lengths[op - 1] if op - 1 < len(std_lengths) else 0):
-                            _, pos = uleb(pos)
-                    if not row:
-                        continue
-                    # gdb's record_line
-                    if op_index == 0 or end:
-                        subfile = subfiles[file_reg] if file_reg in subfiles else subfile_of(file_reg)
-                        changed = last_subfile != subfile
-                        ignore = (changed and not end and last_address == address and not is_stmt and stmt_at_address) or (
-                            not end and line == 0
-                        )
-                        # gdb turns recording back on at the end of a sequence, before its end marker.
-                        if ((changed and not ignore) or end) and last_subfile is not None and (recording or end):
-                            record(last_subfile, 0, address, True)
-                        if not end and not ignore and (changed or line != last_line or not has_disc):
-                            last_subfile = subfile
-                            if recording:  # record() of a line (not 0: `ignore` otherwise), inline
-                                table = tables.get(subfile)
-                                if table is None:
-                                    table = tables[subfile] = []
-                                order += 1
-                                table.append((address * 2 + 1, order, line, 1 if is_stmt else 0))
-                            last_line = line
-                    if last_address != address:
-                        stmt_at_address = False
-                        last_address = address
-                    stmt_at_address |= is_stmt
-                    disc = 0
-        except IndexError:
-            pass  # a truncated program: the rows read before the end count
-        # A file index per subfile, to name the answer (any index of that path names it alike).
-        index_of = {subfile: index for index, subfile in subfiles.items()}
+        n_files = len(program["file_entry"]) + 1  # DWARF 5 numbers them from 0, before it from 1
+        subfiles = []
+        for index in range(n_files):
+            names = self._file(index)
+            subfiles.append(names[1] if names is not None else ("?", index))
+        params = LineParams(min_len, max_ops, default_stmt, line_base, line_range, opcode_base, tuple(std_lengths),
+                            address_size, byteorder == "big", self._low_pc)
+        tables, index_of = decode_lines(code, params, subfiles)
         return _LineTables(tables, index_of)
 
     @cached_property
@@ -646,12 +497,9 @@ class _LineTables:
     asks for a few hundred PCs of units whose tables have hundreds of thousands of rows (CPython's
     35 units: a sweep of every row took most of the post-processing, issue 34)."""
 
-    def __init__(self, tables: dict[object, list[tuple[int, int, int, int]]], index_of: dict[object, int]) -> None:
-        """`tables`: per subfile, (address * 2 + (line != 0), order, line, is_stmt) (UnitLines._lines)."""
-        self._files: list[tuple[int, list[tuple[int, int, int, int]], list[int]]] = []
-        for subfile, table in tables.items():
-            table.sort()  # by address, end markers first, then in recording order (order is unique)
-            self._files.append((index_of[subfile], table, [e[0] >> 1 for e in table]))
+    def __init__(self, tables: Tables, index_of: dict[object, int]) -> None:
+        """`tables`: per subfile, its sorted columns (symbols/lineprogram.py)."""
+        self._files = [(index_of[subfile], *columns) for subfile, columns in tables.items()]
         self._memo: dict[int, tuple[int, int] | None] = {}
 
     def at(self, addr: int) -> tuple[int, int] | None:
@@ -660,22 +508,22 @@ class _LineTables:
             return self._memo[addr]
         best_key: tuple[int, int] | None = None
         answer: tuple[int, int] | None = None
-        for index, table, addrs in self._files:
+        for index, addrs, orders, lines, stmts in self._files:
             last = bisect_right(addrs, addr) - 1
             if last < 0:
                 continue
-            best = table[last]  # (address * 2 + (line != 0), order, line, is_stmt)
-            if best[2] and not best[3]:
+            best = last
+            if lines[best] and not stmts[best]:
                 k = last
-                while k > 0 and addrs[k - 1] == addrs[k] and table[k - 1][2] != 0 and not table[k][3]:
+                while k > 0 and addrs[k - 1] == addrs[k] and lines[k - 1] != 0 and not stmts[k]:
                     k -= 1
-                if table[k][3]:
-                    best = table[k]
-            if not best[2]:
+                if stmts[k]:
+                    best = k
+            if not lines[best]:
                 continue
-            key = (best[0] >> 1, best[1])
+            key = (addrs[best], orders[best])
             if best_key is None or key > best_key:
-                best_key, answer = key, (index, best[2])
+                best_key, answer = key, (index, lines[best])
         self._memo[addr] = answer
         return answer
 
