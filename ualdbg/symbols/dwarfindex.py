@@ -24,7 +24,7 @@ from elftools.dwarf.ranges import BaseAddressEntry, RangeEntry
 from ualdbg.symbols.cxxnames import canonical_integers
 from ualdbg.symbols.demangle import frame_name
 from ualdbg.symbols.intervals import IntervalTable
-from ualdbg.symbols.lineprogram import LineParams, Tables, decode_lines
+from ualdbg.symbols.lineprogram import FileSubfiles, LineParams, Tables, decode_lines
 
 # pyelftools raises these (and plain asserts/struct errors) on DWARF it does not understand.
 # A unit that fails to parse must cost its own line info only, never the whole resolution.
@@ -463,10 +463,12 @@ class UnitLines:
         if line_range == 0 or max_ops == 0:
             return None
         n_files = len(program["file_entry"]) + 1  # DWARF 5 numbers them from 0, before it from 1
-        subfiles = []
-        for index in range(n_files):
+
+        def subfile(index: int) -> object:
             names = self._file(index)
-            subfiles.append(names[1] if names is not None else ("?", index))
+            return names[1] if names is not None else ("?", index)
+
+        subfiles = FileSubfiles(n_files, subfile)
         params = LineParams(min_len, max_ops, default_stmt, line_base, line_range, opcode_base, tuple(std_lengths),
                             address_size, byteorder == "big", self._low_pc)
         tables, index_of = decode_lines(code, params, subfiles)

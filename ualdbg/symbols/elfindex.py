@@ -18,6 +18,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import NoteSection
 from elftools.elf.segments import InterpSegment
 
+from ualdbg.symbols.abbrevs import install as install_abbrevs
 from ualdbg.symbols.demangle import frame_name
 from ualdbg.symbols.dietree import CodeHolders, DieTree
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, SourcePos
@@ -302,7 +303,7 @@ class ElfIndex:
         if elf is None:
             return None
         try:
-            info = elf.get_dwarf_info(follow_links=False)
+            info = install_abbrevs(elf.get_dwarf_info(follow_links=False))
             is_code = self._is_code if any(s.executable for s in self.segments) else None
             index = DwarfIndex(info, is_code, self._symbol_name_at, self._symbol_start_at)
         except _DWARF_LOAD_ERRORS:

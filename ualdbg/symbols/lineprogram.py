@@ -20,7 +20,7 @@ Where gdb and binutils differ, gdb wins (issue 18), and the DWARF standard with 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,25 @@ _MINUS_2 = 0xFFFFFFFFFFFFFFFE
 # entry: making 225,000 tuples took longer than the C decoder's whole run.
 Columns = tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int]]
 Tables = dict[object, Columns]
+
+
+class FileSubfiles(Sequence[object]):
+    """The subfile of each file index of a unit, named on first use: `name(index)` gives it."""
+
+    def __init__(self, count: int, name: Callable[[int], object]) -> None:
+        self._count = count
+        self._name = name
+        self._named: dict[int, object] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index: int) -> object:  # type: ignore[override]
+        if not 0 <= index < self._count:
+            raise IndexError(index)
+        if index not in self._named:
+            self._named[index] = self._name(index)
+        return self._named[index]
 
 
 @dataclass(frozen=True)
@@ -285,7 +304,13 @@ _Out: Any = None
 
 def _decode_in_c(code: bytes, params: LineParams, file_subfiles: Sequence[object]) -> tuple[Tables, dict[object, int]] | None:
     """The C decoder's tables, or None: it is not built here, or a value of this program does not
-    fit its integers (Python decodes it then)."""
+    fit its integers (Python decodes it then).
+
+    The file indexes are named lazily, as the Python decoder names them: the first run maps none,
+    so each index the program uses gets an id of its own, and only those are named (a C++ unit's
+    table can list thousands of headers, few of them with lines). Where two used indexes name one
+    file (gcc's DWARF 5 lists the primary file as 0 and 1) it runs again with them merged; the
+    indexes a program uses do not depend on the map."""
     global _Params, _Out
     if _Params is None:
         _Params, _Out = _structs()
@@ -293,27 +318,53 @@ def _decode_in_c(code: bytes, params: LineParams, file_subfiles: Sequence[object
     fields = (params.min_len, params.max_ops, params.line_range, params.opcode_base, params.address_size, params.low_pc)
     if lib is None or not all(0 <= v < 1 << 64 for v in fields) or not -(1 << 63) <= params.line_base < 1 << 63:
         return None
+    if not all(0 <= v < 256 for v in params.std_lengths):
+        return None
+    from array import array
+
+    p = _Params(params.min_len, params.max_ops, params.line_base, params.line_range, params.opcode_base,
+                params.address_size, params.low_pc, int(params.default_stmt), int(params.big_endian),
+                bytes(params.std_lengths), len(params.std_lengths))
+    found = _run(lib, code, p, array("i"), 0)
+    if found is None:
+        return None
+    columns, used, touched = found
+    n_files = len(file_subfiles)
+    named = [file_subfiles[index] if index < n_files else ("?", index) for index in used]
+    subfile_by_id: list[object] = named
+    if len(set(named)) != len(named):
+        ids: dict[object, int] = {}
+        file_map = array("i", [-1]) * (1 + max(index for index in used if index < n_files))
+        for index, subfile in zip(used, named):
+            if index < n_files:
+                file_map[index] = ids.setdefault(subfile, len(ids))
+        found = _run(lib, code, p, file_map, len(ids))
+        if found is None:
+            return None
+        columns, unknown, touched = found
+        subfile_by_id = [*ids, *(("?", index) for index in unknown)]
+    index_of: dict[object, int] = {}
+    for index, subfile in zip(used, named):
+        index_of.setdefault(subfile, index)
+    addrs, orders, lines_, stmts = columns
+    tables: Tables = {}
+    start = 0
+    for sid, count in touched:  # the entries come table by table, in the order the tables were made
+        stop = start + count
+        tables[subfile_by_id[sid]] = (addrs[start:stop], orders[start:stop], lines_[start:stop], stmts[start:stop])
+        start = stop
+    return tables, index_of
+
+
+def _run(lib: Any, code: bytes, p: Any, file_map: Any, n_known: int) -> tuple[Columns, list[int], list[tuple[int, int]]] | None:
+    """One call of the C decoder: its columns, the file indexes it did not find in `file_map`
+    (in the order of first use) and (subfile id, entries) per table; None: hand it to Python."""
     import ctypes
     from array import array
 
-    ids: dict[object, int] = {}
-    index_of: dict[object, int] = {}
-    file_map = array("i")
-    for index, subfile in enumerate(file_subfiles):
-        if subfile not in ids:
-            ids[subfile] = len(ids)
-            index_of[subfile] = index
-        file_map.append(ids[subfile])
-    known = list(ids)
-    lengths = bytes(params.std_lengths) if all(0 <= v < 256 for v in params.std_lengths) else None
-    if lengths is None:
-        return None
-    p = _Params(params.min_len, params.max_ops, params.line_base, params.line_range, params.opcode_base,
-                params.address_size, params.low_pc, int(params.default_stmt), int(params.big_endian), lengths,
-                len(lengths))
     out = _Out()
     rc = lib.ualdbg_lines_decode(code, len(code), ctypes.byref(p), file_map.buffer_info()[0] if file_map else None,
-                                 len(file_map), len(known), ctypes.byref(out))
+                                 len(file_map), n_known, ctypes.byref(out))
     if rc != 0:
         return None
     try:
@@ -325,19 +376,10 @@ def _decode_in_c(code: bytes, params: LineParams, file_subfiles: Sequence[object
                 col.frombytes(ctypes.string_at(pointer, n * size))
             return col
 
-        addrs = column(out.addr, "Q", 8)
-        orders, lines_, stmts = column(out.order, "Q", 8), column(out.line, "q", 8), column(out.stmt, "B", 1)
+        columns = (column(out.addr, "Q", 8), column(out.order, "Q", 8), column(out.line, "q", 8),
+                   column(out.stmt, "B", 1))
         unknown = [out.unknown[k] for k in range(out.n_unknown)]
         touched = [(out.touched[k], out.counts[k]) for k in range(out.n_touched)]
     finally:
         lib.ualdbg_lines_free(ctypes.byref(out))
-    subfile_by_id = known + [("?", index) for index in unknown]
-    for k, index in enumerate(unknown):
-        index_of[subfile_by_id[len(known) + k]] = index
-    tables: Tables = {}
-    start = 0
-    for sid, count in touched:  # the entries come table by table, in the order the tables were made
-        stop = start + count
-        tables[subfile_by_id[sid]] = (addrs[start:stop], orders[start:stop], lines_[start:stop], stmts[start:stop])
-        start = stop
-    return tables, index_of
+    return columns, unknown, touched

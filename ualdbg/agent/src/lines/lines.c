@@ -79,7 +79,7 @@ struct state {
     uint64_t n_tables, cap_tables;
     uint64_t n_known;
     uint64_t *unknown;
-    uint64_t n_unknown, cap_unknown;
+    uint64_t n_unknown, cap_unknown, last_unknown;
     int32_t *touched;
     uint64_t n_touched, cap_touched;
     uint64_t order;
@@ -164,18 +164,31 @@ static int sleb(struct state *s, uint64_t *pos, int64_t *value)
     return OK;
 }
 
+/* The subfile of a file index: the caller's map, else one id per distinct index it did not map
+ * (in the order of first use). More than MAX_UNKNOWN of those: WIDE (Python's dict takes them). */
+#define MAX_UNKNOWN 4096
+
 static int32_t subfile_of(struct state *s, const int32_t *file_map, uint64_t n_map, uint64_t index, int *rc)
 {
     if (index < n_map && file_map[index] >= 0)
         return file_map[index];
+    if (s->n_unknown && s->unknown[s->last_unknown] == index)
+        return (int32_t)(s->n_known + s->last_unknown);
     for (uint64_t k = 0; k < s->n_unknown; k++)
-        if (s->unknown[k] == index)
+        if (s->unknown[k] == index) {
+            s->last_unknown = k;
             return (int32_t)(s->n_known + k);
-    if (s->n_known + s->n_unknown >= INT32_MAX || grow((void **)&s->unknown, &s->cap_unknown, s->n_unknown + 1, sizeof(uint64_t))) {
+        }
+    if (s->n_unknown >= MAX_UNKNOWN || s->n_known >= INT32_MAX - MAX_UNKNOWN) {
+        *rc = WIDE;
+        return -1;
+    }
+    if (grow((void **)&s->unknown, &s->cap_unknown, s->n_unknown + 1, sizeof(uint64_t))) {
         *rc = NOMEM;
         return -1;
     }
     s->unknown[s->n_unknown] = index;
+    s->last_unknown = s->n_unknown;
     return (int32_t)(s->n_known + s->n_unknown++);
 }
 
