@@ -25,6 +25,7 @@ from ualdbg.symbols.cxxnames import canonical_integers
 from ualdbg.symbols.demangle import frame_name
 from ualdbg.symbols.intervals import IntervalTable
 from ualdbg.symbols.lineprogram import FileSubfiles, LineParams, Tables, decode_lines
+from ualdbg.symbols.rangelists import range_list
 
 # pyelftools raises these (and plain asserts/struct errors) on DWARF it does not understand.
 # A unit that fails to parse must cost its own line info only, never the whole resolution.
@@ -831,12 +832,18 @@ class DwarfIndex:
         attrs = die.attributes
         out: list[tuple[int, int]] = []
         if "DW_AT_ranges" in attrs:
-            lists = self.dwarfinfo.range_lists()
-            if lists is None:
+            offset = attrs["DW_AT_ranges"].value
+            entries = range_list(self.dwarfinfo, offset, cu)
+            if entries is None:
+                lists = self.dwarfinfo.range_lists()
+                if lists is None:
+                    return out
+                entries = lists.get_range_list_at_offset(offset, cu=cu)
+            elif not entries and self.dwarfinfo.range_lists() is None:
                 return out
             top = cu.get_top_DIE().attributes
             base = top["DW_AT_low_pc"].value if "DW_AT_low_pc" in top else 0
-            for entry in lists.get_range_list_at_offset(attrs["DW_AT_ranges"].value, cu=cu):
+            for entry in entries:
                 if isinstance(entry, BaseAddressEntry):
                     base = entry.base_address
                 elif isinstance(entry, RangeEntry):
