@@ -19,7 +19,7 @@ from elftools.dwarf.ranges import BaseAddressEntry, RangeEntry
 Entry = RangeEntry | BaseAddressEntry
 
 
-def _section_bytes(info: Any, name: str) -> bytes:
+def section_bytes(info: Any, name: str) -> bytes:
     cache = info.__dict__.setdefault("_ualdbg_section_bytes", {})
     data = cache.get(name)
     if data is None:
@@ -41,7 +41,7 @@ def range_list(info: Any, offset: int, cu: Any) -> list[Entry] | None:
     if size not in (4, 8) or not isinstance(offset, int) or offset < 0:
         return None
     order: Any = "little" if info.config.little_endian else "big"
-    data = _section_bytes(info, "debug_rnglists_sec" if v5 else "debug_ranges_sec")
+    data = section_bytes(info, "debug_rnglists_sec" if v5 else "debug_ranges_sec")
     return (_v5 if v5 else _v4)(data, offset, size, order)
 
 
