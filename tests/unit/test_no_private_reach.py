@@ -20,7 +20,11 @@ DOCUMENTED = {"_exit", "_replace", "_asdict", "_fields", "_make"}
 # at an offset only in `_parse_entry_at`; its public get_entries parses every FDE of .eh_frame
 # (CPython: 5,600, 2.5 s) and stops at the first it cannot decode, where cfi.py reads the one FDE
 # .eh_frame_hdr's search table leads to (issue 34).
-THIRD_PARTY = {("symbols/dwarfindex.py", "_parent"), ("symbols/cfi.py", "_parse_entry_at")}
+# symbols/dieparse.py reads a DIE's raw attribute values itself and hands each to pyelftools'
+# DIE._translate_attr_value, the one place that turns them into pyelftools' values (strings,
+# flags, indexed forms), so that its DIEs are pyelftools' attribute for attribute (issue 34).
+THIRD_PARTY = {("symbols/dwarfindex.py", "_parent"), ("symbols/cfi.py", "_parse_entry_at"),
+               ("symbols/dieparse.py", "_translate_attr_value")}
 
 
 def _private(name: str) -> bool:

@@ -38,7 +38,7 @@ from ualdbg.symbols.layout import (
     ref,
     strip,
 )
-from ualdbg.symbols.loclists import location_list
+from ualdbg.symbols.loclists import parse_location
 from ualdbg.symbols.maps import ModuleMap
 
 _SCOPES = frozenset({"DW_TAG_lexical_block", "DW_TAG_inlined_subroutine", "DW_TAG_try_block", "DW_TAG_catch_block"})
@@ -335,10 +335,7 @@ class ModuleData:
         # through, the local it is, its callers).
         if die.offset not in self._locations:
             try:
-                version = die.cu["version"]
-                entries = location_list(self.dwarf.dwarfinfo, attr, version, die) if self.dwarf is not None else None
-                self._locations[die.offset] = (entries if entries is not None
-                                               else parser.parse_from_attribute(attr, version, die))
+                self._locations[die.offset] = parse_location(parser, attr, die.cu["version"], die)
             except DWARF_ERRORS:
                 self._locations[die.offset] = None
         loc = self._locations[die.offset]

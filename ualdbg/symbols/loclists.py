@@ -21,11 +21,20 @@ from ualdbg.symbols.rangelists import section_bytes
 Entry = LocationEntry | BaseAddressEntry
 
 
+def parse_location(parser: LocationParser, attr: Any, version: int, die: Any) -> Any:
+    """parser.parse_from_attribute(attr, version, die), a location list read by location_list."""
+    entries = location_list(die.dwarfinfo, attr, version, die)
+    return entries if entries is not None else parser.parse_from_attribute(attr, version, die)
+
+
 def location_list(info: Any, attr: Any, version: int, die: Any) -> list[Entry] | None:
     """The entries parse_from_attribute(attr, version, die) gives when `attr` points at a
     location list; None: ask pyelftools."""
-    if not (LocationParser.attribute_has_location(attr, version) and LocationParser._attribute_has_loc_list(attr, version)
-            and not LocationParser._attribute_has_loc_expr(attr, version)):
+    # A location is an expression or a list (LocationParser.attribute_has_location); an expression
+    # is DW_FORM_exprloc, or before DWARF 4 a block (not a constant value).
+    expression = attr.form == "DW_FORM_exprloc" or (
+        version < 4 and attr.form.startswith("DW_FORM_block") and attr.name != "DW_AT_const_value")
+    if expression or not LocationParser.attribute_has_location(attr, version):
         return None
     v5_sec, v4_sec = info.debug_loclists_sec, info.debug_loc_sec
     if v5_sec is None and v4_sec is None:
