@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import io
 import random
-import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 from elftools.common.exceptions import ELFParseError
 from elftools.dwarf.abbrevtable import AbbrevTable
 from elftools.elf.elffile import ELFFile
-from support.env import BUILD, EXAMPLES
+from support.env import BUILD
 
-from ualdbg.agent.build import build
 from ualdbg.symbols.abbrevs import install, parse_table
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS
 from ualdbg.symbols.elfindex import ElfIndex
@@ -43,16 +42,8 @@ def _ours(data: bytes, offset: int) -> dict[int, tuple[Any, ...]] | str:
 
 
 @pytest.fixture(scope="module")
-def sections(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Any, bytes, list[int]]]:
-    out = tmp_path_factory.mktemp("abbrevs")
-    paths = [p for p in sorted(BUILD.iterdir())
-             if p.is_file() and p.read_bytes()[:4] == b"\x7fELF" and ElfIndex(str(p)).dwarf is not None]
-    for version in ("4", "5"):
-        exe = out / f"threads-dwarf{version}"
-        subprocess.run(["gcc", f"-gdwarf-{version}", "-O2", "-pthread", "-o", str(exe), str(EXAMPLES / "threads.c")],
-                       check=True)
-        paths.append(exe)
-    paths.append(build())
+def sections(dwarf_binaries: list[Path]) -> list[tuple[Any, bytes, list[int]]]:
+    paths = dwarf_binaries
     found = []
     for path in paths:
         with open(path, "rb") as f:

@@ -7,32 +7,20 @@ from __future__ import annotations
 
 import io
 import random
-import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from support.env import BUILD, EXAMPLES
 
-from ualdbg.agent.build import build
 from ualdbg.symbols.abbrevs import install as install_abbrevs
 from ualdbg.symbols.dieparse import install
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS
-from ualdbg.symbols.elfindex import ElfIndex
 
 
 @pytest.fixture(scope="module")
-def binaries(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
-    out = tmp_path_factory.mktemp("dies")
-    paths = [p for p in sorted(BUILD.iterdir())
-             if p.is_file() and p.read_bytes()[:4] == b"\x7fELF" and ElfIndex(str(p)).dwarf is not None]
-    for version in ("4", "5"):
-        exe = out / f"threads-dwarf{version}"
-        subprocess.run(["gcc", f"-gdwarf-{version}", "-O2", "-pthread", "-o", str(exe), str(EXAMPLES / "threads.c")],
-                       check=True)
-        paths.append(exe)
-    paths.append(build())
-    return [p.read_bytes() for p in paths]
+def binaries(dwarf_binaries: list[Path]) -> list[bytes]:
+    return [p.read_bytes() for p in dwarf_binaries]
 
 
 def _dies(data: bytes, fast: bool, limit: int | None = None) -> Any:

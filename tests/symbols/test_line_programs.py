@@ -7,16 +7,13 @@ itself by test_corpus.py."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.env import BUILD, EXAMPLES
 
-from ualdbg.agent.build import build
 from ualdbg.symbols import lineprogram
 from ualdbg.symbols.dwarfindex import Unit
 from ualdbg.symbols.elfindex import ElfIndex
@@ -65,17 +62,8 @@ def _programs(path: Path) -> list[tuple[bytes, LineParams, list[object]]]:
 
 
 @pytest.fixture(scope="module")
-def binaries(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    out = tmp_path_factory.mktemp("lines")
-    paths = [p for p in sorted(BUILD.iterdir())
-             if p.is_file() and p.read_bytes()[:4] == b"\x7fELF" and ElfIndex(str(p)).dwarf is not None]
-    for version in ("4", "5"):  # both line-table formats, whatever gcc's default
-        exe = out / f"threads-dwarf{version}"
-        subprocess.run(["gcc", f"-gdwarf-{version}", "-O2", "-pthread", "-o", str(exe), str(EXAMPLES / "threads.c")],
-                       check=True)
-        paths.append(exe)
-    paths.append(build())  # the agent: 11 units, -O2 -g
-    return paths
+def binaries(dwarf_binaries: list[Path]) -> list[Path]:
+    return dwarf_binaries
 
 
 def test_the_c_decoder_is_built_and_used() -> None:

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import io
 import random
-import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 from elftools.dwarf.locationlists import LocationParser
 from elftools.elf.elffile import ELFFile
-from support.env import BUILD, EXAMPLES
 
-from ualdbg.agent.build import build
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS
-from ualdbg.symbols.elfindex import ElfIndex
 from ualdbg.symbols.loclists import location_list
 
 
@@ -29,17 +26,8 @@ def _answer(fn: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def binaries(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
-    out = tmp_path_factory.mktemp("locs")
-    paths = [p for p in sorted(BUILD.iterdir())
-             if p.is_file() and p.read_bytes()[:4] == b"\x7fELF" and ElfIndex(str(p)).dwarf is not None]
-    for version in ("4", "5"):
-        exe = out / f"threads-dwarf{version}"
-        subprocess.run(["gcc", f"-gdwarf-{version}", "-O2", "-pthread", "-o", str(exe), str(EXAMPLES / "threads.c")],
-                       check=True)
-        paths.append(exe)
-    paths.append(build())
-    return [p.read_bytes() for p in paths]
+def binaries(dwarf_binaries: list[Path]) -> list[bytes]:
+    return [p.read_bytes() for p in dwarf_binaries]
 
 
 def _both(data: bytes, sample: random.Random | None = None) -> list[tuple[Any, Any]]:

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import io
 import random
-import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from support.env import BUILD, EXAMPLES
 
-from ualdbg.agent.build import build
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS
-from ualdbg.symbols.elfindex import ElfIndex
 from ualdbg.symbols.rangelists import range_list
 
 
@@ -27,17 +24,9 @@ def _answer(fn: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def lists(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[bytes, list[tuple[int, int]]]]:
+def lists(dwarf_binaries: list[Path]) -> list[tuple[bytes, list[tuple[int, int]]]]:
     """Per binary, its bytes and (unit offset, DW_AT_ranges value) of every DIE with ranges."""
-    out = tmp_path_factory.mktemp("ranges")
-    paths = [p for p in sorted(BUILD.iterdir())
-             if p.is_file() and p.read_bytes()[:4] == b"\x7fELF" and ElfIndex(str(p)).dwarf is not None]
-    for version in ("4", "5"):
-        exe = out / f"threads-dwarf{version}"
-        subprocess.run(["gcc", f"-gdwarf-{version}", "-O2", "-pthread", "-o", str(exe), str(EXAMPLES / "threads.c")],
-                       check=True)
-        paths.append(exe)
-    paths.append(build())
+    paths = dwarf_binaries
     found = []
     for path in paths:
         data = path.read_bytes()

@@ -19,6 +19,8 @@ from elftools.dwarf.abbrevtable import AbbrevDecl, AbbrevTable
 from elftools.dwarf.dwarfinfo import DWARFInfo
 from elftools.dwarf.enums import ENUM_DW_AT, ENUM_DW_FORM, ENUM_DW_TAG
 
+from ualdbg.symbols.bytereader import fixed, sleb, uleb
+
 
 def _names(enum: dict[str, Any]) -> dict[int, str]:
     # construct's SymmetricMapping: the reversed dict, the last name of a value winning
@@ -32,8 +34,8 @@ _CHILDREN = {0: "DW_CHILDREN_no", 1: "DW_CHILDREN_yes"}
 
 
 class AbbrevBytesError(ELFParseError):
-    """The table ends inside a declaration, or a children flag is neither 0 nor 1 (where
-    pyelftools raises ELFParseError)."""
+    """A children flag is neither 0 nor 1 (where pyelftools raises ELFParseError; a table that
+    ends inside a declaration raises ELFParseError from bytereader)."""
 
 
 class _Spec:
@@ -53,45 +55,22 @@ class _Spec:
 def parse_table(data: bytes, offset: int) -> dict[int, AbbrevDecl]:
     """The declarations of the table at `offset` of the section's bytes `data`, by code."""
     pos = offset
-    size = len(data)
-
-    def uleb() -> int:
-        nonlocal pos
-        value = shift = 0
-        while True:
-            if pos >= size:
-                raise AbbrevBytesError("the abbreviation table ends inside a LEB128")
-            byte = data[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                return value
-
-    def sleb() -> int:
-        nonlocal pos
-        start = pos
-        value = uleb()
-        if data[pos - 1] & 0x40:
-            value -= 1 << (7 * (pos - start))
-        return value
-
     table: dict[int, AbbrevDecl] = {}
     while True:
-        code = uleb()
+        code, pos = uleb(data, pos)
         if code == 0:
             return table
-        tag = uleb()
-        if pos >= size:
-            raise AbbrevBytesError("the abbreviation table ends inside a declaration")
-        flag = data[pos]
-        pos += 1
+        tag, pos = uleb(data, pos)
+        flag, pos = fixed(data, pos, 1, "little")
         if flag not in _CHILDREN:
             raise AbbrevBytesError(f"children flag {flag} in the abbreviation table")
         specs = []
         while True:
-            name, form = uleb(), uleb()
-            value = sleb() if form == 0x21 else None  # DW_FORM_implicit_const
+            name, pos = uleb(data, pos)
+            form, pos = uleb(data, pos)
+            value = None
+            if form == 0x21:  # DW_FORM_implicit_const
+                value, pos = sleb(data, pos)
             if name == 0 and form == 0:
                 break
             specs.append(_Spec(_ATTRS.get(name, name), _FORMS.get(form, form), value))

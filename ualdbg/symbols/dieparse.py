@@ -20,46 +20,19 @@ from elftools.common.exceptions import ELFParseError
 from elftools.construct import ConstructError
 from elftools.dwarf.die import DIE, AttributeValue
 
+from ualdbg.symbols.bytereader import block, fixed, sleb, uleb
 from ualdbg.symbols.rangelists import section_bytes
 
 _ORIGINAL: Callable[[DIE], None] = DIE._parse_DIE
 _STATE = "_ualdbg_dies"
 
-# A reader: (bytes, position) -> (raw value, position after it); raises _Off past the end.
+# A reader: (bytes, position) -> (raw value, position after it); raises ELFParseError past the end.
 Reader = Callable[[bytes, int], tuple[Any, int]]
-
-
-class _Off(Exception):
-    """The value runs off the section: pyelftools parses the DIE (and raises its own error)."""
-
-
-def _uleb(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data):
-            raise _Off
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, pos
-
-
-def _sleb(data: bytes, pos: int) -> tuple[int, int]:
-    start = pos
-    value, pos = _uleb(data, pos)
-    if data[pos - 1] & 0x40:
-        value -= 1 << (7 * (pos - start))
-    return value, pos
 
 
 def _fixed(size: int, order: Any) -> Reader:
     def read(data: bytes, pos: int) -> tuple[int, int]:
-        end = pos + size
-        if end > len(data):
-            raise _Off
-        return int.from_bytes(data[pos:end], order), end
+        return fixed(data, pos, size, order)
 
     return read
 
@@ -67,18 +40,19 @@ def _fixed(size: int, order: Any) -> Reader:
 def _block(length: Reader) -> Reader:
     def read(data: bytes, pos: int) -> tuple[list[int], int]:
         n, pos = length(data, pos)
-        end = pos + n
-        if end > len(data):
-            raise _Off
-        return list(data[pos:end]), end
+        return block(data, pos, n)
 
     return read
+
+
+class _Unread(Exception):
+    """A form this module does not read, or a unit shape it has no readers for."""
 
 
 def _cstring(data: bytes, pos: int) -> tuple[bytes, int]:
     end = data.find(b"\0", pos)
     if end < 0:
-        raise _Off
+        raise ELFParseError("a string runs off its section")
     return data[pos:end], end + 1
 
 
@@ -92,13 +66,13 @@ def _readers(address_size: int, offset_size: int, version: int, order: Any) -> d
     return {
         "DW_FORM_addr": addr,
         "DW_FORM_data1": u8, "DW_FORM_data2": u16, "DW_FORM_data4": u32, "DW_FORM_data8": u64,
-        "DW_FORM_sdata": _sleb, "DW_FORM_udata": _uleb,
+        "DW_FORM_sdata": sleb, "DW_FORM_udata": uleb,
         "DW_FORM_string": _cstring, "DW_FORM_strp": offset, "DW_FORM_line_strp": offset,
         "DW_FORM_flag": u8, "DW_FORM_flag_present": _flag_present,
         "DW_FORM_ref1": u8, "DW_FORM_ref2": u16, "DW_FORM_ref4": u32, "DW_FORM_ref8": u64,
-        "DW_FORM_ref_udata": _uleb, "DW_FORM_ref_addr": addr if version == 2 else offset,
+        "DW_FORM_ref_udata": uleb, "DW_FORM_ref_addr": addr if version == 2 else offset,
         "DW_FORM_ref_sig8": u64, "DW_FORM_sec_offset": offset,
-        "DW_FORM_exprloc": _block(_uleb), "DW_FORM_block": _block(_uleb),
+        "DW_FORM_exprloc": _block(uleb), "DW_FORM_block": _block(uleb),
         "DW_FORM_block1": _block(u8), "DW_FORM_block2": _block(u16), "DW_FORM_block4": _block(u32),
     }
 
@@ -132,7 +106,7 @@ def _parse_die(die: DIE) -> None:
         _read(die, section)
     except ConstructError as exc:  # from a translation (a string past its table): as pyelftools wraps it
         raise ELFParseError(str(exc)) from None
-    except _Off:
+    except (_Unread, ELFParseError):  # pyelftools parses it, and raises its own error past the end
         die.attributes = {}
         die.tag = die.has_children = die.abbrev_code = None
         die.size = 0
@@ -143,10 +117,10 @@ def _parse_die(die: DIE) -> None:
 def _read(die: DIE, section: _Section) -> None:
     readers = section.readers(die.cu.structs)
     if readers is None:
-        raise _Off
+        raise _Unread
     data = section.data
     start = die.offset
-    code, pos = _uleb(data, start)
+    code, pos = uleb(data, start)
     if code == 0:
         die.abbrev_code = 0
         die.size = pos - start
@@ -162,7 +136,7 @@ def _read(die: DIE, section: _Section) -> None:
         else:
             reader = readers.get(form)
             if reader is None:
-                raise _Off
+                raise _Unread
             raw, pos = reader(data, pos)
             value = translate(form, raw)
         attributes[spec.name] = AttributeValue(spec.name, form, value, raw, offset, 0)

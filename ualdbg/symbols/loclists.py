@@ -16,6 +16,7 @@ from typing import Any
 from elftools.common.exceptions import ELFParseError
 from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry, LocationParser
 
+from ualdbg.symbols.bytereader import block, fixed, uleb
 from ualdbg.symbols.rangelists import section_bytes
 
 Entry = LocationEntry | BaseAddressEntry
@@ -49,71 +50,39 @@ def location_list(info: Any, attr: Any, version: int, die: Any) -> list[Entry] |
     return (_v5 if v5 else _v4)(data, offset, size, order)
 
 
-def _off_the_end() -> ELFParseError:
-    return ELFParseError("a location list runs off its section")
-
-
 def _v5(data: bytes, pos: int, size: int, order: Any) -> list[Entry] | None:
-    end_of_data = len(data)
-
-    def uleb() -> int:
-        nonlocal pos
-        value = shift = 0
-        while True:
-            if pos >= end_of_data:
-                raise _off_the_end()
-            byte = data[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                return value
-
-    def addr() -> int:
-        nonlocal pos
-        if pos + size > end_of_data:
-            raise _off_the_end()
-        pos += size
-        return int.from_bytes(data[pos - size : pos], order)
-
-    def expr() -> list[int]:  # a counted location description
-        nonlocal pos
-        length = uleb()
-        if pos + length > end_of_data:
-            raise _off_the_end()
-        pos += length
-        return list(data[pos - length : pos])
-
     out: list[Entry] = []
     while True:
         start = pos
-        if pos >= end_of_data:
-            raise _off_the_end()
-        kind = data[pos]
-        pos += 1
+        kind, pos = fixed(data, pos, 1, order)
         if kind == 0:  # DW_LLE_end_of_list
             return out
         if kind in (1, 2, 3):  # base_addressx, startx_endx, startx_length: .debug_addr
             return None
+        if kind == 6:  # base_address
+            base, pos = fixed(data, pos, size, order)
+            out.append(BaseAddressEntry(start, pos - start, base))
+            continue
         if kind == 4:  # offset_pair
-            lo = uleb()
-            hi = uleb()
-            out.append(LocationEntry(start, 0, lo, hi, expr(), False))
+            lo, pos = uleb(data, pos)
+            hi, pos = uleb(data, pos)
+            absolute = False
         elif kind == 5:  # default_location
-            out.append(LocationEntry(start, 0, -1, -1, expr(), True))
-        elif kind == 6:  # base_address
-            out.append(BaseAddressEntry(start, 0, addr()))
+            lo = hi = -1
+            absolute = True
         elif kind == 7:  # start_end
-            lo = addr()
-            hi = addr()
-            out.append(LocationEntry(start, 0, lo, hi, expr(), True))
+            lo, pos = fixed(data, pos, size, order)
+            hi, pos = fixed(data, pos, size, order)
+            absolute = True
         elif kind == 8:  # start_length
-            lo = addr()
-            length = uleb()
-            out.append(LocationEntry(start, 0, lo, lo + length, expr(), True))
+            lo, pos = fixed(data, pos, size, order)
+            length, pos = uleb(data, pos)
+            hi, absolute = lo + length, True
         else:
             raise ELFParseError(f"location list entry kind {kind}")
-        out[-1] = out[-1]._replace(entry_length=pos - start)
+        length, pos = uleb(data, pos)  # a counted location description
+        expr, pos = block(data, pos, length)
+        out.append(LocationEntry(start, pos - start, lo, hi, expr, absolute))
 
 
 def _v4(data: bytes, pos: int, size: int, order: Any) -> list[Entry]:
@@ -121,21 +90,15 @@ def _v4(data: bytes, pos: int, size: int, order: Any) -> list[Entry]:
     out: list[Entry] = []
     while True:
         start = pos
-        if pos + 2 * size > len(data):
-            raise _off_the_end()
-        begin = int.from_bytes(data[pos : pos + size], order)
-        end = int.from_bytes(data[pos + size : pos + 2 * size], order)
-        pos += 2 * size
+        if pos + 2 * size > len(data):  # both read before either is looked at, as pyelftools does
+            raise ELFParseError("a location list runs off its section")
+        begin, pos = fixed(data, pos, size, order)
+        end, pos = fixed(data, pos, size, order)
         if begin == 0 and end == 0:
             return out
         if begin == max_addr:
             out.append(BaseAddressEntry(start, pos - start, end))
             continue
-        if pos + 2 > len(data):
-            raise _off_the_end()
-        length = int.from_bytes(data[pos : pos + 2], order)
-        pos += 2
-        if pos + length > len(data):
-            raise _off_the_end()
-        pos += length
-        out.append(LocationEntry(start, pos - start, begin, end, list(data[pos - length : pos]), False))
+        length, pos = fixed(data, pos, 2, order)
+        expr, pos = block(data, pos, length)
+        out.append(LocationEntry(start, pos - start, begin, end, expr, False))

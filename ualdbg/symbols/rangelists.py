@@ -16,6 +16,8 @@ from typing import Any
 from elftools.common.exceptions import ELFParseError
 from elftools.dwarf.ranges import BaseAddressEntry, RangeEntry
 
+from ualdbg.symbols.bytereader import fixed, uleb
+
 Entry = RangeEntry | BaseAddressEntry
 
 
@@ -46,52 +48,28 @@ def range_list(info: Any, offset: int, cu: Any) -> list[Entry] | None:
 
 
 def _v5(data: bytes, pos: int, size: int, order: Any) -> list[Entry] | None:
-    end_of_data = len(data)
-
-    def uleb() -> int:
-        nonlocal pos
-        value = shift = 0
-        while True:
-            if pos >= end_of_data:
-                raise ELFParseError("a range list runs off its section")
-            byte = data[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                return value
-
-    def addr() -> int:
-        nonlocal pos
-        if pos + size > end_of_data:
-            raise ELFParseError("a range list runs off its section")
-        pos += size
-        return int.from_bytes(data[pos - size : pos], order)
-
     out: list[Entry] = []
     while True:
         start = pos
-        if pos >= end_of_data:
-            raise ELFParseError("a range list runs off its section")
-        kind = data[pos]
-        pos += 1
+        kind, pos = fixed(data, pos, 1, order)
         if kind == 0:  # DW_RLE_end_of_list
             return out
         if kind in (1, 2, 3):  # base_addressx, startx_endx, startx_length: .debug_addr
             return None
         if kind == 4:  # offset_pair
-            lo = uleb()
-            hi = uleb()
+            lo, pos = uleb(data, pos)
+            hi, pos = uleb(data, pos)
             out.append(RangeEntry(start, pos - start, lo, hi, False))
         elif kind == 5:  # base_address
-            out.append(BaseAddressEntry(start, addr()))
+            base, pos = fixed(data, pos, size, order)
+            out.append(BaseAddressEntry(start, base))
         elif kind == 6:  # start_end
-            lo = addr()
-            hi = addr()
+            lo, pos = fixed(data, pos, size, order)
+            hi, pos = fixed(data, pos, size, order)
             out.append(RangeEntry(start, pos - start, lo, hi, True))
         elif kind == 7:  # start_length
-            lo = addr()
-            length = uleb()
+            lo, pos = fixed(data, pos, size, order)
+            length, pos = uleb(data, pos)
             out.append(RangeEntry(start, pos - start, lo, lo + length, True))
         else:
             raise ELFParseError(f"range list entry kind {kind}")
@@ -102,11 +80,10 @@ def _v4(data: bytes, pos: int, size: int, order: Any) -> list[Entry]:
     out: list[Entry] = []
     while True:
         start = pos
-        if pos + 2 * size > len(data):
+        if pos + 2 * size > len(data):  # both read before either is looked at, as pyelftools does
             raise ELFParseError("a range list runs off its section")
-        begin = int.from_bytes(data[pos : pos + size], order)
-        end = int.from_bytes(data[pos + size : pos + 2 * size], order)
-        pos += 2 * size
+        begin, pos = fixed(data, pos, size, order)
+        end, pos = fixed(data, pos, size, order)
         if begin == 0 and end == 0:
             return out
         if begin == max_addr:
