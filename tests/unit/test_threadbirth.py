@@ -107,3 +107,27 @@ def test_parking_holds_threads_before_the_programs_code_and_lets_them_go(sleeper
     with open(f"/proc/{sleeper}/mem", "rb") as mem:
         mem.seek(sites.spin)
         assert mem.read(2) == b"\xeb\xfe"  # jmp .
+
+
+def test_parking_holds_a_thread_libc_started_at_its_restored_mask(sleeper: int) -> None:
+    """A thread stopped in libc where start_thread has just restored its creator's mask has no
+    caller outside libc to be held at: it is held where it stands (its start routine is next),
+    not left to run the program's code while the agent loads (lldb stops such a thread at the
+    break engine's own breakpoint there; CI saw it left running, and the trace said so). A
+    thread elsewhere in libc that cannot be unwound still runs, and is said to have run."""
+    from ualdbg.engines.procfs import system_ranges
+
+    sites = libc_sites(sleeper)
+    assert sites is not None and sites.spin is not None
+    mask = min(sites.masks)
+    other = next(a for a in sorted(sites.births) if a not in sites.masks and a not in sites.clone_returns)
+    # (registers beyond rip and rax are unknown: nothing unwinds, as at start_thread's bottom)
+    target = RegisterTarget({sleeper: {"rip": mask, "rax": 0}})
+    parking = Parking.plan(sleeper, target, [sleeper], sites, system_ranges(sleeper))  # type: ignore[arg-type]
+    assert parking is not None and parking.parked == {sleeper: mask} and not parking.loose
+    assert target.regs[sleeper]["rip"] == sites.spin
+    parking.release(target)  # type: ignore[arg-type]
+    assert target.regs[sleeper]["rip"] == mask
+    target = RegisterTarget({sleeper: {"rip": other, "rax": 1}})
+    parking = Parking.plan(sleeper, target, [sleeper], sites, system_ranges(sleeper))  # type: ignore[arg-type]
+    assert parking is not None and parking.loose == [sleeper] and not parking.parked

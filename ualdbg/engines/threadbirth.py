@@ -272,8 +272,9 @@ class Parking:
     dlopen takes: agentlink.lock_holders), each other thread is held at a `jmp .` in libc before
     it runs any of the program's code, so that none makes a fault the agent cannot count yet:
     at once when it is stopped in the program's code, where it returns from libc or the loader
-    (its first caller outside them) when it is stopped in there, and a thread born meanwhile at
-    its first instruction. Afterwards each goes on from where it was held."""
+    (its first caller outside them) when it is stopped in there, at once when libc started it
+    and it stopped where its mask is restored (nothing of libc's held, its start routine next),
+    and a thread born meanwhile at its first instruction. Afterwards each goes on from where it was held."""
 
     pid: int
     sites: LibcSites
@@ -303,6 +304,11 @@ class Parking:
                 exit_at = None if _keeps_sigtrap_blocked(pid, tid) else exit_address(pid, target, tid, system, sites)
                 if exit_at is not None:
                     parking.exits[tid] = exit_at
+                    continue
+                if pc in sites.masks and not _blocks_sigbus(pid, tid):
+                    # No caller outside libc: one libc started, its creator's mask just restored
+                    # in start_thread, its start routine next (held there, as hit() does).
+                    parking.park(target, tid, pc)
                     continue
             elif syscall_of(pid, tid) is None:
                 parking.park(target, tid, pc)
