@@ -131,3 +131,55 @@ def test_parking_holds_a_thread_libc_started_at_its_restored_mask(sleeper: int) 
     target = RegisterTarget({sleeper: {"rip": other, "rax": 1}})
     parking = Parking.plan(sleeper, target, [sleeper], sites, system_ranges(sleeper))  # type: ignore[arg-type]
     assert parking is not None and parking.loose == [sleeper] and not parking.parked
+
+
+def test_parking_has_the_debugger_hold_a_thread_owed_its_step_in_the_programs_code(sleeper: int) -> None:
+    """A thread stopped at a fault in the program's code, still to step past it (`later`: lldb's
+    step is queued on it), is not moved to the spin (that step would be taken there) but held by
+    the debugger through the call; one owed its step inside libc may hold a lock there and is
+    held at its way out, as any other (CI: lldb let such a thread run through the load, its step
+    ended there before the agent was live, and it ran unarmed: 19 of a worker's 20 faults lost)."""
+    from ualdbg.engines.procfs import system_ranges
+    from ualdbg.engines.threadbirth import park_others, unpark
+
+    class Host:
+        def __init__(self, can_hold: bool) -> None:
+            self.can_hold, self.held, self.watched = can_hold, [], []
+
+        def watch_addresses(self, addrs, on_hit):  # type: ignore[no-untyped-def]
+            self.watched = list(addrs)
+
+        def unwatch_addresses(self) -> None:
+            self.watched = []
+
+        def hold(self, tids):  # type: ignore[no-untyped-def]
+            if tids and not self.can_hold:
+                return False
+            self.held = list(tids)
+            return True
+
+    sites = libc_sites(sleeper)
+    assert sites is not None and sites.spin is not None
+    program_pc, caller = 0x401000, 7
+    assert not any(lo <= program_pc < hi for lo, hi in system_ranges(sleeper))
+
+    class Threads(RegisterTarget):
+        def threads(self) -> list[int]:
+            return sorted(self.regs)
+
+    target = Threads({sleeper: {"rip": program_pc, "rax": 0}, caller: {"rip": program_pc, "rax": 0}})
+    host = Host(can_hold=True)
+    parking = park_others(host, target, sleeper, frozenset({sleeper}), caller)  # type: ignore[arg-type]
+    assert parking is not None and parking.held == [sleeper] and not parking.parked and not parking.loose
+    assert host.held == [sleeper] and target.regs[sleeper]["rip"] == program_pc  # not moved
+    unpark(host, target, parking)  # type: ignore[arg-type]
+    assert host.held == [] and host.watched == []
+    # A debugger that cannot hold it: it runs, and is said to have run.
+    host = Host(can_hold=False)
+    parking = park_others(host, target, sleeper, frozenset({sleeper}), caller)  # type: ignore[arg-type]
+    assert parking is not None and parking.loose == [sleeper] and not parking.held
+    # Owed its step inside libc, at a mask's restore with no caller outside: held there by the spin.
+    mask = min(sites.masks)
+    target = Threads({sleeper: {"rip": mask, "rax": 0}, caller: {"rip": program_pc, "rax": 0}})
+    parking = park_others(Host(can_hold=True), target, sleeper, frozenset({sleeper}), caller)  # type: ignore[arg-type]
+    assert parking is not None and parking.parked == {sleeper: mask} and not parking.held

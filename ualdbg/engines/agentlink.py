@@ -47,7 +47,7 @@ from .procfs import (
     syscall_of,
     system_ranges,
 )
-from .threadbirth import AddressWatcher, ThreadBirths, park_others
+from .threadbirth import AddressWatcher, ThreadBirths, park_others, unpark
 
 RTLD_NOW = 2
 FUTEX = 202  # x86-64
@@ -242,8 +242,7 @@ class AgentLink:
                 handle = target.call_with_strings(dlopen, [os.fsencode(lib), RTLD_NOW], alone=not busy, tid=caller)
             finally:
                 if parking is not None:
-                    parking.release(target)
-                    host.unwatch_addresses()
+                    unpark(host, target, parking)
             if not handle:
                 raise AgentUnavailable(f"dlopen of the agent failed in process {pid}")
             bias = struct.unpack("<Q", target.read_memory(handle, 8))[0]  # struct link_map's l_addr
@@ -259,8 +258,10 @@ class AgentLink:
         self.armings.append(self.current)
         host.pass_sigbus(True)
         out: dict[str, list[int]] = {ARMED: [], BLOCKED: [], CREATING: []}
+        # (a thread owed its step past a fault that was held at its exit from libc took that step)
+        stepped = set(later) & set(parking.parked) if parking is not None else set()
         for tid in target.threads():
-            if tid not in later and not _agents_own(pid, tid):
+            if (tid not in later or tid in stepped) and not _agents_own(pid, tid):
                 out[self.arm_thread(target, tid)].append(tid)
         ran = ([t for t in target.threads() if t != caller and (parking is None or t in parking.loose)]
                if busy else [])

@@ -281,17 +281,24 @@ class Parking:
     exits: dict[int, int] = field(default_factory=dict)  # tid -> where it leaves libc
     parked: dict[int, int] = field(default_factory=dict)  # tid -> the PC it goes on from
     loose: list[int] = field(default_factory=list)  # threads neither held nor to be: they ran
+    # Threads stopped at a fault in the program's code, still to run it (`later`): the debugger
+    # keeps them stopped through the call (AddressWatcher.hold): their step past the fault is
+    # queued on them, and a thread moved to the spin would take that step there.
+    held: list[int] = field(default_factory=list)
     born: set[int] = field(default_factory=set)  # being started by libc: held where it unblocks SIGBUS
     seen: frozenset[int] = frozenset()  # the threads at the plan: any other is born meanwhile
 
     @classmethod
     def plan(cls, pid: int, target: Target, others: list[int], sites: LibcSites,
-             system: list[tuple[int, int]]) -> Parking | None:
+             system: list[tuple[int, int]], later: frozenset[int] = frozenset()) -> Parking | None:
         if sites.spin is None:
             return None
         parking = cls(pid, sites, seen=frozenset(_tasks(pid)))
         for tid in others:
             pc = target.read_register("rip", tid)
+            if tid in later and not any(lo <= pc < hi for lo, hi in system):
+                parking.held.append(tid)
+                continue
             if pc in sites.clone_returns and target.read_register("rax", tid) == 0:
                 parking.park(target, tid, pc)  # being born: it has run nothing yet
                 continue
@@ -348,6 +355,11 @@ class AddressWatcher(Protocol):
     def watch_addresses(self, addrs: Sequence[int], on_hit: Callable[[Target, int, int], None]) -> None:
         """Breakpoints at `addrs` that never stop the program: on_hit(target, tid, addr) as a
         thread reaches one. Replaces those set before."""
+        ...
+
+    def hold(self, tids: Sequence[int]) -> bool:
+        """Keep these threads stopped while the debugger runs the others (its calls included),
+        until hold([]); False when it cannot (they run)."""
         ...
 
     def unwatch_addresses(self) -> None:
@@ -408,13 +420,13 @@ class ThreadBirths:
 def park_others(host: AddressWatcher, target: Target, pid: int, later: frozenset[int], caller: int) -> Parking | None:
     """The threads other than the one making the call held before the program's code while the
     agent's dlopen runs with them running (Parking); None when that cannot be arranged (they run
-    free, and the injection says so)."""
+    free, and the injection says so). Let them go with `unpark`."""
     sites = libc_sites(pid)
     if sites is None:
         return None
-    others = [t for t in target.threads() if t != caller and t not in later]
+    others = [t for t in target.threads() if t != caller]
     try:
-        parking = Parking.plan(pid, target, others, sites, system_ranges(pid))
+        parking = Parking.plan(pid, target, others, sites, system_ranges(pid), later)
     except (RuntimeError, OSError, ValueError):
         return None
     if parking is not None:
@@ -423,4 +435,15 @@ def park_others(host: AddressWatcher, target: Target, pid: int, later: frozenset
         except RuntimeError:
             parking.release(target)
             return None
+        if parking.held and not host.hold(parking.held):
+            parking.loose += parking.held
+            parking.held = []
     return parking
+
+
+def unpark(host: AddressWatcher, target: Target, parking: Parking) -> None:
+    """After the call: every thread Parking held goes on from where it was held."""
+    parking.release(target)
+    host.unwatch_addresses()
+    if parking.held:
+        host.hold([])

@@ -103,6 +103,12 @@ class GdbAgentHost:
             self.unwatch_addresses()
             raise RuntimeError(str(exc)) from None
 
+    def hold(self, tids: Sequence[int]) -> bool:
+        """gdb owes no thread a step past its fault at an injection (Host.settle_faults steps the
+        selected one itself): nothing to hold, and no way to hold one in all-stop mode but
+        scheduler locking, which would stop every thread."""
+        return not tids
+
     def unwatch_addresses(self) -> None:
         """Deleted from gdb's event loop: not from inside a breakpoint's stop(), where the last
         hit calls this (gdb forbids it there)."""

@@ -1,7 +1,8 @@
 """What the in-process agent asks of lldb (engines/agentlink.py, AgentHost): the environment of
 the next `process launch` (target.env-vars; lldb launches the program itself, no shell in
 between) and SIGBUS passed to the program without a stop; breakpoints that never stop, for the
-threads it arms once they are out of pthread_create or born (engines/threadbirth.py)."""
+threads it arms once they are out of pthread_create or born, and threads kept stopped through
+its load (engines/threadbirth.py)."""
 from __future__ import annotations
 
 import os
@@ -32,6 +33,7 @@ class LldbAgentHost:
         self.sigbus = sigbus
         self.process = process
         self.installed = installed
+        self.held: list[int] = []  # threads suspended by `hold`
 
     def _env_vars(self) -> dict[str, str]:
         return dict(_ROW.findall(command(self.debugger, "settings show target.env-vars")))
@@ -67,6 +69,23 @@ class LldbAgentHost:
         except RuntimeError:
             self.unwatch_addresses()
             raise
+
+    def hold(self, tids: Sequence[int]) -> bool:
+        """lldb keeps a suspended thread stopped through `continue` and its expression calls,
+        with its thread plans kept for later (SBThread.Suspend)."""
+        process = self.process()
+        for tid in self.held:
+            thread = process.GetThreadByID(tid)
+            if thread.IsValid():
+                thread.Resume()
+        self.held = []
+        for tid in tids:
+            thread = process.GetThreadByID(tid)
+            if not thread.IsValid() or not thread.Suspend():
+                self.hold([])
+                return False
+            self.held.append(tid)
+        return True
 
     def unwatch_addresses(self) -> None:
         """Deleted now from a command. From a callback (lldb deciding a stop) they stay, doing
