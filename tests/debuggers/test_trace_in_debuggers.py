@@ -214,6 +214,25 @@ def test_break_trace_with_threads(debugger: str, sequence: str, attempt: int, tm
     assert not doc.get("notes") and "ran while the agent was loaded" not in log, log
 
 
+@pytest.mark.parametrize("debugger", DEBUGGERS)
+@pytest.mark.parametrize("attempt", range(max(3, REPEATS // 4)))
+def test_break_trace_with_two_threads_at_faults(debugger: str, attempt: int, test_programs: Path,
+                                                tmp_path: Path) -> None:
+    """break, trace start, continue where two workers hammer a misaligned slot at once and a third
+    thread spends its time in libc (busy_in_libc): at the stop, lldb often shows both workers at
+    a fault, each still to step past it ("2 once past their fault"), and the third may hold a lock
+    of libc's, so the agent's dlopen runs with threads running. Every fault is counted: 2 x 1000
+    and main's 2 reads, every run, with nothing said to be lost. (lldb took the second worker's
+    step during the injection's calls, before the agent was live to arm it: 999 of its 1000
+    faults went uncounted in half the runs, silently.)"""
+    n = 1000
+    doc, log = trace_doc(debugger, [str(test_programs / "busy_in_libc"), str(n)],
+                         ["ualdbg break", "run", "ualdbg trace start", "continue"], tmp_path / "t.json")
+    assert f"busy_in_libc: sum={2 * (n - 1)}" in log and doc["program"]["exit_status"] == 0, log
+    assert doc["faults_total"] == 2 * n + 2, log
+    assert not doc.get("notes") and "ran while the agent was loaded" not in log, log
+
+
 # Where main stops inside pthread_create: at its entry (both debuggers), and in the clone3
 # system call with every signal blocked (gdb's `catch syscall`; lldb would need libc's symbols).
 CREATING_STOPS = {("gdb", "entry"): ["break pthread_create", "run", "delete"],

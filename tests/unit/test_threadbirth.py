@@ -140,7 +140,7 @@ def test_parking_has_the_debugger_hold_a_thread_owed_its_step_in_the_programs_co
     held at its way out, as any other (CI: lldb let such a thread run through the load, its step
     ended there before the agent was live, and it ran unarmed: 19 of a worker's 20 faults lost)."""
     from ualdbg.engines.procfs import system_ranges
-    from ualdbg.engines.threadbirth import park_others, unpark
+    from ualdbg.engines.threadbirth import hold_owed, park_others, unpark
 
     class Host:
         def __init__(self, can_hold: bool) -> None:
@@ -173,7 +173,9 @@ def test_parking_has_the_debugger_hold_a_thread_owed_its_step_in_the_programs_co
     assert parking is not None and parking.held == [sleeper] and not parking.parked and not parking.loose
     assert host.held == [sleeper] and target.regs[sleeper]["rip"] == program_pc  # not moved
     unpark(host, target, parking)  # type: ignore[arg-type]
-    assert host.held == [] and host.watched == []
+    assert host.held == [sleeper] and host.watched == []  # (held through both calls: hold([]) after)
+    assert hold_owed(host, {sleeper}) == [] and host.held == [sleeper]  # (no lock holder: no Parking)
+    assert hold_owed(Host(can_hold=False), {sleeper}) == [sleeper]  # it runs, and is said to
     # A debugger that cannot hold it: it runs, and is said to have run.
     host = Host(can_hold=False)
     parking = park_others(host, target, sleeper, frozenset({sleeper}), caller)  # type: ignore[arg-type]

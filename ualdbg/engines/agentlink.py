@@ -47,7 +47,7 @@ from .procfs import (
     syscall_of,
     system_ranges,
 )
-from .threadbirth import AddressWatcher, ThreadBirths, park_others, unpark
+from .threadbirth import AddressWatcher, ThreadBirths, hold_owed, park_others, unpark
 
 RTLD_NOW = 2
 FUTEX = 202  # x86-64
@@ -238,15 +238,22 @@ class AgentLink:
             caller = calling_thread(target, pid, later)
             busy = lock_holders(target, pid, caller)
             parking = park_others(host, target, pid, later, caller) if busy else None
+            # A thread owed its step past a fault stays there through both calls: lldb takes that
+            # step (its plan, queued on the thread) during a call, alone or not, before the agent
+            # is live to arm it (2 threads at faults: one's 999 of 1000 lost, every run).
+            unheld = hold_owed(host, later - {caller}) if parking is None else []
             try:
-                handle = target.call_with_strings(dlopen, [os.fsencode(lib), RTLD_NOW], alone=not busy, tid=caller)
+                try:
+                    handle = target.call_with_strings(dlopen, [os.fsencode(lib), RTLD_NOW], alone=not busy, tid=caller)
+                finally:
+                    if parking is not None:
+                        unpark(host, target, parking)
+                if not handle:
+                    raise AgentUnavailable(f"dlopen of the agent failed in process {pid}")
+                bias = struct.unpack("<Q", target.read_memory(handle, 8))[0]  # struct link_map's l_addr
+                rc = target.call_with_strings(bias + value, [config.encode()], alone=True, tid=caller) & 0xFFFFFFFF
             finally:
-                if parking is not None:
-                    unpark(host, target, parking)
-            if not handle:
-                raise AgentUnavailable(f"dlopen of the agent failed in process {pid}")
-            bias = struct.unpack("<Q", target.read_memory(handle, 8))[0]  # struct link_map's l_addr
-            rc = target.call_with_strings(bias + value, [config.encode()], alone=True, tid=caller) & 0xFFFFFFFF
+                host.hold([])
             if rc == 0xFFFFFFFE:
                 raise AgentUnavailable(f"process {pid} is already traced by another ualdbg's agent")
             if rc != 0:
@@ -264,7 +271,7 @@ class AgentLink:
             if (tid not in later or tid in stepped) and not _agents_own(pid, tid):
                 out[self.arm_thread(target, tid)].append(tid)
         ran = ([t for t in target.threads() if t != caller and (parking is None or t in parking.loose)]
-               if busy else [])
+               if busy else unheld)
         # A thread armed once past its fault (`later`) may be inside pthread_create too (a fault
         # of libc's there, in a memset): the watch arms it when the call returns.
         creating = out[CREATING] + [t for t in later if self._inside_create(target, pid, t)]

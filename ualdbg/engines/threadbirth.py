@@ -15,7 +15,7 @@ while such threads remain; x86-64 only, as the agent."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -442,8 +442,14 @@ def park_others(host: AddressWatcher, target: Target, pid: int, later: frozenset
 
 
 def unpark(host: AddressWatcher, target: Target, parking: Parking) -> None:
-    """After the call: every thread Parking held goes on from where it was held."""
+    """After the call: every thread Parking moved to the spin goes on from where it was held
+    (those the debugger holds, Parking.held, until its hold([]))."""
     parking.release(target)
     host.unwatch_addresses()
-    if parking.held:
-        host.hold([])
+
+
+def hold_owed(host: AddressWatcher, owed: Collection[int]) -> list[int]:
+    """Threads stopped at a fault in the program's code, still to step past it, kept stopped by
+    the debugger through the calls that follow (until hold([])); returns those it cannot hold."""
+    tids = sorted(owed)
+    return [] if not tids or host.hold(tids) else tids
