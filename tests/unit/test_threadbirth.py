@@ -133,6 +133,45 @@ def test_parking_holds_a_thread_libc_started_at_its_restored_mask(sleeper: int) 
     assert parking is not None and parking.loose == [sleeper] and not parking.parked
 
 
+def test_parking_holds_a_thread_libc_started_between_its_mask_and_its_start_routine(sleeper: int) -> None:
+    """A thread stopped a few instructions past start_thread's restore of its mask, before the
+    call of its start routine (CI: lldb stopped one there, no stop reason of its own, and it ran
+    loose through the load), is held where it stands too; past a call it is not."""
+    import capstone
+
+    from ualdbg.engines.procfs import system_ranges
+
+    sites = libc_sites(sleeper)
+    assert sites is not None and sites.spin is not None
+
+    class MemoryTarget(RegisterTarget):
+        def read_memory(self, addr: int, size: int) -> bytes:
+            with open(f"/proc/{sleeper}/mem", "rb") as mem:
+                mem.seek(addr)
+                return mem.read(size)
+
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    windows = []
+    for mask in sorted(sites.masks):
+        insns = list(md.disasm_lite(MemoryTarget({}).read_memory(mask, 48), mask))
+        straight = []
+        for address, _size, mnemonic, _ops in insns:
+            straight.append(address)
+            if mnemonic in ("call", "ret", "jmp", "syscall"):
+                windows.append((straight, insns[len(straight)][0] if len(straight) < len(insns) else None))
+                break
+    inside = next((w for w, _ in windows if len(w) > 1), None)
+    assert inside is not None, "no mask restore of libc's is followed by straight-line code"
+    for pc in inside:
+        target = MemoryTarget({sleeper: {"rip": pc, "rax": 0}})
+        parking = Parking.plan(sleeper, target, [sleeper], sites, system_ranges(sleeper))  # type: ignore[arg-type]
+        assert parking is not None and parking.parked == {sleeper: pc} and not parking.loose, hex(pc)
+    past = next(after for _, after in windows if after is not None and after not in sites.masks)
+    target = MemoryTarget({sleeper: {"rip": past, "rax": 0}})
+    parking = Parking.plan(sleeper, target, [sleeper], sites, system_ranges(sleeper))  # type: ignore[arg-type]
+    assert parking is not None and parking.loose == [sleeper], hex(past)
+
+
 def test_parking_has_the_debugger_hold_a_thread_owed_its_step_in_the_programs_code(sleeper: int) -> None:
     """A thread stopped at a fault in the program's code, still to step past it (`later`: lldb's
     step is queued on it), is not moved to the spin (that step would be taken there) but held by

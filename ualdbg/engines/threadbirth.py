@@ -241,6 +241,30 @@ class BirthWatch:
         self.armed.append(tid)
 
 
+def _after_mask(target: Target, pc: int, sites: LibcSites, span: int = 48) -> bool:
+    """Whether `pc` is at one of libc's mask restores (LibcSites.masks) or past it before the
+    next call or jump out of straight-line code: in start_thread, between the restore of the
+    creator's mask and the call of the start routine, where a thread holds nothing of libc's."""
+    import capstone
+
+    for mask in sites.masks:
+        if not 0 <= pc - mask < span:
+            continue
+        if pc == mask:
+            return True
+        try:
+            code = target.read_memory(mask, span)
+        except (RuntimeError, OSError, ValueError):
+            return False
+        md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        for address, _size, mnemonic, _ops in md.disasm_lite(code, mask):
+            if address == pc:
+                return True
+            if mnemonic in ("call", "ret", "jmp", "syscall") or address > pc:
+                break
+    return False
+
+
 def _tasks(pid: int) -> set[int]:
     try:
         return {int(t) for t in os.listdir(f"/proc/{pid}/task")}
@@ -312,7 +336,7 @@ class Parking:
                 if exit_at is not None:
                     parking.exits[tid] = exit_at
                     continue
-                if pc in sites.masks and not _blocks_sigbus(pid, tid):
+                if not _blocks_sigbus(pid, tid) and _after_mask(target, pc, sites):
                     # No caller outside libc: one libc started, its creator's mask just restored
                     # in start_thread, its start routine next (held there, as hit() does).
                     parking.park(target, tid, pc)
