@@ -297,8 +297,9 @@ class Parking:
     it runs any of the program's code, so that none makes a fault the agent cannot count yet:
     at once when it is stopped in the program's code, where it returns from libc or the loader
     (its first caller outside them) when it is stopped in there, at once when libc started it
-    and it stopped where its mask is restored (nothing of libc's held, its start routine next),
-    and a thread born meanwhile at its first instruction. Afterwards each goes on from where it was held."""
+    and it stopped at its mask's restore or past it before its start routine (_after_mask:
+    nothing of libc's held), and a thread born meanwhile at its mask's restore. Afterwards each
+    goes on from where it was held."""
 
     pid: int
     sites: LibcSites
