@@ -293,12 +293,16 @@ class AgentLink:
         libc's pthread_create (CREATING: presence.creating_thread; `creating` False: known
         not to be, threadbirth.BirthWatch)."""
         pid = target.pid()
-        if self.current is None or pid is None or sigbus_blocked(pid, tid):
+        if self.current is None or pid is None:
             return BLOCKED
+        # (first: inside pthread_create a thread blocks every signal around the clone, and is
+        # no thread being born: the thread it makes would go unarmed if it were taken for one)
         if creating and self._inside_create(target, pid, tid):
             if not self.births.waits_for(tid):  # (else armed as the call returns)
                 self.creating.add(tid)
             return CREATING
+        if sigbus_blocked(pid, tid):
+            return BLOCKED
         flags = archmod.trap_flags("x86_64")
         assert flags is not None
         value = target.read_register(flags.register, tid)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..agent.presence import libc_function, module_bias, open_regular
+from ..agent.presence import creating_thread, libc_function, module_bias, open_regular
 from ..core.target import Target
 from ..isa.arch import SIGBUS, SIGTRAP
 from ..isa.arch.x86_64 import TRAP_FLAGS
@@ -49,8 +49,9 @@ class LibcSites:
     path: str  # libc's file, as the process maps it
     bias: int
     spin: int | None = None  # a `jmp .` (eb fe) in libc's code: where Parking holds a thread
-    # Right after clone's and clone3's `syscall`: no FDE covers it (the child's frame differs:
-    # glibc ends the CFI before the instruction), and the parent's return address is at rsp.
+    # clone's and clone3's `syscall` and the parent's way from it to its `ret`: no FDE covers
+    # them (the child's frame differs: glibc ends the CFI before the `syscall`), and the parent's
+    # return address is at rsp (both are leaf functions).
     clone_returns: frozenset[int] = frozenset()
 
 
@@ -87,6 +88,7 @@ def libc_sites(pid: int) -> LibcSites | None:
                     elif not site.zero_arg:  # (SIG_BLOCK: see LibcSites.masks)
                         masks.add(bias + site.addr + 2)
                     if site.nr in TASK:
+                        clone_returns.add(bias + site.addr)  # (the `syscall` itself: a creator stopped on it)
                         clone_returns.update(bias + a for a in _parent_tail(code, seg["p_vaddr"], site.addr + 2))
     except (OSError, ELFError, ValueError):
         return None
@@ -285,8 +287,24 @@ def _keeps_sigtrap_blocked(pid: int, tid: int) -> bool:
 
 def being_born(pid: int, tid: int) -> bool:
     """A thread that blocks every signal: one libc is starting (start_thread has not restored
-    its creator's mask yet), as seen at an injection."""
+    its creator's mask yet), or its creator, inside pthread_create around the clone (newborn
+    tells them apart)."""
     return blocked_signals(pid, tid) & _ALL_BLOCKED == _ALL_BLOCKED
+
+
+def newborn(pid: int, target: Target, tid: int) -> bool:
+    """A thread libc is starting, as seen at an injection: it blocks every signal and is not
+    inside pthread_create. Its creator blocks them all too, around the clone: taken for a
+    newborn, it would be armed at its own mask's restore and the watch would end there, before
+    the thread it makes (unknown at the injection) is armed: that thread's faults all went
+    uncounted, silently (lldb, 1 run in 30 under load)."""
+    if not being_born(pid, tid):
+        return False
+    try:
+        rip, rsp = target.read_register("rip", tid), target.read_register("rsp", tid)
+    except (RuntimeError, ValueError, KeyError):
+        return True
+    return not creating_thread(pid, rip, rsp, target.read_memory)
 
 
 
@@ -328,7 +346,7 @@ class Parking:
                 parking.park(target, tid, pc)  # being born: it has run nothing yet
                 continue
             if any(lo <= pc < hi for lo, hi in system):
-                if being_born(pid, tid):
+                if newborn(pid, target, tid):
                     # start_thread calls the start routine from libc: held when its mask is
                     # restored, just before (it may be inside a system call now: rseq).
                     parking.born.add(tid)
@@ -407,7 +425,7 @@ class ThreadBirths:
               arm: Callable[[Target, int], str]) -> set[int]:
         """Threads inside pthread_create (`creating`), and threads being born among `blocked`:
         armed by `arm` when that is safe. Returns those the watch will arm."""
-        born = [t for t in blocked if being_born(pid, t)]
+        born = [t for t in blocked if newborn(pid, target, t)]
         if not creating and not born:
             return set()
         sites = libc_sites(pid)
