@@ -14,7 +14,6 @@ from typing import Any
 
 from elftools.dwarf.compileunit import CompileUnit
 from elftools.dwarf.die import DIE
-from elftools.dwarf.dwarf_expr import DWARFExprParser
 from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry, LocationExpr, LocationParser
 
 from ualdbg.core.dataref import DataRef, Via
@@ -31,6 +30,7 @@ from ualdbg.symbols.layout import (
     Evaluator,
     Layouts,
     Location,
+    ParsedExprs,
     Unreadable,
     decl_pos,
     name_of,
@@ -206,9 +206,9 @@ class ModuleData:
         return sorted(out.values(), key=lambda g: g.start)
 
     @cached_property
-    def expr_parser(self) -> DWARFExprParser:
+    def expr_parser(self) -> ParsedExprs:
         assert self.dwarf is not None
-        return DWARFExprParser(self.dwarf.dwarfinfo.structs)
+        return ParsedExprs(self.dwarf.dwarfinfo.structs)
 
     def die(self, offset: int) -> DIE | None:
         return self._dies.get(offset)

@@ -3,12 +3,12 @@ offsets, array dimensions, declaration file:line, and the small DWARF expression
 that turns a variable's location into an address or a value for one stopped frame."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from elftools.dwarf.die import DIE
-from elftools.dwarf.dwarf_expr import DWARFExprParser
+from elftools.dwarf.dwarf_expr import DWARFExprOp, DWARFExprParser
 
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, Unit, children, parent
 from ualdbg.symbols.variables import TypeInfo, Types
@@ -265,6 +265,26 @@ def dwarf_reg(regs: Mapping[str, int], n: int) -> int:
         raise Unreadable(X86_64_REGS[n]) from None
 
 
+class ParsedExprs(DWARFExprParser):
+    """pyelftools' expression parser, parsing each expression once: a frame's variables are
+    evaluated again for each site in the function and each address named there (the pointer a
+    fault went through, the local it is, the lowest and highest address its records touched),
+    and pyelftools builds a whole new parser, dispatch table and all, for every DW_OP_entry_value
+    it meets (a third of the naming of CPython's sites went to parsing). The operations are
+    shared: the evaluator only reads them."""
+
+    def __init__(self, structs: Any) -> None:
+        super().__init__(structs)
+        self._parsed: dict[bytes, list[DWARFExprOp]] = {}
+
+    def parse_expr(self, expr: bytes | Iterable[int]) -> list[DWARFExprOp]:
+        key = bytes(expr)
+        ops = self._parsed.get(key)
+        if ops is None:
+            ops = self._parsed[key] = super().parse_expr(key)
+        return ops
+
+
 class Evaluator:
     """Evaluates the location expressions gcc and gfortran emit for one frame: registers, CFA,
     frame base, constants, arithmetic; memory only through `read_memory` when given."""
@@ -291,7 +311,7 @@ class Evaluator:
     def evaluate(self, expr: list[int] | bytes) -> Location:
         stack: list[int] = []
         register_value: int | None = None
-        for op in self.parser.parse_expr(list(expr)):
+        for op in self.parser.parse_expr(expr):
             name, args = op.op_name, op.args
             if name == "DW_OP_addr":
                 stack.append(args[0] + self.bias)
