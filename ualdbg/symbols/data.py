@@ -9,7 +9,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from elftools.dwarf.compileunit import CompileUnit
@@ -592,8 +592,13 @@ def _reg(regs: Mapping[str, int] | None, name: str) -> int | None:
         return None
 
 
+# A variable in scope at a frame's PC: the module's data, the function (inlined or not) whose
+# scope holds it, its DIE, where it is for the frame, and the location expression it came from.
+_FrameVar = tuple[ModuleData, str, DIE, Location, list[int]]
+
+
 def _frame_vars(modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None], *, caller: bool = False
-                ) -> Iterator[tuple[ModuleData, str, DIE, Location, list[int]]]:
+                ) -> Iterator[_FrameVar]:
     """Each variable in scope at the frame's PC with its location (and the expression it came
     from), innermost scope first. For a caller frame the PC is a return address: its scopes are
     those of the call (PC - 1)."""
@@ -608,14 +613,22 @@ def _frame_vars(modules: ModuleMap, frame: Frame, index_for: Callable[[str], Elf
         return
     md = module_data(index)
     link_pc = frame.pc - module.base - (1 if caller else 0)
+    if frame.read_memory is None:
+        yield from _saved_frame_vars(md, link_pc, module.base, tuple(sorted(frame.regs.items())))
+    else:
+        yield from _evaluated_vars(md, link_pc, module.base, frame.regs, frame.read_memory)
+
+
+def _evaluated_vars(md: ModuleData, link_pc: int, bias: int, regs: Mapping[str, int],
+                    read_memory: Callable[[int, int], bytes] | None) -> Iterator[_FrameVar]:
     scopes = md.scopes_at(link_pc)
     if not scopes:
         return
     func_die = scopes[0][1]
     fb = func_die.attributes.get("DW_AT_frame_base")
     fb_expr = list(fb.value) if fb is not None and fb.form == "DW_FORM_exprloc" else None
-    ev = Evaluator(md.expr_parser, frame.regs, bias=module.base, cfa=md.cfa(link_pc, frame.regs, module.base),
-                   frame_base=fb_expr, read_memory=frame.read_memory)
+    ev = Evaluator(md.expr_parser, regs, bias=bias, cfa=md.cfa(link_pc, regs, bias), frame_base=fb_expr,
+                   read_memory=read_memory)
     for func, _scope, variables in reversed(scopes):
         for die in variables:
             expr = md.location_expr(die, link_pc)
@@ -626,6 +639,18 @@ def _frame_vars(modules: ModuleMap, frame: Frame, index_for: Callable[[str], Elf
             except (Unreadable, *DWARF_ERRORS):  # type: ignore[misc]
                 continue
             yield md, func, die, loc, expr
+
+
+@lru_cache(maxsize=8192)
+def _saved_frame_vars(md: ModuleData, link_pc: int, bias: int, regs: tuple[tuple[str, int], ...]
+                      ) -> tuple[_FrameVar, ...]:
+    """A frame of registers saved at a fault and no memory (the agent's: the process is gone)
+    has the same variables at the same places every time it is read: once for the pointer the
+    access went through, once for the local it is, and again for the lowest and the highest
+    address the site's records touched (engines/agent.py). So they are evaluated once, all of
+    them (a reader that stops at its first answer costs the rest of the frame only the first
+    time). Up to 8192 frames are kept: a site's are read again after every site is named."""
+    return tuple(_evaluated_vars(md, link_pc, bias, dict(regs), None))
 
 
 # DW_OP_fbreg, DW_OP_breg6 (rbp), DW_OP_breg7 (rsp), DW_OP_call_frame_cfa: a location in the frame
