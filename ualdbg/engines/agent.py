@@ -689,7 +689,10 @@ def _name_ranges(data_at: dict[int, DataRef], regs_at: Mapping[int, Mapping[str,
         addrs = sorted(set(mine))
         if len(addrs) < 2:
             continue
-        low, high = (describe_saved(a, snapshots, pc, pid, regs_at[pc]) for a in (addrs[0], addrs[-1]))
+        # The site's own address (its first fault's, often an end of the range) is named with
+        # the same registers already: half of these ends were that one in sqlite3 and CPython.
+        low, high = (ref if a == ref.va else describe_saved(a, snapshots, pc, pid, regs_at[pc])
+                     for a in (addrs[0], addrs[-1]))
         data_at[pc] = replace(ref, touched=Touched(named(low), named(high), f"{addrs[0]:#x}", f"{addrs[-1]:#x}",
                                                    len(addrs), len(mine)))
 
