@@ -157,7 +157,7 @@ class ModuleData:
         if name is None or start == 0:
             return None
         tdie = ref(src, "DW_AT_type") or ref(die, "DW_AT_type")
-        tinfo = self.layouts.info(tdie)
+        tinfo = self.layouts.info(tdie, named=True)  # its name and size: a struct's alignment is not read
         parent = parents[-1] if parents else None
         container: str | None
         if parent is not None and parent.tag == "DW_TAG_common_block":
@@ -701,7 +701,7 @@ def _local_in(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[st
             continue
         src = origin(die)
         tdie = ref(src, "DW_AT_type")
-        info = md.layouts.info(tdie)
+        info = md.layouts.info(tdie, named=True)  # its name and size: a struct's alignment is not read
         if not (loc.address <= va < loc.address + (info.size or 0)):
             continue
         place = md.layouts.place(tdie, va - loc.address)
@@ -724,7 +724,7 @@ def _local_in(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[st
 def _via(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str], ElfIndex | None]) -> Via | None:
     """The pointer variable in scope whose target holds `va`: pointers to structs first (they
     name the member), then pointers to scalars (`p[i]`), innermost scope first."""
-    best: tuple[int, Via] | None = None
+    best: tuple[int, tuple[Any, ...]] | None = None  # (rank, what its Via is made of)
     for md, func, die, loc, _expr in _frame_vars(modules, frame, index_for):
         src = origin(die)
         ptype = strip(ref(src, "DW_AT_type"))
@@ -746,13 +746,17 @@ def _via(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str], E
         if value is None or value > va:
             continue
         target = ref(ptype, "DW_AT_type")
-        tinfo = md.layouts.info(target)
+        # Whether `va` is in reach, and the path to it, need the target's size only: its
+        # alignment (every member's type read, for a struct) is read for the pointer chosen,
+        # not for every pointer in scope below `va` (they read two fifths of the DIEs read to
+        # name CPython's sites, most of them members).
+        size = md.layouts.info(target, named=True).size
         st = strip(target)
-        if st is None or not tinfo.size:
+        if st is None or not size:
             continue
         delta = va - value
         aggregate = st.tag in AGGREGATES
-        if aggregate and delta >= tinfo.size:
+        if aggregate and delta >= size:
             continue
         if not aggregate and delta >= _NEAR:
             continue
@@ -762,17 +766,20 @@ def _via(va: int, modules: ModuleMap, frame: Frame, index_for: Callable[[str], E
             path = f"{name}{place.path}+{place.offset}"
         else:
             place = md.layouts.place(None, 0)
-            idx, rest = divmod(delta, tinfo.size)
+            idx, rest = divmod(delta, size)
             path = f"{name}[{idx}]+{rest}"
         rank = 0 if aggregate and place.member else 1
-        v = Via(pointer=name, type=md.layouts.info(ptype).name, path=path, function=func, struct=place.struct,
-                member=place.member, member_offset=place.member_offset, member_align=place.member_align,
-                packed=place.packed, target_align=tinfo.align, pointer_misaligned=bool(tinfo.align > 1 and value % tinfo.align))
         if best is None or rank < best[0]:
-            best = (rank, v)
+            best = (rank, (md, name, ptype, target, value, path, func, place))
         if rank == 0:
             break
-    return None if best is None else best[1]
+    if best is None:
+        return None
+    md, name, ptype, target, value, path, func, place = best[1]
+    tinfo = md.layouts.info(target)
+    return Via(pointer=name, type=md.layouts.info(ptype).name, path=path, function=func, struct=place.struct,
+               member=place.member, member_offset=place.member_offset, member_align=place.member_align,
+               packed=place.packed, target_align=tinfo.align, pointer_misaligned=bool(tinfo.align > 1 and value % tinfo.align))
 
 
 def describe_any(va: int, snapshots: list[ModuleMap], frame: Frame | None = None) -> DataRef:

@@ -124,14 +124,17 @@ class Layouts:
         self.types = Types(address_size)
         self._packed: dict[int, bool] = {}
 
-    def info(self, die: DIE | None) -> TypeInfo:
-        got = self.types.of(die)
+    def info(self, die: DIE | None, *, named: bool = False) -> TypeInfo:
+        """The type's name, size and alignment. `named` (Types.of's): a struct's members are not
+        read, so its alignment may be less, but its name and size are the same: what tells
+        whether an address is inside a value of the type."""
+        got = self.types.of(die, named=named)
         arr = strip(die)
         if arr is not None and arr.tag == "DW_TAG_array_type":
             # Counted here, not by Types: Fortran bounds start at 1 when DWARF omits the lower
             # bound, and bounds known only at run time (a dummy array x(len)) are DIE references
             # or expressions, not counts.
-            elem = self.info(ref(arr, "DW_AT_type"))
+            elem = self.info(ref(arr, "DW_AT_type"), named=named)
             counts = [c for _, c in array_dims(arr)]
             dims = "".join(f"[{'' if c is None else c}]" for c in counts)
             size: int | None = None
