@@ -627,7 +627,7 @@ def _evaluated_vars(md: ModuleData, link_pc: int, bias: int, regs: Mapping[str, 
     func_die = scopes[0][1]
     fb = func_die.attributes.get("DW_AT_frame_base")
     fb_expr = list(fb.value) if fb is not None and fb.form == "DW_FORM_exprloc" else None
-    ev = Evaluator(md.expr_parser, regs, bias=bias, cfa=md.cfa(link_pc, regs, bias), frame_base=fb_expr,
+    ev = Evaluator(md.expr_parser, regs, bias=bias, cfa=lambda: md.cfa(link_pc, regs, bias), frame_base=fb_expr,
                    read_memory=read_memory)
     for func, _scope, variables in reversed(scopes):
         for die in variables:

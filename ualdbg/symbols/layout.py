@@ -292,11 +292,21 @@ class Evaluator:
     """Evaluates the location expressions gcc and gfortran emit for one frame: registers, CFA,
     frame base, constants, arithmetic; memory only through `read_memory` when given."""
 
-    def __init__(self, parser: DWARFExprParser, regs: Mapping[str, int], *, bias: int = 0, cfa: int | None = None,
-                 frame_base: list[int] | None = None, read_memory: Callable[[int, int], bytes] | None = None) -> None:
+    def __init__(self, parser: DWARFExprParser, regs: Mapping[str, int], *, bias: int = 0,
+                 cfa: int | Callable[[], int | None] | None = None, frame_base: list[int] | None = None,
+                 read_memory: Callable[[int, int], bytes] | None = None) -> None:
+        """`cfa`: the frame's CFA, or what computes it at its first use (frame_cfa)."""
         self.parser = parser
         self.regs, self.bias, self.cfa, self.read_memory = regs, bias, cfa, read_memory
         self.frame_base = frame_base
+
+    def frame_cfa(self) -> int | None:
+        """The CFA, computed when first needed if given as a function: finding it parses the
+        function's FDE, and a third of the frames named in sqlite3's and CPython's check never
+        need it (their variables are in registers or at register offsets)."""
+        if callable(self.cfa):
+            self.cfa = self.cfa()
+        return self.cfa
 
     def reg(self, n: int) -> int:
         return dwarf_reg(self.regs, n)
@@ -331,9 +341,10 @@ class Evaluator:
             elif name == "DW_OP_fbreg":
                 stack.append(self._fbreg_base() + args[0])
             elif name == "DW_OP_call_frame_cfa":
-                if self.cfa is None:
+                cfa = self.frame_cfa()
+                if cfa is None:
                     raise Unreadable("CFA")
-                stack.append(self.cfa)
+                stack.append(cfa)
             elif name == "DW_OP_plus_uconst":
                 stack.append(stack.pop() + args[0])
             elif name in ("DW_OP_plus", "DW_OP_minus", "DW_OP_and", "DW_OP_mul"):
