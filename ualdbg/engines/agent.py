@@ -419,8 +419,18 @@ class _Warmer:
             return
 
     def finish(self) -> None:
-        """Stop, after the site being named (its work is the document's, done already)."""
+        """Stop, after the site being named (its work is the document's, done already). The
+        program is gone, so the site is named at ualdbg's own priority from then on: the
+        lowest one left the document waiting for it on a busy machine (half a second for
+        CPython's first site, which reads its indexes). Raising a thread's priority again
+        needs CAP_SYS_NICE (root): without it, the wait is as before."""
         self._stop.set()
+        tid = self._thread.native_id
+        if tid is not None:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, 0))
+            except OSError:
+                pass
         self._thread.join()
 
 
