@@ -426,7 +426,7 @@ class _Warmer:
         needs CAP_SYS_NICE (root): without it, the wait is as before."""
         self._stop.set()
         tid = self._thread.native_id
-        if tid is not None:
+        if tid is not None and self._thread.is_alive():  # (a tid that ended may be another's soon)
             try:
                 os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, 0))
             except OSError:
