@@ -274,15 +274,11 @@ class AgentLink:
                if busy else unheld)
         # A thread armed once past its fault (`later`) may be inside pthread_create too (a fault
         # of libc's there, in a memset): the watch arms it when the call returns.
-        creating = out[CREATING] + [t for t in later if self._inside_create(target, pid, t)]
+        creating = out[CREATING] + [t for t in later if _inside_create(target, pid, t)]
         waited = self.births.watch(host, target, pid, creating, out[BLOCKED], self._arm_out_of_creation)
         self.creating.difference_update(waited)
         return Injected(tuple(out[ARMED]), tuple(t for t in out[BLOCKED] if t not in waited), tuple(ran),
                         tuple(t for t in out[CREATING] if t not in waited), tuple(sorted(waited)))
-
-    @staticmethod
-    def _inside_create(target: Target, pid: int, tid: int) -> bool:
-        return creating_thread(pid, target.read_register("rip", tid), target.read_register("rsp", tid), target.read_memory)
 
     def _arm_out_of_creation(self, target: Target, tid: int) -> str:
         return self.arm_thread(target, tid, creating=False)
@@ -297,7 +293,7 @@ class AgentLink:
             return BLOCKED
         # (first: inside pthread_create a thread blocks every signal around the clone, and is
         # no thread being born: the thread it makes would go unarmed if it were taken for one)
-        if creating and self._inside_create(target, pid, tid):
+        if creating and _inside_create(target, pid, tid):
             if not self.births.waits_for(tid):  # (else armed as the call returns)
                 self.creating.add(tid)
             return CREATING
@@ -418,6 +414,10 @@ class AgentLink:
                 result.note(f"process {a.pid} ran a new program (exec): the agent injected into the old one is not in "
                             "it, so the new program's faults were not counted (`ualdbg trace start` again, stopped in "
                             "it, counts them)")
+
+
+def _inside_create(target: Target, pid: int, tid: int) -> bool:
+    return creating_thread(pid, target.read_register("rip", tid), target.read_register("rsp", tid), target.read_memory)
 
 
 def finish_steps(c: Arming | None, target: Target) -> list[int]:
