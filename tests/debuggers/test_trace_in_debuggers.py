@@ -53,22 +53,37 @@ def test_trace_start_counts_through_the_agent(debugger: str, tmp_path: Path) -> 
 
 
 
+# lldb stepping over faults the agent traces: (the first commands, loaded at launch or injected at
+# the stop at line 38, before its faulting instruction).
+LLDB_STEPS = {
+    "launch": ["ualdbg trace start --engine agent", "b not_aligned.c:38", "run"],
+    "injected": ["b not_aligned.c:38", "run", "ualdbg trace start"],
+}
+
+
 @pytest.mark.parametrize("steps", [1, 2, 3])
-def test_a_step_over_a_traced_fault_then_continue(steps: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", list(LLDB_STEPS))
+def test_a_step_over_a_traced_fault_then_continue(how: str, steps: int, tmp_path: Path) -> None:
     """lldb, `thread step-inst` over the faulting instruction while the agent traces: the SIGBUS
-    goes to the agent during the step, and lldb-server steps on from the trap at its handler's
-    entry, so the step ends after the entry's pushfq, which copied the step's TF to the stack.
-    The entry clears TF with AC; before, popfq made TF the thread's own and `continue` stopped
-    with "stop reason = trace" in on_sigbus_c (CI caught it as 1 run in 40 of break, off,
-    trace start on threads; here it came every time). (gdb steps differently:
-    test_gdb_steps_onto_a_traced_fault.)"""
+    goes to the agent during the step, and the kernel reports the step at its handler's entry,
+    where lldb stopped ("ualdbg_agent.so`ualdbg_sigbus_entry"). ualdbg's stop hook takes the
+    step on: the handler counts the fault, the instruction runs, and the step ends after it, in
+    bump, as gdb's does (test_gdb_steps_onto_a_traced_fault), with AC set and TF clear. The
+    entry clears TF with AC; before, popfq made TF the thread's own and `continue` stopped with
+    "stop reason = trace" in on_sigbus_c (CI caught it as 1 run in 40 of break, off, trace
+    start on threads)."""
     doc, log = trace_doc("lldb", [str(BUILD / "not_aligned"), "5"],
-                         ["ualdbg trace start --engine agent", "b not_aligned.c:38", "run", "breakpoint delete --force",
-                          *["thread step-inst"] * (steps + 1), "continue"], tmp_path / "t.json")
+                         [*LLDB_STEPS[how], "breakpoint delete --force", *["thread step-inst"] * (steps + 1),
+                          "register read rflags", "continue"], tmp_path / "t.json")
     assert "stop reason = trace" not in log and "SIGTRAP" not in log, log
-    assert "ualdbg_agent.so`ualdbg_sigbus_entry" in log, log  # the step did end in the handler's entry
-    assert doc["program"]["exit_status"] == 0, log
+    assert "ualdbg_sigbus_entry" not in log and "__restore_rt" not in log and "on_sigbus_c" not in log, log
+    over = log.split("stop reason = instruction step into (its unaligned access counted by the agent's SIGBUS handler)")
+    assert len(over) == 2 and over[1].lstrip().startswith("frame #0:") and "not_aligned`bump" in over[1].splitlines()[1], log
+    flags = re.findall(r"rflags = (0x[0-9a-f]+)", log)
+    assert flags and int(flags[-1], 16) & 0x40000 and not int(flags[-1], 16) & 0x100, log  # AC set, TF clear
+    assert doc["program"]["exit_status"] == 0 and "iterations=5 sum=5" in log, log
     assert doc["faults_total"] == 5, log
+
 
 # gdb stepping onto faults the agent traces: (the first commands, loaded at launch or injected
 # at the stop; then the user's steps).

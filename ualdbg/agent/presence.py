@@ -52,20 +52,20 @@ def elf_symbol(path: str, name: str) -> int | None:
     return None if found is None else found[0]
 
 
-def elf_function(path: str, name: str) -> tuple[int, int] | None:
-    """(st_value, st_size) of a defined dynamic symbol of a shared object (elf_symbol)."""
+def elf_function(path: str, name: str, tables: tuple[str, ...] = (".dynsym",)) -> tuple[int, int] | None:
+    """(st_value, st_size) of a defined dynamic symbol of a shared object (elf_symbol); with
+    `tables` (".dynsym", ".symtab"), a local one too (the agent's own hidden functions)."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
     with os.fdopen(open_regular(path), "rb") as f:
         try:
             elf = ELFFile(f)
-            dyn = elf.get_section_by_name(".dynsym")
-            if dyn is None:
-                return None
-            for sym in dyn.get_symbol_by_name(name) or []:  # type: ignore[attr-defined]
-                if sym["st_shndx"] != "SHN_UNDEF" and sym["st_value"]:
-                    return int(sym["st_value"]), int(sym["st_size"])
+            for table in tables:
+                syms = elf.get_section_by_name(table)
+                for sym in (syms.get_symbol_by_name(name) or []) if syms is not None else []:  # type: ignore[attr-defined]
+                    if sym["st_shndx"] != "SHN_UNDEF" and sym["st_value"]:
+                        return int(sym["st_value"]), int(sym["st_size"])
         except (ELFError, ValueError, KeyError, struct.error) as exc:
             raise OSError(0, f"{path}: {exc}") from None
     return None

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ..agent import rundir
-from ..agent.presence import creating_note, creating_thread, elf_symbol, libc_symbol, loaded_agents
+from ..agent.presence import creating_note, creating_thread, elf_function, elf_symbol, libc_symbol, loaded_agents
 from ..core.result import Record, Site, TraceResult
 from ..core.target import LiveThreads, StringCalls, Target, offers
 from ..core.trace import TraceBuffer
 from ..isa import arch as archmod
-from ..isa.arch import SIGTRAP
+from ..isa.arch import SIGBUS, SIGTRAP
 from .agent import (
     ENV_CONFIG,
     AgentRun,
@@ -455,6 +455,52 @@ def finish_steps(c: Arming | None, target: Target) -> list[int]:
         target.write_register(flags.register, (value & ~flags.tf_bit) | flags.ac_bit, tid)
         done.append(tid)
     return done
+
+
+SIGBUS_ENTRY = "ualdbg_sigbus_entry"  # agent/src/agent/entry.S: AC and TF cleared, then on_sigbus_c
+UC_RIP = 168  # offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP]) on x86-64 Linux
+_entries: dict[tuple[int, str, int], tuple[int, int] | None] = {}  # (pid, agent file, load address) -> [lo, hi)
+
+
+def _sigbus_entry(pid: int, pc: int) -> bool:
+    """Whether `pc` is inside the SIGBUS handler's entry of an agent loaded in `pid` (its four
+    instructions: the handler's arguments are still in rdi, rsi, rdx there)."""
+    for agent in loaded_agents(pid):
+        key = (pid, agent.file, agent.bias)
+        if key not in _entries:
+            try:  # (a hidden function: the agent's .symtab)
+                found = elf_function(agent.file, SIGBUS_ENTRY, (".dynsym", ".symtab")) if agent.file else None
+            except OSError:
+                found = None
+            _entries[key] = None if found is None else (agent.bias + found[0], agent.bias + found[0] + max(found[1], 1))
+        span = _entries[key]
+        if span is not None and span[0] <= pc < span[1]:
+            return True
+    return False
+
+
+def handler_step_end(target: Target, tid: int, pc: int) -> int | None:
+    """A debugger's instruction step that ended in the entry of the agent's SIGBUS handler: the
+    stepped instruction faulted, and lldb steps into the handler of a signal it passes (the
+    kernel reports the step at the handler's first instruction; gdb steps over the handler).
+    Where the step ends instead: the faulting instruction's one successor, once the handler
+    (which counts the fault) and the instruction have run. None when `pc` is not in that
+    entry, or the instruction has no one successor (a branch, a rep string instruction)."""
+    from ..isa.arch.x86_64 import X86Decoder
+
+    pid = target.pid()
+    if pid is None or not _sigbus_entry(pid, pc):
+        return None
+    try:
+        if target.read_register("rdi", tid) != SIGBUS:  # (the handler's first argument: the signal)
+            return None
+        fault = struct.unpack("<Q", target.read_memory(target.read_register("rdx", tid) + UC_RIP, 8))[0]
+        insn = X86Decoder().decode(target.read_memory(fault, 15), fault)
+    except (RuntimeError, OSError, ValueError, struct.error):
+        return None
+    if insn is None or insn.rep or insn.flow != "next":
+        return None
+    return int(insn.next_pc)
 
 
 class TrampolineFrames:

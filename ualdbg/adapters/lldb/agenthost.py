@@ -12,11 +12,42 @@ from collections.abc import Callable, Mapping, Sequence
 import lldb  # type: ignore[import-not-found]
 
 from ...core.target import Target
+from ...engines.agentlink import handler_step_end
 from .breakpoints import Breakpoints
-from .interp import command
+from .faultstep import step_through_handler
+from .interp import command, warn
 from .signals import SigbusHandling
+from .target import LldbTarget
 
 _ROW = re.compile(r"^\s+([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.M)
+
+
+class HandlerStepHook:
+    """`target stop-hook add -P ...HandlerStepHook`, while the agent traces: a user's instruction
+    step over an instruction that faults ends in the agent's SIGBUS handler under lldb (the
+    kernel reports the step at the handler's first instruction, and lldb stops there), where
+    gdb's ends after the instruction. Such a step goes on: the handler counts the fault, the
+    instruction runs, and the step ends at its successor (engines/agentlink.handler_step_end).
+    Every other stop is the user's (True)."""
+
+    def __init__(self, target: lldb.SBTarget, extra_args: object, internal_dict: object) -> None:
+        pass
+
+    def handle_stop(self, exe_ctx: lldb.SBExecutionContext, stream: lldb.SBStream) -> bool:
+        thread = exe_ctx.GetThread()
+        if thread.GetStopReason() not in (lldb.eStopReasonPlanComplete, lldb.eStopReasonTrace):
+            return True
+        try:
+            process = thread.GetProcess()
+            to = handler_step_end(LldbTarget(process, thread), int(thread.GetThreadID()),
+                                  int(thread.GetFrameAtIndex(0).GetPC()))
+            if to is None:
+                return True
+            step_through_handler(thread, to)
+            return False  # on, to the successor (the plan's stop is the step's)
+        except Exception as exc:
+            warn(stream, f"stepping past the agent's handler: {exc}")
+            return True
 
 
 class LldbAgentHost:
@@ -34,6 +65,7 @@ class LldbAgentHost:
         self.process = process
         self.installed = installed
         self.held: list[int] = []  # threads suspended by `hold`
+        self.step_hook: tuple[lldb.SBTarget, int] | None = None  # HandlerStepHook's, while SIGBUS is passed
 
     def _env_vars(self) -> dict[str, str]:
         return dict(_ROW.findall(command(self.debugger, "settings show target.env-vars")))
@@ -53,7 +85,22 @@ class LldbAgentHost:
                 command(self.debugger, f'settings append target.env-vars "{name}={value}"')
 
     def pass_sigbus(self, on: bool) -> None:
+        """SIGBUS passed to the agent, and a user's step into its handler taken past the
+        instruction (HandlerStepHook) while it is."""
         self.sigbus.pass_through(self.process(), on, self.installed())
+        if on and self.step_hook is None:
+            target = self.debugger.GetSelectedTarget()
+            out = command(self.debugger, f"target stop-hook add -P {__name__}.HandlerStepHook")
+            m = re.search(r"#(\d+)", out)
+            self.step_hook = (target, int(m.group(1))) if m else None
+        elif not on and self.step_hook is not None:
+            target, number = self.step_hook
+            self.step_hook = None
+            if target.IsValid() and target == self.debugger.GetSelectedTarget():
+                try:
+                    command(self.debugger, f"target stop-hook delete {number}")
+                except RuntimeError:
+                    pass
 
     WATCH = "watch_hit"  # breakpoints.watch_hit, the callback
 

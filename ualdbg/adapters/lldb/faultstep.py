@@ -97,6 +97,57 @@ class FaultStep:
         stream.Print("ualdbg: stepping over an unaligned access")
 
 
+class ThroughHandler:
+    """Scripted thread plan for a user's step that ended at the first instruction of the
+    agent's SIGBUS handler (engines/agentlink.handler_step_end): the handler runs (it counts the
+    fault), then the faulting instruction, and the step ends at its successor, as gdb's does
+    (it steps over the handler of a signal it passes). The other threads wait."""
+
+    def __init__(self, thread_plan: lldb.SBThreadPlan, args_data: Any, internal_dict: Any = None) -> None:
+        self.plan = thread_plan
+        self.thread = thread_plan.GetThread()
+        self.to = int(args_data.GetValueForKey("to").GetIntegerValue())
+        if hasattr(thread_plan, "SetStopOthers"):
+            thread_plan.SetStopOthers(True)
+        error = lldb.SBError()
+        address = lldb.SBAddress(self.to, self.thread.GetProcess().GetTarget())
+        self.run_to = thread_plan.QueueThreadPlanForRunToAddress(address, error)
+        if error.Success() and self.run_to is not None and self.run_to.IsValid():
+            self.run_to.SetStopOthers(True)
+
+    def _there(self) -> bool:
+        return bool(self.thread.GetFrameAtIndex(0).GetPC() == self.to)
+
+    def explains_stop(self, event: lldb.SBEvent) -> bool:
+        # (at the successor: the run-to breakpoint, or the trap of the agent's own single-step,
+        # which the stop hook finishes: engines/agentlink.finish_steps)
+        return self._there()
+
+    def should_stop(self, event: lldb.SBEvent) -> bool:
+        if self._there():
+            self.plan.SetPlanComplete(True)
+            return True
+        return False
+
+    def should_step(self) -> bool:
+        return False
+
+    def is_stale(self) -> bool:
+        return False
+
+    def stop_description(self, stream: lldb.SBStream) -> None:
+        stream.Print("instruction step into (its unaligned access counted by the agent's SIGBUS handler)")
+
+
+def step_through_handler(thread: lldb.SBThread, to: int) -> None:
+    """A user's step that ended in the agent's SIGBUS handler goes on to `to` (ThroughHandler)."""
+    args = lldb.SBStructuredData()
+    args.SetFromJSON(f'{{"to": {int(to)}}}')
+    err = thread.StepUsingScriptedThreadPlan(f"{_THIS}.ThroughHandler", args, False)
+    if not err.Success():
+        raise RuntimeError(f"cannot step out of the agent's handler: {err.GetCString()}")
+
+
 def is_alignment_sigbus(thread: lldb.SBThread) -> bool:
     """Whether the thread is stopped at an alignment fault (SIGBUS, BUS_ADRALN)."""
     if thread.GetStopReason() != lldb.eStopReasonSignal or thread.GetStopReasonDataAtIndex(0) != SIGBUS:
