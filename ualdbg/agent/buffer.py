@@ -11,7 +11,8 @@ import re
 import stat
 import struct
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+
+from ..lazyclass import dataclass
 
 MAGIC = b"UALDBGA1"
 VERSION = 1

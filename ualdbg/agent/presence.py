@@ -10,7 +10,8 @@ import os
 import stat
 import struct
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+
+from ..lazyclass import dataclass
 
 OWNER_SYMBOL = "ualdbg_agent_owner"
 ORPHAN_SYMBOL = "ualdbg_agent_orphan"

@@ -13,8 +13,8 @@ import os
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass
 
+from ..lazyclass import dataclass
 from .private import executable_here, safe_chain, temp_parents
 
 PREFIX = "ualdbg-run-"

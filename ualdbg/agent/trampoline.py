@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+
+from ..lazyclass import dataclass
 
 # patch.c's layout: a slot is a header of HDR_SIZE bytes, then the code; at most SLOT_MAX bytes.
 HDR_SIZE = 1024

@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from ..core.result import Site, TraceResult
+from ..lazyclass import dataclass
 
 # What a fingerprint was made of, strongest first (a baseline says which it holds).
 TEXT = "source"  # each frame's function and a hash of its line's text: survives edits elsewhere

@@ -5,9 +5,7 @@ run was incomplete: ualdbg knows it did not see part of it (the document's `blin
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-# The statuses are core/errors.py's (the error base carries them), named here too for the contract.
 from ..core.errors import EXIT_CANNOT_EXECUTE as EXIT_CANNOT_EXECUTE
 from ..core.errors import EXIT_CLEAN as EXIT_CLEAN
 from ..core.errors import EXIT_ERROR as EXIT_ERROR
@@ -16,6 +14,9 @@ from ..core.errors import EXIT_INCOMPLETE as EXIT_INCOMPLETE
 from ..core.errors import EXIT_NOT_FOUND as EXIT_NOT_FOUND
 from ..core.errors import EXIT_TOOL as EXIT_TOOL
 from ..core.result import Site, TraceResult
+
+# The statuses are core/errors.py's (the error base carries them), named here too for the contract.
+from ..lazyclass import dataclass
 from .baseline import where
 
 STATUSES = """  2                  usage error or bad input: an option, a baseline, an output path, a corrupt ELF (nothing was run)

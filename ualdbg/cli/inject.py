@@ -26,11 +26,12 @@ import struct
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..agent.presence import creating_thread, elf_symbol, libc_symbol, module_bias, tracing_agent
 from ..core.errors import UaldbgError
 from ..engines.procfs import QUIET_SYSCALLS, blocked_signals, sigbus_blocked, syscall_of, system_ranges
+from ..lazyclass import dataclass
 
 PTRACE_CONT, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 7, 12, 13, 17
 PTRACE_GETSIGINFO, PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_EVENT_STOP = 0x4202, 0x4206, 0x4207, 128

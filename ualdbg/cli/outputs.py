@@ -11,11 +11,11 @@ import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from ..core.errors import UaldbgError
 from ..core.files import UnsafePath, resolve, special, temp_in, write_atomic
+from ..lazyclass import dataclass
 
 if TYPE_CHECKING:
     from ..core.result import TraceResult

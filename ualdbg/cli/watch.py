@@ -8,10 +8,11 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ..core.model import SourceLoc
+from ..lazyclass import dataclass
 
 
 @dataclass(frozen=True)

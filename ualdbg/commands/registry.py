@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol, runtime_checkable
 
 from ..core.errors import UaldbgError
+from ..lazyclass import dataclass
 
 if TYPE_CHECKING:  # annotations only: the shell builds its parsers without the engines (issue 34)
     from ..core.target import Target

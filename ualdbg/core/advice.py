@@ -8,9 +8,9 @@ there is no advice. Chosen from the site's `data`, its counts and the run's reco
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..lazyclass import dataclass
 from .dataref import Via
 from .model import AccessKind
 

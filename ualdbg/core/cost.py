@@ -4,8 +4,10 @@ estimate of time spent from the classes' measured prices (`--fail-on`: ci/costfi
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol, TypeVar
+
+from ..lazyclass import dataclass
 
 LINE = 64
 PAGE = 4096

@@ -4,7 +4,7 @@ address is in, a stack, the heap, a mapping) and the pointer in scope it was rea
 the fix advice and the audit read them; core/document.py writes and loads them."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..lazyclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from ..lazyclass import dataclass
 from .errors import EXIT_TOOL, ToolError
 
 

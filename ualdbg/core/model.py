@@ -2,8 +2,10 @@
 in the program. No behaviour beyond formatting."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
+
+from ..lazyclass import dataclass
 
 
 class AccessKind(str, Enum):

@@ -8,8 +8,9 @@ loads it back, and no other module reads or writes that JSON."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from ..lazyclass import dataclass
 from .cost import add_counts
 from .dataref import DataRef
 from .model import AccessKind, Fault, SourceLoc

@@ -3,7 +3,9 @@ engine stepped, the processes and the summary of the agent, the state of an atta
 merge are core/result.py's Run). Typed as the JSON document has them (core/document.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from ..lazyclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 `ualdbg config NAME VALUE`, the CLI as options."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from ..lazyclass import dataclass
 from .trace import DEFAULT_BUFFER
 
 

@@ -24,8 +24,9 @@ What each adapter offers:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+
+from ..lazyclass import dataclass
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs

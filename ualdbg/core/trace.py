@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Iterator
 
+from ..lazyclass import dataclass
 from .model import AccessKind, Fault
 
 DEFAULT_BUFFER = 100_000

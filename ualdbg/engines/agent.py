@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
@@ -25,6 +25,7 @@ from ..core.result import FEW_TRAPS, BlindSpot, ProgramInfo, Site, TraceResult, 
 from ..core.sections import AgentSummary, OutOfScope, Patching, Process
 from ..core.trace import PcCounter, TraceBuffer
 from ..isa.alignment import AcPolicy, Policy
+from ..lazyclass import dataclass
 from .modulescope import Scope
 from .wrapper import SignalGuard, child_setup, elf_interpreter, host_loader, program_environ, same_file
 

@@ -11,7 +11,7 @@ import os
 import struct
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Protocol
 
 from ..agent import rundir
@@ -21,6 +21,7 @@ from ..core.target import LiveThreads, StringCalls, Target, offers
 from ..core.trace import TraceBuffer
 from ..isa import arch as archmod
 from ..isa.arch import SIGBUS, SIGTRAP
+from ..lazyclass import dataclass
 from .agent import (
     ENV_CONFIG,
     AgentRun,

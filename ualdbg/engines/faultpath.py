@@ -5,7 +5,6 @@ The trap, fix-up and step engines are given a `FaultPath` and the target's ArchI
 session; they answer with a `Decision` the adapters carry out."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 
 from ..core.model import Access, Fault
@@ -13,6 +12,7 @@ from ..core.target import SigInfo, Target
 from ..isa import arch as archmod
 from ..isa.costclass import classify, is_vector
 from ..isa.decode import Insn
+from ..lazyclass import dataclass
 from .image import ProcessImage
 from .recorder import FaultRecorder
 from .rules import FaultRules

@@ -3,9 +3,8 @@ agent engine decides the scope of a run that faulted only outside it without imp
 decoder or the symbolizer (issue 34)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..core.model import Module
+from ..lazyclass import dataclass
 
 
 @dataclass

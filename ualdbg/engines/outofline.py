@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..core.target import Target
 from ..isa import arch as archmod
 from ..isa.decode import Insn
+from ..lazyclass import dataclass
 from ..symbols.elfindex import elf_index
 from ..symbols.maps import ModuleMap, is_loader_path
 from .faultpath import FaultPath

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from dataclasses import dataclass
 from typing import IO, Any
 
 from elftools.elf.elffile import ELFFile
@@ -15,6 +14,7 @@ from elftools.elf.elffile import ELFFile
 from ..core.errors import EXIT_TOOL, UaldbgError
 from ..core.external import find_tool
 from ..isa.arch import ArchInfo
+from ..lazyclass import dataclass
 
 
 class QemuError(UaldbgError):

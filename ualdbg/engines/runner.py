@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from ..agent import rundir
@@ -20,6 +20,7 @@ from ..core.external import find_tool
 from ..core.programfile import elf_file_problem, elf_structure_problem, host_elf, script_interpreter
 from ..core.result import TraceResult
 from ..core.sections import StepSummary
+from ..lazyclass import dataclass
 from .procfs import children
 from .wrapper import SignalGuard, child_setup, exec_status, program_environ, spawn_held, start_problem
 

@@ -7,13 +7,13 @@ import os
 import re
 import weakref
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 
 from elftools.dwarf.compileunit import CompileUnit
 from elftools.dwarf.die import DIE
 
 from ..core.errors import UaldbgError
 from ..core.model import Module
+from ..lazyclass import dataclass
 from ..symbols.cxxnames import NameQuery, base_name, demangle, function_name, normalize, split_components, strip_template_args
 from ..symbols.dwarfindex import DWARF_ERRORS, qualified_die_name
 from ..symbols.elfindex import ElfIndex, elf_index

@@ -5,7 +5,7 @@ leave the scope run at full speed to a return breakpoint; entering the scope is 
 each range start. The adapters only provide the debugger primitives (StepControl)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import Protocol
 
@@ -13,6 +13,7 @@ from ..core.target import Target
 from ..isa import arch as archmod
 from ..isa.alignment import policy_by_name
 from ..isa.decode import Insn, InsnDecoder, decoder_for
+from ..lazyclass import dataclass
 from . import stepplan
 from .faultpath import FaultPath
 from .scope import ScopeError, StepScope

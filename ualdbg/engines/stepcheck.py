@@ -4,11 +4,10 @@ and each access that breaks it recorded at the instruction's PC; a Thumb-2 IT bl
 as a whole at its IT instruction."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..core.target import SigInfo, Target
 from ..isa import arch as archmod
 from ..isa.decode import Insn, InsnDecoder, RegisterUnavailable, accesses, decoder_for
+from ..lazyclass import dataclass
 from .faultpath import FaultPath
 from .registers import LazyRegisters
 

@@ -12,7 +12,7 @@ import struct
 import subprocess
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from .. import __version__
@@ -27,6 +27,7 @@ from ..isa.alignment import Policy, policy_by_name
 from ..isa.arch.x86_64 import register_slice
 from ..isa.costclass import is_locked, is_vector
 from ..isa.decode import Insn, MemOperand, decoder_for
+from ..lazyclass import dataclass
 from ..stepper.build import BuildError, build
 from ..symbols.maps import ModuleMap
 from ..symbols.resolver import Symbolizer

@@ -5,12 +5,12 @@ the return addresses of the calls that leave the scope. Computed once, when the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..core.model import Module
 from ..core.target import Target
 from ..isa import arch as archmod
 from ..isa.decode import InsnDecoder
+from ..lazyclass import dataclass
 from ..symbols.demangle import frame_name
 from ..symbols.elfindex import elf_index
 from ..symbols.maps import ModuleMap

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
 from ..agent.presence import creating_thread, libc_function, module_bias, open_regular
@@ -24,6 +24,7 @@ from ..core.target import Target
 from ..isa.arch import SIGBUS, SIGTRAP
 from ..isa.arch.x86_64 import TRAP_FLAGS
 from ..isa.syscall_sites import find_sites
+from ..lazyclass import dataclass
 from .procfs import blocked_signals, syscall_of, system_ranges
 
 TASK = frozenset({56, 435})  # clone, clone3 (fork and vfork make processes: not ours here)

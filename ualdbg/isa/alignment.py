@@ -8,11 +8,12 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
 from ..core.model import Access
+from ..lazyclass import dataclass
 from .insn import Insn
 
 __all__ = [

@@ -6,10 +6,10 @@ docs/ARCHITECTURE.md, "How to add a CPU"."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ..core.model import Access
+from ..lazyclass import dataclass
 from .arch.info import ArchInfo
 from .insn import Insn, MemOperand
 

@@ -12,9 +12,10 @@ order and an atomic's kind. `transfer` joins an instruction's recipes into the o
 fix-up performs (ldrd, ldm, vldm: one recipe per register)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..core.model import AccessKind
+from ..lazyclass import dataclass
 
 __all__ = ["Insn", "MemOperand", "RegisterUnavailable", "Vsib", "transfer"]
 

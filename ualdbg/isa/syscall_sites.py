@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import capstone
+
+from ..lazyclass import dataclass
 
 _SYSCALL = re.compile(b"\x0f\x05", re.DOTALL)
 # `mov eax, imm32` (b8) and `mov rax, simm32` (48 c7 c0): how compilers load a constant number.

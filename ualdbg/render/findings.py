@@ -6,13 +6,13 @@ views of these (docs/CI.md, "Formats CI systems read")."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from ..ci.fingerprint import fingerprint, keyed_sites
 from ..core.advice import Advice, advice_by_pc, vas_by_pc
 from ..core.cost import INSIDE, SPLIT_LOCK, classes_json
 from ..core.model import AccessKind
 from ..core.result import Site, TraceResult
+from ..lazyclass import dataclass
 from .formats import Context
 
 

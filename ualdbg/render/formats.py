@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Protocol
 
 from ..core.errors import UaldbgError
+from ..lazyclass import dataclass
 
 if TYPE_CHECKING:
     from ..core.result import Site, TraceResult

@@ -4,10 +4,10 @@ environment, ASLR) and its build, once per source version into the agent's cache
 tools/stackcheck for a sweep)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..agent.build import cached_build
+from ..lazyclass import dataclass
 
 MAGIC = "ualdbg-exec-1"
 SOURCE = Path(__file__).resolve().parent / "src" / "exec.c"

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from ualdbg.symbols.demangle import demangle as _demangle_one
 from ualdbg.symbols.demangle import group_start
+
+from ..lazyclass import dataclass
 
 __all__ = ["NameQuery", "base_name", "canonical_integers", "demangle", "function_name", "normalize", "split_components", "strip_template_args"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import suppress
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -40,6 +40,8 @@ from ualdbg.symbols.layout import (
 )
 from ualdbg.symbols.loclists import parse_location
 from ualdbg.symbols.maps import ModuleMap
+
+from ..lazyclass import dataclass
 
 _SCOPES = frozenset({"DW_TAG_lexical_block", "DW_TAG_inlined_subroutine", "DW_TAG_try_block", "DW_TAG_catch_block"})
 _VARS = frozenset({"DW_TAG_variable", "DW_TAG_formal_parameter"})

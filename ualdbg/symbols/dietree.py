@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -15,6 +14,8 @@ from elftools.common.exceptions import DWARFError
 from elftools.dwarf.enums import ENUM_DW_FORM
 
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS
+
+from ..lazyclass import dataclass
 
 # One walk decodes at most this many DIEs (sqlite3's amalgamation has 140,000, CPython's
 # biggest unit fewer): a hostile sibling chain or nesting cannot make it run away.

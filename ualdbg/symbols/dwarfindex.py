@@ -9,7 +9,6 @@ import struct
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from contextlib import suppress
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal, Protocol
 
@@ -26,6 +25,8 @@ from ualdbg.symbols.demangle import frame_name
 from ualdbg.symbols.intervals import IntervalTable
 from ualdbg.symbols.lineprogram import FileSubfiles, LineParams, Tables, decode_lines
 from ualdbg.symbols.rangelists import range_list
+
+from ..lazyclass import dataclass
 
 # pyelftools raises these (and plain asserts/struct errors) on DWARF it does not understand.
 # A unit that fails to parse must cost its own line info only, never the whole resolution.

@@ -9,7 +9,6 @@ import os
 import struct
 from bisect import bisect_right
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cached_property
 from typing import IO
 
@@ -24,6 +23,8 @@ from ualdbg.symbols.dieparse import install as install_dies
 from ualdbg.symbols.dietree import CodeHolders, DieTree
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, SourcePos
 from ualdbg.symbols.intervals import IntervalTable
+
+from ..lazyclass import dataclass
 
 PAGE_SIZE = mmap.PAGESIZE
 _DEBUG_ROOT = "/usr/lib/debug"

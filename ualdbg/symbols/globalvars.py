@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -18,6 +17,8 @@ from elftools.elf.elffile import ELFFile
 
 from ualdbg.symbols.dietree import DieTree
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS
+
+from ..lazyclass import dataclass
 
 # A location of DW_FORM_exprloc or DW_FORM_block1 that is DW_OP_addr and nothing else: its length
 # (9), the opcode (0x03), the 8-byte address (the only kind the full walk keeps).

@@ -4,7 +4,6 @@ that turns a variable's location into an address or a value for one stopped fram
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from elftools.dwarf.die import DIE
@@ -12,6 +11,8 @@ from elftools.dwarf.dwarf_expr import DWARFExprOp, DWARFExprParser
 
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, Unit, children, parent
 from ualdbg.symbols.variables import TypeInfo, Types
+
+from ..lazyclass import dataclass
 
 QUALIFIERS = frozenset({"DW_TAG_typedef", "DW_TAG_const_type", "DW_TAG_volatile_type", "DW_TAG_restrict_type",
                         "DW_TAG_atomic_type", "DW_TAG_immutable_type", "DW_TAG_packed_type"})

@@ -21,8 +21,9 @@ Where gdb and binutils differ, gdb wins (issue 18), and the DWARF standard with 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from ..lazyclass import dataclass
 
 _MINUS_1 = 0xFFFFFFFFFFFFFFFF
 _MINUS_2 = 0xFFFFFFFFFFFFFFFE

@@ -8,10 +8,11 @@ import os
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ualdbg.core.model import Module
+
+from ..lazyclass import dataclass
 
 if TYPE_CHECKING:
     from ualdbg.symbols.elfindex import ElfIndex

@@ -5,13 +5,14 @@ or at the first location-list range in memory."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from elftools.dwarf.compileunit import CompileUnit
 from elftools.dwarf.die import DIE
 from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry, LocationExpr, LocationParser
 
 from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, children, die_name
+
+from ..lazyclass import dataclass
 
 _QUALIFIERS = frozenset({"DW_TAG_typedef", "DW_TAG_const_type", "DW_TAG_volatile_type", "DW_TAG_restrict_type",
                          "DW_TAG_atomic_type", "DW_TAG_immutable_type", "DW_TAG_packed_type"})

@@ -5,7 +5,7 @@ a trace, which findings a run actually hit and how often."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from elftools.dwarf.die import DIE
@@ -14,6 +14,7 @@ from ..core.dataref import DataRef
 from ..core.errors import UaldbgError
 from ..core.programfile import elf_file_problem
 from ..core.result import TraceResult
+from ..lazyclass import dataclass
 from ..symbols.data import GlobalVar, ModuleData, module_data
 from ..symbols.dwarfindex import DWARF_ERRORS, unit_dies
 from ..symbols.elfindex import ElfIndex, elf_index

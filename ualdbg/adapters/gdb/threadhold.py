@@ -15,8 +15,8 @@ import ctypes
 import ctypes.util
 import os
 import time
-from dataclasses import dataclass
 
+from ...lazyclass import dataclass
 from .ptrace import X86_64_USER_REGS, RegisterPoker
 
 SIGTRAP = 5

@@ -4,7 +4,7 @@ becomes a stop. Each architecture's module fills one ArchInfo into its `Cpu` (is
 its decoder and its signal mode's own facts); the package puts them in one table."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ...lazyclass import dataclass
 
 # Signal numbers as gdb's catchpoints and ualdbg's engines name them (gdb's own numbering, which
 # is x86's). A target's native numbers differ (SIGBUS is 10 on SPARC, Alpha and PA-RISC): they

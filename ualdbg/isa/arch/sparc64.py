@@ -6,10 +6,10 @@ SPARC decoder misses integer ldd/std and the alternate-space forms, so the load/
 into the one instruction model (isa/insn.py). Measured against capstone: docs/ARCHITECTURES.md."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
 from ...core.model import AccessKind
+from ...lazyclass import dataclass
 from ..cpu import Cpu, Strict, WordDecoder
 from ..insn import Insn, MemOperand
 from .info import MECH_NATIVE, ArchInfo

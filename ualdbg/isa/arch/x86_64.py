@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 import capstone
 from capstone import x86
 
 from ...core.model import Access, AccessKind
+from ...lazyclass import dataclass
 from ..cpu import Cpu, TrapFlags
 from ..insn import Insn, MemOperand, RegisterUnavailable, Vsib
 from .info import MECH_AC, ArchInfo

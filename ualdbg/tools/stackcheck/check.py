@@ -8,11 +8,12 @@ import os
 import statistics
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
 from ... import __version__
 from ...core.errors import UaldbgError
+from ...lazyclass import dataclass
 from .launch import LaunchSpec
 
 SCHEMA = 1

@@ -15,8 +15,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from ...lazyclass import dataclass
 from ...stepper.execspec import MAGIC, SOURCE, LaunchSpec
 
 __all__ = ["MAGIC", "ExecHelper", "LaunchSpec", "environment_strings", "time_native"]

@@ -12,7 +12,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from elftools.common.exceptions import ELFError
@@ -25,6 +24,7 @@ from ...core.external import find_tool
 from ...core.result import TraceResult
 from ...engines.runner import ToolError, pkg_roots, resolve_program
 from ...engines.wrapper import child_setup
+from ...lazyclass import dataclass
 from ...symbols.dwarfindex import DWARF_ERRORS
 from ...symbols.elfindex import elf_index
 from ...symbols.variables import FunctionVariables, VariableError, VariableInfo
