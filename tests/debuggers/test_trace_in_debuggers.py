@@ -85,6 +85,33 @@ def test_a_step_over_a_traced_fault_then_continue(how: str, steps: int, tmp_path
     assert doc["faults_total"] == 5, log
 
 
+@pytest.mark.parametrize("step", ["next", "step"])
+@pytest.mark.parametrize("how", list(LLDB_STEPS))
+def test_a_line_step_over_a_traced_fault_then_continue(how: str, step: str, tmp_path: Path) -> None:
+    """lldb, `next` or `step` over line 38, whose instruction faults while the agent traces,
+    then the loop's two other lines and line 38 again (patched by then), twice. lldb's step-over
+    plan steps out of the handler on its own and gave up at the signal return ("step over
+    failed", in `libc.so.6`__restore_rt`, and the next `next` ran the agent's copy of the
+    instruction); its step-in plan stopped in the handler's entry. ualdbg's stop hook takes
+    the step back to bump and over the rest of the line: each step ends on the next line of
+    bump (or, for `step`, of next_key inlined into it), as gdb's does, and the thread keeps AC and no TF (single-stepped through the agent's
+    copy, popfq would have made the step's TF its own)."""
+    steps = [step] * 6
+    doc, log = trace_doc("lldb", [str(BUILD / "not_aligned"), "5"],
+                         [*LLDB_STEPS[how], "breakpoint delete --force", *steps, "register read rflags", "continue"],
+                         tmp_path / "t.json")
+    assert "__restore_rt" not in log and "ualdbg_sigbus_entry" not in log and "failed" not in log, log
+    assert "stop reason = trace" not in log and "SIGTRAP" not in log, log
+    lines = re.findall(r"^\s+frame #0: 0x[0-9a-f]+ not_aligned`bump[^\n]* at not_aligned\.c:(\d+):", log, re.M)
+    # (the first: the breakpoint's stop; `step` goes into next_key, inlined at line 37)
+    assert lines[1:] == (["36", "37", "38"] * 2 if step == "next" else ["36", "37", "27", "28", "38", "36"]), log
+    assert log.count("(its unaligned access counted by the agent's SIGBUS handler)") == 2, log
+    flags = re.findall(r"rflags = (0x[0-9a-f]+)", log)
+    assert flags and int(flags[-1], 16) & 0x40000 and not int(flags[-1], 16) & 0x100, log  # AC set, TF clear
+    assert doc["program"]["exit_status"] == 0 and "iterations=5 sum=5" in log, log
+    assert doc["faults_total"] == 5, log
+
+
 # gdb stepping onto faults the agent traces: (the first commands, loaded at launch or injected
 # at the stop; then the user's steps).
 GDB_STEPS = {

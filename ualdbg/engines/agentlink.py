@@ -20,7 +20,7 @@ from ..core.result import Record, Site, TraceResult
 from ..core.target import LiveThreads, StringCalls, Target, offers
 from ..core.trace import TraceBuffer
 from ..isa import arch as archmod
-from ..isa.arch import SIGBUS, SIGTRAP
+from ..isa.arch import BUS_ADRALN, SIGBUS, SIGTRAP
 from ..lazyclass import dataclass
 from .agent import (
     ENV_CONFIG,
@@ -502,6 +502,26 @@ def handler_step_end(target: Target, tid: int, pc: int) -> int | None:
     if insn is None or insn.rep or insn.flow != "next":
         return None
     return int(insn.next_pc)
+
+
+RT_SIGRETURN = bytes.fromhex("48c7c00f0000000f05")  # __restore_rt: mov $15, %rax; syscall
+UC_SIGINFO = 304  # at a handler's return, rsp is its ucontext (304 bytes), then its siginfo
+
+
+def returning_from_fault(target: Target, tid: int, pc: int) -> bool:
+    """Whether a thread stopped at the start of the C library's signal return (__restore_rt) is
+    coming back from an alignment fault the agent handled: a debugger's line step over a faulting
+    instruction that lldb left there ("step over failed"), the handler run, the sigreturn to come."""
+    pid = target.pid()
+    if pid is None or not loaded_agents(pid):
+        return False
+    try:
+        if target.read_memory(pc, len(RT_SIGRETURN)) != RT_SIGRETURN:
+            return False
+        signo, _errno, code = struct.unpack("<iii", target.read_memory(target.read_register("rsp", tid) + UC_SIGINFO, 12))
+    except (RuntimeError, OSError, ValueError, struct.error):
+        return False
+    return signo == SIGBUS and code == BUS_ADRALN
 
 
 class TrampolineFrames:

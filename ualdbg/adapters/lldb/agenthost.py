@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 import lldb  # type: ignore[import-not-found]
 
 from ...core.target import Target
-from ...engines.agentlink import handler_step_end
+from ...engines.agentlink import handler_step_end, returning_from_fault
 from .breakpoints import Breakpoints
-from .faultstep import step_through_handler
+from .faultstep import step_back_to_the_line, step_through_handler
 from .interp import command, warn
 from .signals import SigbusHandling
 from .target import LldbTarget
@@ -28,26 +28,51 @@ class HandlerStepHook:
     kernel reports the step at the handler's first instruction, and lldb stops there), where
     gdb's ends after the instruction. Such a step goes on: the handler counts the fault, the
     instruction runs, and the step ends at its successor (engines/agentlink.handler_step_end).
-    Every other stop is the user's (True)."""
+    A line step (`next`, `step`) lldb's plan left at the signal return instead goes back to the
+    function it was stepping in and over the rest of its line (faultstep.BackToTheLine). Every
+    other stop is the user's (True)."""
 
     def __init__(self, target: lldb.SBTarget, extra_args: object, internal_dict: object) -> None:
-        pass
+        self.last: dict[int, int] = {}  # thread -> its PC at the last stop the user saw (the hook's, or now)
+        process = target.GetProcess()
+        if process.IsValid() and process.GetState() == lldb.eStateStopped:
+            self.last = {int(t.GetThreadID()): int(t.GetFrameAtIndex(0).GetPC()) for t in process}
 
     def handle_stop(self, exe_ctx: lldb.SBExecutionContext, stream: lldb.SBStream) -> bool:
         thread = exe_ctx.GetThread()
-        if thread.GetStopReason() not in (lldb.eStopReasonPlanComplete, lldb.eStopReasonTrace):
-            return True
+        tid, pc = int(thread.GetThreadID()), int(thread.GetFrameAtIndex(0).GetPC())
         try:
-            process = thread.GetProcess()
-            to = handler_step_end(LldbTarget(process, thread), int(thread.GetThreadID()),
-                                  int(thread.GetFrameAtIndex(0).GetPC()))
-            if to is None:
-                return True
-            step_through_handler(thread, to)
-            return False  # on, to the successor (the plan's stop is the step's)
+            if thread.GetStopReason() in (lldb.eStopReasonPlanComplete, lldb.eStopReasonTrace) and self._go_on(thread, tid, pc):
+                return False  # on: the plan's stop is the step's
         except Exception as exc:
             warn(stream, f"stepping past the agent's handler: {exc}")
+        self.last[tid] = pc
+        return True
+
+    def _go_on(self, thread: lldb.SBThread, tid: int, pc: int) -> bool:
+        target = LldbTarget(thread.GetProcess(), thread)
+        to = handler_step_end(target, tid, pc)
+        if to is not None:  # an instruction step
+            what = (thread.GetStopDescription(64) or "").split(" (")[0] or "instruction step into"
+            step_through_handler(thread, to, what)
             return True
+        start = self.last.get(tid)
+        if start is None or not returning_from_fault(target, tid, pc):
+            return False
+        # A line step: lldb's plan stepped out of the handler on its own and gave up at the
+        # signal return. Back to the function the step started in, and on to the end of its line.
+        address = lldb.SBAddress(start, thread.GetProcess().GetTarget())
+        scope = address.GetFunction() if address.GetFunction().IsValid() else address.GetSymbol()
+        entry = address.GetLineEntry()
+        sbtarget = thread.GetProcess().GetTarget()
+        fn = (scope.GetStartAddress().GetLoadAddress(sbtarget), scope.GetEndAddress().GetLoadAddress(sbtarget))
+        line = ((entry.GetStartAddress().GetLoadAddress(sbtarget), entry.GetEndAddress().GetLoadAddress(sbtarget))
+                if entry.IsValid() else (0, 0))
+        if not scope.IsValid() or not fn[0] <= start < fn[1]:
+            return False
+        into = "step in" in (thread.GetStopDescription(128) or "")
+        step_back_to_the_line(thread, fn, line, into)
+        return True
 
 
 class LldbAgentHost:

@@ -7,6 +7,7 @@ cannot serve here. Where a single-step of an instruction was seen to land elsewh
 lldb's run-to-address plan (a breakpoint there)."""
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ import lldb  # type: ignore[import-not-found]
 from ...isa.arch import BUS_ADRALN, SIGBUS
 from .registry import hooks_of_thread
 
+TF = 0x100  # EFLAGS' trap flag
 _THIS = __name__  # the plan is named to lldb by its dotted path from here
 
 
@@ -107,6 +109,7 @@ class ThroughHandler:
         self.plan = thread_plan
         self.thread = thread_plan.GetThread()
         self.to = int(args_data.GetValueForKey("to").GetIntegerValue())
+        self.what = args_data.GetValueForKey("what").GetStringValue(64) or "instruction step into"
         if hasattr(thread_plan, "SetStopOthers"):
             thread_plan.SetStopOthers(True)
         error = lldb.SBError()
@@ -136,13 +139,83 @@ class ThroughHandler:
         return False
 
     def stop_description(self, stream: lldb.SBStream) -> None:
-        stream.Print("instruction step into (its unaligned access counted by the agent's SIGBUS handler)")
+        stream.Print(f"{self.what} (its unaligned access counted by the agent's SIGBUS handler)")
 
 
-def step_through_handler(thread: lldb.SBThread, to: int) -> None:
+class BackToTheLine:
+    """Scripted thread plan for a user's line step (`next`, `step`) over a line that faulted,
+    which lldb's own plan left at the signal return (__restore_rt: "step over failed (Could not
+    create return address breakpoint.)"; engines/agentlink.returning_from_fault): one
+    instruction at a time through the sigreturn and the agent's copy of the instruction until
+    the thread is back in the function it was stepping in, then the rest of its line stepped
+    over (or into) as lldb's plan would have. The other threads wait."""
+
+    MAX_STEPS = 4096  # the sigreturn and an out-of-line copy: a few dozen
+
+    def __init__(self, thread_plan: lldb.SBThreadPlan, args_data: Any, internal_dict: Any = None) -> None:
+        self.plan = thread_plan
+        self.thread = thread_plan.GetThread()
+        get = args_data.GetValueForKey
+        self.fn = (int(get("fn_lo").GetIntegerValue()), int(get("fn_hi").GetIntegerValue()))
+        self.line = (int(get("line_lo").GetIntegerValue()), int(get("line_hi").GetIntegerValue()))
+        self.into = bool(get("into").GetBooleanValue())
+        self.rest: lldb.SBThreadPlan | None = None
+        self.steps = 0
+        if hasattr(thread_plan, "SetStopOthers"):
+            thread_plan.SetStopOthers(True)
+
+    def explains_stop(self, event: lldb.SBEvent) -> bool:
+        return self.rest is not None or self.thread.GetStopReason() == lldb.eStopReasonTrace
+
+    def should_stop(self, event: lldb.SBEvent) -> bool:
+        pc = int(self.thread.GetFrameAtIndex(0).GetPC())
+        if self.rest is None and not self.fn[0] <= pc < self.fn[1] and self.steps < self.MAX_STEPS:
+            self.steps += 1
+            return False  # not back yet: one more instruction
+        if self.rest is None:
+            self._drop_tf()
+        if self.rest is None and self.line[0] <= pc < self.line[1]:
+            address = lldb.SBAddress(pc, self.thread.GetProcess().GetTarget())
+            queue = self.plan.QueueThreadPlanForStepInRange if self.into else self.plan.QueueThreadPlanForStepOverRange
+            self.rest = queue(address, self.line[1] - pc)
+            if self.rest is not None and self.rest.IsValid():
+                self.rest.SetStopOthers(True)
+                return False
+        self.plan.SetPlanComplete(True)
+        return True
+
+    def _drop_tf(self) -> None:
+        """The agent's copy of the instruction re-arms with pushfq, or AC, popfq: stepped one
+        instruction at a time, pushfq saved the step's TF and popfq made it the thread's own
+        (the kernel clears only a TF it set), and the next `continue` would stop with "trace"."""
+        flags = self.thread.GetFrameAtIndex(0).FindRegister("rflags")
+        value = flags.GetValueAsUnsigned()
+        if flags.IsValid() and value & TF:
+            flags.SetValueFromCString(hex(value & ~TF), lldb.SBError())
+
+    def should_step(self) -> bool:
+        return self.rest is None
+
+    def is_stale(self) -> bool:
+        return False
+
+    def stop_description(self, stream: lldb.SBStream) -> None:
+        stream.Print(f"step {'in' if self.into else 'over'} (its unaligned access counted by the agent's SIGBUS handler)")
+
+
+def step_back_to_the_line(thread: lldb.SBThread, fn: tuple[int, int], line: tuple[int, int], into: bool) -> None:
+    """A user's line step left at the signal return of a fault goes on (BackToTheLine)."""
+    args = lldb.SBStructuredData()
+    args.SetFromJSON(json.dumps({"fn_lo": fn[0], "fn_hi": fn[1], "line_lo": line[0], "line_hi": line[1], "into": into}))
+    err = thread.StepUsingScriptedThreadPlan(f"{_THIS}.BackToTheLine", args, False)
+    if not err.Success():
+        raise RuntimeError(f"cannot step back from the agent's handler: {err.GetCString()}")
+
+
+def step_through_handler(thread: lldb.SBThread, to: int, what: str) -> None:
     """A user's step that ended in the agent's SIGBUS handler goes on to `to` (ThroughHandler)."""
     args = lldb.SBStructuredData()
-    args.SetFromJSON(f'{{"to": {int(to)}}}')
+    args.SetFromJSON(json.dumps({"to": int(to), "what": what}))
     err = thread.StepUsingScriptedThreadPlan(f"{_THIS}.ThroughHandler", args, False)
     if not err.Success():
         raise RuntimeError(f"cannot step out of the agent's handler: {err.GetCString()}")
