@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import os
 import shutil
 import stat
@@ -115,6 +114,8 @@ def public_copy(lib: str) -> str:
     file made new (O_EXCL|O_NOFOLLOW), its mode set on its descriptor, then renamed into place.
     One path per build, so that a process traced again loads the copy it has (each new copy
     would take static TLS, which runs out after a few: dlopen then fails)."""
+    import hashlib  # (here: only `trace --pid` of another user's process copies it; OpenSSL's start costs 3 ms)
+
     with open(lib, "rb") as f:
         data = f.read()
     key = hashlib.sha256(data).hexdigest()[:16]

@@ -168,13 +168,12 @@ def preflight(path: str) -> None:
 def injection_problem(pid: int) -> str | None:
     """Why the agent cannot be injected into the running process `pid` (`trace --pid`, or a
     debugger's `trace start` once the program runs), in a few words; None when it can be tried."""
-    import platform
 
     from ..agent.presence import libc_symbol
     from .procfs import comm, status_field
 
-    if platform.machine() not in ("x86_64", "amd64"):
-        return f"the agent is injected on x86-64 hosts, not {platform.machine()}"
+    if os.uname().machine not in ("x86_64", "amd64"):
+        return f"the agent is injected on x86-64 hosts, not {os.uname().machine}"
     name = f"process {pid} ({comm(pid)})"
     try:
         cls, machine, interp = elf_facts(f"/proc/{pid}/exe")

@@ -6,7 +6,7 @@ and the lifecycle and stop decisions the adapters call; and what it hands render
 TraceResult and the report of its last fault."""
 from __future__ import annotations
 
-import platform
+import os
 from dataclasses import replace
 
 from .. import __version__
@@ -110,7 +110,7 @@ class Session:
         result = TraceResult.of_buffer(
             self.buffer, engine=self.step.name if self.step.enabled else self.engine.name, debugger=self.debugger,
             version=self.version,
-            arch=platform.machine() if arch is None else arch.name,
+            arch=os.uname().machine if arch is None else arch.name,
             program=replace(self.program, args=list(self.program.args)), scope=self.scope.describe(),
             sites=sites_of(self.buffer, self.image.resolve, self.recorder.data_at), recording=self.mode.armed)
         result.step = self._step_summary()

@@ -6,7 +6,6 @@ JSON document as the other engines'."""
 from __future__ import annotations
 
 import os
-import platform
 import select
 import struct
 import subprocess
@@ -529,7 +528,7 @@ def _result(run: StepRun, driver: _Driver, data: bytes, started: float, ended: f
     program = ProgramInfo(path=run.program[0], args=list(run.program[1:]), pid=driver.pid,
                           exit_status=exit_status, exit_signal=exit_signal)
     result = TraceResult.of_buffer(
-        buf, engine=NAME, debugger="none", arch=platform.machine(), version=__version__, program=program,
+        buf, engine=NAME, debugger="none", arch=os.uname().machine, version=__version__, program=program,
         scope=f"{scope.describe()}; policy {driver.policy.name}", sites=sites_of(buf, Symbolizer(mm).resolve),
         recording=True)
     stats = {"instructions_stepped": steps, "scope_entries": entries, "unmodelled_executions": unmodelled,

@@ -200,13 +200,12 @@ def start_problem(path: str, shown: str, env: Mapping[str, str]) -> tuple[int, s
     missing ELF interpreter (a musl or Nix build), a shared library the loader cannot find. The
     libraries are asked of the system's glibc loader itself (`ld.so --list`, which maps them and
     runs nothing of the program), only when the program uses that loader."""
-    import platform
 
     found = elf_interpreter(path)
     if found is None:
         return None
     machine, interp = found
-    if interp is None or machine not in NATIVE_MACHINES.get(platform.machine(), (machine,)):
+    if interp is None or machine not in NATIVE_MACHINES.get(os.uname().machine, (machine,)):
         return None
     if not os.path.exists(interp):
         return 127, f"{shown}: cannot execute: its ELF interpreter {interp} does not exist (a program built for another system?)"

@@ -209,13 +209,12 @@ def measure_ac_rules(cache_dir: Path | None = None, refresh: bool = False) -> Ac
     """Build the probe (agent build cache), run it and return its table (ualdbg/agent/acprobe.py
     builds and runs it); the table is stored as JSON next to the probe, keyed by CPU
     vendor/family/model/stepping/microcode, and read back from there unless `refresh`."""
-    import platform
 
     from ..agent.acprobe import ProbeRunError, build_probe, run_probe
     from ..agent.build import BuildError
 
-    if platform.machine() not in ("x86_64", "AMD64"):
-        raise ProbeError(f"the host is {platform.machine()}, not x86-64")
+    if os.uname().machine not in ("x86_64", "AMD64"):
+        raise ProbeError(f"the host is {os.uname().machine}, not x86-64")
     cpu = cpu_identity()
     try:
         exe = build_probe(cache_dir)

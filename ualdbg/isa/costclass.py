@@ -85,14 +85,13 @@ def measure_costs(cache_dir: Path | None = None, refresh: bool = False) -> CostT
     there unless `refresh`. ProbeError when it cannot be built or run, or on another CPU than x86-64."""
     import json
     import os
-    import platform
 
     from ..agent.build import BuildError
     from ..agent.costprobe import CostProbeError, build_cost_probe, run_cost_probe
     from .alignment import ProbeError, cpu_identity, cpu_key
 
-    if platform.machine() not in ("x86_64", "AMD64"):
-        raise ProbeError(f"the host is {platform.machine()}, not x86-64")
+    if os.uname().machine not in ("x86_64", "AMD64"):
+        raise ProbeError(f"the host is {os.uname().machine}, not x86-64")
     cpu = cpu_identity()
     try:
         exe = build_cost_probe(cache_dir)

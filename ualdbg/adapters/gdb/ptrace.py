@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import platform
+import os
 
 PTRACE_POKEUSER = 6
 
@@ -24,7 +24,7 @@ class RegisterPoker:
     """PTRACE_POKEUSER for the registers of one architecture's user area."""
 
     def __init__(self) -> None:
-        self.offsets = X86_64_USER_REGS if platform.machine() == "x86_64" else {}
+        self.offsets = X86_64_USER_REGS if os.uname().machine == "x86_64" else {}
         self._ptrace = None
         if self.offsets:
             try:
