@@ -36,17 +36,22 @@ class HandlerStepHook:
         self.last: dict[int, int] = {}  # thread -> its PC at the last stop the user saw (the hook's, or now)
         process = target.GetProcess()
         if process.IsValid() and process.GetState() == lldb.eStateStopped:
-            self.last = {int(t.GetThreadID()): int(t.GetFrameAtIndex(0).GetPC()) for t in process}
+            self._note(process)
+
+    def _note(self, process: lldb.SBProcess) -> None:
+        """Every thread's PC now: where a step the user starts from this stop starts (any thread
+        they select; a stop hook is called with the selected one only)."""
+        self.last = {int(t.GetThreadID()): int(t.GetFrameAtIndex(0).GetPC()) for t in process}
 
     def handle_stop(self, exe_ctx: lldb.SBExecutionContext, stream: lldb.SBStream) -> bool:
         thread = exe_ctx.GetThread()
         tid, pc = int(thread.GetThreadID()), int(thread.GetFrameAtIndex(0).GetPC())
-        try:
+        try:  # (the stop's, of the selected thread)
             if thread.GetStopReason() in (lldb.eStopReasonPlanComplete, lldb.eStopReasonTrace) and self._go_on(thread, tid, pc):
                 return False  # on: the plan's stop is the step's
         except Exception as exc:
             warn(stream, f"stepping past the agent's handler: {exc}")
-        self.last[tid] = pc
+        self._note(thread.GetProcess())
         return True
 
     def _go_on(self, thread: lldb.SBThread, tid: int, pc: int) -> bool:
