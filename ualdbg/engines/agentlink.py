@@ -490,11 +490,9 @@ def handler_step_end(target: Target, tid: int, pc: int) -> int | None:
     from ..isa.arch.x86_64 import X86Decoder
 
     pid = target.pid()
-    if pid is None or not _sigbus_entry(pid, pc):
-        return None
-    try:
-        if target.read_register("rdi", tid) != SIGBUS:  # (the handler's first argument: the signal)
-            return None
+    try:  # (the register first: the agent's maps and symbols are read only when it holds SIGBUS)
+        if pid is None or target.read_register("rdi", tid) != SIGBUS or not _sigbus_entry(pid, pc):
+            return None  # (rdi: the handler's first argument, the signal)
         fault = struct.unpack("<Q", target.read_memory(target.read_register("rdx", tid) + UC_RIP, 8))[0]
         insn = X86Decoder().decode(target.read_memory(fault, 15), fault)
     except (RuntimeError, OSError, ValueError, struct.error):
@@ -513,15 +511,13 @@ def returning_from_fault(target: Target, tid: int, pc: int) -> bool:
     coming back from an alignment fault the agent handled: a debugger's line step over a faulting
     instruction that lldb left there ("step over failed"), the handler run, the sigreturn to come."""
     pid = target.pid()
-    if pid is None or not loaded_agents(pid):
-        return False
-    try:
-        if target.read_memory(pc, len(RT_SIGRETURN)) != RT_SIGRETURN:
+    try:  # (the bytes and the frame first: the maps are read only for such a stop)
+        if pid is None or target.read_memory(pc, len(RT_SIGRETURN)) != RT_SIGRETURN:
             return False
         signo, _errno, code = struct.unpack("<iii", target.read_memory(target.read_register("rsp", tid) + UC_SIGINFO, 12))
     except (RuntimeError, OSError, ValueError, struct.error):
         return False
-    return signo == SIGBUS and code == BUS_ADRALN
+    return signo == SIGBUS and code == BUS_ADRALN and bool(loaded_agents(pid))
 
 
 class TrampolineFrames:
