@@ -122,8 +122,7 @@ class ThroughHandler:
         return bool(self.thread.GetFrameAtIndex(0).GetPC() == self.to)
 
     def explains_stop(self, event: lldb.SBEvent) -> bool:
-        # (at the successor: the run-to breakpoint, or the trap of the agent's own single-step,
-        # which the stop hook finishes: engines/agentlink.finish_steps)
+        # (at the successor: the run-to plan's breakpoint there)
         return self._there()
 
     def should_stop(self, event: lldb.SBEvent) -> bool:
@@ -203,22 +202,24 @@ class BackToTheLine:
         stream.Print(f"step {'in' if self.into else 'over'} (its unaligned access counted by the agent's SIGBUS handler)")
 
 
+def _run_plan(thread: lldb.SBThread, plan: str, args: dict[str, Any], failed: str) -> None:
+    """Queue this module's scripted plan `plan` on `thread`, with `args` (as JSON)."""
+    data = lldb.SBStructuredData()
+    data.SetFromJSON(json.dumps(args))
+    err = thread.StepUsingScriptedThreadPlan(f"{_THIS}.{plan}", data, False)
+    if not err.Success():
+        raise RuntimeError(f"{failed}: {err.GetCString()}")
+
+
 def step_back_to_the_line(thread: lldb.SBThread, fn: tuple[int, int], line: tuple[int, int], into: bool) -> None:
     """A user's line step left at the signal return of a fault goes on (BackToTheLine)."""
-    args = lldb.SBStructuredData()
-    args.SetFromJSON(json.dumps({"fn_lo": fn[0], "fn_hi": fn[1], "line_lo": line[0], "line_hi": line[1], "into": into}))
-    err = thread.StepUsingScriptedThreadPlan(f"{_THIS}.BackToTheLine", args, False)
-    if not err.Success():
-        raise RuntimeError(f"cannot step back from the agent's handler: {err.GetCString()}")
+    _run_plan(thread, "BackToTheLine", {"fn_lo": fn[0], "fn_hi": fn[1], "line_lo": line[0], "line_hi": line[1],
+                                        "into": into}, "cannot step back from the agent's handler")
 
 
 def step_through_handler(thread: lldb.SBThread, to: int, what: str) -> None:
     """A user's step that ended in the agent's SIGBUS handler goes on to `to` (ThroughHandler)."""
-    args = lldb.SBStructuredData()
-    args.SetFromJSON(json.dumps({"to": int(to), "what": what}))
-    err = thread.StepUsingScriptedThreadPlan(f"{_THIS}.ThroughHandler", args, False)
-    if not err.Success():
-        raise RuntimeError(f"cannot step out of the agent's handler: {err.GetCString()}")
+    _run_plan(thread, "ThroughHandler", {"to": int(to), "what": what}, "cannot step out of the agent's handler")
 
 
 def is_alignment_sigbus(thread: lldb.SBThread) -> bool:
