@@ -111,6 +111,29 @@ def test_children_are_traced_and_joined_by_pid(agent_programs: Path, tmp_path: P
     assert {r["pid"] for r in doc["records"]} == {p["pid"] for p in procs if p["faults_total"]}, run.explain()
     # Every process ended by exit, _exit (the fork child: exit handlers skipped) or exec.
     assert {p["end"] for p in procs} == {"exited", "exec"}, procs
+    # system()'s shell is a system program the root started: all its faults are out of scope,
+    # so it ran unarmed (issue 34: a suite's shells took a hundred traps each for nothing);
+    # what it ran, the program's own child, was armed and counted (in_exec_child above).
+    shells = [p for p in procs if os.path.realpath(p["path"]) == os.path.realpath("/bin/sh")]
+    assert shells and all(not p["armed"] and p["faults_ignored"] == 0 and "run unarmed" in (p["note"] or "")
+                          for p in shells), procs
+    assert all(p["armed"] for p in procs if p not in shells), procs
+    assert any("they ran unarmed" in n for n in doc["notes"]), doc["notes"]
+
+
+@pytest.mark.parametrize("option", ["--all-modules", f"--module={os.path.basename(os.path.realpath('/bin/sh'))}"])
+def test_a_system_program_started_is_armed_when_it_is_in_scope(agent_programs: Path, tmp_path: Path,
+                                                               option: str) -> None:
+    """--all-modules, or a module named, can put a system program's faults in scope: then it is
+    armed as any process is, and its faults are counted."""
+    argv = [str(agent_programs / "children"), "3"]
+    run = trace(argv, tmp_path, option)
+    assert run.returncode == 0 and run.doc is not None, run.explain()
+    procs = run.doc["processes"]
+    shells = [p for p in procs if os.path.realpath(p["path"]) == os.path.realpath("/bin/sh")]
+    assert shells and all(p["armed"] and "unarmed" not in (p["note"] or "") for p in shells), procs
+    assert not any("unarmed" in n for n in run.doc["notes"]), run.doc["notes"]
+    assert by_function(run.doc)["in_exec_child"] == 9, run.explain()
 
 
 def test_no_follow_traces_only_the_program(agent_programs: Path, tmp_path: Path) -> None:

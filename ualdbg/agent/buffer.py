@@ -37,6 +37,7 @@ RUNNING, EXITED, EXECED = 1, 2, 3
 # header.flags
 F_ARMED, F_FOLLOW, F_AT_START, F_ALL, F_STRIPPED, F_NOSKIP = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
 F_INJECTED, F_DETACHED = 0x40, 0x80  # loaded into a running process (trace --pid); detached from
+F_SYSTEM = 0x100  # a system program the run's root started: never armed, its faults all out of scope
 # site.flags
 SITE_IN_SCOPE, SITE_TRAMPOLINE, SITE_EMULATED, SITE_STEPPED, SITE_SKIP, SITE_REP = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
 SITE_PATCHED, SITE_UNPATCHABLE, SITE_SHADOW = 0x40, 0x80, 0x100
@@ -173,6 +174,11 @@ class Header:
     @property
     def stripped(self) -> bool:
         return bool(self.flags & F_STRIPPED)
+
+    @property
+    def system(self) -> bool:
+        """A system program the root started, run unarmed (engines/agent.py, agent_environment)."""
+        return bool(self.flags & F_SYSTEM)
 
 
 @dataclass(frozen=True)

@@ -208,8 +208,14 @@ def _quote(value: str) -> str:
     return urllib.parse.quote(value, safe="/._-+:@")
 
 
-def agent_environment(run: AgentRun, lib: str, directory: str, base: Mapping[str, str]) -> dict[str, str]:
-    """What the program's environment gets: LD_PRELOAD (the agent first) and UALDBG_AGENT."""
+def agent_environment(run: AgentRun, lib: str, directory: str, base: Mapping[str, str], *,
+                      system: bool = False) -> dict[str, str]:
+    """What the program's environment gets: LD_PRELOAD (the agent first) and UALDBG_AGENT.
+    `system`: the program is ualdbg's own child (a run from the shell), so the agent can tell
+    the root from what it starts, and a system program that the root started runs unarmed, its
+    faults being all out of scope (out_of_scope_program), unless modules are named, all are
+    asked for, or out-of-scope faults are to be counted exactly (skip_out_of_scope off)."""
+    system = system and not run.all_modules and not run.modules and run.skip_out_of_scope
     own = base.get("LD_PRELOAD")
     # Numbers at a fixed width: the environment (and so the program's initial stack, and what
     # it copies from it to the heap) is the same size whatever the options and ualdbg's PID, so
@@ -219,6 +225,7 @@ def agent_environment(run: AgentRun, lib: str, directory: str, base: Mapping[str
         f"all={int(run.all_modules)}", f"noskip={int(not run.skip_out_of_scope)}", f"records={run.buffer:010d}",
         f"ualdbg={os.getpid():010d}", f"preload={_quote(own) if own is not None else '-'}",
         f"modules={_quote(','.join(run.modules))}", f"patch={run.patch_after:010d}",
+        f"sys={int(system)}", f"sysdirs={_quote(','.join(SYSTEM_PROGRAM_DIRS))}",
     ])
     return {"LD_PRELOAD": f"{lib}:{own}" if own else lib, ENV_CONFIG: config}
 
@@ -266,7 +273,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
     directory = run_dir.buffers
     try:
         base = program_environ()
-        added = agent_environment(run, lib, directory, base)
+        added = agent_environment(run, lib, directory, base, system=True)
         env = dict(base)
         env.update(added)
         started = time.monotonic()
@@ -758,9 +765,10 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
                      if (im.header.pid != root_pid or driver) and out_of_scope_program(run, im.header.exe, False)
                      and os.path.realpath(im.header.exe) not in run.exclude})
     if system:
-        notes.append(f"system programs it started ({', '.join(system)}) are out of scope, as system libraries are: "
-                     "--all-modules (or --module NAME) includes them")
-    if any(not im.header.armed for im in images):
+        unarmed = " (they ran unarmed: none of their faults was counted)" if any(im.header.system for im in images) else ""
+        notes.append(f"system programs it started ({', '.join(system)}) are out of scope, as system libraries are"
+                     f"{unarmed}: --all-modules (or --module NAME) includes them")
+    if any(not im.header.armed and not im.header.system for im in images):
         notes.append("some processes never reached their arming point (main): nothing was traced in them")
     assert result.agent is not None
     patching = result.agent.patching
@@ -778,6 +786,14 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     return result
 
 
+def _process_note(h: ab.Header) -> str | None:
+    """The agent's note on a process image, and whether it ran unarmed as a system program."""
+    notes = [h.note] if h.note else []
+    if h.system:
+        notes.append("a system program: out of scope, run unarmed")
+    return "; ".join(notes) or None
+
+
 def agent_sections(result: TraceResult, run: AgentRun, images: list[Image], results: list[ImageTrace],
                    unrecorded: int, lib: str, env_added: dict[str, str]) -> None:
     """The document's `processes` (each image, its counts and end) and `agent` (what the agent did:
@@ -786,7 +802,7 @@ def agent_sections(result: TraceResult, run: AgentRun, images: list[Image], resu
     result.processes = [Process(
         pid=im.header.pid, ppid=im.header.ppid, image=im.header.gen, path=im.header.exe, args=list(im.header.argv[1:]),
         faults_total=r.buffer.total, faults_ignored=r.buffer.ignored, armed=im.header.armed, end=_state(im.header),
-        note=im.header.note or None) for im, r in zip(images, results)]
+        note=_process_note(im.header)) for im, r in zip(images, results)]
     result.agent = AgentSummary(
         library=lib,
         environment_added=env_added,

@@ -1019,7 +1019,8 @@ static int buffer_create(void)
     h->start_ns = now_ns();
     h->exit_status = -1;
     h->flags = (CFG.follow == 1 ? UALDBG_F_FOLLOW : 0) | (CFG.at_start ? UALDBG_F_AT_START : 0) |
-               (CFG.all_modules ? UALDBG_F_ALL : 0) | (CFG.noskip ? UALDBG_F_NOSKIP : 0);
+               (CFG.all_modules ? UALDBG_F_ALL : 0) | (CFG.noskip ? UALDBG_F_NOSKIP : 0) |
+               (G.system_unarmed ? UALDBG_F_SYSTEM : 0);
     strncpy(h->exe, G.exe, sizeof h->exe - 1);
     fill_cmdline(h->cmdline, sizeof h->cmdline);
     G.hdr = h;
@@ -1115,8 +1116,8 @@ static void percent_decode(char *dst, size_t cap, const char *src, size_t n)
 }
 
 /* UALDBG_AGENT=1;dir=D;at=main|start;follow=0|1;all=0|1;noskip=0|1;records=N;ualdbg=PID;
- *              preload=VALUE|-;modules=A,B;patch=K   (values percent-encoded; patch=0 or absent:
- *              no hot-site patching) */
+ *              preload=VALUE|-;modules=A,B;patch=K;sys=0|1;sysdirs=D1,D2   (values percent-
+ *              encoded; patch=0 or absent: no hot-site patching) */
 static int parse_config(const char *s)
 {
     if (!s || s[0] != '1')
@@ -1152,6 +1153,10 @@ static int parse_config(const char *s)
             CFG.records = (uint32_t)strtoul(val, NULL, 10);
         else if (kl == 6 && !memcmp(p, "ualdbg", 6))
             CFG.ualdbg_pid = strtol(val, NULL, 10);
+        else if (kl == 3 && !memcmp(p, "sys", 3))
+            CFG.system = val[0] == '1';
+        else if (kl == 7 && !memcmp(p, "sysdirs", 7))
+            strncpy(CFG.sysdirs, val, sizeof CFG.sysdirs - 1);
         else if (kl == 5 && !memcmp(p, "watch", 5))
             CFG.watch = val[0] == '1';
         else if (kl == 7 && !memcmp(p, "preload", 7)) {
@@ -1311,6 +1316,26 @@ static int root_image(void)
     return own || !others;
 }
 
+/* sys=1 (a run from the shell, whose root's parent is ualdbg): whether this image is a system
+ * program (its executable in one of sysdirs) that the root started, with no module named and
+ * not --all-modules. Every fault of such a process is out of scope (engines/agent.py,
+ * out_of_scope_program), so it runs unarmed: a test suite's shells, greps and seds took a
+ * hundred and more traps each in the C library for nothing (issue 34). The agent stays, to
+ * follow what it starts. */
+static int system_program(void)
+{
+    if (!CFG.system || G.root_line || G.injected || CFG.all_modules || CFG.nmodules || !G.exe[0])
+        return 0;
+    for (const char *d = CFG.sysdirs; *d;) {
+        const char *c = strchr(d, ',');
+        size_t l = c ? (size_t)(c - d) : strlen(d);
+        if (l && !strncmp(G.exe, d, l))
+            return 1;
+        d += l + (c ? 1 : 0);
+    }
+    return 0;
+}
+
 static int agent_start(void)
 {
     static int registered;
@@ -1331,6 +1356,7 @@ static int agent_start(void)
     }
     ssize_t n = readlink("/proc/self/exe", G.exe, sizeof G.exe - 1);
     G.exe[n > 0 ? n : 0] = 0;
+    G.system_unarmed = system_program();
     find_interp();
     if (CFG.follow == 2 && !G.injected && !root_image()) {
         /* follow=2 (a debugger's run): the process the debugger runs, across its own execs,
@@ -1348,7 +1374,7 @@ static int agent_start(void)
         CFG.configured = 0;
         return -1;
     }
-    if (!CFG.all_modules && !CFG.noskip)
+    if (!CFG.all_modules && !CFG.noskip && !G.system_unarmed)
         ranges_init();
     G.active = 1;
     install_kernel_action(SIGBUS);

@@ -39,11 +39,15 @@ struct agent_config {
     int nmodules;
     char modules[MAX_MODULES][256];
     char agent_path[1024];
+    int system;               /* sys=1: a system program (sysdirs) that is not the root runs unarmed */
+    char sysdirs[512];        /* the system program folders, comma-separated, each ending in '/' */
 };
 
 struct agent_state {
     volatile int active;  /* tracing this process image */
     volatile int armed;   /* the arming point was reached */
+    int system_unarmed;   /* a system program the run's root started: its faults are all out of scope,
+                           * so it is never armed (engines/agent.py, out_of_scope_program) */
     int root_line;        /* the program ualdbg started (its pid), in any image */
     pid_t pid;
     uint32_t fork_gen;

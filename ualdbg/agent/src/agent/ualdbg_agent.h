@@ -56,6 +56,7 @@ enum { UALDBG_RUNNING = 1, UALDBG_EXITED = 2, UALDBG_EXECED = 3 };
 #define UALDBG_F_NOSKIP 0x20u    /* out-of-scope routines are trapped at every access */
 #define UALDBG_F_INJECTED 0x40u  /* loaded into a running process by ualdbg trace --pid */
 #define UALDBG_F_DETACHED 0x80u  /* ualdbg detached from it: end_ns is the end of the trace */
+#define UALDBG_F_SYSTEM 0x100u   /* a system program the root started: never armed (out of scope) */
 
 /* site.flags */
 #define UALDBG_SITE_IN_SCOPE 0x1u
