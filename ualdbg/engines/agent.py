@@ -779,9 +779,9 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     patched_here = [s for s in result.sites if s.patched]
     if patched_here and unrecorded:
         result.agent = replace(result.agent, patching=replace(patching, note=(
-            f"{_plural(len(patched_here), 'hot site')} in scope were patched after {run.patch_after} "
-            f"traps: their counts are exact, but {_plural(unrecorded, 'fault')} in scope have no record "
-            "(--no-patch: one trap and one record per fault)")))
+            f"{_plural(len(patched_here), 'hot site')} in scope {'was' if len(patched_here) == 1 else 'were'} patched "
+            f"after {run.patch_after} traps: their counts are exact, but {_plural(unrecorded, 'fault')} in scope "
+            f"{'has' if unrecorded == 1 else 'have'} no record (--no-patch: one trap and one record per fault)")))
     result.notes = notes
     return result
 

@@ -460,9 +460,11 @@ void process_exited(int status)
     uint64_t was = ac_save_clear();
     if (G.hdr && G.active && G.pid == raw_getpid() && G.hdr->pid == (int64_t)G.pid) {
         uint64_t mask = block_all();
-        spin_lock(&maps_lock);
-        maps_snapshot_locked();
-        spin_unlock(&maps_lock);
+        if (!G.system_unarmed) { /* (nothing of an unarmed system program is named) */
+            spin_lock(&maps_lock);
+            maps_snapshot_locked();
+            spin_unlock(&maps_lock);
+        }
         G.hdr->exit_status = status;
         buffer_mark(UALDBG_EXITED, NULL);
         unblock_all(mask);
