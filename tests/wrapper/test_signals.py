@@ -78,6 +78,30 @@ def test_the_grace_deadline_holds_for_a_program_that_ignores_sigterm(engine: str
         assert live_in_session(proc.pid) == []
 
 
+@pytest.mark.parametrize("engine", ["trap-gdb", "static-gdb", "trap-lldb"])
+def test_a_program_killed_at_a_debugger_stop_still_leaves_its_trace(engine: str, wrapped: tuple[Path, Path],
+                                                                     tmp_path: Path) -> None:
+    """The grace period's SIGKILL lands while the debugger is at one of the program's fault stops
+    (it faults one access after the other): gdb then finds the process gone ("Couldn't get
+    registers: No such process"), not an exit. What was recorded is still written, partial, and
+    the program's end is that SIGKILL (it was status 125 and no trace, on a busy machine)."""
+    need(engine)
+    out = tmp_path / "t.json"
+    prog = program_for(engine, *wrapped)
+    with in_session(ualdbg_argv("trace", *ENGINES[engine], "--json", str(out), "--", str(prog), "ignterm", "busy"),
+                    cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert _read_until_up(proc) == b"up\n"
+        time.sleep(0.3)
+        os.kill(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=GRACE + 60)
+        assert out.exists(), f"no trace written (status {proc.returncode})\n{err.decode()}"
+        doc = json.loads(out.read_text())
+        assert doc["program"]["exit_signal"] == signal.SIGKILL and doc["partial"] is True, doc["program"]
+        assert doc["faults_total"] > 0, doc["faults_total"]
+        assert proc.returncode in (128 + signal.SIGKILL, -signal.SIGKILL), err.decode()
+
+
 @pytest.mark.parametrize("engine", ["agent", "trap-gdb"])
 def test_the_kill_at_the_deadline_takes_the_programs_own_processes(engine: str, tmp_path: Path) -> None:
     """SIGTERM to ualdbg alone (kill PID), the program a shell that ignores it and runs a command

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -484,6 +485,7 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
         log = os.path.join(tmp, "debugger.log")
         waited: tuple[int | None, int | None] | None = None
         interrupted: str | None = None
+        killed = False  # ualdbg's SIGKILL ended the program (gdb's side: SignalGuard)
         finished = threading.Event()
         poller = None
         if on_progress is not None:
@@ -513,6 +515,7 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
                         guard.restore()
                         raise
                     returncode, interrupted = _wait_guarded(gdb_proc, _program_of(gdb_proc.pid), guard)
+                    killed = guard.program_killed
         finally:
             finished.set()
             if poller is not None and poller.is_alive():
@@ -521,6 +524,13 @@ def run_traced(req: RunRequest, on_progress: Callable[[int, int, float], None] |
             cfg, log, f"{req.debugger} did not finish the trace (its exit status {returncode})")
         if waited is not None:
             # The kernel's word on how the program ended (lldb cannot tell exit 11 from SIGSEGV).
+            status["exit_status"], status["exit_signal"] = waited
+        if (status.get("error") and status.get("exit_status") is None and status.get("exit_signal") is None
+                and killed and os.path.exists(cfg["json"])):
+            # ualdbg's SIGKILL (the grace period over) came while gdb was at one of the program's
+            # stops: gdb then finds the process gone ("Couldn't get registers: No such process"),
+            # not an exit. gdb's driver wrote what was recorded; the program ended by that SIGKILL.
+            waited, status["error"] = (None, signal.SIGKILL), None
             status["exit_status"], status["exit_signal"] = waited
         if status.get("error") and status.get("exit_status") is None and status.get("exit_signal") is None:
             reason = str(status["error"]).strip().splitlines()[0] if str(status["error"]).strip() else "?"

@@ -394,6 +394,11 @@ class SignalGuard:
             except OSError:
                 pass
 
+    @property
+    def program_killed(self) -> bool:
+        """Whether ualdbg sent the program SIGKILL (a second signal, or the deadline passed)."""
+        return self._program_killed
+
     def expired(self) -> None:
         """Past the deadline: SIGKILL to the program; the next time, to the process waited for."""
         proc = self.proc

@@ -4,7 +4,9 @@
  *
  *   wrapped show ARGS...   print its argv, the SigIgn and SigBlk lines of /proc/self/status and
  *                          its environment, make one misaligned access, exit 0
- *   wrapped ignterm        ignore SIGTERM, print "up", then make misaligned accesses until killed
+ *   wrapped ignterm [busy] ignore SIGTERM, print "up", then make misaligned accesses until killed
+ *                          (every 20 ms; busy: one after the other, so a debugger is nearly always
+ *                          at one of its stops)
  *   wrapped wait FILE      print "up", wait (at most 60 s) for FILE to exist, print "done", exit 0
  *   wrapped sigint         print "up", count SIGINTs for up to 20 s (ending 0.3 s after the
  *                          first), print "sigint N", exit 42 when it got one, else 0
@@ -50,7 +52,12 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "ignterm")) {
         signal(SIGTERM, SIG_IGN);
         up();
-        for (int i = 0;; i++) { touch(i); usleep(20000); }
+        int busy = argc > 2 && !strcmp(argv[2], "busy");
+        for (int i = 0;; i++) {
+            touch(i);
+            if (!busy)
+                usleep(20000);
+        }
     }
     if (!strcmp(mode, "wait") && argc > 2) {
         up();
