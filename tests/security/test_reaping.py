@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from support.cli import run_cli
 from support.env import BUILD, ROOT, scrubbed_env
-from support.users import NOBODY
+from support.users import STRANGER
 
 
 def _descendants(pid: int) -> list[int]:
@@ -93,13 +93,13 @@ def test_a_killed_runs_directory_is_reaped_and_nothing_else(test_programs: Path,
         held = os.open(live_run, os.O_RDONLY | os.O_DIRECTORY)
         fcntl.flock(held, fcntl.LOCK_EX)
         theirs = Path(tempfile.mkdtemp(prefix="ualdbg-run-", dir=shm))
-        os.chown(theirs, NOBODY, NOBODY)
+        os.chown(theirs, STRANGER, STRANGER)
         ours = tmp_path / "ours"
         ours.mkdir()
         (ours / "keep").write_text("kept\n")
         link = shm / f"ualdbg-run-link{os.getpid()}"
         link.symlink_to(ours)
-        os.lchown(link, NOBODY, NOBODY)
+        os.lchown(link, STRANGER, STRANGER)
         planted = [live_run, theirs, link]
         time.sleep(0.1)
         p = run_cli("trace", "--engine", engine, "--", str(BUILD / "memalign"), timeout=300)

@@ -17,6 +17,10 @@ from pathlib import Path
 from support.env import ROOT, require_tool, scrubbed_env
 
 NOBODY = 65534
+# A uid that no account has and no test runs as: "another user's" files planted in a place every
+# run shares (/dev/shm), which a test's ualdbg running as nobody at the same time (the suite runs
+# in parallel) would rightly take for its own.
+STRANGER = 54321
 
 
 def require_root() -> None:
