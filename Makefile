@@ -14,10 +14,12 @@ check-packages:
 demo: setup-demo
 	@scripts/demo.sh
 
-# The suite runs in parallel, one worker per CPU up to 4 (pytest-xdist), a test file per worker
-# (--dist loadfile: a file's fixtures are built once): 39 minutes on two CPUs, 70 serially. The
-# slowest tests are listed at the end, for whoever makes it shorter next.
-TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 4 ] && n=4; echo $$n)
+# The suite runs serially by default (70 minutes on a 2-CPU host). `make test TEST_WORKERS=2` runs
+# it in parallel (pytest-xdist, a test file per worker: 35 minutes there), but each of the four
+# parallel runs so far met one more test that fails only under the other worker's load (three
+# fixed, one open: tests/debuggers' lldb breakpoint stepping of four_threads timed out at 120 s),
+# so CI stays serial until a parallel run passes whole. The slowest tests are listed at the end.
+TEST_WORKERS ?= 0
 test: setup lint
 	.venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
