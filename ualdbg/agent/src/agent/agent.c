@@ -1088,11 +1088,7 @@ void agent_new_process(int follow, int in_handler)
         G.hdr->flags |= UALDBG_F_ARMED;
         G.hdr->armed_ns = now_ns();
     }
-    if (!G.system_unarmed) { /* an unarmed system program's child: no fault to name, no patch */
-        spin_lock(&maps_lock);
-        maps_snapshot_locked();
-        spin_unlock(&maps_lock);
-    }
+    maps_snapshot_for_names();
     if (old)
         patch_after_fork(old_sites, old_mask); /* the patches are inherited: their sites and fresh counters */
     if (old)
@@ -1918,11 +1914,7 @@ __attribute__((destructor)) static void agent_fini(void)
     uint64_t was = ac_save_clear();
     if (G.hdr && G.active && G.hdr->state == UALDBG_RUNNING) {
         uint64_t mask = block_all();
-        if (!G.system_unarmed) {
-            spin_lock(&maps_lock);
-            maps_snapshot_locked();
-            spin_unlock(&maps_lock);
-        }
+        maps_snapshot_for_names();
         buffer_mark(UALDBG_EXITED, NULL);
         unblock_all(mask);
     }

@@ -200,14 +200,23 @@ void maps_snapshot_locked(void)
         __atomic_store_n(&G.hdr->maps_len, used + len, __ATOMIC_RELEASE);
 }
 
-/* A snapshot from outside a handler (exec, exit): signals blocked, so that a program's handler
- * that faults cannot want the lock this thread holds. */
-void maps_snapshot(void)
+/* The snapshot an image's end or a fork child leaves for naming its faults later, signals
+ * blocked by the caller: none in an unarmed system program, which has no fault to name. */
+void maps_snapshot_for_names(void)
 {
-    uint64_t mask = block_all();
+    if (G.system_unarmed)
+        return;
     spin_lock(&maps_lock);
     maps_snapshot_locked();
     spin_unlock(&maps_lock);
+}
+
+/* A snapshot from outside a handler (exec): signals blocked, so that a program's handler that
+ * faults cannot want the lock this thread holds. */
+void maps_snapshot(void)
+{
+    uint64_t mask = block_all();
+    maps_snapshot_for_names();
     unblock_all(mask);
 }
 
@@ -460,11 +469,7 @@ void process_exited(int status)
     uint64_t was = ac_save_clear();
     if (G.hdr && G.active && G.pid == raw_getpid() && G.hdr->pid == (int64_t)G.pid) {
         uint64_t mask = block_all();
-        if (!G.system_unarmed) { /* (nothing of an unarmed system program is named) */
-            spin_lock(&maps_lock);
-            maps_snapshot_locked();
-            spin_unlock(&maps_lock);
-        }
+        maps_snapshot_for_names();
         G.hdr->exit_status = status;
         buffer_mark(UALDBG_EXITED, NULL);
         unblock_all(mask);

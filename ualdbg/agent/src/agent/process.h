@@ -170,6 +170,7 @@ HIDDEN int armable(void);
 HIDDEN void rearm(void);
 HIDDEN void maps_snapshot_locked(void);
 HIDDEN void maps_snapshot(void);
+HIDDEN void maps_snapshot_for_names(void);
 HIDDEN const struct mapping *maps_find(uint64_t addr);
 HIDDEN const struct mapping *maps_lookup_locked(uint64_t pc);
 HIDDEN int64_t distance(uint64_t a, uint64_t b);

@@ -465,8 +465,7 @@ static void before_exec(const char *file, char *const envp[], int foreign)
     p = stpncpy(p, what, (size_t)(end - p));
     p = stpncpy(p, file ? file : "?", (size_t)(end - p));
     *p = 0;
-    if (!G.system_unarmed) /* an unarmed system program's maps name nothing: it has no fault */
-        maps_snapshot();
+    maps_snapshot();
     blind_flush();
     blind_check_sigbus();
     if (stripped)
