@@ -534,12 +534,40 @@ static pid_t my_tid(void)
     return TS.tid;
 }
 
+/* A slot's seq while a thread writes it: the writer's seq with this bit (readers take it for no
+ * record: it matches no sequence number). */
+#define RECORD_BUSY (1ull << 63)
+
+/* Whether this thread may write record `seq` into slot r: it claims the slot from an older record
+ * (or none). Threads that share a slot are record_capacity faults apart: one preempted between
+ * taking its number and writing could otherwise write its older record over the newer one that
+ * another thread wrote meanwhile, and the ring lost its newest record (8 threads, a ring of 500,
+ * under load: 499 records). A newer record there, or being written: this one is out of the
+ * ring's window already, and is not written. An older one being written: it is waited for (its
+ * thread is preempted mid-write: a bounded wait, then the slot is taken anyway). */
+static int claim_record(struct ualdbg_record *r, uint64_t seq)
+{
+    for (long spins = 0;; spins++) {
+        uint64_t cur = __atomic_load_n(&r->seq, __ATOMIC_ACQUIRE);
+        if ((cur & ~RECORD_BUSY) >= seq)
+            return 0;
+        if ((cur & RECORD_BUSY) && spins < 100000) {
+            if (spins > 64)
+                sched_yield();
+            continue;
+        }
+        if (__atomic_compare_exchange_n(&r->seq, &cur, seq | RECORD_BUSY, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return 1;
+    }
+}
+
 static void add_record(uint64_t pc, const greg_t *g, uint64_t segb, uint32_t flags)
 {
     uint64_t seq = __atomic_add_fetch(&G.hdr->head, 1, __ATOMIC_ACQ_REL);
     uint32_t cap = G.hdr->record_capacity;
     struct ualdbg_record *r = &G.records[(seq - 1) % cap];
-    __atomic_store_n(&r->seq, 0, __ATOMIC_RELAXED);
+    if (!claim_record(r, seq))
+        return;
     __atomic_thread_fence(__ATOMIC_RELEASE);
     r->time_ns = now_ns();
     r->pc = pc;
