@@ -6,6 +6,7 @@ only some of the time), threads, fork and a raw fork, a thread that blocks SIGBU
 shared library, and python3 and sqlite3 traced with all modules."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ from support.build import build_program
 from support.env import BUILD, ROOT, require_tool, scrubbed_env
 from support.expected import expected_by_program
 from support.run import Result
+from support.users import STRANGER, require_root
 
 CASES = sorted(expected_by_program())
 
@@ -316,6 +318,99 @@ def test_processes_of_one_run_share_the_code_map(tmp_path: Path) -> None:
     runs = [p for p in doc["processes"] if p["path"] == str(prog)]
     assert len(runs) == 6 and all(p["faults_total"] == 12000 for p in runs), patched.explain()
     assert all(s.get("patched") is True and not s.get("unpatchable") for s in doc["sites"]), patched.explain()
+
+
+def code_maps(result: Result) -> dict[str, int]:
+    assert result.doc is not None, result.explain()
+    return result.doc["agent"]["patching"]["code_maps"]
+
+
+def test_code_maps_are_kept_between_runs_and_never_trusted_beyond_their_file(tmp_path: Path) -> None:
+    """The patcher's code maps are kept beside the agent for later runs (docs/AGENT.md): a second
+    run reads every map the first built and builds none, and counts the same. A file changed in
+    place, its size and mtime put back, is swept again (its ctime moved). A folder for them that
+    others can write, or another user's, is not used, nor is a map another user left in ours;
+    the same counts every time."""
+    require_root()
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    env = {"XDG_CACHE_HOME": str(cache)}
+    prog = build_program(tmp_path / "dispatch", "dispatch.c", flags=("-g", "-O2"), cwd=FIXTURES)
+    argv = [str(prog), "500"]
+    first = trace(argv, tmp_path, env=env)
+    plain = trace(argv, tmp_path, "--no-patch", env=env)
+    assert_same_counts(first, plain)
+    built = code_maps(first)
+    assert built["built"] >= 1 and built["read_from_earlier_run"] == 0, first.explain()
+    [folder] = cache.glob("ualdbg/agent-*/codemaps")
+    kept = sorted(folder.glob("codemap.*.cm"))
+    assert len(kept) == built["built"], first.explain()
+    assert all((f.stat().st_mode & 0o777) == 0o600 for f in kept)
+
+    again = trace(argv, tmp_path, env=env)
+    assert_same_counts(again, plain)
+    assert code_maps(again) == {"built": 0, "read_from_run": 0, "read_from_earlier_run": built["built"]}, again.explain()
+
+    # The program's file changed in place (a byte of its .comment), size and mtime as before.
+    st = prog.stat()
+    data = bytearray(prog.read_bytes())
+    at = data.index(b"GCC: (")
+    data[at] = ord("g")
+    with open(prog, "r+b") as f:
+        f.write(data)
+    os.utime(prog, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert prog.stat().st_size == st.st_size and prog.stat().st_mtime_ns == st.st_mtime_ns
+    changed = trace(argv, tmp_path, env=env)
+    assert_same_counts(changed, plain)
+    assert code_maps(changed)["built"] >= 1, changed.explain()
+
+    # A folder others can write to is not used (ualdbg closes it again after the run).
+    folder.chmod(0o777)
+    before = {f.name: f.stat().st_mtime_ns for f in folder.iterdir()}
+    opened = trace(argv, tmp_path, env=env)
+    assert_same_counts(opened, plain)
+    assert code_maps(opened)["read_from_earlier_run"] == 0 and code_maps(opened)["built"] >= 1, opened.explain()
+    assert {f.name: f.stat().st_mtime_ns for f in folder.iterdir()} == before
+    assert folder.stat().st_mode & 0o777 == 0o700
+
+    # Another user's maps in our folder, and another user's folder: neither is read.
+    for f in folder.iterdir():
+        os.chown(f, STRANGER, STRANGER)
+    planted = trace(argv, tmp_path, env=env)
+    assert_same_counts(planted, plain)
+    assert code_maps(planted)["read_from_earlier_run"] == 0, planted.explain()
+    assert all(f.stat().st_uid == os.geteuid() for f in folder.iterdir())  # replaced by its own
+    os.chown(folder, STRANGER, STRANGER)
+    before = {f.name: f.stat().st_mtime_ns for f in folder.iterdir()}
+    theirs = trace(argv, tmp_path, env=env)
+    assert_same_counts(theirs, plain)
+    assert code_maps(theirs)["read_from_earlier_run"] == 0, theirs.explain()
+    assert {f.name: f.stat().st_mtime_ns for f in folder.iterdir()} == before  # nothing written there
+
+
+def test_kept_code_maps_are_pruned_least_recently_used_first(tmp_path: Path) -> None:
+    """prune_code_maps keeps the folder under its limit, removing the least recently used maps
+    (oldest mtime: the agent stamps a map it reads) down to half the limit, and half-written
+    ones an hour old; anything not named as the agent names its maps stays."""
+    from ualdbg.agent.build import CODE_MAPS, prune_code_maps
+
+    lib = tmp_path / "agent-x" / "ualdbg_agent.so"
+    folder = lib.parent / CODE_MAPS
+    folder.mkdir(parents=True, mode=0o700)
+    lib.parent.chmod(0o700)
+    for i in range(10):
+        f = folder / f"codemap.1.{i}.cm"
+        f.write_bytes(b"x" * 1000)
+        os.utime(f, (1000 + i, 1000 + i))
+    stale, fresh, other = folder / "codemap.1.99.7.tmp", folder / "codemap.1.98.7.tmp", folder / "notes.txt"
+    for f in (stale, fresh, other):
+        f.write_bytes(b"y" * 5000)
+    os.utime(stale, (1, 1))
+    assert prune_code_maps(str(lib), limit=20_000) == 1  # under the limit: only the stale half-written one
+    assert not stale.exists() and fresh.exists() and other.exists()
+    assert prune_code_maps(str(lib), limit=6_000) == 7  # down to 3,000 bytes: the 7 oldest go
+    assert sorted(f.name for f in folder.glob("*.cm")) == [f"codemap.1.{i}.cm" for i in (7, 8, 9)]
+    assert fresh.exists() and other.exists()
 
 
 @pytest.mark.parametrize("run", range(20))

@@ -72,6 +72,8 @@ _BLIND_AT = 3584
 STEP_SLOTS = 32  # at 2280: the threads the agent single-steps now, then the PC each faulted at
 _STEPS = struct.Struct(f"<{STEP_SLOTS}I{STEP_SLOTS}Q")
 _STEPS_AT = 2280
+_CODEMAPS = struct.Struct("<III")  # at 2664: code maps built, read from the run's folder, from an earlier run's
+_CODEMAPS_AT = 2664
 B_SIGBUS_TAKEN, B_EXEC_FOREIGN = 0x1, 0x2
 _REGS = struct.Struct("<17Q")  # 16 GPRs, then the fs/gs base
 _SITE = struct.Struct("<QQIIII16sQihh")
@@ -335,6 +337,14 @@ class AgentBuffer:
         return [(tid, pc) for tid, pc in zip(raw[:STEP_SLOTS], raw[STEP_SLOTS:]) if tid and tid != 0xFFFFFFFF]
 
     # -- patches -------------------------------------------------------------------------------
+    def code_maps(self) -> tuple[int, int, int]:
+        """The patcher's code maps in this image (ualdbg_agent.h, codemaps_built): (built by a
+        sweep of a module, read from the run's folder, read from an earlier run's)."""
+        if len(self._map) < _CODEMAPS_AT + _CODEMAPS.size:
+            return (0, 0, 0)
+        built, read, kept = _CODEMAPS.unpack_from(self._map, _CODEMAPS_AT)
+        return built, read, kept
+
     def patch_after(self) -> int:
         """Traps at a site before the agent patches it (0: it does not)."""
         if len(self._map) < 2256 + _PATCH_HEADER.size:

@@ -203,3 +203,53 @@ LINES_LIB = "ualdbg_lines.so"
 def build_lines(dest_dir: Path | None = None) -> Path:
     """The path of the built line-program decoder, compiling it if this version is not cached."""
     return cached_build("the line-program decoder", "lines", LINES_LIB, [LINES_SOURCE], (), LINES_FLAGS, (), dest_dir)
+
+
+CODE_MAPS = "codemaps"  # beside the agent's library: the patcher's code maps kept between runs (codemap.c)
+CODE_MAPS_KEPT = 256 << 20  # bytes kept at most; beyond, the least recently used go first
+_STALE_TMP_S = 3600  # a half-written map older than this was left by a killed process
+
+
+def prune_code_maps(lib: str, limit: int = CODE_MAPS_KEPT) -> int:
+    """Keeps the code maps beside the agent `lib` under `limit` bytes: the least recently used
+    (the agent stamps a map's mtime when it reads one) are removed until half the limit is left,
+    and so are half-written ones a killed process left. Only this user's regular files named as
+    the agent names them, in a folder checked private; returns how many were removed."""
+    folder = private_dir(os.path.join(os.path.dirname(lib), CODE_MAPS), create=False, exec_needed=False)
+    if folder is None:
+        return 0
+    import time
+
+    now, removed, kept = time.time(), 0, []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return 0
+    for e in entries:
+        if not e.name.startswith("codemap.") or not e.name.endswith((".cm", ".tmp")):
+            continue
+        try:
+            st = e.stat(follow_symlinks=False)
+            if not e.is_file(follow_symlinks=False) or st.st_uid != os.geteuid():
+                continue
+            if e.name.endswith(".tmp"):
+                if now - st.st_mtime > _STALE_TMP_S:
+                    os.unlink(e.path)
+                    removed += 1
+                continue
+        except OSError:
+            continue
+        kept.append((st.st_mtime, st.st_size, e.path))
+    total = sum(size for _, size, _ in kept)
+    if total <= limit:
+        return removed
+    for _mtime, size, path in sorted(kept):
+        if total <= limit // 2:
+            break
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        total -= size
+        removed += 1
+    return removed

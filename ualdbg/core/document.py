@@ -223,6 +223,8 @@ def _agent_json(a: AgentSummary) -> dict[str, Any]:
     }
     if patch.note is not None:
         out["patching"]["note"] = patch.note
+    if patch.code_maps is not None:
+        out["patching"]["code_maps"] = dict(patch.code_maps)
     if a.injected:
         out["injected"] = True
     return out
@@ -415,8 +417,14 @@ def _agent(a: dict[str, Any]) -> AgentSummary:
         sites_dropped=a.get("sites_dropped", 0),
         patching=Patching(patch.get("after_traps", 0), patch.get("sites_patched", 0),
                           patch.get("faults_counted_by_patches", 0), dict(patch.get("unpatchable", {})),
-                          patch.get("faults_in_scope_without_record", 0), patch.get("note")),
+                          patch.get("faults_in_scope_without_record", 0), patch.get("note"),
+                          _counts(patch["code_maps"]) if "code_maps" in patch else None),
         injected=bool(a.get("injected", False)))
+
+
+def _counts(d: dict[str, Any]) -> dict[str, int]:
+    """The integer entries of a document's dict of counts (others are not counts: left out)."""
+    return {str(k): v for k, v in d.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _attached(a: dict[str, Any]) -> AttachState:
@@ -489,7 +497,7 @@ _AGENT_TYPES: dict[str, tuple[type, ...]] = {
 _OUT_OF_SCOPE_TYPES: dict[str, tuple[type, ...]] = {"traps": (int,), "routine_calls_run_unarmed": (int,), "skipping": (bool,)}
 _PATCHING_TYPES: dict[str, tuple[type, ...]] = {
     "after_traps": (int,), "sites_patched": (int,), "faults_counted_by_patches": (int,), "unpatchable": (dict,),
-    "faults_in_scope_without_record": (int,), "note": (str,),
+    "faults_in_scope_without_record": (int,), "note": (str,), "code_maps": (dict,),
 }
 _ATTACHED_TYPES: dict[str, tuple[type, ...]] = {
     "pid": (int,), "detached": (bool,), "ended_by": (str, type(None)), "engine": (str,),

@@ -87,6 +87,10 @@ class Patching:
     # For the records' readers (the JSON, report's records): hot sites in scope were patched and
     # faults lack a record; None when every fault in scope has its record.
     note: str | None = None
+    # The patcher's code maps (a module's function extents and entry points, docs/AGENT.md): how
+    # many processes swept a module for one, read one another process of the run had made, or
+    # read one kept from an earlier run. None: not known (a document from an older ualdbg).
+    code_maps: dict[str, int] | None = None
 
 
 @dataclass

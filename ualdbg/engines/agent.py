@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..agent import buffer as ab
 from ..agent import rundir
-from ..agent.build import BuildError, build
+from ..agent.build import BuildError, build, prune_code_maps
 from ..core.model import Access, Module, SourceLoc
 from ..core.result import FEW_TRAPS, BlindSpot, ProgramInfo, Site, TraceResult, sites_of
 from ..core.sections import AgentSummary, OutOfScope, Patching, Process
@@ -342,6 +342,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
         return AgentResult(result, exit_status, exit_signal, "")
     finally:
         run_dir.close()
+        prune_code_maps(lib)
 
 
 # --------------------------------------------------------------------------------------------
@@ -358,6 +359,7 @@ class Image:
     snapshots: list[str]
     patches: list[ab.PatchEntry] = field(default_factory=list)
     patch_after: int = 0
+    code_maps: tuple[int, int, int] = (0, 0, 0)  # built, read from the run's folder, from an earlier run's
 
 
 def load_images(directory: str, records: bool = True, known: dict[str, int] | None = None) -> list[Image]:
@@ -374,7 +376,8 @@ def load_images(directory: str, records: bool = True, known: dict[str, int] | No
                         continue
                     known[path] = header.sites_used
                 images.append(Image(header, list(buf.sites()), buf.record_bytes() if records else b"",
-                                    [text for _ns, text in buf.maps_snapshots()], buf.patches(), buf.patch_after()))
+                                    [text for _ns, text in buf.maps_snapshots()], buf.patches(), buf.patch_after(),
+                                    buf.code_maps()))
         except ab.BufferError:
             continue
     return images
@@ -916,8 +919,10 @@ def _patching_summary(run: AgentRun, images: list[Image], unrecorded: int) -> Pa
                 counted += p.count
             elif p.reason is not None:
                 refused[p.reason] = refused.get(p.reason, 0) + 1
+    maps = [sum(im.code_maps[k] for im in images) for k in range(3)]
     return Patching(after_traps=run.patch_after, sites_patched=patched, faults_counted_by_patches=counted,
-                    unpatchable=dict(sorted(refused.items())), faults_in_scope_without_record=unrecorded)
+                    unpatchable=dict(sorted(refused.items())), faults_in_scope_without_record=unrecorded,
+                    code_maps=dict(zip(("built", "read_from_run", "read_from_earlier_run"), maps)))
 
 
 def add_up(buf: TraceBuffer, sites: dict[tuple[str | None, int | None, int], Site], counted: TraceBuffer,

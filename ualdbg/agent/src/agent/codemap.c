@@ -29,10 +29,12 @@
  * A map is the same for every process that maps the same file: the first process of a run to
  * build one writes it to the run's directory (codemap.DEV.INO.cm, addresses relative to the
  * module's load address), and later processes read it instead of building again (xxHash's test
- * suite: 245 processes, each spent about 20 ms on the map of a 57 KiB program). Only a map whose
- * code is understood is kept; the file is ours (owner, no group or other write, no link), named by
- * the module file's device and inode and checked against its size and mtime, and every count in
- * it is checked against the file's length before anything is read.
+ * suite: 245 processes, each spent about 20 ms on the map of a 57 KiB program). It is also kept
+ * beside the agent's library for later runs (kept_dir: python3's interpreter and the C library
+ * took 0.1 s of every run to sweep). Only a map whose code is understood is kept; the file is ours
+ * (owner, no group or other write, one link), named by the module file's device and inode and
+ * checked against its size, mtime and ctime, and every count in it is checked against the file's
+ * length before anything is read.
  *
  * Calls process.c, insn.c and cfi.c (the order: process.h).
  */
@@ -85,6 +87,13 @@ struct codemap {
 static struct codemap maps[MAX_CODEMAPS];
 static int nmaps;
 
+/* The header's counts of maps built, read from the run's folder, read from an earlier run's. */
+#define COUNT_MAP(field)                                                    \
+    do {                                                                    \
+        if (G.hdr)                                                          \
+            __atomic_add_fetch(&G.hdr->field, 1, __ATOMIC_RELAXED);         \
+    } while (0)
+
 /* ------------------------------------------------------------------------------------------ */
 /* Growable arrays in the agent's own zone (never where the program's mappings go). */
 
@@ -112,9 +121,9 @@ static int vec_push(struct vec *v, const void *item)
     return 1;
 }
 
-static void sort_u64(uint64_t *a, size_t n)
+static void heapsort_u64(uint64_t *a, size_t n)
 {
-    /* heapsort: no allocation, runs in a signal handler */
+    /* no allocation at all: the fallback when the zone has no room for radix_u64's copy */
     for (size_t start = n / 2; start-- > 0;) {
         size_t root = start;
         for (size_t c; (c = 2 * root + 1) < n; root = c) {
@@ -136,6 +145,59 @@ static void sort_u64(uint64_t *a, size_t n)
             t = a[root]; a[root] = a[c]; a[c] = t;
         }
     }
+}
+
+/* Sorts ascending. A map's entry points are a module's code addresses (python3's interpreter: some
+ * 400,000 of them within 3 MiB), so they differ in their low 22 bits or so: a least-significant-
+ * digit radix sort of each value less the smallest, 11 bits a pass, takes two or three passes
+ * over them where heapsort's scattered reads took a third of the agent's time in a patched run
+ * (perf, bench/realworld.py's python3). Its copy is in the agent's zone (no malloc: it runs in
+ * the signal handler); without room for it, heapsort. */
+static void sort_u64(uint64_t *a, size_t n)
+{
+    if (n < 64) {
+        heapsort_u64(a, n);
+        return;
+    }
+    uint64_t lo = a[0], hi = a[0];
+    for (size_t i = 1; i < n; i++) {
+        if (a[i] < lo)
+            lo = a[i];
+        if (a[i] > hi)
+            hi = a[i];
+    }
+    uint64_t span = hi - lo;
+    int bits = 0;
+    while (bits < 64 && (span >> bits))
+        bits++;
+    if (!bits)
+        return; /* all equal */
+    uint64_t *tmp = zone_map(n * 8);
+    if (!tmp) {
+        heapsort_u64(a, n);
+        return;
+    }
+    static size_t count[1 << 11];
+    uint64_t *src = a, *dst = tmp;
+    for (int shift = 0; shift < bits; shift += 11) {
+        memset(count, 0, sizeof count);
+        for (size_t i = 0; i < n; i++)
+            count[((src[i] - lo) >> shift) & 2047]++;
+        size_t sum = 0;
+        for (size_t d = 0; d < 2048; d++) {
+            size_t c = count[d];
+            count[d] = sum;
+            sum += c;
+        }
+        for (size_t i = 0; i < n; i++)
+            dst[count[((src[i] - lo) >> shift) & 2047]++] = src[i];
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a)
+        memcpy(a, src, n * 8);
+    zone_unmap(tmp, n * 8);
 }
 
 /* Ranges sorted by start (insertion into a heap of starts would need pairs: a simple shell sort). */
@@ -750,21 +812,61 @@ static int sweep(struct codemap *cm, struct vec *entries, struct vec *refs)
 /* ------------------------------------------------------------------------------------------ */
 /* The run's copy of a map, shared by the processes of one run. */
 
-#define CACHE_MAGIC 0x3170616d63646c61ull /* "aldcmap1" */
+#define CACHE_MAGIC 0x3270616d63646c61ull /* "aldcmap2" */
 
 struct cache_head {
     uint64_t magic;
-    uint64_t dev, ino, size, mtime_s, mtime_ns;
+    uint64_t dev, ino, size, mtime_s, mtime_ns, ctime_s, ctime_ns;
     int32_t fixed, computed_known, nxs, nds;
     uint64_t nfdes, nfuncs, ndata, nentries;
 };
 
-static int cache_name(const struct stat *st, char *out, size_t cap, int tmp)
+/* Where maps are kept beyond the run: the folder "codemaps" beside the agent's library, in the
+ * agent's private build folder (agent/build.py: one per version of these sources, so a map is
+ * only ever read by the code that built it). It is made here, 0700, and used only when it and the
+ * folder above it are this user's and no one else can write to them. A map read from there saves
+ * each later run the sweep (python3's interpreter and the C library: some 0.1 s a run); the
+ * file's ctime in its key means any change to the module (which the kernel stamps, whatever its
+ * mtime says) makes it built again. "" when there is no such folder. */
+static const char *kept_dir(void)
 {
-    if (!CFG.dir[0])
+    static char dir[sizeof CFG.agent_path + 16];
+    static int state; /* 0: not looked at yet, 1: dir, -1: none */
+    if (state)
+        return state > 0 ? dir : "";
+    state = -1;
+    const char *slash = strrchr(CFG.agent_path, '/');
+    if (!slash || slash == CFG.agent_path || (size_t)(slash - CFG.agent_path) + 10 >= sizeof dir)
+        return "";
+    memcpy(dir, CFG.agent_path, (size_t)(slash - CFG.agent_path));
+    dir[slash - CFG.agent_path] = 0;
+    uid_t me = geteuid();
+    struct stat st;
+    int pfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (pfd < 0)
+        return "";
+    int ok = fstat(pfd, &st) == 0 && st.st_uid == me && !(st.st_mode & 022);
+    if (ok && mkdirat(pfd, "codemaps", 0700) != 0 && errno != EEXIST)
+        ok = 0;
+    int fd = ok ? openat(pfd, "codemaps", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    close(pfd);
+    if (fd < 0)
+        return "";
+    ok = fstat(fd, &st) == 0 && st.st_uid == me && !(st.st_mode & 077);
+    close(fd);
+    if (!ok)
+        return "";
+    put_str(dir + strlen(dir), dir + sizeof dir - 1, "/codemaps");
+    state = 1;
+    return dir;
+}
+
+static int cache_name(const char *dir, const struct stat *st, char *out, size_t cap, int tmp)
+{
+    if (!dir[0])
         return 0;
     char *p = out, *end = out + cap - 1;
-    p = put_str(p, end, CFG.dir);
+    p = put_str(p, end, dir);
     p = put_str(p, end, "/codemap.");
     p = put_u64(p, end, (uint64_t)st->st_dev);
     p = put_str(p, end, ".");
@@ -811,17 +913,18 @@ static int write_rel(int fd, const uint64_t *v, size_t n, uint64_t bias)
     return 1;
 }
 
-static void cache_store(const struct codemap *cm, uint64_t bias)
+static void cache_store_in(const char *dir, const struct codemap *cm, uint64_t bias)
 {
-    char tmp[700], name[700];
-    if (!cache_name(&cm->file, tmp, sizeof tmp, 1) || !cache_name(&cm->file, name, sizeof name, 0))
+    char tmp[1200], name[1200];
+    if (!cache_name(dir, &cm->file, tmp, sizeof tmp, 1) || !cache_name(dir, &cm->file, name, sizeof name, 0))
         return;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return;
     struct cache_head h = {CACHE_MAGIC, (uint64_t)cm->file.st_dev, (uint64_t)cm->file.st_ino,
                            (uint64_t)cm->file.st_size, (uint64_t)cm->file.st_mtim.tv_sec,
-                           (uint64_t)cm->file.st_mtim.tv_nsec, cm->fixed, cm->computed_known, cm->nxs, cm->nds,
+                           (uint64_t)cm->file.st_mtim.tv_nsec, (uint64_t)cm->file.st_ctim.tv_sec,
+                           (uint64_t)cm->file.st_ctim.tv_nsec, cm->fixed, cm->computed_known, cm->nxs, cm->nds,
                            cm->nfdes, cm->nfuncs, cm->ndata, cm->nentries};
     struct xsec xs[MAX_XSECS + MAX_DSECS];
     for (int i = 0; i < cm->nxs; i++)
@@ -836,6 +939,13 @@ static void cache_store(const struct codemap *cm, uint64_t bias)
     close(fd);
     if (!ok || rename(tmp, name) != 0)
         unlink(tmp);
+}
+
+/* The run's copy, and the one kept beyond it. */
+static void cache_store(const struct codemap *cm, uint64_t bias)
+{
+    cache_store_in(CFG.dir, cm, bias);
+    cache_store_in(kept_dir(), cm, bias);
 }
 
 /* Reads n values of 8 bytes into the zone, plus `bias`; NULL when n is 0 (or on failure: *ok). */
@@ -854,12 +964,12 @@ static uint64_t *read_rel(int fd, uint64_t n, uint64_t *off, uint64_t bias, int 
     return v;
 }
 
-/* The run's copy of this module's map, when there is one for this very file: 1 and cm filled. */
-static int cache_load(struct codemap *cm, uint64_t bias)
+/* The copy of this module's map in `dir`, when there is one for this very file: 1 and cm filled. */
+static int cache_load_from(const char *dir, struct codemap *cm, uint64_t bias, const struct stat *modp)
 {
-    struct stat mod, st;
-    char name[700];
-    if (stat(cm->path, &mod) != 0 || !cache_name(&mod, name, sizeof name, 0))
+    struct stat mod = *modp, st;
+    char name[1200];
+    if (!cache_name(dir, &mod, name, sizeof name, 0))
         return 0;
     int fd = open(name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
@@ -869,6 +979,8 @@ static int cache_load(struct codemap *cm, uint64_t bias)
              read_at(fd, &h, sizeof h, 0) && h.magic == CACHE_MAGIC && h.dev == (uint64_t)mod.st_dev &&
              h.ino == (uint64_t)mod.st_ino && h.size == (uint64_t)mod.st_size &&
              h.mtime_s == (uint64_t)mod.st_mtim.tv_sec && h.mtime_ns == (uint64_t)mod.st_mtim.tv_nsec &&
+             h.ctime_s == (uint64_t)mod.st_ctim.tv_sec && h.ctime_ns == (uint64_t)mod.st_ctim.tv_nsec &&
+             st.st_nlink == 1 &&
              h.nxs > 0 && h.nxs <= MAX_XSECS && h.nds >= 0 && h.nds <= MAX_DSECS;
     if (ok) {
         /* each count below the file's length first: their sum cannot wrap */
@@ -895,6 +1007,8 @@ static int cache_load(struct codemap *cm, uint64_t bias)
     cm->funcs = (struct code_fn *)read_rel(fd, h.nfuncs * 2, &off, bias, &ok);
     cm->data = (struct code_fn *)read_rel(fd, h.ndata * 2, &off, bias, &ok);
     cm->entries = read_rel(fd, h.nentries, &off, bias, &ok);
+    if (ok)
+        futimens(fd, NULL); /* used now: the last to be removed when the kept ones are pruned (agent/build.py) */
     close(fd);
     if (!ok) {
         /* (the zone's pieces of a half-read copy stay: rare, and the zone is the agent's) */
@@ -906,6 +1020,24 @@ static int cache_load(struct codemap *cm, uint64_t bias)
     cm->nfdes = h.nfdes, cm->nfuncs = h.nfuncs, cm->ndata = h.ndata, cm->nentries = h.nentries;
     cm->fixed = h.fixed, cm->computed_known = h.computed_known;
     cm->file = mod;
+    return 1;
+}
+
+/* The run's copy of this module's map, else the one kept from an earlier run (then also left in
+ * the run's folder: the run's later processes look there first). */
+static int cache_load(struct codemap *cm, uint64_t bias)
+{
+    struct stat mod;
+    if (stat(cm->path, &mod) != 0)
+        return 0;
+    if (cache_load_from(CFG.dir, cm, bias, &mod)) {
+        COUNT_MAP(codemaps_read);
+        return 1;
+    }
+    if (!cache_load_from(kept_dir(), cm, bias, &mod))
+        return 0;
+    cache_store_in(CFG.dir, cm, bias);
+    COUNT_MAP(codemaps_kept);
     return 1;
 }
 
@@ -956,6 +1088,7 @@ static int build(struct codemap *cm, uint64_t pc)
     }
     if (why == CODEMAP_OK)
         cache_store(cm, bias);
+    COUNT_MAP(codemaps_built);
     return why;
 #else
     (void)cm, (void)pc;

@@ -195,7 +195,12 @@ struct ualdbg_header { /* UALDBG_HEADER_SIZE bytes */
      * agent's step (TF cleared, AC set: engines/stops.py). A tid of 0 is a free slot. */
     uint32_t step_tids[UALDBG_STEP_SLOTS]; /* 2280 */
     uint64_t step_pcs[UALDBG_STEP_SLOTS];  /* 2408 */
-    uint8_t reserved[3584 - 2664]; /* room for other fields; the blind-spot counters stay at 3584 */
+    /* 2664: the hot-site patcher's code maps (codemap.c): built by a sweep of the module, read from
+     * the run's folder (another process of the run built it), read from an earlier run's */
+    uint32_t codemaps_built;   /* 2664 */
+    uint32_t codemaps_read;    /* 2668 */
+    uint32_t codemaps_kept;    /* 2672 */
+    uint8_t reserved[3584 - 2676]; /* room for other fields; the blind-spot counters stay at 3584 */
     /* What the agent knows it did not see (issue 29; docs/AGENT.md, "Blind spots"): a fault
      * there is neither trapped nor counted, so a gate cannot call the run clean. */
     uint64_t blind_ns;         /* 3584: thread time past the arming point with SIGBUS blocked by the program */
