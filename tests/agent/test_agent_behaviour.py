@@ -279,22 +279,31 @@ def test_many_threads_at_the_same_new_pcs(agent_programs: Path, tmp_path: Path) 
 
 def test_sites_are_named_while_the_program_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """The sites a running program has so far are named at idle priority while it runs (engines/
-    agent.py, _Warmer), so that the document after it finds the DWARF read (issue 34); the
-    document is the same as without (UALDBG_WARM=0), names and data included."""
+    agent.py, _Warmer), and the document after it takes what was named there (each site's data
+    is not named again); the document is the same as without (UALDBG_WARM=0), names and data
+    included."""
     import threading
 
     import ualdbg.engines.agent as agent
+    import ualdbg.symbols.data as data
     from ualdbg.engines.agent import AgentRun, run_agent
 
     warmed: list[tuple[str, int]] = []
     real = agent.image_result
+    described: list[str] = []  # by thread, each naming of a site's data (or of an end of its range)
+    real_describe = data.describe_saved
 
     def counting(*args: Any, **kw: Any) -> Any:
         if threading.current_thread().name == "ualdbg-warm":
             warmed.append((os.path.basename(args[1].header.exe), len(args[1].sites)))
         return real(*args, **kw)
 
+    def describing(*args: Any, **kw: Any) -> Any:
+        described.append(threading.current_thread().name)
+        return real_describe(*args, **kw)
+
     monkeypatch.setattr(agent, "image_result", counting)
+    monkeypatch.setattr(data, "describe_saved", describing)
     prog = ["/bin/sh", "-c", f"{BUILD / 'memalign'} 100 5; sleep 1"]
 
     def named(result: Any) -> list[tuple[Any, ...]]:
@@ -304,8 +313,12 @@ def test_sites_are_named_while_the_program_runs(monkeypatch: pytest.MonkeyPatch)
     warm = run_agent(AgentRun(list(prog))).result
     # memalign's sites (its four, and the C library's out of scope), each named once while sh slept
     assert sum(n for exe, n in warmed if exe == "memalign") >= 4, warmed
+    in_document = described.count("MainThread")
     monkeypatch.setenv("UALDBG_WARM", "0")
     warmed.clear()
+    described.clear()
     cold = run_agent(AgentRun(list(prog))).result
     assert not warmed
     assert named(warm) == named(cold) and len(warm.sites) == 4, (named(warm), named(cold))
+    # the four sites' data was named by the warming thread (and maybe their ranges), not again by the document
+    assert in_document <= described.count("MainThread") - 4, (in_document, described)

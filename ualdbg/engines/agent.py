@@ -286,7 +286,9 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
             guard.restore()
             raise
         guard.start(proc)
-        warmer = _Warmer(run, directory, started, lib, proc.pid) if os.environ.get("UALDBG_WARM") != "0" else None
+        named = naming_shared()  # what the warming thread names, the document then finds named
+        warmer = (_Warmer(run, directory, started, lib, proc.pid, named) if os.environ.get("UALDBG_WARM") != "0"
+                  else None)
         progress = Progress(directory)
         done = threading.Event()
         poller = None
@@ -333,7 +335,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
             raise AgentNotIn(f"{os.path.basename(path)} removes LD_PRELOAD before it runs "
                              f"{last.header.note.split(': ', 1)[-1]}: it ran once, untraced there; --engine trap "
                              "traces it under gdb", exit_status, exit_signal)
-        result = document(run, images, proc.pid, started, ended, exit_status, exit_signal, added, lib)
+        result = document(run, images, proc.pid, started, ended, exit_status, exit_signal, added, lib, named)
         if guard.received:
             # What was recorded up to then is kept: the agent's buffers are shared memory, so even
             # a program killed by SIGKILL leaves the records it had written.
@@ -362,10 +364,12 @@ class Image:
     code_maps: tuple[int, int, int] = (0, 0, 0)  # built, read from the run's folder, from an earlier run's
 
 
-def load_images(directory: str, records: bool = True, known: dict[str, int] | None = None) -> list[Image]:
+def load_images(directory: str, records: bool = True, known: dict[str, int] | None = None,
+                records_up_to: int | None = None) -> list[Image]:
     """Every process image's buffer in the run's directory; `records` False: without the ring's
-    records (the sites so far of a run still going: _Warmer). `known`: the sites each buffer had
-    when last read, by path; one with no new site since is left out (only its header is read)."""
+    records (the sites so far of a run still going: _Warmer), nor with more than `records_up_to`
+    of them. `known`: the sites each buffer had when last read, by path; one with no new site
+    since is left out (only its header is read)."""
     images = []
     for _pid, _gen, path in ab.buffer_files(directory):
         try:
@@ -375,7 +379,8 @@ def load_images(directory: str, records: bool = True, known: dict[str, int] | No
                     if known.get(path) == header.sites_used:
                         continue
                     known[path] = header.sites_used
-                images.append(Image(header, list(buf.sites()), buf.record_bytes() if records else b"",
+                ring = records and (records_up_to is None or header.head <= records_up_to)
+                images.append(Image(header, list(buf.sites()), buf.record_bytes() if ring else b"",
                                     [text for _ns, text in buf.maps_snapshots()], buf.patches(), buf.patch_after(),
                                     buf.code_maps()))
         except ab.BufferError:
@@ -384,6 +389,7 @@ def load_images(directory: str, records: bool = True, known: dict[str, int] | No
 
 
 WARM_FIRST, WARM_EVERY = 0.02, 0.1  # seconds to the first look at a running program's sites, then between two
+WARM_RECORDS = 4096  # a buffer's records read by the warming thread at most (each look reads them all)
 
 
 class _Warmer:
@@ -392,11 +398,15 @@ class _Warmer:
     priority, so that the DWARF the document needs is read while the program runs instead of
     after it (the symbolizer's and the data namer's indexes are per file and kept: symbols/
     elfindex.py, symbols/data.py). The document then finds them read. Nothing it computes is
-    kept but those indexes; any failure ends the warming, never the run. UALDBG_WARM=0 turns it
-    off (to compare)."""
+    kept but those indexes and what `named` keeps (naming_shared: the parsed snapshots, the source
+    line of each PC, what each site's data is), which the document takes over once this thread
+    has stopped; any failure ends the warming, never the run. UALDBG_WARM=0 turns it off (to
+    compare)."""
 
-    def __init__(self, run: AgentRun, directory: str, started: float, lib: str, root_pid: int) -> None:
+    def __init__(self, run: AgentRun, directory: str, started: float, lib: str, root_pid: int,
+                 named: dict[str, Any] | None = None) -> None:
         self._args = (run, directory, started, lib, root_pid)
+        self._named = {} if named is None else named
         self._stop = threading.Event()
         self._seen: set[tuple[str, int]] = set()
         self._thread = threading.Thread(target=self._loop, name="ualdbg-warm", daemon=True)
@@ -408,13 +418,16 @@ class _Warmer:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux)
         except OSError:
             pass
-        shared: dict[Any, Any] = {}
+        shared: dict[Any, Any] = dict(self._named)  # its own `described`: the document describes every site
         sites_read: dict[str, int] = {}  # (a suite's hundreds of finished processes are not read again)
         try:
             wait = WARM_FIRST  # (a short program's sites are there early: most runs of a suite's are short)
             while not self._stop.wait(wait):
                 wait = WARM_EVERY
-                for image in load_images(directory, records=False, known=sites_read):
+                # With the records so far where they are few (a patched site's first traps): the
+                # range each site touched is named too, as the document will name it if no later
+                # record moves its ends.
+                for image in load_images(directory, known=sites_read, records_up_to=WARM_RECORDS):
                     new = [site for site in image.sites if (image.header.exe, site.pc) not in self._seen]
                     # One site at a time, the stop looked at between two: `finish` waits for the
                     # site being named, not the rest of a batch (CPython's first had 11 sites, and
@@ -631,13 +644,26 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
     symbolizer = SnapshotSymbolizer(image.snapshots, h.exe or None, shared.setdefault("maps", {}))
     saved = SavedCode({s.pc: s.code for s in image.sites}, AcPolicy(), shared.setdefault("insns", {}))
     data_at: dict[int, DataRef] = {}
-    regs_at: dict[int, Mapping[str, int]] = {}  # the registers its data was named with, per site
+    regs_at: dict[int, ab.Registers] = {}  # the registers its data was named with, per site
 
     agent_lib = os.path.realpath(lib) if lib else ""
     excluded = out_of_scope_program(run, h.exe, is_root)
     decided: dict[tuple[str, Module], bool] = shared.setdefault("scope", {})  # by (executable, module)
     # What the data is, once per site of a program: merged, a site keeps its first image's (_merge).
     described: set[tuple[str, int]] = shared.setdefault("described", set())
+    names: dict[tuple[Any, ...], DataRef] = shared.setdefault("names", {})
+
+    def name_data(va: int, pc: int, regs: ab.Registers) -> DataRef:
+        """What the data at `va` is for the site at `pc` (describe_saved), named once per key:
+        a warming thread's naming is the document's (naming_shared)."""
+        snapshots = symbolizer.snapshots()
+        key = (h.pid, pc, va, regs.gpr, regs.seg_base, naming_view(va, pc, snapshots))
+        ref = names.get(key)
+        if ref is None:
+            from ..symbols.data import describe_saved
+
+            ref = names[key] = describe_saved(va, snapshots, pc, h.pid, regs.mapping())
+        return ref
 
     def in_scope(pc: int) -> tuple[bool, str | None]:
         module = symbolizer.module(pc)
@@ -670,11 +696,9 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
                 counter.sizes.add(acc.size)
                 counter.access = acc.kind if counter.access is None else counter.access.merge(acc.kind)
                 if site.pc not in data_at and (h.exe, site.pc) not in described:  # what the data is (issue 9)
-                    from ..symbols.data import describe_saved
-
                     described.add((h.exe, site.pc))
-                    data_at[site.pc] = describe_saved(acc.va, symbolizer.snapshots(), site.pc, h.pid, regs.mapping())
-                    regs_at[site.pc] = regs.mapping()
+                    data_at[site.pc] = name_data(acc.va, site.pc, regs)
+                    regs_at[site.pc] = regs
     # The records: no Python object per record (engines/records.py). Each PC's instruction is
     # decoded once and its operands evaluated over the PC's records at once; the TraceResult's
     # records are the table, which writes its own JSON lines.
@@ -686,7 +710,7 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
     table = table_from(image.ring, started, saved.insn, saved.policy, slow, lambda pc: scoped.get(pc, False),
                        run.buffer)
     if regs_at:
-        _name_ranges(data_at, regs_at, table.vas_by_pc(), symbolizer.snapshots(), h.pid)
+        _name_ranges(data_at, regs_at, table.vas_by_pc(), name_data)
     end = h.end_ns / 1e9 if h.end_ns else time.monotonic()
     buf.stopped_at = max(started, end)
     sites = sites_of(buf, symbolizer.resolve, data_at)
@@ -694,15 +718,31 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
     return ImageTrace(buf, sites, table, _mark_patched(sites, image, image.patch_after), scope.describe(), program)
 
 
-def _name_ranges(data_at: dict[int, DataRef], regs_at: Mapping[int, Mapping[str, int]], vas: Mapping[int, list[int]],
-                 snapshots: Any, pid: int) -> None:
+def naming_view(va: int, pc: int, snapshots: list[ModuleMap]) -> tuple[Any, ...]:
+    """All that describe_saved's answer takes from the maps snapshots for data at `va` named at
+    `pc` (symbols/data.py, describe_any: the newest snapshot that maps `va`, else the newest; of
+    it, the mapping holding `va`, its modules (the one whose segments hold `va` is looked for among
+    them), the module holding `pc`, and which modules are the system's). A snapshot taken later
+    (at exit) that maps them alike gives the same view: what a warming thread named while the
+    program ran is the document's answer too."""
+    chosen = next((mm for mm in snapshots if mm.mapping_at(va) is not None), None)
+    mm = chosen if chosen is not None else (snapshots[0] if snapshots else None)
+    if mm is None:
+        return ()
+    m = mm.mapping_at(va)
+    # (the heap's end is not part of its naming, and it grows between two snapshots)
+    where = None if m is None else (m.start, None if m.path == "[heap]" else m.end, m.perms, m.offset, m.inode, m.path)
+    return (chosen is not None, where, mm.modules, mm.find(pc, refresh=False), tuple(mm.is_system(m) for m in mm.modules))
+
+
+def _name_ranges(data_at: dict[int, DataRef], regs_at: Mapping[int, ab.Registers], vas: Mapping[int, list[int]],
+                 name_data: Callable[[int, int, ab.Registers], DataRef]) -> None:
     """The range of data each site touched in its records (issue 31): the lowest and the highest
     address named as its first fault's data is (`table[0].stamp+0` .. `table[3].stamp+0`), and
     how many distinct addresses; a site whose records touched one address gets none."""
     from dataclasses import replace
 
     from ..core.dataref import Touched
-    from ..symbols.data import describe_saved
 
     def named(ref: DataRef) -> str:
         return f"{ref.path}+{ref.offset}" if ref.path is not None and ref.offset is not None else ref.text
@@ -714,8 +754,7 @@ def _name_ranges(data_at: dict[int, DataRef], regs_at: Mapping[int, Mapping[str,
             continue
         # The site's own address (its first fault's, often an end of the range) is named with
         # the same registers already: half of these ends were that one in sqlite3 and CPython.
-        low, high = (ref if a == ref.va else describe_saved(a, snapshots, pc, pid, regs_at[pc])
-                     for a in (addrs[0], addrs[-1]))
+        low, high = (ref if a == ref.va else name_data(a, pc, regs_at[pc]) for a in (addrs[0], addrs[-1]))
         data_at[pc] = replace(ref, touched=Touched(named(low), named(high), f"{addrs[0]:#x}", f"{addrs[-1]:#x}",
                                                    len(addrs), len(mine)))
 
@@ -739,8 +778,17 @@ def _state(h: ab.Header) -> str:
     return {ab.RUNNING: "ended without exit", ab.EXITED: "exited", ab.EXECED: "exec"}.get(h.state, "?")
 
 
+def naming_shared() -> dict[str, Any]:
+    """What image_result keeps that depends on nothing but its key, so that a warming thread's work
+    is the document's (_Warmer): the parsed maps snapshots and their symbolizers (by the
+    snapshot's text), decoded instructions (by PC and bytes), scope decisions (by executable and
+    module), and each site's data named (by process, PC, address, registers and snapshots)."""
+    return {"maps": {}, "insns": {}, "scope": {}, "names": {}}
+
+
 def document(run: AgentRun, images: list[Image], root_pid: int, started: float, ended: float,
-             exit_status: int | None, exit_signal: int | None, env_added: dict[str, str], lib: str) -> TraceResult:
+             exit_status: int | None, exit_signal: int | None, env_added: dict[str, str], lib: str,
+             named: dict[str, Any] | None = None) -> TraceResult:
     """The trace of a run: the trap engine's, per process image, merged, with the agent's own
     sections: every process image, what the agent did, and notes for the reader."""
     # A system program named on the command line (make, a shell, env) that ran programs of the
@@ -750,7 +798,7 @@ def document(run: AgentRun, images: list[Image], root_pid: int, started: float, 
     root_exe = next((im.header.exe for im in images if im.header.pid == root_pid), "")
     driver = (not run.all_modules and not user_program_path(run, root_exe)
               and any(im.header.pid != root_pid and user_program(im) for im in images))
-    shared: dict[Any, Any] = {}
+    shared: dict[Any, Any] = dict(named or {})
     results = [image_result(run, image, started, lib, is_root=image.header.pid == root_pid and not driver, shared=shared)
                for image in images]
     one = results[0] if len(results) == 1 else merge_results(results, run.buffer)
