@@ -656,12 +656,12 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
     def name_data(va: int, pc: int, regs: ab.Registers) -> DataRef:
         """What the data at `va` is for the site at `pc` (describe_saved), named once per key:
         a warming thread's naming is the document's (naming_shared)."""
+        from ..symbols.data import describe_saved, naming_view
+
         snapshots = symbolizer.snapshots()
         key = (h.pid, pc, va, regs.gpr, regs.seg_base, naming_view(va, pc, snapshots))
         ref = names.get(key)
         if ref is None:
-            from ..symbols.data import describe_saved
-
             ref = names[key] = describe_saved(va, snapshots, pc, h.pid, regs.mapping())
         return ref
 
@@ -716,23 +716,6 @@ def image_result(run: AgentRun, image: Image, started: float, lib: str = "", is_
     sites = sites_of(buf, symbolizer.resolve, data_at)
     program = ProgramInfo(path=h.exe, args=list(h.argv[1:]), pid=h.pid, exit_status=h.exit_status)
     return ImageTrace(buf, sites, table, _mark_patched(sites, image, image.patch_after), scope.describe(), program)
-
-
-def naming_view(va: int, pc: int, snapshots: list[ModuleMap]) -> tuple[Any, ...]:
-    """All that describe_saved's answer takes from the maps snapshots for data at `va` named at
-    `pc` (symbols/data.py, describe_any: the newest snapshot that maps `va`, else the newest; of
-    it, the mapping holding `va`, its modules (the one whose segments hold `va` is looked for among
-    them), the module holding `pc`, and which modules are the system's). A snapshot taken later
-    (at exit) that maps them alike gives the same view: what a warming thread named while the
-    program ran is the document's answer too."""
-    chosen = next((mm for mm in snapshots if mm.mapping_at(va) is not None), None)
-    mm = chosen if chosen is not None else (snapshots[0] if snapshots else None)
-    if mm is None:
-        return ()
-    m = mm.mapping_at(va)
-    # (the heap's end is not part of its naming, and it grows between two snapshots)
-    where = None if m is None else (m.start, None if m.path == "[heap]" else m.end, m.perms, m.offset, m.inode, m.path)
-    return (chosen is not None, where, mm.modules, mm.find(pc, refresh=False), tuple(mm.is_system(m) for m in mm.modules))
 
 
 def _name_ranges(data_at: dict[int, DataRef], regs_at: Mapping[int, ab.Registers], vas: Mapping[int, list[int]],

@@ -789,13 +789,34 @@ def describe_any(va: int, snapshots: list[ModuleMap], frame: Frame | None = None
     one that maps `va` (the heap and mmap'd memory may postdate older snapshots)."""
     if not snapshots:
         return describe(va, None, frame)
-    for mm in snapshots:
-        if mm.mapping_at(va) is not None:
-            return describe(va, mm, frame)
+    mm = _snapshot_for(va, snapshots)
+    if mm is not None:
+        return describe(va, mm, frame)
     ref_ = describe(va, snapshots[0], frame)
     if ref_.kind == "unknown":
         return replace(ref_, text="unknown (no saved memory map holds this address: mapped after the last snapshot)")
     return ref_
+
+
+def _snapshot_for(va: int, snapshots: list[ModuleMap]) -> ModuleMap | None:
+    """The newest snapshot that maps `va` (describe_any names the data with it alone)."""
+    return next((mm for mm in snapshots if mm.mapping_at(va) is not None), None)
+
+
+def naming_view(va: int, pc: int, snapshots: list[ModuleMap]) -> tuple[Any, ...]:
+    """All that describe_any's answer takes from the snapshots for data at `va` named at `pc`:
+    of the snapshot it names it with, the mapping holding `va`, its modules (_module_at looks for
+    `va` among them), the module holding `pc`, and which modules are the system's. A later
+    snapshot (at exit) that maps them alike gives the same view, so a name can be kept by it
+    (engines/agent.py: a warming thread's naming is the document's)."""
+    chosen = _snapshot_for(va, snapshots)
+    mm = chosen if chosen is not None else (snapshots[0] if snapshots else None)
+    if mm is None:
+        return ()
+    m = mm.mapping_at(va)
+    # (the heap's end is not part of its naming, and it grows between two snapshots)
+    where = None if m is None else (m.start, None if m.path == "[heap]" else m.end, m.perms, m.offset, m.inode, m.path)
+    return (chosen is not None, where, mm.modules, mm.find(pc, refresh=False), tuple(mm.is_system(x) for x in mm.modules))
 
 
 def safe_describe(va: int, modules: ModuleMap | None, frame: Frame | None = None) -> DataRef:
