@@ -17,12 +17,22 @@ Any instance was made through `__init__` (or copied from one that was), so `__re
 without `__init__`: ualdbg pickles none. `slots=True` makes a new class: such a class is made at
 once, and so is one that writes its own `__init__`. The result is the standard library's
 dataclass, the same methods.
+
+What the standard library compiles is kept: the source of each generated method is compiled once
+per Python version and kept, beside the agent's builds, in a file of ours that no one else can
+write (agent/private.py), as Python keeps a module's bytecode in __pycache__. The same source
+gives the same code, so the class is the same; a start that makes 26 classes spent a third of its
+instructions compiling them (issue 34).
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import marshal
+import os
 import threading
 from collections.abc import Callable
+from types import CodeType
 from typing import Any, TypeVar, dataclass_transform, overload
 
 _T = TypeVar("_T", bound=type)
@@ -40,7 +50,92 @@ def made(cls: type) -> type:
         for name in ("__init__", _FIELDS):
             if name in cls.__dict__ and isinstance(cls.__dict__[name], (_Init, _Fields)):
                 delattr(cls, name)
-        return dataclasses.dataclass(cls, **options)
+        return _make(cls, options)
+
+
+def _make(cls: type, options: dict[str, Any]) -> type:
+    """The standard library's dataclass, its methods' source compiled through the kept code."""
+    with _lock:
+        own = "exec" not in vars(dataclasses)  # (a base made on the way is inside this one)
+        if own:
+            dataclasses.exec = _exec  # type: ignore[attr-defined]
+        try:
+            return dataclasses.dataclass(cls, **options)  # type: ignore[no-any-return]
+        finally:
+            if own:
+                del dataclasses.exec  # type: ignore[attr-defined]
+
+
+# The kept code: each method's source text -> its code, read from the file on first use; what
+# this process compiled is added to it when it exits.
+_MAX_KEPT = 4096
+_code: dict[str, CodeType] | None = None
+_added = False
+
+
+def _code_file() -> str | None:
+    from importlib._bootstrap_external import MAGIC_NUMBER  # (loaded at Python's start)
+
+    from .agent.private import private_dir, user_cache
+
+    folder = private_dir(user_cache(), exec_needed=False)
+    if folder is None:
+        return None
+    return os.path.join(folder, f"dataclass-code.{int.from_bytes(MAGIC_NUMBER[:2], 'little')}.marshal")
+
+
+def _load() -> dict[str, CodeType]:
+    from .agent.private import trusted_file
+
+    path = _code_file()
+    if path is not None and trusted_file(path):
+        try:
+            with open(path, "rb") as f:
+                kept = marshal.load(f)
+            if isinstance(kept, dict) and all(isinstance(k, str) and isinstance(v, CodeType) for k, v in kept.items()):
+                return kept
+        except (OSError, EOFError, ValueError, TypeError):
+            pass
+    return {}
+
+
+def _save() -> None:
+    """Add what this process compiled to the file (written whole, then renamed over it)."""
+    path = _code_file()
+    if path is None or _code is None:
+        return
+    kept = {**_load(), **_code}
+    if len(kept) > _MAX_KEPT:
+        kept = dict(_code)
+    temp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with open(fd, "wb") as f:
+            marshal.dump(kept, f)
+        os.replace(temp, path)
+    except (OSError, ValueError):
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+
+
+def _exec(source: str | CodeType, globals: dict[str, Any] | None = None, locals: dict[str, Any] | None = None) -> None:
+    """dataclasses' `exec` while ualdbg makes a class: source compiled as exec would compile it
+    there (no future flags of this module's), or its code kept from an earlier run."""
+    global _code, _added
+    if not isinstance(source, str):
+        exec(source, globals, locals)  # noqa: S102
+        return
+    if _code is None:
+        _code = _load()
+    code = _code.get(source)
+    if code is None:
+        code = _code[source] = compile(source, "<string>", "exec", dont_inherit=True)
+        if not _added:
+            _added = True
+            atexit.register(_save)
+    exec(code, globals, locals)  # noqa: S102
 
 
 class _Init:
@@ -83,7 +178,7 @@ def dataclass(cls: _T | None = None, /, **options: Any) -> Any:
 
     def wrap(c: _T) -> _T:
         if options.get("slots") or not options.get("init", True) or "__init__" in c.__dict__:
-            return dataclasses.dataclass(c, **options)  # type: ignore[return-value]
+            return _make(c, options)  # type: ignore[return-value]
         with _lock:
             _pending[c] = options
             setattr(c, "__init__", _Init(c))  # noqa: B010 (mypy forbids assigning a method)

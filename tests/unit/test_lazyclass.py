@@ -112,3 +112,68 @@ def test_the_cli_imports_its_classes_unmade() -> None:
             "from ualdbg.core.result import TraceResult; print(len(L._pending), TraceResult in L._pending)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert int(out[0]) >= 40 and out[1] == "True", out
+
+
+_MAKE = """
+import dataclasses, json, sys
+import ualdbg.lazyclass as L
+compiled = []
+real_compile = compile
+def counting(source, *args, **kwargs):
+    compiled.append(source)
+    return real_compile(source, *args, **kwargs)
+L.compile = counting  # the module's name for the builtin: what it compiles, not what it reads
+from ualdbg.lazyclass import dataclass
+
+@dataclass(frozen=True)
+class Point:
+    x: int
+    y: int = 2
+    tags: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+
+p = Point(1, tags=("t",))
+with_hash = hash(p) == hash(Point(1)) and p == Point(1)
+frozen = False
+try:
+    p.x = 3
+except dataclasses.FrozenInstanceError:
+    frozen = True
+print(json.dumps({"compiled": len(compiled), "repr": repr(p), "eq_hash": with_hash, "frozen": frozen,
+                  "replace": dataclasses.replace(p, y=5).y, "fields": [f.name for f in dataclasses.fields(Point)]}))
+"""
+
+
+def _make_in_fresh_python(cache: str) -> dict[str, object]:
+    import json
+    import os
+
+    env = {**os.environ, "XDG_CACHE_HOME": cache}
+    done = subprocess.run([sys.executable, "-c", _MAKE], capture_output=True, text=True, check=True, env=env, timeout=60)
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_methods_compiled_once_are_kept_and_read_only_from_a_file_of_ours(tmp_path: object) -> None:
+    """The generated methods' code is kept between runs (issue 34: a light start): a second run
+    compiles nothing and makes the same class; a kept file another user could have written, or
+    garbled, is not read (the methods are compiled again and the file replaced)."""
+    import os
+    from pathlib import Path
+
+    cache = Path(str(tmp_path)) / "cache"
+    first = _make_in_fresh_python(str(cache))
+    kept = list((cache / "ualdbg").glob("dataclass-code.*.marshal"))
+    assert first["compiled"] >= 4 and len(kept) == 1  # __init__, __repr__, __eq__, __hash__, the frozen guards
+    assert oct(kept[0].stat().st_mode & 0o777) == "0o600" and oct((cache / "ualdbg").stat().st_mode & 0o777) == "0o700"
+    second = _make_in_fresh_python(str(cache))
+    assert second["compiled"] == 0 and {**second, "compiled": 0} == {**first, "compiled": 0}
+    assert first["repr"].endswith("Point(x=1, y=2, tags=('t',))") and first["eq_hash"] and first["frozen"]
+    assert first["replace"] == 5 and first["fields"] == ["x", "y", "tags"]
+    os.chmod(kept[0], 0o666)  # anyone could have written it
+    assert _make_in_fresh_python(str(cache))["compiled"] == first["compiled"]
+    assert oct(kept[0].stat().st_mode & 0o777) == "0o600"
+    kept[0].write_bytes(b"\xe3garbled")
+    assert _make_in_fresh_python(str(cache)) == first
+    assert _make_in_fresh_python(str(cache))["compiled"] == 0
+    os.chmod(cache / "ualdbg", 0o777)  # the folder open to all: closed again, as the agent's build folder is
+    assert _make_in_fresh_python(str(cache))["compiled"] == 0
+    assert oct((cache / "ualdbg").stat().st_mode & 0o777) == "0o700"

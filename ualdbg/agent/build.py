@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from .private import fresh_dir, private_dir, trusted_file
+from .private import fresh_dir, private_dir, trusted_file, user_cache
 
 # One folder per product of src/: the agent (here), the record writer, the line-program decoder and
 # the #AC probe (below).
@@ -42,9 +42,7 @@ def compiler(what: str = "the agent") -> str:
 
 
 def cache_root() -> Path:
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ualdbg"
+    return Path(user_cache())
 
 
 def cache_roots() -> Iterator[str]:

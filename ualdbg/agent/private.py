@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import atexit
 import os
-import shutil
 import stat
-import tempfile
 
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -83,8 +81,18 @@ def trusted_file(path: str) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
+def user_cache() -> str:
+    """$XDG_CACHE_HOME/ualdbg (~/.cache/ualdbg): where ualdbg keeps what it builds, once checked
+    private (private_dir)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ualdbg")
+
+
 def temp_parents() -> list[str]:
     """Where a fresh private directory may go: $TMPDIR (tempfile's choice), then the usual ones."""
+    import tempfile
+
     out: list[str] = []
     for d in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"):
         real = os.path.realpath(d)
@@ -99,6 +107,9 @@ _fresh: str | None = None
 def fresh_dir(exec_needed: bool = True) -> str | None:
     """A directory made new for this process (mkdtemp: 0700, ours, a name no one had) under a
     parent no one else can swap it in; removed when ualdbg exits. One per process."""
+    import shutil
+    import tempfile
+
     global _fresh
     if _fresh is not None and os.path.isdir(_fresh):
         return _fresh
