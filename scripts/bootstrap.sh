@@ -158,11 +158,15 @@ if [ "$mode" = test ]; then
 fi
 
 # The venv: the demo needs only ualdbg's own dependencies; the tests add pytest, ruff, mypy...
+# Installed editable as a path in a .pth file (setuptools' "compat" mode): its default for this
+# layout is an import hook that every Python start of the venv imports with pathlib and
+# importlib.util, a fifth of `ualdbg trace -- /bin/true` (issue 34). (The stamp's name changed
+# with the mode: a venv installed the other way is installed again.)
 extra=$([ "$mode" = test ] && echo '[test]' || true)
-stamp=.venv/.installed-$mode
+stamp=.venv/.installed-$mode-pth
 if [ ! -x .venv/bin/python ] || [ ! -e "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   [ -x .venv/bin/python ] || /usr/bin/python3 -m venv .venv
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".$extra"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --config-settings editable_mode=compat -e ".$extra"
   touch "$stamp"
 fi
 
