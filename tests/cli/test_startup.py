@@ -55,3 +55,40 @@ def test_a_sub_command_builds_its_own_options_when_chosen() -> None:
     r, modules = imported("audit", "--help")
     assert r.returncode == 0 and "COMMON" in r.stdout, r.explain()
     assert "ualdbg.commands.audit" in modules and among(modules, ("ualdbg.tools.audit", "elftools")) == []
+
+
+def test_a_run_imports_the_module_of_its_own_command_only() -> None:
+    """cli/shell.py's COMMANDS: `trace` does not import audit's, report's or the launchers'
+    modules; the top-level help and a mistyped command import them all (they list them)."""
+    cli = ("ualdbg.cli.audit", "ualdbg.cli.report", "ualdbg.cli.launchers", "ualdbg.cli.check",
+           "ualdbg.cli.stackcheck", "ualdbg.cli.watching")
+    _, modules = imported("trace", "--", "/bin/true")
+    assert among(modules, cli) == []
+    r, modules = imported("report", "--help")
+    assert r.returncode == 0 and "ualdbg.cli.report" in modules and among(modules, cli[:3]) == ["ualdbg.cli.report"], r.explain()
+    for args in (["--help"], ["nosuchcommand"]):
+        r, modules = imported(*args)
+        assert set(cli) <= modules and "lldbinit" in r.stdout + r.stderr, r.explain()
+
+
+def test_the_quick_end_runs_the_exit_handlers_and_flushes_everything(tmp_path: object) -> None:
+    """ualdbg/__main__.py's `run` ends the process without tearing the interpreter down: what the
+    ordinary end did that matters still happens. A report of thousands of lines reaches a pipe
+    whole, and the atexit handlers ran (the dataclass code kept at exit, lazyclass.py)."""
+    import json
+    from pathlib import Path
+
+    trace = Path(str(tmp_path)) / "t.json"
+    r = run([sys.executable, "-m", "ualdbg", "trace", "--json", str(trace), "--", str(BUILD / "not_aligned"), "3"],
+            env=scrubbed_env(), timeout=120)
+    assert r.returncode == 0, r.explain()
+    cache = Path(str(tmp_path)) / "cache"
+    r = run([sys.executable, "-m", "ualdbg", "report", "--json", "-", str(trace)],
+            env=scrubbed_env({"XDG_CACHE_HOME": str(cache)}), timeout=120)
+    assert r.returncode == 0, r.explain()
+    assert json.loads(r.stdout)["faults_total"] == json.loads(trace.read_text())["faults_total"] == 3
+    assert list((cache / "ualdbg").glob("dataclass-code.*.marshal")), "the atexit handler did not run"
+    r = run([sys.executable, "-c", f"import sys; sys.argv[1:] = ['report', {str(trace)!r}]; "
+             "[print(i) for i in range(20000)]; from ualdbg.__main__ import run; run()"], env=scrubbed_env(), timeout=120)
+    assert r.returncode == 0 and r.stdout.splitlines()[:20000] == [str(i) for i in range(20000)], r.explain()
+    assert "Unaligned accesses" in r.stdout + r.stderr, r.explain()

@@ -1,7 +1,7 @@
 """The `ualdbg` shell command (also `python -m ualdbg`): its sub-commands are declared one module
 each on commands/registry.py's SHELL_COMMANDS (trace.py, check.py, watching.py, stackcheck.py,
-audit.py, report.py, launchers.py); this module builds the parser from them and runs the chosen
-one. Exit statuses: `trace` passes the program's through; `check`: the program's own when it
+audit.py, report.py, launchers.py); this module imports the chosen one's module only (COMMANDS
+below), builds the parser and runs it. Exit statuses: `trace` passes the program's through; `check`: the program's own when it
 fails, else 0 clean, 1 (--error-exitcode) too many faults or new sites, 3 incomplete
 (--allow-incomplete); `stackcheck` 0 clean, 1 misaligned/unaligned/too spread; `audit` 0 no
 finding (or none hit), 1 findings (hit). Where a program is run (trace, check, stackcheck, watch
@@ -12,22 +12,34 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterable
 
 from .. import __version__
-from ..ci.gate import EXIT_ERROR, EXIT_TOOL
 from ..commands.registry import SHELL_COMMANDS, ShellCommand
-from ..core.errors import UaldbgError
-
-# Each module declares its sub-command (commands/registry.shell_command).
-from . import audit, check, launchers, report, stackcheck, trace, watching  # noqa: F401
+from ..core.errors import EXIT_ERROR, EXIT_TOOL, UaldbgError
 from .common import ShellParser, examples
 from .outputs import say
 
-# The order `ualdbg --help` lists them in; a sub-command not named here comes last.
-HELP_ORDER = ("trace", "check", "watch", "stackcheck", "audit", "report", "gdb", "lldb", "gdbinit", "lldbinit")
+# Each sub-command, in the order `ualdbg --help` lists them, and the module of cli/ that declares
+# it (commands/registry.shell_command). A run imports only its command's module, so that
+# `ualdbg trace` does not pay for audit's, report's or the launchers' imports (issue 34); the
+# top-level help, --version and a mistyped command import them all. tests/unit/test_shell.py
+# checks this table against what the modules declare.
+COMMANDS = {"trace": "trace", "check": "check", "watch": "watching", "stackcheck": "stackcheck",
+            "audit": "audit", "report": "report", "gdb": "launchers", "lldb": "launchers",
+            "gdbinit": "launchers", "lldbinit": "launchers"}
 
 
-def build_parser() -> ShellParser:
+def declare(names: Iterable[str] = COMMANDS) -> None:
+    """Import the modules that declare these sub-commands."""
+    for module in dict.fromkeys(COMMANDS[name] for name in names):
+        __import__(f"{__package__}.{module}")  # (the import statement's path: `python -X importtime` shows it)
+
+
+def build_parser(names: Iterable[str] = COMMANDS) -> ShellParser:
+    """The parser of `ualdbg`, with these sub-commands declared (every one by default); the
+    others are names only, enough to parse a command line that does not choose them."""
+    declare(names)
     p = ShellParser(prog="ualdbg", description="Find unaligned memory accesses in native programs.",
                     epilog=examples("ualdbg trace -- ./prog args                     run prog, print its unaligned accesses per site",
                                     "ualdbg check --json r.json --sarif r.sarif -- ./prog   the CI gate",
@@ -36,7 +48,11 @@ def build_parser() -> ShellParser:
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"ualdbg {__version__}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=ShellParser)
-    for name, cmd in sorted(SHELL_COMMANDS.items(), key=lambda kv: HELP_ORDER.index(kv[0]) if kv[0] in HELP_ORDER else len(HELP_ORDER)):
+    for name in COMMANDS:
+        cmd = SHELL_COMMANDS.get(name)
+        if cmd is None:  # not declared in this run: never chosen by its command line
+            p.commands[name] = sub.add_parser(name)
+            continue
         sp = sub.add_parser(name, help=cmd.help, description=cmd.description, epilog=cmd.epilog,
                             add_help=not cmd.raw, formatter_class=argparse.RawDescriptionHelpFormatter)
         sp.fill = cmd.prepare_parser  # its options when it is chosen or its help shown (issue 34)
@@ -78,8 +94,8 @@ def _closed_pipe() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     _closed_streams()
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser([argv[0]] if argv and argv[0] in COMMANDS else COMMANDS)
     raw = SHELL_COMMANDS.get(argv[0]) if argv else None
     if raw is not None and raw.raw:  # `ualdbg gdb ARGS`: the debugger's arguments, unparsed
         return raw.run(argparse.Namespace(cmd=argv[0], argv=argv[1:]), parser.commands[argv[0]])
