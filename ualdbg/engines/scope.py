@@ -15,7 +15,7 @@ from ..core.errors import UaldbgError
 from ..core.model import Module
 from ..lazyclass import dataclass
 from ..symbols.cxxnames import NameQuery, base_name, demangle, function_name, normalize, split_components, strip_template_args
-from ..symbols.dwarfindex import DWARF_ERRORS, qualified_die_name
+from ..symbols.dwarfindex import DWARF_ERRORS, dwarf_info, qualified_die_name
 from ..symbols.elfindex import ElfIndex, elf_index
 from ..symbols.maps import PSEUDO_MODULES, ModuleMap, is_system_path
 
@@ -239,7 +239,7 @@ def _cfi_starts(path: str) -> list[int]:
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
-            info = elf.get_dwarf_info(follow_links=False)
+            info = dwarf_info(elf)
             entries = list(info.EH_CFI_entries()) if info.has_EH_CFI() else []
             if info.has_CFI():
                 entries += list(info.CFI_entries())

@@ -15,7 +15,7 @@ from typing import Any
 from elftools.dwarf.callframe import FDE, CallFrameInfo
 from elftools.elf.elffile import ELFFile
 
-from ualdbg.symbols.dwarfindex import DWARF_ERRORS
+from ualdbg.symbols.dwarfindex import DWARF_ERRORS, dwarf_info
 from ualdbg.symbols.intervals import IntervalTable
 from ualdbg.symbols.layout import X86_64_REGS, Unreadable, dwarf_reg
 
@@ -52,7 +52,7 @@ class EhFrameSearch:
     def _table(self) -> tuple[list[int], list[int], CallFrameInfo] | None:
         try:
             hdr = self._elf.get_section_by_name(".eh_frame_hdr")
-            info = self._elf.get_dwarf_info(follow_links=False)
+            info = dwarf_info(self._elf)
             eh = info.eh_frame_sec
             if hdr is None or eh is None or not self._elf.little_endian:
                 return None
@@ -124,7 +124,7 @@ class FrameRules:
         (tests/symbols/datadiff.py)."""
         items: list[tuple[int, int, Any]] = []
         try:
-            info = self._elf.get_dwarf_info(follow_links=False)
+            info = dwarf_info(self._elf)
             entries = info.EH_CFI_entries() if info.has_EH_CFI() else (info.CFI_entries() if info.has_CFI() else [])
             for entry in entries:
                 if type(entry).__name__ != "FDE":

@@ -21,7 +21,7 @@ from ualdbg.symbols.abbrevs import install as install_abbrevs
 from ualdbg.symbols.demangle import frame_name
 from ualdbg.symbols.dieparse import install as install_dies
 from ualdbg.symbols.dietree import CodeHolders, DieTree
-from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, SourcePos
+from ualdbg.symbols.dwarfindex import DWARF_ERRORS, DwarfIndex, SourcePos, dwarf_info
 from ualdbg.symbols.intervals import IntervalTable
 
 from ..lazyclass import dataclass
@@ -305,7 +305,7 @@ class ElfIndex:
         if elf is None:
             return None
         try:
-            info = install_dies(install_abbrevs(elf.get_dwarf_info(follow_links=False)))
+            info = install_dies(install_abbrevs(dwarf_info(elf)))
             is_code = self._is_code if any(s.executable for s in self.segments) else None
             index = DwarfIndex(info, is_code, self._symbol_name_at, self._symbol_start_at)
         except _DWARF_LOAD_ERRORS:
