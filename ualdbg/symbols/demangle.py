@@ -11,7 +11,6 @@ and a template function's return type is then kept."""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import glob
 from collections.abc import Callable
 from functools import lru_cache
@@ -24,7 +23,8 @@ _Demangler = Callable[[bytes, int], "bytes | None"]
 
 
 def _libc_free() -> Callable[[int], None]:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    # By soname (glibc's and libstdc++'s): ctypes.util.find_library runs `ldconfig -p` to say it.
+    libc = ctypes.CDLL("libc.so.6")
     free = libc.free
     free.argtypes = [ctypes.c_void_p]
     free.restype = None
@@ -56,7 +56,7 @@ def _bfd_demangler() -> _Demangler | None:
 
 def _cxa_demangler() -> _Demangler | None:
     try:
-        lib = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
+        lib = ctypes.CDLL("libstdc++.so.6")
         fn = lib.__cxa_demangle
     except (OSError, AttributeError):
         return None

@@ -9,7 +9,6 @@ failing call, answers False and the caller falls back to the debugger's own path
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 PTRACE_POKEUSER = 6
@@ -28,7 +27,7 @@ class RegisterPoker:
         self._ptrace = None
         if self.offsets:
             try:
-                libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+                libc = ctypes.CDLL("libc.so.6", use_errno=True)
                 fn = libc.ptrace
                 fn.restype = ctypes.c_long
                 fn.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]

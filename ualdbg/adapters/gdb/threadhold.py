@@ -12,7 +12,6 @@ resumes the thread without giving the program the signal. Linux x86-64 only."""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import time
 
@@ -45,7 +44,7 @@ class ThreadHolder:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.poker = RegisterPoker()
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
         self._syscall = libc.syscall
         self._syscall.restype = ctypes.c_long
         self._ptrace = libc.ptrace
