@@ -18,9 +18,10 @@ without `__init__`: ualdbg pickles none. `slots=True` makes a new class: such a 
 once, and so is one that writes its own `__init__`. The result is the standard library's
 dataclass, the same methods.
 
-What the standard library compiles is kept: the source of each generated method is compiled once
-per Python version and kept, beside the agent's builds, in a file of ours that no one else can
-write (agent/private.py), as Python keeps a module's bytecode in __pycache__. The same source
+What the standard library compiles is kept: the source of each generated method of a class of
+ualdbg's is compiled once per Python bytecode version and kept, beside the agent's builds, in
+its module's file (that no one else can write: agent/private.py), as Python keeps a module's
+bytecode in __pycache__. The same source
 gives the same code, so the class is the same; a start that makes 26 classes spent a third of its
 instructions compiling them (issue 34).
 """
@@ -59,35 +60,42 @@ def _make(cls: type, options: dict[str, Any]) -> type:
         own = "exec" not in vars(dataclasses)  # (a base made on the way is inside this one)
         if own:
             dataclasses.exec = _exec  # type: ignore[attr-defined]
+        _making.append(cls.__module__)
         try:
             return dataclasses.dataclass(cls, **options)  # type: ignore[no-any-return]
         finally:
+            _making.pop()
             if own:
                 del dataclasses.exec  # type: ignore[attr-defined]
 
 
-# The kept code: each method's source text -> its code, read from the file on first use; what
-# this process compiled is added to it when it exits.
-_MAX_KEPT = 4096
-_code: dict[str, CodeType] | None = None
-_added = False
+# The kept code of ualdbg's modules' classes: one file per module (a start reads only the files of
+# the modules whose classes it makes), each method's source text -> its code, read on first use;
+# what this process compiled is added to its module's file when the process exits.
+_MAX_KEPT = 512  # entries of one module's file (its classes' methods, a few versions of them)
+_making: list[str] = []  # the module of the class being made (and of the bases made inside it)
+_code: dict[str, dict[str, CodeType]] = {}  # module -> its kept code
+_added: set[str] = set()  # the modules whose kept code this process added to
+_where: list[str | None] = []  # the folder, once found (None: no private folder)
 
 
-def _code_file() -> str | None:
-    from importlib._bootstrap_external import MAGIC_NUMBER  # (loaded at Python's start)
+def _code_file(module: str) -> str | None:
+    if not _where:
+        from importlib._bootstrap_external import MAGIC_NUMBER  # (loaded at Python's start)
 
-    from .agent.private import private_dir, user_cache
+        from .agent.private import private_dir, user_cache
 
-    folder = private_dir(user_cache(), exec_needed=False)
-    if folder is None:
-        return None
-    return os.path.join(folder, f"dataclass-code.{int.from_bytes(MAGIC_NUMBER[:2], 'little')}.marshal")
+        magic = int.from_bytes(MAGIC_NUMBER[:2], "little")
+        parent = private_dir(user_cache(), exec_needed=False)
+        _where.append(None if parent is None else private_dir(os.path.join(parent, f"dataclass-code.{magic}"),
+                                                              exec_needed=False))
+    return None if _where[0] is None else os.path.join(_where[0], f"{module}.marshal")
 
 
-def _load() -> dict[str, CodeType]:
+def _load(module: str) -> dict[str, CodeType]:
     from .agent.private import trusted_file
 
-    path = _code_file()
+    path = _code_file(module)
     if path is not None and trusted_file(path):
         try:
             with open(path, "rb") as f:
@@ -100,41 +108,46 @@ def _load() -> dict[str, CodeType]:
 
 
 def _save() -> None:
-    """Add what this process compiled to the file (written whole, then renamed over it)."""
-    path = _code_file()
-    if path is None or _code is None:
-        return
-    kept = {**_load(), **_code}
-    if len(kept) > _MAX_KEPT:
-        kept = dict(_code)
-    temp = f"{path}.{os.getpid()}.tmp"
-    try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with open(fd, "wb") as f:
-            marshal.dump(kept, f)
-        os.replace(temp, path)
-    except (OSError, ValueError):
+    """Add what this process compiled to its modules' files (each written whole, then renamed
+    over the old one)."""
+    for module in sorted(_added):
+        path = _code_file(module)
+        if path is None:
+            return
+        kept = {**_load(module), **_code[module]}
+        if len(kept) > _MAX_KEPT:
+            kept = dict(_code[module])
+        temp = f"{path}.{os.getpid()}.tmp"
         try:
-            os.unlink(temp)
-        except OSError:
-            pass
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with open(fd, "wb") as f:
+                marshal.dump(kept, f)
+            os.replace(temp, path)
+        except (OSError, ValueError):
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
 
 
 def _exec(source: str | CodeType, globals: dict[str, Any] | None = None, locals: dict[str, Any] | None = None) -> None:
     """dataclasses' `exec` while ualdbg makes a class: source compiled as exec would compile it
-    there (no future flags of this module's), or its code kept from an earlier run."""
-    global _code, _added
-    if not isinstance(source, str):
+    there (no future flags of this module's), or its code kept from an earlier run (a class of
+    ualdbg's modules)."""
+    module = _making[-1] if _making else ""
+    if not isinstance(source, str) or module.split(".")[0] != "ualdbg" or not all(
+            part.isidentifier() for part in module.split(".")):
         exec(source, globals, locals)  # noqa: S102
         return
-    if _code is None:
-        _code = _load()
-    code = _code.get(source)
+    kept = _code.get(module)
+    if kept is None:
+        kept = _code[module] = _load(module)
+    code = kept.get(source)
     if code is None:
-        code = _code[source] = compile(source, "<string>", "exec", dont_inherit=True)
+        code = kept[source] = compile(source, "<string>", "exec", dont_inherit=True)
         if not _added:
-            _added = True
             atexit.register(_save)
+        _added.add(module)
     exec(code, globals, locals)  # noqa: S102
 
 

@@ -115,6 +115,7 @@ def test_the_cli_imports_its_classes_unmade() -> None:
 
 
 _MAKE = """
+__name__ = "ualdbg.kepttest"  # (only the classes of ualdbg's modules have their code kept)
 import dataclasses, json, sys
 import ualdbg.lazyclass as L
 compiled = []
@@ -161,9 +162,9 @@ def test_methods_compiled_once_are_kept_and_read_only_from_a_file_of_ours(tmp_pa
 
     cache = Path(str(tmp_path)) / "cache"
     first = _make_in_fresh_python(str(cache))
-    kept = list((cache / "ualdbg").glob("dataclass-code.*.marshal"))
+    kept = list((cache / "ualdbg").glob("dataclass-code.*/ualdbg.kepttest.marshal"))
     assert first["compiled"] >= 4 and len(kept) == 1  # __init__, __repr__, __eq__, __hash__, the frozen guards
-    assert oct(kept[0].stat().st_mode & 0o777) == "0o600" and oct((cache / "ualdbg").stat().st_mode & 0o777) == "0o700"
+    assert oct(kept[0].stat().st_mode & 0o777) == "0o600" and oct(kept[0].parent.stat().st_mode & 0o777) == "0o700"
     second = _make_in_fresh_python(str(cache))
     assert second["compiled"] == 0 and {**second, "compiled": 0} == {**first, "compiled": 0}
     assert first["repr"].endswith("Point(x=1, y=2, tags=('t',))") and first["eq_hash"] and first["frozen"]
@@ -174,6 +175,14 @@ def test_methods_compiled_once_are_kept_and_read_only_from_a_file_of_ours(tmp_pa
     kept[0].write_bytes(b"\xe3garbled")
     assert _make_in_fresh_python(str(cache)) == first
     assert _make_in_fresh_python(str(cache))["compiled"] == 0
-    os.chmod(cache / "ualdbg", 0o777)  # the folder open to all: closed again, as the agent's build folder is
+    os.chmod(kept[0].parent, 0o777)  # the folder open to all: closed again, as the agent's build folder is
     assert _make_in_fresh_python(str(cache))["compiled"] == 0
-    assert oct((cache / "ualdbg").stat().st_mode & 0o777) == "0o700"
+    assert oct(kept[0].parent.stat().st_mode & 0o777) == "0o700"
+    outside = _MAKE.replace('__name__ = "ualdbg.kepttest"', '__name__ = "notualdbg"')
+    import json as json_
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    for _ in range(2):  # a class of another module's: exec compiles it, as in the standard library; nothing kept
+        done = subprocess.run([sys.executable, "-c", outside], capture_output=True, text=True, check=True, env=env)
+        assert {**json_.loads(done.stdout), "compiled": 0} == {**first, "compiled": 0}
+        assert json_.loads(done.stdout)["compiled"] == 0
+    assert sorted(p.name for p in kept[0].parent.iterdir()) == ["ualdbg.kepttest.marshal"]
