@@ -87,7 +87,7 @@ def test_the_quick_end_runs_the_exit_handlers_and_flushes_everything(tmp_path: o
             env=scrubbed_env({"XDG_CACHE_HOME": str(cache)}), timeout=120)
     assert r.returncode == 0, r.explain()
     assert json.loads(r.stdout)["faults_total"] == json.loads(trace.read_text())["faults_total"] == 3
-    assert list((cache / "ualdbg").glob("dataclass-code.*.marshal")), "the atexit handler did not run"
+    assert list((cache / "ualdbg").glob("dataclass-code.*/ualdbg.*.marshal")), "the atexit handler did not run"
     r = run([sys.executable, "-c", f"import sys; sys.argv[1:] = ['report', {str(trace)!r}]; "
              "[print(i) for i in range(20000)]; from ualdbg.__main__ import run; run()"], env=scrubbed_env(), timeout=120)
     assert r.returncode == 0 and r.stdout.splitlines()[:20000] == [str(i) for i in range(20000)], r.explain()
