@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from .. import __version__
 from ..commands.registry import SHELL_COMMANDS, ShellCommand
@@ -30,15 +30,15 @@ COMMANDS = {"trace": "trace", "check": "check", "watch": "watching", "stackcheck
             "gdbinit": "launchers", "lldbinit": "launchers"}
 
 
-def declare(names: Iterable[str] = COMMANDS) -> None:
+def declare(names: Iterable[str] = tuple(COMMANDS)) -> None:
     """Import the modules that declare these sub-commands."""
     for module in dict.fromkeys(COMMANDS[name] for name in names):
         __import__(f"{__package__}.{module}")  # (the import statement's path: `python -X importtime` shows it)
 
 
-def build_parser(names: Iterable[str] = COMMANDS) -> ShellParser:
-    """The parser of `ualdbg`, with these sub-commands declared (every one by default); the
-    others are names only, enough to parse a command line that does not choose them."""
+def build_parser(names: Collection[str] = tuple(COMMANDS)) -> ShellParser:
+    """The parser of `ualdbg` with these sub-commands (every one by default): a run's has its
+    own command's only (each parser costs argparse's translation look-ups)."""
     declare(names)
     p = ShellParser(prog="ualdbg", description="Find unaligned memory accesses in native programs.",
                     epilog=examples("ualdbg trace -- ./prog args                     run prog, print its unaligned accesses per site",
@@ -50,8 +50,7 @@ def build_parser(names: Iterable[str] = COMMANDS) -> ShellParser:
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=ShellParser)
     for name in COMMANDS:
         cmd = SHELL_COMMANDS.get(name)
-        if cmd is None:  # not declared in this run: never chosen by its command line
-            p.commands[name] = sub.add_parser(name)
+        if cmd is None or name not in names:  # (check's module declares trace's too)
             continue
         sp = sub.add_parser(name, help=cmd.help, description=cmd.description, epilog=cmd.epilog,
                             add_help=not cmd.raw, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -95,7 +94,7 @@ def _closed_pipe() -> int:
 def main(argv: list[str] | None = None) -> int:
     _closed_streams()
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser([argv[0]] if argv and argv[0] in COMMANDS else COMMANDS)
+    parser = build_parser([argv[0]] if argv and argv[0] in COMMANDS else tuple(COMMANDS))
     raw = SHELL_COMMANDS.get(argv[0]) if argv else None
     if raw is not None and raw.raw:  # `ualdbg gdb ARGS`: the debugger's arguments, unparsed
         return raw.run(argparse.Namespace(cmd=argv[0], argv=argv[1:]), parser.commands[argv[0]])
