@@ -293,6 +293,10 @@ def test_sigkill_of_the_debugger_disarms_the_agent_it_injected(debugger: str, te
         while time.monotonic() < deadline:
             if "T (stopped)" in _state(live.pid):
                 os.kill(live.pid, signal.SIGCONT)
+            # (It runs until told to stop: an end now is a death, said with what killed it and
+            # what the debugger wrote, rather than as /proc/PID/mem missing.)
+            assert live.proc.poll() is None, (f"the program ended (status {live.proc.returncode}) after the debugger "
+                                              f"was SIGKILLed\n{live.out.read_text()}\n{(tmp_path / 'debugger.out').read_text()}")
             if not (left := _threads_with_ac(live.pid)):
                 break
             time.sleep(0.2)
