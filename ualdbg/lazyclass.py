@@ -21,9 +21,8 @@ dataclass, the same methods.
 What the standard library compiles is kept: the source of each generated method of a class of
 ualdbg's is compiled once per Python bytecode version and kept, beside the agent's builds, in
 its module's file (that no one else can write: agent/private.py), as Python keeps a module's
-bytecode in __pycache__. The same source
-gives the same code, so the class is the same; a start that makes 26 classes spent a third of its
-instructions compiling them (issue 34).
+bytecode in __pycache__. The same source gives the same code, so the class is the same; a start
+that makes 26 classes spent a third of its instructions compiling them (issue 34).
 """
 from __future__ import annotations
 
@@ -60,7 +59,9 @@ def _make(cls: type, options: dict[str, Any]) -> type:
         own = "exec" not in vars(dataclasses)  # (a base made on the way is inside this one)
         if own:
             dataclasses.exec = _exec  # type: ignore[attr-defined]
-        _making.append(cls.__module__)
+        module = cls.__module__  # (a file name: only ualdbg's own modules' code is kept)
+        keep = module.split(".")[0] == "ualdbg" and all(part.isidentifier() for part in module.split("."))
+        _making.append(module if keep else "")
         try:
             return dataclasses.dataclass(cls, **options)  # type: ignore[no-any-return]
         finally:
@@ -73,7 +74,7 @@ def _make(cls: type, options: dict[str, Any]) -> type:
 # the modules whose classes it makes), each method's source text -> its code, read on first use;
 # what this process compiled is added to its module's file when the process exits.
 _MAX_KEPT = 512  # entries of one module's file (its classes' methods, a few versions of them)
-_making: list[str] = []  # the module of the class being made (and of the bases made inside it)
+_making: list[str] = []  # the module of the class being made (and of the bases made inside it); "": not kept
 _code: dict[str, dict[str, CodeType]] = {}  # module -> its kept code
 _added: set[str] = set()  # the modules whose kept code this process added to
 _where: list[str | None] = []  # the folder, once found (None: no private folder)
@@ -135,8 +136,7 @@ def _exec(source: str | CodeType, globals: dict[str, Any] | None = None, locals:
     there (no future flags of this module's), or its code kept from an earlier run (a class of
     ualdbg's modules)."""
     module = _making[-1] if _making else ""
-    if not isinstance(source, str) or module.split(".")[0] != "ualdbg" or not all(
-            part.isidentifier() for part in module.split(".")):
+    if not isinstance(source, str) or not module:
         exec(source, globals, locals)  # noqa: S102
         return
     kept = _code.get(module)

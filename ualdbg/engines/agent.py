@@ -280,7 +280,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
     lib = agent_library()
     run_dir = run_directory(run.buffer)
     directory = run_dir.buffers
-    built: list[int] = []  # the code maps the run's agents built (and kept): none, none to prune
+    built = -1  # the code maps the run's agents built and kept (-1: not known): none, none to prune
     try:
         base = program_environ()
         added = agent_environment(run, lib, directory, base, system=True)
@@ -331,7 +331,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
         exit_status = returncode if returncode >= 0 else None
         exit_signal = -returncode if returncode < 0 else None
         images = load_images(directory)
-        built.append(sum(im.code_maps[0] for im in images))
+        built = sum(im.code_maps[0] for im in images)
         for pid, texts in run.later_maps.items():
             newest = [im for im in images if im.header.pid == pid][-1:]
             for im in newest:  # consulted after the agent's own snapshots (SnapshotSymbolizer: newest first)
@@ -355,7 +355,7 @@ def run_agent(run: AgentRun, on_progress: Callable[[int, int, float], None] | No
         return AgentResult(result, exit_status, exit_signal, "")
     finally:
         run_dir.close()
-        if not built or built[0]:  # (a scan of every kept map: 11 of a 42 ms run of /bin/true)
+        if built != 0:  # (a scan of every kept map: 11 of a 42 ms run of /bin/true)
             prune_code_maps(lib)
 
 
@@ -443,6 +443,8 @@ class _Warmer:
                     if out_of_scope_program(run, image.header.exe, image.header.pid == root_pid):
                         continue  # a system program the run started: its sites are not named (a suite's shells)
                     new = [site for site in image.sites if (image.header.exe, site.pc) not in self._seen]
+                    if not new:
+                        continue
                     modules = SnapshotSymbolizer(image.snapshots, image.header.exe or None, shared.setdefault("maps", {}))
                     decided = shared.setdefault("scope", {})  # (image_result's: by executable and module)
                     # One site at a time, the stop looked at between two: `finish` waits for the
